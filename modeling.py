@@ -381,7 +381,7 @@ def convert_qkv_layout(state_dict: Mapping, fuse_mha: bool) -> dict:
                 converted[f"{prefix}qkv.{kind}"] = _concat(parts, axis)
             if not fuse_mha and name.endswith(f".attention.qkv.{kind}"):
                 prefix = name[: -len(f"qkv.{kind}")]
-                for part, value in zip(_QKV_PARTS, _split(converted.pop(name), 3, axis)):
+                for part, value in zip(_QKV_PARTS, _split(converted.pop(name), 3, axis), strict=True):
                     converted[f"{prefix}{part}.{kind}"] = value
     return converted
 
