@@ -1,0 +1,58 @@
+"""loss.py against cross-entropy computed by hand in NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss, squad_span_loss
+
+
+def numpy_cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    return -log_probs[np.arange(len(labels)), labels]
+
+
+def test_masked_lm_loss_averages_over_valid_positions_only():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(6, 11)).astype(np.float32)
+    labels = np.array([3, IGNORE_INDEX, 7, IGNORE_INDEX, IGNORE_INDEX, 0])
+    valid = labels != IGNORE_INDEX
+    expected = numpy_cross_entropy(logits[valid], labels[valid]).mean()
+    got = float(masked_lm_loss(paddle.to_tensor(logits), paddle.to_tensor(labels)))
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    # The trap this guards against: Paddle's own mean divides by all six positions.
+    trap = float(F.cross_entropy(paddle.to_tensor(logits), paddle.to_tensor(labels).reshape([-1, 1]),
+                                 ignore_index=IGNORE_INDEX))
+    assert abs(trap - expected) > 0.1
+
+
+def test_masked_lm_loss_is_zero_without_valid_labels():
+    logits = paddle.randn([4, 5])
+    assert float(masked_lm_loss(logits, paddle.full([4], IGNORE_INDEX, dtype="int64"))) == 0.0
+
+
+def test_pretraining_criterion_is_mlm_plus_nsp():
+    rng = np.random.default_rng(1)
+    scores = rng.normal(size=(5, 13)).astype(np.float32)
+    labels = np.array([1, 2, IGNORE_INDEX, 4, 12])
+    nsp_scores = rng.normal(size=(3, 2)).astype(np.float32)
+    nsp_labels = np.array([0, 1, 1])
+    loss, mlm, nsp = BertPretrainingCriterion()(
+        paddle.to_tensor(scores), paddle.to_tensor(nsp_scores), paddle.to_tensor(labels), paddle.to_tensor(nsp_labels)
+    )
+    expected_mlm = numpy_cross_entropy(scores[labels >= 0], labels[labels >= 0]).mean()
+    expected_nsp = numpy_cross_entropy(nsp_scores, nsp_labels).mean()
+    np.testing.assert_allclose([float(mlm), float(nsp), float(loss)],
+                               [expected_mlm, expected_nsp, expected_mlm + expected_nsp], rtol=1e-6)
+
+
+def test_squad_span_loss_is_mean_of_start_and_end():
+    rng = np.random.default_rng(2)
+    start, end = rng.normal(size=(2, 4, 9)).astype(np.float32)
+    start_positions, end_positions = np.array([0, 3, 8, 2]), np.array([1, 3, 8, 5])
+    expected = (numpy_cross_entropy(start, start_positions).mean() + numpy_cross_entropy(end, end_positions).mean()) / 2
+    got = squad_span_loss(*(paddle.to_tensor(a) for a in (start, end, start_positions, end_positions)))
+    np.testing.assert_allclose(float(got), expected, rtol=1e-6)

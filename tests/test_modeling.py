@@ -1,0 +1,232 @@
+"""modeling.py against a NumPy transcription of the BERT equations, known parameter counts and layouts."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+
+import modeling
+from conftest import ROOT
+from loss import BertPretrainingCriterion
+
+CONFIG_DIR = ROOT / "bert_configs"
+
+
+def tiny_config(**overrides) -> modeling.BertConfig:
+    values = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0)
+    values.update(overrides)
+    return modeling.BertConfig(**values)
+
+
+def numpy_bert(params: dict, config: modeling.BertConfig, input_ids, token_type_ids, attention_mask):
+    """BERT forward pass written from the paper's equations (Devlin et al. 2019; Vaswani et al. 2017)."""
+    from math import erf
+
+    gelu = np.vectorize(lambda x: 0.5 * x * (1.0 + erf(x / math.sqrt(2.0))))
+
+    def layer_norm(x, prefix):
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + config.layer_norm_eps) * params[prefix + ".weight"] + params[prefix + ".bias"]
+
+    def linear(x, prefix):
+        return x @ params[prefix + ".weight"] + params[prefix + ".bias"]
+
+    batch, seq = input_ids.shape
+    heads, head_dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
+    x = (params["embeddings.word_embeddings.weight"][input_ids]
+         + params["embeddings.position_embeddings.weight"][np.arange(seq)][None]
+         + params["embeddings.token_type_embeddings.weight"][token_type_ids])
+    x = layer_norm(x, "embeddings.layer_norm")
+    bias = np.where(attention_mask[:, None, None, :] > 0, 0.0, -np.inf)  # [B, 1, 1, S]
+    for i in range(config.num_hidden_layers):
+        p = f"encoder.{i}."
+
+        def split(t):
+            return t.reshape(batch, seq, heads, head_dim).transpose(0, 2, 1, 3)  # [B, N, S, D]
+
+        q, k, v = (split(linear(x, p + "attention." + name)) for name in ("query", "key", "value"))
+        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(head_dim) + bias
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        context = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq, -1)
+        x = layer_norm(x + linear(context, p + "attention_output"), p + "attention_layer_norm")
+        x = layer_norm(x + linear(gelu(linear(x, p + "intermediate")), p + "output"), p + "output_layer_norm")
+    pooled = np.tanh(linear(x[:, 0], "pooler.dense"))
+    return x, pooled
+
+
+def random_batch(config, batch=3, seq=10, seed=0):
+    rng = np.random.default_rng(seed)
+    input_ids = rng.integers(0, config.vocab_size, (batch, seq))
+    token_type_ids = (np.arange(seq)[None] >= seq // 2).astype(np.int64).repeat(batch, 0)
+    attention_mask = np.ones((batch, seq), np.int64)
+    attention_mask[1, 7:] = 0  # one padded row
+    return input_ids, token_type_ids, attention_mask
+
+
+def run_model(model, input_ids, token_type_ids, attention_mask):
+    model.eval()
+    outputs = model(paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids), paddle.to_tensor(attention_mask))
+    return [o.numpy() for o in outputs]
+
+
+def test_bert_model_matches_numpy_equations():
+    paddle.seed(1)
+    # A wide initialisation gives activations large enough that erf and tanh GELU differ visibly.
+    config = tiny_config(initializer_range=0.3)
+    model = modeling.BertModel(config)
+    params = {k: v.numpy().astype(np.float64) for k, v in model.state_dict().items()}
+    batch = random_batch(config)
+    sequence_output, pooled_output = run_model(model, *batch)
+    expected_sequence, expected_pooled = numpy_bert(params, config, *batch)
+    valid = batch[2].astype(bool)
+    np.testing.assert_allclose(sequence_output[valid], expected_sequence[valid], atol=2e-5)
+    np.testing.assert_allclose(pooled_output, expected_pooled, atol=2e-5)
+
+
+def test_padding_does_not_change_real_tokens():
+    paddle.seed(2)
+    config = tiny_config()
+    model = modeling.BertModel(config)
+    input_ids, token_type_ids, attention_mask = random_batch(config)
+    first = run_model(model, input_ids, token_type_ids, attention_mask)[0]
+    input_ids[1, 7:] = 5  # change only the padding tokens
+    second = run_model(model, input_ids, token_type_ids, attention_mask)[0]
+    np.testing.assert_allclose(first[1, :7], second[1, :7], atol=1e-6)
+    assert np.abs(first[1, 7:] - second[1, 7:]).max() > 1e-3
+
+
+def test_fused_and_unfused_layouts_load_into_each_other():
+    paddle.seed(3)
+    unfused = modeling.BertForPretraining(tiny_config())
+    fused = modeling.BertForPretraining(tiny_config(fuse_mha=True))
+    assert "bert.encoder.0.attention.qkv.weight" in fused.state_dict()
+    missing, unexpected = modeling.load_weights(fused, unfused.state_dict(), "unfused")
+    assert (missing, unexpected) == ([], [])
+    batch = random_batch(unfused.config)
+    for a, b in zip(run_model(unfused, *batch), run_model(fused, *batch), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    back = modeling.BertForPretraining(tiny_config())
+    modeling.load_weights(back, fused.state_dict(), "fused")
+    for name, value in unfused.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), back.state_dict()[name].numpy(), err_msg=name)
+
+
+def test_vocab_padding_rounds_up_and_loads_unpadded_weights():
+    config = tiny_config(pad_vocab_size_multiple=8)
+    assert config.padded_vocab_size == 104
+    padded = modeling.BertForPretraining(config)
+    assert padded.bert.embeddings.word_embeddings.weight.shape == [104, 32]
+    assert padded.cls.decoder_bias.shape == [104]
+    unpadded = modeling.BertForPretraining(tiny_config())
+    modeling.load_weights(padded, unpadded.state_dict(), "unpadded")
+    table = padded.bert.embeddings.word_embeddings.weight.numpy()
+    np.testing.assert_array_equal(table[:99], unpadded.bert.embeddings.word_embeddings.weight.numpy())
+    np.testing.assert_array_equal(table[99:], 0)
+
+
+def test_mlm_head_scores_only_masked_positions_with_tied_decoder():
+    paddle.seed(4)
+    config = tiny_config()
+    model = modeling.BertForPretraining(config)
+    model.eval()
+    input_ids, token_type_ids, attention_mask = (paddle.to_tensor(a) for a in random_batch(config))
+    positions = paddle.to_tensor([3, 12, 25], dtype="int64")
+    gathered, nsp = model(input_ids, token_type_ids, attention_mask, positions)
+    full, _ = model(input_ids, token_type_ids, attention_mask)
+    assert gathered.shape == [3, config.vocab_size] and nsp.shape == [3, 2]
+    np.testing.assert_allclose(gathered.numpy(), full.numpy()[[3, 12, 25]], atol=1e-5)
+    # The decoder is the word-embedding table: moving one row moves that vocabulary score.
+    sequence_output, _ = model.bert(input_ids, token_type_ids, attention_mask)
+    head = model.cls
+    hidden = head.transform_layer_norm(head.activation(head.transform(sequence_output.reshape([-1, 32]))))
+    expected = hidden.numpy() @ model.bert.embeddings.word_embeddings.weight.numpy().T + head.decoder_bias.numpy()
+    np.testing.assert_allclose(full.numpy(), expected, atol=1e-5)
+
+
+def test_initialisation_follows_initializer_range():
+    paddle.seed(5)
+    model = modeling.BertModel(tiny_config(hidden_size=128, intermediate_size=512, initializer_range=0.05))
+    weight = model.encoder[0].intermediate.weight.numpy()
+    assert abs(weight.std() - 0.05) < 0.003 and abs(weight.mean()) < 0.003
+    assert np.all(model.encoder[0].intermediate.bias.numpy() == 0)
+    assert np.all(model.encoder[0].output_layer_norm.weight.numpy() == 1)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    # BertModel sizes as published for Google's checkpoints (Hugging Face reports the same counts).
+    [("bert-base-uncased", 109_482_240), ("bert-large-uncased", 335_141_888), ("bert-base-cased", 108_310_272)],
+)
+def test_standard_configs_have_published_parameter_counts(name, expected):
+    config = modeling.BertConfig.from_json_file(str(CONFIG_DIR / f"{name}.json"))
+    with paddle.LazyGuard():
+        model = modeling.BertModel(config)
+    assert modeling.count_parameters(model) == expected
+
+
+def test_every_config_file_loads():
+    files = sorted(CONFIG_DIR.glob("*.json"))
+    assert {f.stem for f in files} >= {"bert-base-uncased", "bert-base-cased", "bert-large-uncased",
+                                       "bert-large-cased", "bert-tiny-uncased", "bert-mini-uncased",
+                                       "bert-small-uncased"}
+    for path in files:
+        config = modeling.BertConfig.from_json_file(str(path))
+        assert config.to_dict() == {**modeling.BertConfig().to_dict(), **json.loads(path.read_text())}
+
+
+def test_bad_config_errors_name_the_file(tmp_path: Path):
+    bad_key = tmp_path / "typo.json"
+    bad_key.write_text(json.dumps({"hiden_size": 12}))
+    with pytest.raises(ValueError, match="typo.json.*hiden_size"):
+        modeling.BertConfig.from_json_file(str(bad_key))
+    heads = tmp_path / "heads.json"
+    heads.write_text(json.dumps({"hidden_size": 10, "num_attention_heads": 3}))
+    with pytest.raises(ValueError, match="heads.json.*multiple"):
+        modeling.BertConfig.from_json_file(str(heads))
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(ValueError, match="broken.json"):
+        modeling.BertConfig.from_json_file(str(broken))
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        modeling.BertConfig.from_json_file(str(tmp_path / "missing.json"))
+
+
+def test_question_answering_and_classification_heads_shapes():
+    config = tiny_config()
+    batch = random_batch(config)
+    start, end = run_model(modeling.BertForQuestionAnswering(config), *batch)
+    assert start.shape == end.shape == (3, 10)
+    (logits,) = [run_model(modeling.BertForSequenceClassification(config, num_labels=3), *batch)]
+    assert np.asarray(logits).shape == (3, 3)
+
+
+def test_tiny_pretraining_loss_falls_on_a_fixed_batch():
+    paddle.seed(6)
+    config = modeling.BertConfig.from_json_file(str(CONFIG_DIR / "bert-tiny-uncased.json"))
+    model = modeling.BertForPretraining(config)
+    criterion = BertPretrainingCriterion()
+    optimizer = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
+    rng = np.random.default_rng(0)
+    input_ids = paddle.to_tensor(rng.integers(1000, 2000, (4, 32)))
+    positions = paddle.to_tensor(np.sort(rng.choice(4 * 32, 20, replace=False)))
+    labels = paddle.to_tensor(rng.integers(1000, 2000, 20))
+    nsp_labels = paddle.to_tensor([0, 1, 0, 1])
+    losses = []
+    for _ in range(30):
+        scores, nsp = model(input_ids, masked_lm_positions=positions)
+        loss, _, _ = criterion(scores, nsp, labels, nsp_labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.clear_grad()
+        losses.append(float(loss))
+    assert losses[0] > math.log(config.vocab_size) - 1
+    assert losses[-1] < 0.5 * losses[0]
