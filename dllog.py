@@ -1,0 +1,196 @@
+"""DLLogger-format training reports: readable lines on stdout and `DLLL {...}` JSON lines in a file.
+
+NVIDIA's dllogger (github.com/NVIDIA/dllogger) is not on PyPI, so this module writes the same record
+format as its JSONStreamBackend, which NVIDIA's tools and our plot_report.py read:
+
+    DLLL {"timestamp": "1700000000.123", "datetime": "2023-11-14 22:13:20.123000", "elapsedtime": "4.2",
+          "type": "LOG", "step": [0, 10], "data": {"loss": 7.1}}
+    DLLL {"timestamp": ..., "datetime": ..., "elapsedtime": ..., "type": "METADATA",
+          "metric": "throughput", "metadata": {"unit": "sequences/s", "format": ":.2f"}}
+
+As in dllogger, timestamp and elapsedtime are strings (seconds since the epoch, and since the logger
+was created), and `step` is free-form: an int, a tuple such as (epoch, step), "PARAMETER" for the
+run's arguments, or () for the summary of the whole run.
+
+Differences from dllogger, all for resumable runs: the file is always appended to (a resumed run
+continues the report of the run it resumes), every record is flushed as it is written (so SIGKILL
+loses nothing already logged), and a partial last line left by a killed writer is cut off when the
+file is reopened. Only one process should write: construct with `enabled=(rank == 0)`; a disabled
+logger prints and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+RECORD_PREFIX = "DLLL "
+LOG = "LOG"
+METADATA = "METADATA"
+_COMMON_KEYS = ("timestamp", "datetime", "elapsedtime", "type")
+_KEYS_BY_TYPE = {LOG: ("step", "data"), METADATA: ("metric", "metadata")}
+
+Step = int | tuple | list | str
+
+
+def _json_value(value: Any) -> Any:
+    """JSON fallback for numpy scalars and one-element tensors, which training code often logs."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"cannot write {type(value).__name__} to a DLLogger report")
+
+
+def _cut_partial_last_line(path: Path) -> None:
+    """Drop an unterminated last line (a record a killed process was writing) so appends stay parseable."""
+    with open(path, "rb+") as report:
+        size = report.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        report.seek(size - 1)
+        if report.read(1) == b"\n":
+            return
+        # Scan backwards in blocks for the last newline; records are short, so this reads little.
+        position = size
+        while position > 0:
+            block_start = max(0, position - 65536)
+            report.seek(block_start)
+            block = report.read(position - block_start)
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                report.truncate(block_start + newline + 1)
+                return
+            position = block_start
+        report.truncate(0)
+
+
+def format_step(step: Step) -> str:
+    """Human-readable step, following NVIDIA's BERT convention: (epoch, step, validation iteration)."""
+    if isinstance(step, str):
+        return step
+    if isinstance(step, int):
+        return f"Step: {step}"
+    if len(step) == 0:
+        return "Summary:"
+    names = ("Epoch", "Step", "Validation Iteration")
+    return " ".join(f"{name}: {value}" for name, value in zip(names, step, strict=False))
+
+
+class DLLogger:
+    """Writes LOG and METADATA records to stdout and (appending) to a DLLogger JSON-lines file."""
+
+    def __init__(self, json_path: str | os.PathLike | None, enabled: bool = True, stdout: bool = True):
+        self.enabled = enabled
+        self.stdout = stdout and enabled
+        self.start_time = datetime.now()
+        self._metadata: dict[str, dict] = {}
+        self._file = None
+        if enabled and json_path is not None:
+            path = Path(json_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                _cut_partial_last_line(path)
+            self._file = open(path, "a", encoding="utf-8")
+
+    def _write(self, record_type: str, fields: dict) -> datetime:
+        now = datetime.now()
+        if self._file is not None:
+            record = {
+                "timestamp": str(now.timestamp()),
+                "datetime": str(now),
+                "elapsedtime": str((now - self.start_time).total_seconds()),
+                "type": record_type,
+                **fields,
+            }
+            # One write() per record, then flush: a killed process leaves at most one partial line.
+            self._file.write(RECORD_PREFIX + json.dumps(record, default=_json_value) + "\n")
+            self._file.flush()
+        return now
+
+    def metadata(self, name: str, meta: Mapping[str, Any]) -> None:
+        """Declare a metric's unit and print format, e.g. {"unit": "sequences/s", "format": ":.2f"}."""
+        if not self.enabled:
+            return
+        self._metadata.setdefault(name, {}).update(meta)
+        self._write(METADATA, {"metric": name, "metadata": dict(meta)})
+
+    def _format_metric(self, name: str, value: Any) -> str:
+        meta = self._metadata.get(name, {})
+        if hasattr(value, "item"):
+            value = value.item()
+        number_format = meta.get("format")
+        if number_format and isinstance(value, int | float) and not isinstance(value, bool):
+            text = ("{" + number_format + "}").format(value)
+        else:
+            text = str(value)
+        unit = meta.get("unit")
+        return f"{name} : {text} {unit}" if unit else f"{name} : {text}"
+
+    def log(self, step: Step, data: Mapping[str, Any]) -> None:
+        """Record `data` (metric name -> value) at `step`."""
+        if not self.enabled:
+            return
+        now = self._write(LOG, {"step": step, "data": dict(data)})
+        if self.stdout:
+            metrics = "  ".join(self._format_metric(name, value) for name, value in data.items())
+            print(f"DLL {now:%Y-%m-%d %H:%M:%S} - {format_step(step)} {metrics}", flush=True)
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> DLLogger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _check_record(record: Any) -> str | None:
+    """What is wrong with a parsed record, or None if it is a well-formed DLLogger record."""
+    if not isinstance(record, dict):
+        return "record is not a JSON object"
+    record_type = record.get("type")
+    if record_type not in _KEYS_BY_TYPE:
+        return f"type must be LOG or METADATA, got {record_type!r}"
+    missing = [key for key in _COMMON_KEYS + _KEYS_BY_TYPE[record_type] if key not in record]
+    if missing:
+        return f"{record_type} record lacks {', '.join(missing)}"
+    body = record["data"] if record_type == LOG else record["metadata"]
+    if not isinstance(body, dict):
+        return f"{record_type} record's {'data' if record_type == LOG else 'metadata'} is not an object"
+    return None
+
+
+def read_report(path: str | os.PathLike) -> list[dict]:
+    """All records of a DLLogger JSON-lines file, in order.
+
+    Lines without the `DLLL ` prefix (other output that was redirected into the file) are skipped, as
+    dllogger readers do; a prefixed line that is not a valid record raises ValueError naming the file
+    and line number.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: DLLogger report not found")
+    records = []
+    with open(path, encoding="utf-8") as report:
+        for line_number, line in enumerate(report, start=1):
+            if not line.startswith(RECORD_PREFIX):
+                continue
+            try:
+                record = json.loads(line[len(RECORD_PREFIX) :])
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{line_number}: not valid JSON after 'DLLL ' ({error.msg})") from None
+            problem = _check_record(record)
+            if problem:
+                raise ValueError(f"{path}:{line_number}: {problem}")
+            records.append(record)
+    return records
