@@ -1,0 +1,311 @@
+"""Training checkpoints: folder layout, atomic saves, rotation, discovery, loading and RNG state capture.
+
+Layout (the one NVIDIA's PaddlePaddle BERT uses):
+
+    <output-dir>/<bert-model>/phase1|phase2/<global-step>/
+        <prefix>.pdparams        model state dict (paddle.save)
+        <prefix>.pdopt           optimizer state dict, including its LR scheduler (absent if none was given)
+        <prefix>_progress.json   whatever the trainer needs to resume exactly; always has "global_step"
+
+A checkpoint is *complete* when its progress file exists and parses. Saves are atomic with respect to
+a kill at any moment: every file is written (and fsynced) into `.tmp-<step>-<pid>/` beside the step
+folders, the progress file last, and the folder is then renamed to `<step>`. A kill therefore leaves
+either no `<step>` folder or a complete one; the temp folder it leaves behind is removed by the next
+save. Re-saving a step that already exists moves the old folder aside to `.replaced-<step>-<pid>/`
+before renaming the new one in; if a kill falls between those two renames, discovery still finds the
+moved-aside copy, and the next save puts it back.
+
+Only one process may write a phase folder: `save_checkpoint` takes the caller's rank and writes
+nothing unless it is 0. Every rank may call `find_checkpoint` and `load_checkpoint`.
+
+`capture_rng_state` / `restore_rng_state` turn the Python, NumPy and Paddle generator states into
+JSON and back, so that they can live in the progress file and a resumed run draws the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import paddle
+
+DEFAULT_PREFIX = "bert_paddle"
+PARAMS_SUFFIX = ".pdparams"
+OPTIMIZER_SUFFIX = ".pdopt"
+PROGRESS_SUFFIX = "_progress.json"
+_TEMP_PREFIX = ".tmp-"
+_REPLACED_PATTERN = re.compile(r"\.replaced-(\d+)-\d+")
+
+
+def phase_dir(output_dir: str | os.PathLike, bert_model: str, phase: int) -> Path:
+    """`<output-dir>/<bert-model>/phase<phase>`, the folder that holds one phase's step folders."""
+    if phase not in (1, 2):
+        raise ValueError(f"phase must be 1 or 2, got {phase}")
+    return Path(output_dir) / bert_model / f"phase{phase}"
+
+
+def read_progress(step_dir: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -> dict:
+    """The progress record of a checkpoint folder; FileNotFoundError/ValueError name the folder if incomplete."""
+    path = Path(step_dir) / (prefix + PROGRESS_SUFFIX)
+    if not path.is_file():
+        raise FileNotFoundError(f"{step_dir}: incomplete or missing checkpoint (no {path.name})")
+    try:
+        progress = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: unreadable progress file ({error})") from None
+    if not isinstance(progress, dict) or not isinstance(progress.get("global_step"), int):
+        raise ValueError(f"{path}: progress file has no integer global_step")
+    return progress
+
+
+def is_complete(step_dir: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -> bool:
+    try:
+        read_progress(step_dir, prefix)
+    except (FileNotFoundError, ValueError):
+        return False
+    return True
+
+
+def list_checkpoints(phase_folder: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -> list[tuple[int, Path]]:
+    """Complete checkpoints in a phase folder as (global_step, folder), oldest step first.
+
+    A `.replaced-<step>-*` folder (left by a kill while a step was being re-saved) stands in for its
+    step when `<step>` itself is missing.
+    """
+    phase_folder = Path(phase_folder)
+    if not phase_folder.is_dir():
+        return []
+    numbered: dict[int, Path] = {}
+    replaced: dict[int, Path] = {}
+    for entry in phase_folder.iterdir():
+        if entry.name.isdigit():
+            numbered[int(entry.name)] = entry
+        elif match := _REPLACED_PATTERN.fullmatch(entry.name):
+            replaced[int(match.group(1))] = entry
+    candidates = {**replaced, **numbered}
+    return sorted((step, folder) for step, folder in candidates.items() if is_complete(folder, prefix))
+
+
+def find_checkpoint(
+    phase_folder: str | os.PathLike, last_step: None | str | int, prefix: str = DEFAULT_PREFIX
+) -> Path | None:
+    """The checkpoint folder to resume from, following `--last-step-of-checkpoint`.
+
+    None: start fresh. "auto": the newest complete checkpoint, or None if there is none. An int (or a
+    string of digits): that step's folder, which must be complete; read its global_step with
+    `read_progress`.
+    """
+    if last_step is None:
+        return None
+    if last_step == "auto":
+        checkpoints = list_checkpoints(phase_folder, prefix)
+        return checkpoints[-1][1] if checkpoints else None
+    if isinstance(last_step, str):
+        if not last_step.isdigit():
+            raise ValueError(f"last step of checkpoint must be 'auto' or a step number, got {last_step!r}")
+        last_step = int(last_step)
+    complete = dict(list_checkpoints(phase_folder, prefix))
+    if last_step in complete:
+        return complete[last_step]
+    folder = Path(phase_folder) / str(last_step)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no checkpoint folder for step {last_step}")
+    read_progress(folder, prefix)  # the folder is incomplete: this raises, saying what is wrong
+    return folder
+
+
+def load_checkpoint(step_dir: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -> tuple[dict, dict | None, dict]:
+    """(model_state, optimizer_state or None, progress) of a complete checkpoint folder."""
+    step_dir = Path(step_dir)
+    progress = read_progress(step_dir, prefix)
+    params_path = step_dir / (prefix + PARAMS_SUFFIX)
+    if not params_path.is_file():
+        raise FileNotFoundError(f"{step_dir}: checkpoint has no {params_path.name}")
+    model_state = paddle.load(str(params_path))
+    optimizer_path = step_dir / (prefix + OPTIMIZER_SUFFIX)
+    optimizer_state = paddle.load(str(optimizer_path)) if optimizer_path.is_file() else None
+    return model_state, optimizer_state, progress
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as written:
+        os.fsync(written.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _json_default(value: Any) -> Any:
+    """NumPy scalars (common in data positions and losses) are written as the Python numbers they hold."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
+
+
+def _remove_folder(folder: Path) -> None:
+    """Delete a folder so that no kill can leave a half-deleted step folder that still looks complete."""
+    doomed = folder.with_name(f"{_TEMP_PREFIX}deleting-{folder.name}-{os.getpid()}")
+    os.rename(folder, doomed)
+    shutil.rmtree(doomed)
+
+
+def _recover_interrupted_saves(phase_folder: Path, prefix: str) -> None:
+    """Remove temp folders of killed saves; put back a step moved aside by an interrupted re-save."""
+    for entry in phase_folder.iterdir():
+        if entry.name.startswith(_TEMP_PREFIX):
+            shutil.rmtree(entry, ignore_errors=True)
+        elif match := _REPLACED_PATTERN.fullmatch(entry.name):
+            original = phase_folder / match.group(1)
+            if original.exists() or not is_complete(entry, prefix):
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                os.rename(entry, original)
+
+
+def _rotate(phase_folder: Path, just_saved: int, keep_max: int, prefix: str) -> None:
+    """Keep the checkpoint just saved and the newest keep_max-1 others, counting those of earlier runs.
+
+    The one just saved is always kept, even when an earlier run left checkpoints at higher steps:
+    deleting it would leave a fresh run of the same job nothing of its own to resume from.
+    """
+    others = [folder for step, folder in list_checkpoints(phase_folder, prefix) if step != just_saved]
+    for folder in others[: max(0, len(others) - (keep_max - 1))]:
+        _remove_folder(folder)
+
+
+def save_checkpoint(
+    phase_folder: str | os.PathLike,
+    global_step: int,
+    model_state: Mapping[str, Any],
+    optimizer_state: Mapping[str, Any] | None,
+    progress: Mapping[str, Any],
+    *,
+    rank: int,
+    prefix: str = DEFAULT_PREFIX,
+    keep_max: int | None = None,
+) -> Path | None:
+    """Atomically write `<phase_folder>/<global_step>/` and rotate; returns the folder (None on rank != 0).
+
+    progress: JSON-serialisable resume information (epoch, phase, data position, loss-scaler state,
+    `capture_rng_state()`, ...). "global_step" is added; if present it must equal global_step.
+    keep_max: how many complete checkpoints to keep (None keeps all).
+    """
+    if rank != 0:
+        return None
+    if keep_max is not None and keep_max < 1:
+        raise ValueError(f"keep_max must be at least 1 (or None to keep all), got {keep_max}")
+    if progress.get("global_step", global_step) != global_step:
+        raise ValueError(f"progress global_step {progress['global_step']} differs from the step saved, {global_step}")
+    progress_text = json.dumps(
+        {**progress, "global_step": global_step}, indent=2, sort_keys=True, default=_json_default
+    )
+
+    phase_folder = Path(phase_folder)
+    phase_folder.mkdir(parents=True, exist_ok=True)
+    _recover_interrupted_saves(phase_folder, prefix)
+    final = phase_folder / str(global_step)
+    temp = phase_folder / f"{_TEMP_PREFIX}{global_step}-{os.getpid()}"
+    temp.mkdir()
+    try:
+        writes: list[tuple[str, Callable[[Path], None]]] = [
+            (PARAMS_SUFFIX, lambda path: paddle.save(dict(model_state), str(path))),
+        ]
+        if optimizer_state is not None:
+            writes.append((OPTIMIZER_SUFFIX, lambda path: paddle.save(dict(optimizer_state), str(path))))
+        # The progress file goes last: its presence is what marks the checkpoint complete.
+        writes.append((PROGRESS_SUFFIX, lambda path: path.write_text(progress_text, encoding="utf-8")))
+        for suffix, write in writes:
+            path = temp / (prefix + suffix)
+            write(path)
+            _fsync_file(path)
+        _fsync_dir(temp)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+
+    if final.exists():
+        moved_aside = phase_folder / f".replaced-{global_step}-{os.getpid()}"
+        os.rename(final, moved_aside)
+        os.rename(temp, final)
+        shutil.rmtree(moved_aside)
+    else:
+        os.rename(temp, final)
+    _fsync_dir(phase_folder)
+
+    if keep_max is not None:
+        _rotate(phase_folder, global_step, keep_max, prefix)
+    return final
+
+
+def capture_rng_state() -> dict:
+    """JSON-serialisable states of Python's `random`, NumPy's global RNG and Paddle's CPU and CUDA generators.
+
+    Paddle's GeneratorState pickles to (device, seed, offset, engine bytes), where the bytes are the
+    text serialisation of its std::mt19937_64 engine; we keep the bytes as a latin-1 string, which
+    maps every byte value to one character and back.
+    """
+
+    def paddle_state(state: Any) -> dict:
+        device, seed, offset, engine = state.__getstate__()
+        return {"device": device, "seed": seed, "offset": offset, "engine": bytes(engine).decode("latin-1")}
+
+    python_version, python_internal, python_gauss = random.getstate()
+    numpy_kind, numpy_keys, numpy_pos, numpy_has_gauss, numpy_gauss = np.random.get_state(legacy=True)
+    return {
+        "python": {"version": python_version, "internal": list(python_internal), "gauss_next": python_gauss},
+        "numpy": {
+            "kind": numpy_kind,
+            "keys": numpy_keys.tolist(),
+            "pos": int(numpy_pos),
+            "has_gauss": int(numpy_has_gauss),
+            "cached_gaussian": float(numpy_gauss),
+        },
+        "paddle_cpu": [paddle_state(state) for state in paddle.get_rng_state(device="cpu")],
+        "paddle_cuda": [paddle_state(state) for state in paddle.get_cuda_rng_state()],
+    }
+
+
+def restore_rng_state(rng_state: Mapping[str, Any]) -> None:
+    """Put back the generator states saved by `capture_rng_state`."""
+
+    def paddle_state(saved: Mapping[str, Any]) -> Any:
+        state = paddle.base.core.GeneratorState.__new__(paddle.base.core.GeneratorState)
+        state.__setstate__((saved["device"], saved["seed"], saved["offset"], list(saved["engine"].encode("latin-1"))))
+        return state
+
+    python = rng_state["python"]
+    random.setstate((python["version"], tuple(python["internal"]), python["gauss_next"]))
+    numpy_state = rng_state["numpy"]
+    np.random.set_state(
+        (
+            numpy_state["kind"],
+            np.array(numpy_state["keys"], dtype=np.uint32),
+            numpy_state["pos"],
+            numpy_state["has_gauss"],
+            numpy_state["cached_gaussian"],
+        )
+    )
+    paddle.set_rng_state([paddle_state(saved) for saved in rng_state["paddle_cpu"]], device="cpu")
+    cuda_states = rng_state["paddle_cuda"]
+    if cuda_states:
+        if len(cuda_states) == len(paddle.get_cuda_rng_state()):
+            paddle.set_cuda_rng_state([paddle_state(saved) for saved in cuda_states])
+        else:
+            warnings.warn(
+                f"checkpoint holds {len(cuda_states)} CUDA generator states but this process sees "
+                f"{len(paddle.get_cuda_rng_state())} GPUs; CUDA random streams are not restored",
+                stacklevel=2,
+            )
