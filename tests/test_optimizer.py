@@ -1,0 +1,248 @@
+"""Optimizers against NumPy references of their papers' equations, and weight-decay exclusion by role."""
+
+import numpy as np
+import paddle
+import pytest
+
+from modeling import BertConfig, BertForPretraining, BertForQuestionAnswering
+from optimizer import Lans, create_optimizer, no_weight_decay_parameters
+
+BETA1, BETA2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01
+STEPS = 6
+
+
+class TinyModel(paddle.nn.Layer):
+    """A Linear (weight decayed, bias excluded) and a LayerNorm (both excluded)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = paddle.nn.Linear(5, 4)
+        self.norm = paddle.nn.LayerNorm(4)
+
+
+def tiny_model(dtype="float64", seed=0):
+    paddle.set_default_dtype(dtype)
+    try:
+        model = TinyModel()
+    finally:
+        paddle.set_default_dtype("float32")
+    rng = np.random.default_rng(seed)
+    for param in model.parameters():
+        param.set_value(rng.normal(size=param.shape).astype(dtype))
+    model.dense.bias.set_value(np.zeros(4, dtype))  # a zero-norm weight: the trust ratio falls back to 1
+    return model
+
+
+def gradient_sequence(model, scale, seed=1):
+    """STEPS gradients per parameter; one step has an all-zero gradient for the LayerNorm bias."""
+    rng = np.random.default_rng(seed)
+    steps = [{p.name: scale * rng.normal(size=p.shape) for p in model.parameters()} for _ in range(STEPS)]
+    steps[2][model.norm.bias.name][:] = 0.0
+    return steps
+
+
+def run(optimizer, model, gradients, scheduler=None):
+    """Apply the given gradients (loss = sum <param, gradient>, so d loss / d param = gradient)."""
+    for step in gradients:
+        loss = sum((p * paddle.to_tensor(step[p.name], dtype=p.dtype)).sum() for p in model.parameters())
+        loss.backward()
+        optimizer.step()
+        optimizer.clear_grad()
+        if scheduler is not None:
+            scheduler.step()
+    return {p.name: p.numpy().astype(np.float64) for p in model.parameters()}
+
+
+def clip_by_global_norm(grads, max_norm):
+    """Scale all gradients by max_norm / max(global norm, max_norm) (ClipGradByGlobalNorm, apex FusedLAMB)."""
+    if max_norm is None:
+        return grads
+    global_norm = np.sqrt(sum(np.sum(g**2) for g in grads.values()))
+    return {name: g * (max_norm / max(global_norm, max_norm)) for name, g in grads.items()}
+
+
+def trust_ratio(weight, update):
+    weight_norm, update_norm = np.linalg.norm(weight), np.linalg.norm(update)
+    return weight_norm / update_norm if weight_norm > 0 and update_norm > 0 else 1.0
+
+
+def reference(rule, weights, gradients, lrs, decayed, max_grad_norm):
+    """Run an update rule in float64 NumPy. rule(w, g, m, v, t, lr, wd) -> new w (m, v updated in place)."""
+    weights = {name: w.astype(np.float64).copy() for name, w in weights.items()}
+    moments = {name: (np.zeros_like(w), np.zeros_like(w)) for name, w in weights.items()}
+    for t, (grads, lr) in enumerate(zip(gradients, lrs, strict=True), start=1):
+        grads = clip_by_global_norm(grads, max_grad_norm)
+        for name in weights:
+            wd = WEIGHT_DECAY if name in decayed else 0.0
+            weights[name] = rule(weights[name], grads[name], *moments[name], t, lr, wd)
+    return weights
+
+
+def adam_direction(g, m, v, t, betas=(BETA1, BETA2), first_powers=(BETA1, BETA2)):
+    """Adam moments with bias correction (Kingma & Ba 2015, Algorithm 1); epsilon outside the root.
+
+    The bias correction uses beta^t = first_power * beta^(t - 1), which is how an optimizer that keeps
+    beta^t in an accumulator computes it.
+    """
+    (beta1, beta2), (first1, first2) = betas, first_powers
+    m *= beta1
+    m += (1 - beta1) * g
+    v *= beta2
+    v += (1 - beta2) * g * g
+    beta1_power, beta2_power = first1 * beta1 ** (t - 1), first2 * beta2 ** (t - 1)
+    return (m / (1 - beta1_power)) / (np.sqrt(v / (1 - beta2_power)) + EPSILON)
+
+
+def lamb_rule(dtype):
+    """You et al. 2020 (arXiv:1904.00962) Algorithm 2, with NVIDIA's choice: trust ratio only where wd > 0."""
+    # paddle's lamb kernel receives beta1 and beta2 as fp32 attributes, while its beta^t accumulators start at
+    # beta in the parameter's dtype; in fp64 the fp32 rounding of 0.999 shows at 6e-6, so model it exactly.
+    fp32_betas = (float(np.float32(BETA1)), float(np.float32(BETA2)))
+    first_powers = tuple(float(np.array(beta, dtype)) for beta in (BETA1, BETA2))
+
+    def rule(w, g, m, v, t, lr, wd):
+        update = adam_direction(g, m, v, t, fp32_betas, first_powers) + wd * w
+        ratio = trust_ratio(w, update) if wd > 0 else 1.0
+        return w - lr * ratio * update
+
+    return rule
+
+
+def lans_rule(w, g, m, v, t, lr, wd):
+    # Zheng et al. 2020 (arXiv:2006.13484) Algorithm 2: normalised gradient, momentum and gradient terms.
+    norm = np.linalg.norm(g)
+    g = g / (norm + EPSILON) if norm > 0 else g
+    momentum_term = adam_direction(g, m, v, t) + wd * w
+    gradient_term = g / (np.sqrt(v / (1 - BETA2**t)) + EPSILON) + wd * w
+    return (
+        w
+        - lr * BETA1 * trust_ratio(w, momentum_term) * momentum_term
+        - lr * (1 - BETA1) * trust_ratio(w, gradient_term) * gradient_term
+    )
+
+
+def adamw_rule(w, g, m, v, t, lr, wd):
+    # Loshchilov & Hutter 2019, Algorithm 2, with the decay scaled by the learning rate as paddle does.
+    return w - lr * adam_direction(g, m, v, t) - lr * wd * w
+
+
+def rule_for(name, dtype):
+    return {"Lamb": lamb_rule(dtype), "Lans": lans_rule, "AdamW": adamw_rule}[name]
+
+
+@pytest.mark.parametrize("name", ["Lamb", "Lans", "AdamW"])
+@pytest.mark.parametrize("max_grad_norm, gradient_scale", [(1.0, 3.0), (None, 3.0), (1.0, 0.01)])
+def test_optimizer_matches_numpy_reference(name, max_grad_norm, gradient_scale):
+    """Six steps on a Linear + LayerNorm in float64 (paddle keeps the learning rate in fp32, hence not tighter);
+    large gradients exercise the clipping path."""
+    model = tiny_model()
+    initial = {p.name: p.numpy() for p in model.parameters()}
+    gradients = gradient_sequence(model, gradient_scale)
+    lrs = [0.02, 0.05, 0.05, 0.03, 0.01, 0.004]
+    scheduler = paddle.optimizer.lr.PiecewiseDecay(boundaries=[1, 3, 4, 5], values=lrs[:1] + lrs[2:])
+    optimizer = create_optimizer(name, model, scheduler, WEIGHT_DECAY, BETA1, BETA2, EPSILON, max_grad_norm)
+    actual = run(optimizer, model, gradients, scheduler)
+
+    decayed = {model.dense.weight.name}
+    expected = reference(rule_for(name, "float64"), initial, gradients, lrs, decayed, max_grad_norm)
+    for param_name, value in expected.items():
+        np.testing.assert_allclose(actual[param_name], value, rtol=1e-6, atol=1e-9, err_msg=param_name)
+        assert not np.allclose(value, initial[param_name])
+
+
+def test_clipping_takes_effect():
+    """With gradients far above the clip norm, clipped and unclipped LAMB runs differ (the reference agrees)."""
+    results = {}
+    for max_grad_norm in (1.0, None):
+        model = tiny_model()
+        optimizer = create_optimizer("Lamb", model, 0.05, WEIGHT_DECAY, BETA1, BETA2, EPSILON, max_grad_norm)
+        results[max_grad_norm] = run(optimizer, model, gradient_sequence(model, 3.0))
+    clipped, unclipped = (list(results[key].values()) for key in (1.0, None))
+    assert not np.allclose(clipped[0], unclipped[0], rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["Lamb", "Lans", "AdamW"])
+def test_float32_within_1e6_of_reference(name):
+    model = tiny_model("float32")
+    initial = {p.name: p.numpy() for p in model.parameters()}
+    gradients = gradient_sequence(model, 3.0)
+    optimizer = create_optimizer(name, model, 0.01, WEIGHT_DECAY, BETA1, BETA2, EPSILON, 1.0)
+    actual = run(optimizer, model, gradients)
+    expected = reference(rule_for(name, "float32"), initial, gradients, [0.01] * STEPS, {model.dense.weight.name}, 1.0)
+    for param_name, value in expected.items():
+        np.testing.assert_allclose(actual[param_name], value, rtol=1e-6, atol=1e-7, err_msg=param_name)
+
+
+def test_lans_multi_precision_keeps_fp32_master_weights():
+    rng = np.random.default_rng(3)
+    initial = rng.normal(size=(6, 5)).astype(np.float32)
+    weight = paddle.create_parameter(
+        [6, 5], "bfloat16", default_initializer=paddle.nn.initializer.Assign(initial.astype(np.float32))
+    )
+    optimizer = Lans(learning_rate=0.05, parameters=[weight], multi_precision=True)
+    bf16_gradients = []
+    for _ in range(STEPS):
+        gradient = paddle.to_tensor(rng.normal(size=(6, 5)).astype(np.float32)).astype("bfloat16")
+        bf16_gradients.append({"w": gradient.astype("float32").numpy()})
+        (weight.astype("float32") * gradient.astype("float32")).sum().backward()
+        optimizer.step()
+        optimizer.clear_grad()
+    master = optimizer._master_weights[weight.name]
+    assert master.dtype == paddle.float32
+    start = {"w": weight_start(initial)}
+    expected = reference(lans_rule, start, bf16_gradients, [0.05] * STEPS, {"w"}, None)["w"]
+    np.testing.assert_allclose(master.numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(weight.astype("float32").numpy(), master.astype("bfloat16").astype("float32").numpy())
+
+
+def weight_start(initial):
+    """The fp32 master copy starts from the bf16-rounded parameter."""
+    return paddle.to_tensor(initial).astype("bfloat16").astype("float32").numpy()
+
+
+def expected_excluded_names(model):
+    """The no-decay set of a BertForPretraining, listed layer by layer from the architecture."""
+    bert, heads = model.bert, model.cls
+    names = {bert.embeddings.layer_norm.weight.name, bert.embeddings.layer_norm.bias.name, bert.pooler.dense.bias.name}
+    for layer in bert.encoder:
+        attention = layer.attention
+        projections = [attention.qkv] if attention.fuse_mha else [attention.query, attention.key, attention.value]
+        for linear in [*projections, layer.attention_output, layer.intermediate, layer.output]:
+            names.add(linear.bias.name)
+        for norm in (layer.attention_layer_norm, layer.output_layer_norm):
+            names.update({norm.weight.name, norm.bias.name})
+    names.update({heads.transform.bias.name, heads.transform_layer_norm.weight.name,
+                  heads.transform_layer_norm.bias.name, heads.decoder_bias.name, heads.seq_relationship.bias.name})
+    return names
+
+
+@pytest.mark.parametrize("fuse_mha", [False, True])
+def test_no_weight_decay_parameters_by_role(fuse_mha):
+    config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16, fuse_mha=fuse_mha)
+    model = BertForPretraining(config)
+    excluded = no_weight_decay_parameters(model)
+    assert excluded == expected_excluded_names(model)
+    assert len(excluded) == 2 * (10 if not fuse_mha else 8) + 2 + 1 + 5
+    decayed = {p.name for p in model.parameters()} - excluded
+    assert model.bert.embeddings.word_embeddings.weight.name in decayed
+    assert all(p.ndim == 2 for p in model.parameters() if p.name in decayed)
+
+
+def test_no_weight_decay_parameters_of_a_fine_tuning_model():
+    config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16)
+    model = BertForQuestionAnswering(config)
+    excluded = no_weight_decay_parameters(model)
+    assert model.qa_outputs.bias.name in excluded
+    assert model.qa_outputs.weight.name not in excluded
+
+
+def test_create_optimizer_rejects_bad_arguments():
+    model = tiny_model("float32")
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        create_optimizer("SGD", model, 0.1, 0.01, BETA1, BETA2, EPSILON, 1.0)
+    with pytest.raises(ValueError, match="max_grad_norm"):
+        create_optimizer("Lamb", model, 0.1, 0.01, BETA1, BETA2, EPSILON, 0.0)
+    with pytest.raises(ValueError, match="beta1"):
+        Lans(parameters=model.parameters(), beta1=1.0)
