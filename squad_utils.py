@@ -1,0 +1,301 @@
+"""SQuAD v1.1 data: JSON -> examples -> model features, and model logits -> answer texts.
+
+The windowing and answer selection follow Google's BERT run_squad.py (Devlin et al. 2019, section 4.2):
+- a context longer than the window is cut into overlapping spans, each new span starting `doc_stride`
+  tokens after the previous one; a feature is `[CLS] question [SEP] context span [SEP]`;
+- a training feature whose span does not contain the whole answer points both labels at [CLS] (index 0);
+- a token seen in several spans is scored only in the span where it has the most context on both sides,
+  score = min(tokens to its left, tokens to its right) + 0.01 * span length;
+- candidate answers are the n_best highest start and end logits of each feature, kept when both ends lie
+  in the context, end >= start, the answer is at most max_answer_length tokens and the start token has
+  its maximum context here; they are ranked by start_logit + end_logit.
+
+Unlike the reference we do not split the context on whitespace and re-align detokenised word pieces:
+the tokenizer reports each token's character span in the context, so an answer's characters map to
+tokens directly, and a predicted token span maps back to a slice of the original context text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from squad_evaluate import load_dataset, require_field
+from tokenizer import BertTokenizer
+
+NO_CHARACTER = -1  # char offset stored for tokens outside the context ([CLS], question, [SEP], padding)
+
+
+@dataclasses.dataclass
+class SquadExample:
+    """One question about one context. answer_* is the first gold answer (the training target)."""
+
+    qas_id: str
+    question_text: str
+    context_text: str
+    context_index: int  # which paragraph of the file; questions of one paragraph share its tokenization
+    answer_text: str | None = None
+    answer_start: int | None = None  # character index into context_text
+
+
+@dataclasses.dataclass
+class SquadFeature:
+    """One window of one example, as the model sees it (unpadded)."""
+
+    unique_id: int
+    example_index: int
+    input_ids: list[int]
+    token_type_ids: list[int]
+    char_starts: np.ndarray  # int64 [len(input_ids)]: context character span of each token, NO_CHARACTER outside
+    char_ends: np.ndarray
+    token_is_max_context: np.ndarray  # bool [len(input_ids)]
+    start_position: int = 0
+    end_position: int = 0
+
+
+def read_squad_examples(path: str, is_training: bool) -> list[SquadExample]:
+    """Every question of a SQuAD v1.1 file, in file order.
+
+    Training needs an answer whose `answer_start` points at its text in the context; anything else is
+    a ValueError naming the file and the question.
+    """
+    examples = []
+    context_index = 0
+    for article_index, article in enumerate(load_dataset(path)):
+        paragraphs = require_field(article, "paragraphs", path, f"article {article_index}")
+        for paragraph_index, paragraph in enumerate(paragraphs):
+            where = f"article {article_index} paragraph {paragraph_index}"
+            context = require_field(paragraph, "context", path, where)
+            if not isinstance(context, str):
+                raise ValueError(f"{path}: {where} has a context that is not a string")
+            for qa in require_field(paragraph, "qas", path, where):
+                qas_id = require_field(qa, "id", path, where)
+                question_where = f"question {qas_id}"
+                question = require_field(qa, "question", path, question_where)
+                example = SquadExample(str(qas_id), question, context, context_index)
+                if is_training:
+                    example.answer_text, example.answer_start = _first_answer(qa, context, path, question_where)
+                examples.append(example)
+            context_index += 1
+    return examples
+
+
+def _first_answer(qa: dict, context: str, path: str, where: str) -> tuple[str, int]:
+    answers = require_field(qa, "answers", path, where)
+    if not answers:
+        raise ValueError(f"{path}: {where} has no answer to train on")
+    text = require_field(answers[0], "text", path, where)
+    start = require_field(answers[0], "answer_start", path, where)
+    if not isinstance(text, str) or not isinstance(start, int) or context[start:start + len(text)] != text:
+        raise ValueError(f"{path}: {where} answer_start {start!r} does not point at its text {text!r} in the context")
+    return text, start
+
+
+def answer_token_span(char_starts: np.ndarray, char_ends: np.ndarray, start: int, end: int) -> tuple[int, int] | None:
+    """The tokens that overlap characters [start, end) of the context: (first, last), or None if none do."""
+    overlapping = np.nonzero((char_ends > start) & (char_starts < end))[0]
+    if overlapping.size == 0:
+        return None
+    return int(overlapping[0]), int(overlapping[-1])
+
+
+@dataclasses.dataclass
+class _TokenizedContext:
+    input_ids: list[int]
+    char_starts: np.ndarray
+    char_ends: np.ndarray
+
+
+def _tokenize_context(tokenizer: BertTokenizer, context: str) -> _TokenizedContext:
+    tokens, offsets = tokenizer.tokenize_with_offsets(context)
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    return _TokenizedContext(tokenizer.convert_tokens_to_ids(tokens), offsets[:, 0], offsets[:, 1])
+
+
+def tokenized_contexts(examples: Sequence[SquadExample], tokenizer: BertTokenizer) -> dict[int, _TokenizedContext]:
+    contexts = {}
+    for example in examples:
+        if example.context_index not in contexts:
+            contexts[example.context_index] = _tokenize_context(tokenizer, example.context_text)
+    return contexts
+
+
+def doc_spans(num_doc_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list[tuple[int, int]]:
+    """(start, length) windows over the context tokens; the last one reaches its end."""
+    spans = []
+    start = 0
+    while True:
+        length = min(num_doc_tokens - start, max_tokens_for_doc)
+        spans.append((start, length))
+        if start + length >= num_doc_tokens:
+            return spans
+        start += min(length, doc_stride)
+
+
+def max_context_spans(spans: Sequence[tuple[int, int]], num_doc_tokens: int) -> np.ndarray:
+    """For every context token, the index of the span in which it has the most context around it.
+
+    score = min(tokens to its left, tokens to its right in the span) + 0.01 * span length; ties go to the
+    earlier span.
+    """
+    positions = np.arange(num_doc_tokens)
+    scores = np.full((len(spans), num_doc_tokens), -np.inf)
+    for index, (start, length) in enumerate(spans):
+        inside = slice(start, start + length)
+        left, right = positions[inside] - start, start + length - 1 - positions[inside]
+        scores[index, inside] = np.minimum(left, right) + 0.01 * length
+    return np.argmax(scores, axis=0)
+
+
+def convert_examples_to_features(
+    examples: Sequence[SquadExample],
+    tokenizer: BertTokenizer,
+    max_seq_length: int = 384,
+    doc_stride: int = 128,
+    max_query_length: int = 64,
+    is_training: bool = False,
+) -> list[SquadFeature]:
+    """Tokenize, window and label the examples. unique_id counts features from 1_000_000_000 as in BERT."""
+    if max_seq_length < max_query_length + 4:
+        raise ValueError(f"max_seq_length {max_seq_length} leaves no room for context after a "
+                         f"{max_query_length}-token question")
+    if doc_stride < 1:
+        raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
+    contexts = tokenized_contexts(examples, tokenizer)
+    question_ids = tokenizer.batch_encode_ids([example.question_text for example in examples])
+    features = []
+    unique_id = 1_000_000_000
+    for example_index, example in enumerate(examples):
+        context = contexts[example.context_index]
+        query_ids = question_ids[example_index][:max_query_length]
+        prefix = [tokenizer.cls_token_id, *query_ids, tokenizer.sep_token_id]
+        spans = doc_spans(len(context.input_ids), max_seq_length - len(prefix) - 1, doc_stride)
+        best_spans = max_context_spans(spans, len(context.input_ids))
+        answer_span = None
+        if is_training:
+            answer_span = answer_token_span(
+                context.char_starts, context.char_ends,
+                example.answer_start, example.answer_start + len(example.answer_text),
+            )
+        for span_index, (doc_start, doc_length) in enumerate(spans):
+            doc_end = doc_start + doc_length  # exclusive
+            num_tokens = len(prefix) + doc_length + 1
+            input_ids = [*prefix, *context.input_ids[doc_start:doc_end], tokenizer.sep_token_id]
+            token_type_ids = [0] * len(prefix) + [1] * (doc_length + 1)
+            char_starts = np.full(num_tokens, NO_CHARACTER, dtype=np.int64)
+            char_ends = np.full(num_tokens, NO_CHARACTER, dtype=np.int64)
+            char_starts[len(prefix):-1] = context.char_starts[doc_start:doc_end]
+            char_ends[len(prefix):-1] = context.char_ends[doc_start:doc_end]
+            is_max_context = np.zeros(num_tokens, dtype=bool)
+            is_max_context[len(prefix):-1] = best_spans[doc_start:doc_end] == span_index
+            feature = SquadFeature(
+                unique_id, example_index, input_ids, token_type_ids, char_starts, char_ends, is_max_context
+            )
+            if answer_span is not None and doc_start <= answer_span[0] and answer_span[1] < doc_end:
+                feature.start_position = answer_span[0] - doc_start + len(prefix)
+                feature.end_position = answer_span[1] - doc_start + len(prefix)
+            features.append(feature)
+            unique_id += 1
+    return features
+
+
+def span_text(example: SquadExample, feature: SquadFeature, start: int, end: int) -> str:
+    """The original context text covered by feature tokens start..end (inclusive)."""
+    return example.context_text[feature.char_starts[start]:feature.char_ends[end]]
+
+
+def collate_features(features: Sequence[SquadFeature], pad_token_id: int, is_training: bool) -> dict[str, np.ndarray]:
+    """Pad a batch to its longest feature; numpy only (Paddle tensors must not be built in loader workers)."""
+    seq_length = max(len(feature.input_ids) for feature in features)
+    input_ids = np.full((len(features), seq_length), pad_token_id, dtype=np.int64)
+    token_type_ids = np.zeros((len(features), seq_length), dtype=np.int64)
+    attention_mask = np.zeros((len(features), seq_length), dtype=np.int64)
+    for row, feature in enumerate(features):
+        length = len(feature.input_ids)
+        input_ids[row, :length] = feature.input_ids
+        token_type_ids[row, :length] = feature.token_type_ids
+        attention_mask[row, :length] = 1
+    batch = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
+             "unique_ids": np.array([feature.unique_id for feature in features], dtype=np.int64)}
+    if is_training:
+        batch["start_positions"] = np.array([feature.start_position for feature in features], dtype=np.int64)
+        batch["end_positions"] = np.array([feature.end_position for feature in features], dtype=np.int64)
+    return batch
+
+
+def batch_indices(
+    num_features: int, batch_size: int, shuffle: bool, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1
+) -> Iterator[list[int]]:
+    """This rank's batches of feature indices for one epoch.
+
+    The order is a permutation drawn from (seed, epoch), the same on every rank; it is padded by wrapping
+    around to a multiple of world_size, and rank r takes every world_size-th index from r. Global batch k
+    of the data-parallel job is therefore exactly batch k of a single process with batch_size * world_size.
+    """
+    order = np.random.default_rng([seed, epoch]).permutation(num_features) if shuffle else np.arange(num_features)
+    padding = -num_features % world_size
+    order = np.concatenate([order, order[:padding]])
+    global_batch = batch_size * world_size
+    for begin in range(0, len(order), global_batch):
+        yield order[begin:begin + global_batch][rank::world_size].tolist()
+
+
+def _softmax(scores: Sequence[float]) -> list[float]:
+    exponentials = np.exp(np.asarray(scores, dtype=np.float64) - max(scores))
+    return (exponentials / exponentials.sum()).tolist()
+
+
+def postprocess_predictions(
+    examples: Sequence[SquadExample],
+    features: Sequence[SquadFeature],
+    logits: Mapping[int, tuple[np.ndarray, np.ndarray]],
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+) -> tuple[dict[str, str], dict[str, list[dict]]]:
+    """(predictions: qas_id -> answer text, nbest: qas_id -> ranked candidates) from per-feature logits.
+
+    logits maps a feature's unique_id to its (start_logits, end_logits) over at least its own tokens.
+    A candidate carries text, probability (softmax of start_logit + end_logit over the n-best), and both logits.
+    """
+    features_by_example: dict[int, list[SquadFeature]] = {}
+    for feature in features:
+        features_by_example.setdefault(feature.example_index, []).append(feature)
+    predictions, nbest = {}, {}
+    for example_index, example in enumerate(examples):
+        candidates = []
+        for feature in features_by_example.get(example_index, []):
+            if feature.unique_id not in logits:
+                raise ValueError(f"no logits for feature {feature.unique_id} of question {example.qas_id}")
+            length = len(feature.input_ids)
+            start_logits, end_logits = (np.asarray(values[:length], np.float64) for values in logits[feature.unique_id])
+            best_starts = np.argsort(-start_logits, kind="stable")[:n_best_size]
+            best_ends = np.argsort(-end_logits, kind="stable")[:n_best_size]
+            for start in best_starts:
+                if feature.char_starts[start] == NO_CHARACTER or not feature.token_is_max_context[start]:
+                    continue
+                for end in best_ends:
+                    if feature.char_starts[end] == NO_CHARACTER or end < start or end - start + 1 > max_answer_length:
+                        continue
+                    candidates.append((start_logits[start], end_logits[end], feature, int(start), int(end)))
+        candidates.sort(key=lambda candidate: candidate[0] + candidate[1], reverse=True)
+        entries, seen_texts = [], set()
+        for start_logit, end_logit, feature, start, end in candidates:
+            text = span_text(example, feature, start, end)
+            if text in seen_texts:
+                continue
+            seen_texts.add(text)
+            entries.append({"text": text, "start_logit": float(start_logit), "end_logit": float(end_logit)})
+            if len(entries) == n_best_size:
+                break
+        if not entries:
+            # As in BERT: a question with no valid span still gets an (always wrong) answer.
+            entries.append({"text": "empty", "start_logit": 0.0, "end_logit": 0.0})
+        probabilities = _softmax([entry["start_logit"] + entry["end_logit"] for entry in entries])
+        for entry, probability in zip(entries, probabilities, strict=True):
+            entry["probability"] = probability
+        predictions[example.qas_id] = entries[0]["text"]
+        nbest[example.qas_id] = entries
+    return predictions, nbest
+
