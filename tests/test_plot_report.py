@@ -1,0 +1,125 @@
+"""plot_report.py: series extraction from DLLogger reports, the PNG it writes, and its one-line errors."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+
+import matplotlib.image
+import pytest
+
+from conftest import ROOT
+from dllog import DLLogger, read_report
+from plot_report import build_figure, main, metric_series
+
+
+def write_report(path) -> None:
+    """A pre-training-like report: a run killed after step 30 and resumed from its step-20 checkpoint."""
+    with DLLogger(path, stdout=False) as logger:
+        logger.log("PARAMETER", {"batch_size": 8})
+        logger.metadata("loss", {"format": ":.4f"})
+        logger.metadata("sequences_per_second", {"unit": "sequences/s", "format": ":.2f"})
+        for step in (10, 20, 30):
+            logger.log(
+                (0, step),
+                {
+                    "loss": 8.0 - step / 10,
+                    "mlm_loss": 7.0 - step / 10,
+                    "nsp_loss": 1.0,
+                    "sequences_per_second": 100.0 + step,
+                },
+            )
+    with DLLogger(path, stdout=False) as logger:  # the resumed run appends
+        logger.metadata("sequences_per_second", {"unit": "sequences/s", "format": ":.2f"})
+        for step in (30, 40):
+            logger.log(
+                (0, step), {"loss": 4.0 - step / 100, "mlm_loss": 3.5, "nsp_loss": 0.5, "sequences_per_second": 200.0}
+            )
+        logger.log((), {"final_loss": 3.6, "training_sequences_per_second": 200.0})
+
+
+def test_metric_series_keeps_last_record_of_each_step(tmp_path):
+    path = tmp_path / "report.json"
+    write_report(path)
+    records = read_report(path)
+    assert metric_series(records, "loss") == ([10, 20, 30, 40], [7.0, 6.0, 3.7, 3.6])
+    assert metric_series(records, "sequences_per_second") == ([10, 20, 30, 40], [110.0, 120.0, 200.0, 200.0])
+    assert metric_series(records, "final_loss") == ([], [])  # summaries have no step
+
+
+def test_figure_plots_losses_and_throughput(tmp_path):
+    path = tmp_path / "report.json"
+    write_report(path)
+    figure = build_figure(read_report(path), "run")
+    loss_axis, throughput_axis = figure.axes
+    lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in loss_axis.lines}
+    assert sorted(lines) == ["loss", "mlm_loss", "nsp_loss"]
+    assert lines["nsp_loss"] == ([10, 20, 30, 40], [1.0, 1.0, 0.5, 0.5])
+    (throughput_line,) = throughput_axis.lines
+    assert throughput_line.get_label() == "sequences_per_second"
+    assert throughput_axis.get_ylabel() == "sequences/s"
+
+
+def test_report_without_throughput_gets_one_panel(tmp_path):
+    path = tmp_path / "squad.json"
+    with DLLogger(path, stdout=False) as logger:
+        logger.log(1, {"loss": 2.0})
+        logger.log(2, {"loss": 1.0})
+    assert len(build_figure(read_report(path), "squad").axes) == 1
+
+
+def png_size(path) -> tuple[int, int]:
+    """Width and height from the PNG signature and IHDR chunk (PNG spec, section 5)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_cli_writes_png(tmp_path):
+    report = tmp_path / "report.json"
+    write_report(report)
+    output = tmp_path / "plots" / "pretraining.png"
+    main([str(report), "--output", str(output)])
+    assert png_size(output) == (800, 640)  # figsize 8 x 6.4 inches at 100 dpi: two panels
+    assert matplotlib.image.imread(output).shape[:2] == (640, 800)
+    assert [p.name for p in output.parent.iterdir()] == ["pretraining.png"]  # no temp file left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert output.stat().st_mode & 0o777 == 0o666 & ~umask  # the permissions of a plain open(), not mkstemp's 0600
+
+
+def test_cli_bad_record_is_one_line_naming_file_and_line(tmp_path):
+    report = tmp_path / "report.json"
+    write_report(report)
+    with open(report, "a", encoding="utf-8") as file:
+        file.write("DLLL {truncated\n")
+    line_count = len(report.read_text(encoding="utf-8").splitlines())
+    output = tmp_path / "plot.png"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "plot_report.py"), str(report), "--output", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    message = result.stderr.strip()
+    assert "\n" not in message and message.startswith(f"{report}:{line_count}: not valid JSON after 'DLLL '")
+    assert not output.exists()
+
+
+def test_cli_errors_for_missing_file_and_report_without_loss(tmp_path):
+    with pytest.raises(SystemExit, match="absent.json: DLLogger report not found"):
+        main([str(tmp_path / "absent.json"), "--output", str(tmp_path / "plot.png")])
+    report = tmp_path / "empty.json"
+    with DLLogger(report, stdout=False) as logger:
+        logger.log("PARAMETER", {"seed": 1})
+    with pytest.raises(SystemExit, match="empty.json: no per-step loss"):
+        main([str(report), "--output", str(tmp_path / "plot.png")])
+
+
+def test_cli_requires_output(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "report.json")])
+    assert "--output" in capsys.readouterr().err
