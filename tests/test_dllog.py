@@ -72,6 +72,12 @@ def test_partial_line_from_killed_writer_is_cut_on_reopen(tmp_path):
         logger.log(2, {"loss": 1.5})
     assert [r["step"] for r in raw_records(path)] == [1, 2]
 
+    only_partial = tmp_path / "killed_at_first_record.json"
+    only_partial.write_text('DLLL {"timestamp": "17000', encoding="utf-8")
+    with DLLogger(only_partial, stdout=False) as logger:
+        logger.log(1, {"loss": 2.0})
+    assert [r["step"] for r in raw_records(only_partial)] == [1]
+
 
 def test_records_are_on_disk_before_close(tmp_path):
     path = tmp_path / "report.json"
