@@ -1,0 +1,167 @@
+"""Text corpus -> BERT pretraining parquet shards in NVIDIA LDDL's format (preprocess_bert_pretrain + balancing).
+
+    python lddl_preprocess.py --input CORPUS --vocab-file VOCAB --output-dir OUT --num-shards 4 \\
+        [--masking | --no-masking] [--bin-size 64] [--max-seq-length 128] [--dask | --scheduler-address ADDR]
+
+The files are what lddl 0.1.0 writes (see ../shared/data/lddl-sample/README.md, section 3), so LDDL's loader and
+ours read either: columns A, B (WordPiece tokens joined by spaces, already masked), is_random_next (bool),
+num_tokens (uint16, len(A) + len(B) + 3), with static masking also masked_lm_positions (the bytes of a .npy
+uint16 array of positions in `[CLS] A [SEP] B [SEP]`) and masked_lm_labels (the original tokens, space-joined),
+and when binned bin_id (int64); pandas metadata as pandas/dask wrote it; one row group, Snappy. The output files
+are `shard-<i>.parquet` (binned: `shard-<i>.parquet_<bin>`), equal in rows within a bin up to one, and
+`.num_samples.json` maps each file name to its row count. Pairs, masking and parallelism: preprocess_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from preprocess_pipeline import (
+    PipelineSettings,
+    add_pipeline_arguments,
+    execute,
+    load_tokenizer,
+    read_part_rows,
+    settings_from_arguments,
+)
+
+NUM_SAMPLES_FILE = ".num_samples.json"
+
+
+def shard_name(shard_index: int, bin_index: int, binned: bool) -> str:
+    """LDDL's balanced file name: shard-<i>.parquet, or shard-<i>.parquet_<bin> for a binned set."""
+    return f"shard-{shard_index}.parquet" + (f"_{bin_index}" if binned else "")
+
+
+def lddl_schema(masking: bool, binned: bool) -> pa.Schema:
+    """The arrow schema of LDDL's files, with the pandas metadata that dask's to_parquet stored in them.
+
+    LDDL declared num_tokens as a Python int in its dask meta, so the metadata says numpy_type int64 although
+    the column is uint16; we keep that, to be indistinguishable.
+    """
+    columns = [("A", pa.string(), "unicode", "object"), ("B", pa.string(), "unicode", "object"),
+               ("is_random_next", pa.bool_(), "bool", "bool"), ("num_tokens", pa.uint16(), "uint16", "int64")]
+    if masking:
+        columns += [("masked_lm_positions", pa.binary(), "bytes", "object"),
+                    ("masked_lm_labels", pa.string(), "unicode", "object")]
+    if binned:
+        columns.append(("bin_id", pa.int64(), "int64", "int64"))
+    pandas_metadata = {
+        "index_columns": [],
+        "column_indexes": [],
+        "columns": [{"name": name, "field_name": name, "pandas_type": pandas_type, "numpy_type": numpy_type,
+                     "metadata": None} for name, _, pandas_type, numpy_type in columns],
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": None,  # written without pandas
+    }
+    return pa.schema([pa.field(name, arrow_type) for name, arrow_type, _, _ in columns],
+                     metadata={b"pandas": json.dumps(pandas_metadata).encode()})
+
+
+_NPY_HEADERS: dict[int, bytes] = {}
+
+
+def serialize_positions(positions: np.ndarray) -> bytes:
+    """What numpy.save writes for a 1-D uint16 array (LDDL's masked_lm_positions cell)."""
+    count = len(positions)
+    header = _NPY_HEADERS.get(count)
+    if header is None:
+        buffer = io.BytesIO()
+        np.save(buffer, np.zeros(count, dtype="<u2"))
+        header = _NPY_HEADERS[count] = buffer.getvalue()[:len(buffer.getvalue()) - 2 * count]
+    return header + np.asarray(positions, dtype="<u2").tobytes()
+
+
+def write_parquet_shard(path: Path, bin_index: int, slices: Sequence[tuple[str, int, int]],
+                        settings: PipelineSettings) -> None:
+    """One LDDL shard from the part-file rows in `slices`, written to a temporary name and renamed."""
+    rows = read_part_rows(slices, bin_index)
+    id_to_token = load_tokenizer(settings.vocab_file, settings.lower_case).ids_to_tokens
+    words = [id_to_token[index] for index in range(len(id_to_token))]
+    segments_a, segments_b, positions, labels = [], [], [], []
+    tokens = rows.tokens.tolist()
+    for row, (start, length, a_length) in enumerate(zip(rows.token_starts[:-1].tolist(), rows.num_tokens.tolist(),
+                                                         rows.a_lengths.tolist(), strict=True)):
+        segments_a.append(" ".join([words[token] for token in tokens[start + 1:start + 1 + a_length]]))
+        segments_b.append(" ".join([words[token] for token in tokens[start + 2 + a_length:start + length - 1]]))
+        if settings.masking:
+            lo, hi = rows.masked_starts[row], rows.masked_starts[row + 1]
+            positions.append(serialize_positions(rows.masked_positions[lo:hi]))
+            labels.append(" ".join([words[token] for token in rows.masked_ids[lo:hi].tolist()]))
+    binned = settings.bin_size is not None
+    columns = [pa.array(segments_a, pa.string()), pa.array(segments_b, pa.string()),
+               pa.array(rows.is_random_next, pa.bool_()), pa.array(rows.num_tokens.astype(np.uint16), pa.uint16())]
+    if settings.masking:
+        columns += [pa.array(positions, pa.binary()), pa.array(labels, pa.string())]
+    if binned:
+        columns.append(pa.array(np.full(len(rows.num_tokens), bin_index, dtype=np.int64), pa.int64()))
+    table = pa.Table.from_arrays(columns, schema=lddl_schema(settings.masking, binned))
+    temporary = path.with_name(path.name + ".tmp")
+    pq.write_table(table, temporary, compression="snappy", row_group_size=max(1, len(table)))
+    os.replace(temporary, path)
+
+
+def write_num_samples(output_dir: Path, rows_per_shard: dict[str, int]) -> None:
+    """LDDL's .num_samples.json (file name -> rows), written atomically."""
+    temporary = output_dir / (NUM_SAMPLES_FILE + ".tmp")
+    temporary.write_text(json.dumps(dict(sorted(rows_per_shard.items()))))
+    os.replace(temporary, output_dir / NUM_SAMPLES_FILE)
+
+
+class _ShardNamer:
+    """Picklable shard_name(shard, bin) for the pipeline (a lambda cannot travel to worker processes)."""
+
+    def __init__(self, binned: bool):
+        self.binned = binned
+
+    def __call__(self, shard_index: int, bin_index: int) -> str:
+        return shard_name(shard_index, bin_index, self.binned)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_pipeline_arguments(parser, masked_lm_flag="--masked-lm-ratio")
+    parser.add_argument("--masking", action=argparse.BooleanOptionalAction, default=True,
+                        help="static masking in the files (--no-masking leaves masking to the loader); default: on")
+    parser.add_argument("--bin-size", type=int, default=None,
+                        help="bin pairs by length: bin k holds k*size+1..(k+1)*size tokens (must divide "
+                             "--max-seq-length); default: no binning")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.bin_size is not None and (args.bin_size < 1 or args.max_seq_length % args.bin_size):
+        parser.error(f"--bin-size {args.bin_size} must be a positive divisor of --max-seq-length {args.max_seq_length}")
+    settings = settings_from_arguments(parser, args, masking=args.masking, bin_size=args.bin_size)
+    result = execute(args, settings, write_parquet_shard, _ShardNamer(args.bin_size is not None))
+    output_dir = Path(args.output_dir)
+    write_num_samples(output_dir, result.rows_per_shard)
+    print(json.dumps({
+        "output_dir": str(output_dir),
+        "files": len(result.rows_per_shard),
+        "documents": result.num_documents,
+        "sentences": result.num_sentences,
+        "tokens": result.num_tokens,
+        "samples": result.num_pairs,
+        "random_next_fraction": round(result.num_random_next / max(1, result.num_pairs), 4),
+        "seconds": round(result.seconds, 3),
+        "engine": result.engine,
+        "worker_processes": len(result.worker_pids),
+        "documents_per_second": round(result.num_documents / result.seconds, 2),
+        "samples_per_second": round(result.num_pairs / result.seconds, 2),
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,623 @@
+"""The parallel text -> pairs -> shards pipeline behind lddl_preprocess.py and create_pretraining_data.py.
+
+Three stages of independent tasks, run by one engine: in-process (one worker), a process pool (default), or dask
+distributed (`--dask` starts a LocalCluster, `--scheduler-address` joins a running cluster, e.g. one started with
+`dask scheduler` and `dask worker` on several machines; the output and work folders must then be on a file system
+that every worker sees, and this repository must be importable on every worker).
+
+1. Read + tokenize, one task per byte range of an input file: documents whose first line starts in the range
+   (pretraining_pairs.read_documents), split into sentences, tokenized to ids; each document gets a 64-bit key,
+   a hash of (seed, file index, byte offset of the document); its partition is key % num_blocks. The task spills
+   the token ids, sorted by (partition, key), to .npy files in the work folder.
+2. Pairs, one task per partition: its documents from every spill file, in key order; NSP pairs by
+   pretraining_pairs.create_pairs_from_document `duplicate_factor` times over, with random next segments from the
+   same partition (as LDDL's dask partitions); shuffled; masked statically with masking.mask_batch when asked;
+   grouped by length bin (stable). Written as a part file.
+3. Shards, one task per output file: the rows of a bin are numbered partition after partition and cut into
+   num_shards consecutive runs whose sizes differ by at most one (LDDL's balance guarantee); each task writes one
+   shard, in the writer's format (parquet or HDF5), to a temporary name that is renamed at the end.
+
+Determinism: every random draw comes from generators seeded by (seed, partition) and the partition of a document
+depends only on the seed and where the document is in the corpus, so the output is a function of the corpus, the
+flags and the seed -- not of the number of workers, the engine, or how files are cut into read ranges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import math
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+from tqdm import tqdm
+
+from masking import mask_batch
+from pretraining_pairs import (
+    INPUT_FORMATS,
+    MAX_SENTENCE_TOKENS,
+    bin_id,
+    create_pairs_from_document,
+    document_sentences,
+    find_corpus_files,
+    read_documents,
+)
+from tokenizer import BertTokenizer
+
+DEFAULT_BLOCK_BYTES = 16 * 2**20  # default partition size: --num-blocks = ceil(corpus bytes / this)
+MIN_RANGE_BYTES = 2**20  # read ranges are at least this long (they are cut finer only to feed idle workers)
+MAX_RANGE_BYTES = 64 * 2**20
+MASKING_CHUNK_ROWS = 4096  # rows masked per mask_batch call: bounds the padded [rows, max_seq_length] arrays
+
+DOCUMENT_DTYPE = np.dtype([("key", "<u8"), ("file_index", "<i4"), ("offset", "<i8"), ("partition", "<i4"),
+                           ("num_sentences", "<i4"), ("sentence_start", "<i8"), ("token_start", "<i8")])
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """Everything that decides the pipeline's output (the engine and worker count do not)."""
+
+    vocab_file: str
+    lower_case: bool = True
+    max_seq_length: int = 128
+    short_seq_prob: float = 0.1
+    duplicate_factor: int = 5
+    masking: bool = True
+    masked_lm_ratio: float = 0.15
+    max_predictions_per_seq: int | None = None
+    bin_size: int | None = None
+    seed: int = 12345
+    num_blocks: int = 1
+    num_shards: int = 1
+
+    @property
+    def num_bins(self) -> int:
+        return self.max_seq_length // self.bin_size if self.bin_size else 1
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    block_index: int
+    file_index: int
+    path: str
+    input_format: str
+    start: int
+    end: int
+
+
+@dataclass
+class PipelineResult:
+    """What a run produced: the shard files (bin -> paths) and corpus/pair statistics."""
+
+    shard_files: dict[int, list[Path]]
+    rows_per_shard: dict[str, int]
+    num_documents: int
+    num_sentences: int
+    num_tokens: int
+    num_pairs: int
+    num_random_next: int
+    seconds: float
+    engine: str  # what ran the tasks: "in-process", "ProcessPoolExecutor" or dask's "ClientExecutor"
+    worker_pids: set[int]
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+# A shard writer: (output file, bin id, part slices as (part file, first row, stop row), settings) -> None.
+ShardWriter = Callable[[Path, int, list[tuple[str, int, int]], PipelineSettings], None]
+
+
+@functools.lru_cache(maxsize=4)
+def load_tokenizer(vocab_file: str, lower_case: bool) -> BertTokenizer:
+    """One tokenizer per process (tasks of one worker reuse it)."""
+    return BertTokenizer(vocab_file, do_lower_case=lower_case)
+
+
+def _splitmix64(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer (Steele, Lea & Flood 2014), a bijective 64-bit mixer; uint64 arithmetic wraps."""
+    values = values + np.uint64(0x9E3779B97F4A7C15)
+    values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return values ^ (values >> np.uint64(31))
+
+
+def document_keys(seed: int, file_index: int, offsets: np.ndarray) -> np.ndarray:
+    """The 64-bit key of each document: a hash of (seed, file index, byte offset)."""
+    base = _splitmix64(_splitmix64(np.array([seed], dtype=np.uint64)) ^ np.uint64(file_index))
+    return _splitmix64(base ^ np.asarray(offsets, dtype=np.uint64))
+
+
+def partition_generators(seed: int, partition: int) -> tuple[random.Random, np.random.Generator]:
+    """The pair-building RNG and the masking RNG of one partition, both derived from (seed, partition)."""
+    sequence = np.random.SeedSequence([seed, partition])
+    pair_seed = int.from_bytes(sequence.generate_state(4).tobytes(), "little")
+    return random.Random(pair_seed), np.random.default_rng(sequence.spawn(1)[0])
+
+
+def plan_read_tasks(files: Sequence[tuple[Path, str]], range_bytes: int) -> list[ReadTask]:
+    """Cut every file into byte ranges of about range_bytes (a range's documents are those starting in it)."""
+    tasks = []
+    for file_index, (path, input_format) in enumerate(files):
+        size = path.stat().st_size
+        for start in range(0, size, range_bytes):
+            stop = min(size, start + range_bytes)
+            tasks.append(ReadTask(len(tasks), file_index, str(path), input_format, start, stop))
+    return tasks
+
+
+def tokenize_range(task: ReadTask, settings: PipelineSettings, work_dir: str) -> dict[str, object]:
+    """Stage 1: read, split and tokenize the documents of one byte range; spill them sorted by (partition, key)."""
+    tokenizer = load_tokenizer(settings.vocab_file, settings.lower_case)
+    documents = list(read_documents(Path(task.path), task.file_index, task.input_format, task.start, task.end))
+    sentences_per_document = [document_sentences(document) for document in documents]
+    flat_sentences = [sentence for sentences in sentences_per_document for sentence in sentences]
+    encoded = tokenizer.batch_encode_ids(flat_sentences) if flat_sentences else []
+
+    token_dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
+    kept_offsets, kept_sentence_lengths, kept_num_sentences, kept_tokens = [], [], [], []
+    position = 0
+    for document, sentences in zip(documents, sentences_per_document, strict=True):
+        ids = [token_ids[:MAX_SENTENCE_TOKENS] for token_ids in encoded[position:position + len(sentences)]]
+        position += len(sentences)
+        ids = [token_ids for token_ids in ids if token_ids]
+        if not ids:
+            continue
+        kept_offsets.append(document.offset)
+        kept_num_sentences.append(len(ids))
+        kept_sentence_lengths.extend(len(token_ids) for token_ids in ids)
+        kept_tokens.extend(ids)
+
+    table = np.zeros(len(kept_offsets), dtype=DOCUMENT_DTYPE)
+    table["offset"] = kept_offsets
+    table["file_index"] = task.file_index
+    table["key"] = document_keys(settings.seed, task.file_index, table["offset"])
+    table["partition"] = (table["key"] % np.uint64(settings.num_blocks)).astype(np.int32)
+    table["num_sentences"] = kept_num_sentences
+    sentence_lengths = np.asarray(kept_sentence_lengths, dtype=np.int32)
+    document_sentence_starts = np.concatenate([[0], np.cumsum(table["num_sentences"])[:-1]]).astype(np.int64)
+
+    order = np.lexsort((table["offset"], table["key"], table["partition"]))
+    sorted_table = table[order]
+    sentence_order = np.concatenate(
+        [np.arange(document_sentence_starts[i], document_sentence_starts[i] + table["num_sentences"][i])
+         for i in order]) if len(order) else np.zeros(0, dtype=np.int64)
+    sorted_lengths = sentence_lengths[sentence_order]
+    flat_tokens = np.fromiter((token for index in sentence_order for token in kept_tokens[index]),
+                              dtype=token_dtype, count=int(sorted_lengths.sum()))
+    sorted_table["sentence_start"] = np.concatenate([[0], np.cumsum(sorted_table["num_sentences"])[:-1]])
+    sentence_token_starts = np.concatenate([[0], np.cumsum(sorted_lengths)]).astype(np.int64)
+    sorted_table["token_start"] = sentence_token_starts[sorted_table["sentence_start"]]
+
+    prefix = Path(work_dir) / f"block-{task.block_index:06d}"
+    np.save(f"{prefix}-documents.npy", sorted_table)
+    np.save(f"{prefix}-sentence-lengths.npy", sorted_lengths)
+    np.save(f"{prefix}-tokens.npy", flat_tokens)
+    return {
+        "pid": os.getpid(),
+        "block_index": task.block_index,
+        "partition_counts": np.bincount(sorted_table["partition"], minlength=settings.num_blocks),
+        "num_documents": len(sorted_table),
+        "num_sentences": len(sorted_lengths),
+        "num_tokens": int(sorted_lengths.sum()),
+    }
+
+
+def _load_partition_documents(partition: int, block_indices: Sequence[int], work_dir: str) -> list[list[list[int]]]:
+    """The documents of one partition from every spill file, ordered by (key, file index, offset)."""
+    keyed = []
+    for block_index in block_indices:
+        prefix = Path(work_dir) / f"block-{block_index:06d}"
+        table = np.load(f"{prefix}-documents.npy")
+        lo, hi = np.searchsorted(table["partition"], [partition, partition + 1])
+        if lo == hi:
+            continue
+        lengths = np.load(f"{prefix}-sentence-lengths.npy", mmap_mode="r")
+        tokens = np.load(f"{prefix}-tokens.npy", mmap_mode="r")
+        first_sentence = int(table["sentence_start"][lo])
+        last_sentence = int(table["sentence_start"][hi - 1] + table["num_sentences"][hi - 1])
+        first_token = int(table["token_start"][lo])
+        segment_lengths = np.asarray(lengths[first_sentence:last_sentence])
+        token_stop = first_token + int(segment_lengths.sum())
+        sentences = np.split(np.asarray(tokens[first_token:token_stop]), np.cumsum(segment_lengths)[:-1])
+        sentence_lists = [sentence.tolist() for sentence in sentences]
+        cursor = 0
+        for row in table[lo:hi]:
+            count = int(row["num_sentences"])
+            keyed.append(((int(row["key"]), int(row["file_index"]), int(row["offset"])),
+                          sentence_lists[cursor:cursor + count]))
+            cursor += count
+    keyed.sort(key=lambda item: item[0])
+    return [document for _, document in keyed]
+
+
+def build_partition(partition: int, block_indices: Sequence[int], settings: PipelineSettings,
+                    work_dir: str) -> dict[str, object]:
+    """Stage 2: the shuffled, optionally masked NSP pairs of one partition, grouped by bin, as a part file."""
+    documents = _load_partition_documents(partition, block_indices, work_dir)
+    pair_rng, mask_rng = partition_generators(settings.seed, partition)
+    pairs = []
+    for _ in range(settings.duplicate_factor):
+        for document_index in range(len(documents)):
+            pairs.extend(create_pairs_from_document(documents, document_index, settings.max_seq_length,
+                                                    settings.short_seq_prob, pair_rng))
+    pair_rng.shuffle(pairs)
+
+    tokenizer = load_tokenizer(settings.vocab_file, settings.lower_case)
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    num_rows = len(pairs)
+    a_lengths = np.fromiter((len(pair.tokens_a) for pair in pairs), dtype=np.int32, count=num_rows)
+    b_lengths = np.fromiter((len(pair.tokens_b) for pair in pairs), dtype=np.int32, count=num_rows)
+    num_tokens = a_lengths + b_lengths + 3
+    is_random_next = np.fromiter((pair.is_random_next for pair in pairs), dtype=bool, count=num_rows)
+    flat = np.fromiter(
+        (token for pair in pairs for token in (cls_id, *pair.tokens_a, sep_id, *pair.tokens_b, sep_id)),
+        dtype=np.int32, count=int(num_tokens.sum()))
+    row_starts = np.concatenate([[0], np.cumsum(num_tokens)]).astype(np.int64)
+
+    if settings.masking:
+        flat, masked_counts, masked_positions, masked_ids = _mask_rows(
+            flat, row_starts, a_lengths, num_tokens, settings, tokenizer, mask_rng)
+    else:
+        masked_counts = np.zeros(num_rows, dtype=np.int32)
+        masked_positions = masked_ids = np.zeros(0, dtype=np.int32)
+
+    bins = np.array([bin_id(int(n), settings.bin_size, settings.num_bins) for n in num_tokens], dtype=np.int32) \
+        if settings.bin_size else np.zeros(num_rows, dtype=np.int32)
+    order = np.argsort(bins, kind="stable")
+    masked_starts = np.concatenate([[0], np.cumsum(masked_counts)]).astype(np.int64)
+    part_file = Path(work_dir) / f"part-{partition:06d}.npz"
+    np.savez(
+        part_file,
+        tokens=_gather_ragged(flat, row_starts, order),
+        num_tokens=num_tokens[order],
+        a_lengths=a_lengths[order],
+        is_random_next=is_random_next[order],
+        masked_counts=masked_counts[order],
+        masked_positions=_gather_ragged(masked_positions, masked_starts, order),
+        masked_ids=_gather_ragged(masked_ids, masked_starts, order),
+        bins=bins[order],
+    )
+    return {
+        "pid": os.getpid(),
+        "partition": partition,
+        "part_file": str(part_file),
+        "bin_counts": np.bincount(bins, minlength=settings.num_bins),
+        "num_pairs": num_rows,
+        "num_random_next": int(is_random_next.sum()),
+    }
+
+
+def _mask_rows(flat: np.ndarray, row_starts: np.ndarray, a_lengths: np.ndarray, num_tokens: np.ndarray,
+               settings: PipelineSettings, tokenizer: BertTokenizer,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Static masking of every row with masking.mask_batch; returns the masked flat tokens and ragged labels."""
+    num_rows = len(num_tokens)
+    masked_flat = flat.copy()
+    counts = np.zeros(num_rows, dtype=np.int32)
+    positions_chunks, ids_chunks = [], []
+    columns = np.arange(settings.max_seq_length)
+    for lo in range(0, num_rows, MASKING_CHUNK_ROWS):
+        hi = min(num_rows, lo + MASKING_CHUNK_ROWS)
+        lengths = num_tokens[lo:hi]
+        inside = columns[None, :] < lengths[:, None]
+        padded = np.zeros((hi - lo, settings.max_seq_length), dtype=np.int32)
+        padded[inside] = flat[row_starts[lo]:row_starts[hi]]
+        # [CLS] at 0, the first [SEP] after A, the last [SEP] at the end are never masked.
+        candidates = inside & (columns[None, :] != 0) & (columns[None, :] != (a_lengths[lo:hi] + 1)[:, None]) \
+            & (columns[None, :] != (lengths - 1)[:, None])
+        masked, labels = mask_batch(padded, candidates, lengths, rng, tokenizer.vocab_size,
+                                    tokenizer.mask_token_id, settings.masked_lm_ratio,
+                                    settings.max_predictions_per_seq)
+        masked_flat[row_starts[lo]:row_starts[hi]] = masked[inside]
+        rows, cols = np.nonzero(labels >= 0)  # row-major: positions ascend within a row
+        counts[lo:hi] = np.bincount(rows, minlength=hi - lo)
+        positions_chunks.append(cols.astype(np.int32))
+        ids_chunks.append(labels[rows, cols].astype(np.int32))
+    return masked_flat, counts, np.concatenate(positions_chunks or [np.zeros(0, np.int32)]), \
+        np.concatenate(ids_chunks or [np.zeros(0, np.int32)])
+
+
+def _gather_ragged(values: np.ndarray, starts: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """The rows of a ragged array (row i = values[starts[i]:starts[i+1]]) in the given row order, flattened."""
+    if len(order) == 0:
+        return values[:0]
+    lengths = (starts[1:] - starts[:-1])[order]
+    index = np.repeat(starts[:-1][order] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) \
+        + np.arange(int(lengths.sum()))
+    return values[index]
+
+
+@dataclass
+class PartRows:
+    """Rows of one bin in a part file: flat arrays plus row offsets into them."""
+
+    tokens: np.ndarray
+    token_starts: np.ndarray
+    num_tokens: np.ndarray
+    a_lengths: np.ndarray
+    is_random_next: np.ndarray
+    masked_positions: np.ndarray
+    masked_ids: np.ndarray
+    masked_starts: np.ndarray
+
+
+def read_part_rows(slices: Sequence[tuple[str, int, int]], bin_index: int) -> PartRows:
+    """Concatenate rows [first, stop) of bin `bin_index` from each part file, in order."""
+    token_runs, num_tokens, a_lengths, random_next, counts, position_runs, id_runs = [], [], [], [], [], [], []
+    for part_file, first, stop in slices:
+        with np.load(part_file) as part:
+            bins = part["bins"]
+            bin_lo = int(np.searchsorted(bins, bin_index))
+            lo, hi = bin_lo + first, bin_lo + stop
+            part_num_tokens = part["num_tokens"]
+            part_counts = part["masked_counts"]
+            token_starts = np.concatenate([[0], np.cumsum(part_num_tokens)]).astype(np.int64)
+            masked_starts = np.concatenate([[0], np.cumsum(part_counts)]).astype(np.int64)
+            token_runs.append(part["tokens"][token_starts[lo]:token_starts[hi]])
+            position_runs.append(part["masked_positions"][masked_starts[lo]:masked_starts[hi]])
+            id_runs.append(part["masked_ids"][masked_starts[lo]:masked_starts[hi]])
+            num_tokens.append(part_num_tokens[lo:hi])
+            a_lengths.append(part["a_lengths"][lo:hi])
+            random_next.append(part["is_random_next"][lo:hi])
+            counts.append(part_counts[lo:hi])
+    num_tokens_all = np.concatenate(num_tokens) if num_tokens else np.zeros(0, np.int32)
+    counts_all = np.concatenate(counts) if counts else np.zeros(0, np.int32)
+    empty = np.zeros(0, np.int32)
+    return PartRows(
+        tokens=np.concatenate(token_runs) if token_runs else empty,
+        token_starts=np.concatenate([[0], np.cumsum(num_tokens_all)]).astype(np.int64),
+        num_tokens=num_tokens_all,
+        a_lengths=np.concatenate(a_lengths) if a_lengths else empty,
+        is_random_next=np.concatenate(random_next) if random_next else np.zeros(0, bool),
+        masked_positions=np.concatenate(position_runs) if position_runs else empty,
+        masked_ids=np.concatenate(id_runs) if id_runs else empty,
+        masked_starts=np.concatenate([[0], np.cumsum(counts_all)]).astype(np.int64),
+    )
+
+
+def balanced_slices(part_files: Sequence[str], bin_counts: Sequence[int],
+                    num_shards: int) -> list[list[tuple[str, int, int]]]:
+    """Cut the rows of one bin (part after part) into num_shards runs whose sizes differ by at most one."""
+    total = int(sum(bin_counts))
+    sizes = [total // num_shards + (1 if shard < total % num_shards else 0) for shard in range(num_shards)]
+    part_starts = np.concatenate([[0], np.cumsum(bin_counts)]).astype(np.int64)
+    shards, start = [], 0
+    for size in sizes:
+        stop = start + size
+        slices = []
+        for part_index, part_file in enumerate(part_files):
+            lo = max(start, part_starts[part_index])
+            hi = min(stop, part_starts[part_index + 1])
+            if lo < hi:
+                slices.append((part_file, int(lo - part_starts[part_index]), int(hi - part_starts[part_index])))
+        shards.append(slices)
+        start = stop
+    return shards
+
+
+@contextlib.contextmanager
+def open_executor(num_workers: int, use_dask: bool = False,
+                  scheduler_address: str | None = None) -> Iterator[Executor | None]:
+    """The engine that runs the tasks: None (in this process) for one worker, a process pool, or dask."""
+    if scheduler_address or use_dask:
+        from distributed import Client, LocalCluster
+
+        with contextlib.ExitStack() as stack:
+            if scheduler_address:
+                client = stack.enter_context(Client(scheduler_address))
+            else:
+                cluster = stack.enter_context(LocalCluster(n_workers=num_workers, threads_per_worker=1,
+                                                           processes=True, dashboard_address=None))
+                client = stack.enter_context(Client(cluster))
+            yield client.get_executor(pure=False)
+    elif num_workers > 1:
+        # spawn, not fork: the parent may hold threads (tokenizers' pool, Paddle) that fork would copy half-dead.
+        with ProcessPoolExecutor(max_workers=num_workers, mp_context=get_context("spawn")) as pool:
+            yield pool
+    else:
+        yield None
+
+
+def run_tasks(executor: Executor | None, function: Callable, argument_lists: Sequence[tuple],
+              description: str, progress_file: TextIO | None = None) -> list:
+    """function(*arguments) for every entry, results in input order, with a progress bar over completed tasks.
+
+    The bar goes to progress_file (default stderr) only when that is a terminal, so logs stay clean.
+    """
+    bar = tqdm(total=len(argument_lists), desc=description, unit="task", file=progress_file or sys.stderr,
+               disable=None, leave=False)
+    results: list = [None] * len(argument_lists)
+    with bar:
+        if executor is None:
+            for index, arguments in enumerate(argument_lists):
+                results[index] = function(*arguments)
+                bar.update()
+        else:
+            futures = {executor.submit(function, *arguments): index for index, arguments in enumerate(argument_lists)}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                bar.update()
+    return results
+
+
+def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: str | Path,
+                 settings: PipelineSettings, shard_writer: ShardWriter, shard_name: Callable[[int, int], str],
+                 executor: Executor | None, num_workers: int, range_bytes: int | None = None) -> PipelineResult:
+    """Run the three stages and move the shards into output_dir (which must be empty or absent)."""
+    began = time.perf_counter()
+    output_dir = Path(output_dir)
+    if output_dir.exists() and any(output_dir.iterdir()):
+        raise ValueError(f"{output_dir}: output folder is not empty")
+    files = [entry for path in inputs for entry in find_corpus_files(path, input_format)]
+    total_bytes = sum(path.stat().st_size for path, _ in files)
+    if range_bytes is None:
+        range_bytes = min(MAX_RANGE_BYTES, max(MIN_RANGE_BYTES, math.ceil(total_bytes / (4 * num_workers))))
+    read_tasks = plan_read_tasks(files, range_bytes)
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    work_dir = tempfile.mkdtemp(prefix=".preprocess-", dir=output_dir)
+    stage_seconds = {}
+    try:
+        stage_began = time.perf_counter()
+        blocks = run_tasks(executor, tokenize_range, [(task, settings, work_dir) for task in read_tasks],
+                           "tokenize")
+        stage_seconds["tokenize"] = time.perf_counter() - stage_began
+        num_documents = sum(block["num_documents"] for block in blocks)
+        if num_documents == 0:
+            raise ValueError(f"{', '.join(str(path) for path in inputs)}: no documents with text found")
+        partition_counts = np.stack([block["partition_counts"] for block in blocks])
+
+        stage_began = time.perf_counter()
+        partition_tasks = [
+            (partition, [int(b) for b in np.flatnonzero(partition_counts[:, partition])], settings, work_dir)
+            for partition in range(settings.num_blocks) if partition_counts[:, partition].any()
+        ]
+        parts = run_tasks(executor, build_partition, partition_tasks, "pairs")
+        stage_seconds["pairs"] = time.perf_counter() - stage_began
+
+        stage_began = time.perf_counter()
+        staging = Path(work_dir) / "shards"
+        staging.mkdir()
+        shard_tasks, shard_files = [], {}
+        for bin_index in range(settings.num_bins):
+            counts = [int(part["bin_counts"][bin_index]) for part in parts]
+            if sum(counts) < settings.num_shards:
+                raise ValueError(f"{output_dir}: bin {bin_index} has {sum(counts)} pairs, fewer than "
+                                 f"--num-shards {settings.num_shards}")
+            slices = balanced_slices([part["part_file"] for part in parts], counts, settings.num_shards)
+            shard_files[bin_index] = []
+            for shard_index, shard_slices in enumerate(slices):
+                name = shard_name(shard_index, bin_index)
+                shard_tasks.append((shard_writer, staging / name, bin_index, shard_slices, settings))
+                shard_files[bin_index].append(output_dir / name)
+        shard_pids = run_tasks(executor, _write_shard, shard_tasks, "shards")
+        rows_per_shard = {}
+        for _, path, _, shard_slices, _ in shard_tasks:
+            os.replace(path, output_dir / path.name)
+            rows_per_shard[path.name] = sum(stop - first for _, first, stop in shard_slices)
+        stage_seconds["shards"] = time.perf_counter() - stage_began
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return PipelineResult(
+        shard_files=shard_files,
+        rows_per_shard=rows_per_shard,
+        num_documents=num_documents,
+        num_sentences=sum(block["num_sentences"] for block in blocks),
+        num_tokens=sum(block["num_tokens"] for block in blocks),
+        num_pairs=sum(part["num_pairs"] for part in parts),
+        num_random_next=sum(part["num_random_next"] for part in parts),
+        seconds=time.perf_counter() - began,
+        engine=type(executor).__name__ if executor is not None else "in-process",
+        worker_pids={result["pid"] for result in blocks + parts} | set(shard_pids),
+        stage_seconds=stage_seconds,
+    )
+
+
+def _write_shard(shard_writer: ShardWriter, path: Path, bin_index: int, slices: list[tuple[str, int, int]],
+                 settings: PipelineSettings) -> int:
+    """Stage 3 task: one shard; returns the id of the process that wrote it."""
+    shard_writer(path, bin_index, slices, settings)
+    return os.getpid()
+
+
+def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_flag: str) -> None:
+    """The flags both preprocessors share (names follow LDDL's preprocess_bert_pretrain where it has one)."""
+    parser.add_argument("--input", required=True, nargs="+",
+                        help="corpus file(s) or folder(s); folders are read recursively in sorted order")
+    parser.add_argument("--input-format", default="auto", choices=INPUT_FORMATS,
+                        help="how documents are laid out in the corpus (see pretraining_pairs.py); default: auto")
+    parser.add_argument("--output-dir", required=True, help="folder for the shards; must be empty or absent")
+    parser.add_argument("--vocab-file", required=True, help="WordPiece vocab, one token per line")
+    parser.add_argument("--lower-case", action=argparse.BooleanOptionalAction, default=True,
+                        help="lowercase and strip accents before WordPiece (uncased vocab); default: on")
+    parser.add_argument("--max-seq-length", type=int, default=128,
+                        help="length of [CLS] A [SEP] B [SEP] at most (LDDL: --target-seq-length); default: 128")
+    parser.add_argument("--short-seq-prob", type=float, default=0.1,
+                        help="probability of a shorter random target length per document; default: 0.1")
+    parser.add_argument("--duplicate-factor", type=int, default=5,
+                        help="times each document is turned into pairs (different random draws); default: 5")
+    parser.add_argument(masked_lm_flag, dest="masked_lm_ratio", type=float, default=0.15,
+                        help="fraction of each sequence's tokens that static masking predicts; default: 0.15")
+    parser.add_argument("--seed", type=int, default=12345,
+                        help="seed of every random draw: same seed and flags give the same files; default: 12345")
+    parser.add_argument("--num-blocks", type=int, default=None,
+                        help="number of document partitions; random next segments come from the same partition "
+                             f"(as LDDL's --num-blocks); default: one per {DEFAULT_BLOCK_BYTES // 2**20} MiB of input")
+    parser.add_argument("--num-shards", type=int, required=True, help="number of output files (per bin)")
+    parser.add_argument("--num-workers", type=int, default=os.cpu_count() or 1,
+                        help="worker processes (1 = run in this process); default: all cores")
+    parser.add_argument("--dask", action="store_true",
+                        help="run the tasks on a dask distributed LocalCluster of --num-workers processes")
+    parser.add_argument("--scheduler-address", default=None,
+                        help="run the tasks on the dask distributed cluster at this address (tcp://host:port)")
+
+
+def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                            **extra: object) -> PipelineSettings:
+    """Validate the shared flags (parser.error names the bad one) and build the settings."""
+    if args.max_seq_length < 5 or args.max_seq_length > 2**16 - 1:
+        parser.error(f"--max-seq-length {args.max_seq_length} must be in [5, 65535]")
+    if not 0.0 <= args.short_seq_prob <= 1.0:
+        parser.error(f"--short-seq-prob {args.short_seq_prob} must be in [0, 1]")
+    if args.duplicate_factor < 1:
+        parser.error(f"--duplicate-factor {args.duplicate_factor} must be at least 1")
+    if not 0.0 < args.masked_lm_ratio <= 1.0:
+        parser.error(f"masked LM ratio {args.masked_lm_ratio} must be in (0, 1]")
+    if args.seed < 0:
+        parser.error(f"--seed {args.seed} must be non-negative")
+    if args.num_blocks is not None and args.num_blocks < 1:
+        parser.error(f"--num-blocks {args.num_blocks} must be at least 1")
+    if args.num_shards < 1:
+        parser.error(f"--num-shards {args.num_shards} must be at least 1")
+    if args.num_workers < 1:
+        parser.error(f"--num-workers {args.num_workers} must be at least 1")
+    if args.dask and args.scheduler_address:
+        parser.error("--dask starts a local cluster; it cannot be combined with --scheduler-address")
+    if not Path(args.vocab_file).is_file():
+        parser.error(f"--vocab-file {args.vocab_file}: file not found")
+    for path in args.input:
+        if not Path(path).exists():
+            parser.error(f"--input {path}: not found")
+    num_blocks = args.num_blocks
+    if num_blocks is None:
+        total_bytes = sum(path.stat().st_size for entry in args.input for path in _corpus_paths(entry))
+        num_blocks = max(1, math.ceil(total_bytes / DEFAULT_BLOCK_BYTES))
+    return PipelineSettings(
+        vocab_file=str(Path(args.vocab_file).resolve()),
+        lower_case=args.lower_case,
+        max_seq_length=args.max_seq_length,
+        short_seq_prob=args.short_seq_prob,
+        duplicate_factor=args.duplicate_factor,
+        masked_lm_ratio=args.masked_lm_ratio,
+        seed=args.seed,
+        num_blocks=num_blocks,
+        num_shards=args.num_shards,
+        **extra,
+    )
+
+
+def _corpus_paths(entry: str) -> list[Path]:
+    path = Path(entry)
+    return [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+
+
+def execute(args: argparse.Namespace, settings: PipelineSettings, shard_writer: ShardWriter,
+            shard_name: Callable[[int, int], str]) -> PipelineResult:
+    """Open the engine the flags ask for and run the pipeline; data errors become one-line SystemExit messages."""
+    try:
+        with open_executor(args.num_workers, args.dask, args.scheduler_address) as executor:
+            return run_pipeline(args.input, args.input_format, args.output_dir, settings, shard_writer, shard_name,
+                                executor, args.num_workers)
+    except (ValueError, OSError) as error:
+        raise SystemExit(f"error: {error}") from None
