@@ -1,0 +1,553 @@
+"""Convert BERT checkpoints between Hugging Face's format and PaddleBERT's Paddle parameters.
+
+    python convert_checkpoint.py hf2paddle HF_DIR OUT.pdparams [--config-out CONFIG.json]
+                                                              [--require-heads HEAD [HEAD ...]]
+    python convert_checkpoint.py paddle2hf PADDLE.pdparams CONFIG.json OUT_DIR
+
+hf2paddle reads HF_DIR/config.json and HF_DIR/model.safetensors, else HF_DIR/pytorch_model.bin. The
+.bin is read without torch: it is a zip holding a pickle whose tensors point at raw storages in the
+zip's data/ entries, so a restricted unpickler that knows only the few globals torch.save writes
+rebuilds every tensor as a NumPy array. OUT.pdparams is a paddle.save'd dict of float32 arrays under
+the names of BertForPretraining / BertForQuestionAnswering / BertForSequenceClassification
+(`bert.`-prefixed encoder, `cls.`, `qa_outputs.`, `classifier.`); modeling.load_weights loads it
+into any of them or into a bare BertModel, fused or unfused, with or without a padded vocabulary.
+
+The encoder (embeddings and every layer) must be complete. Each head -- pooler, mlm, nsp, qa,
+classifier -- is all there or absent; the command prints which, so that a model built with an absent
+head knows it starts from random weights. --require-heads makes an absent head an error.
+
+paddle2hf writes OUT_DIR/model.safetensors and OUT_DIR/config.json in HF naming: unfused Q/K/V,
+unpadded vocabulary, torch's [out, in] Linear layout, `bert.` prefix only when a head is present
+(as transformers' BertModel and BertFor* models save themselves). The tied decoder weight is not
+written, as transformers does not write it either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import os
+import pickle
+import re
+import sys
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+import paddle
+import safetensors
+from safetensors.numpy import save_file
+
+from modeling import (
+    BertConfig,
+    BertForPretraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    convert_qkv_layout,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Reading tensors without torch
+# ---------------------------------------------------------------------------------------------
+
+_BFLOAT16 = "bfloat16"  # NumPy has no bfloat16: such data is read as uint16 bits and widened
+
+# Storage classes torch.save names in its pickle, and safetensors' dtype names.
+_TORCH_STORAGE_DTYPES = {
+    "FloatStorage": "<f4", "HalfStorage": "<f2", "BFloat16Storage": _BFLOAT16, "DoubleStorage": "<f8",
+    "LongStorage": "<i8", "IntStorage": "<i4", "ShortStorage": "<i2", "CharStorage": "i1",
+    "ByteStorage": "u1", "BoolStorage": "?",
+}
+_SAFETENSORS_DTYPES = {
+    "F32": "<f4", "F16": "<f2", "BF16": _BFLOAT16, "F64": "<f8",
+    "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?",
+}
+
+
+def _raw_dtype(dtype: str) -> np.dtype:
+    return np.dtype("<u2" if dtype == _BFLOAT16 else dtype)
+
+
+def _widen_bfloat16(bits: np.ndarray) -> np.ndarray:
+    # bfloat16 is the upper half of an IEEE float32, so shifting the bits up is exact.
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Every tensor of a .safetensors file as a NumPy array (bfloat16 widened exactly to float32)."""
+    path = Path(path)
+    try:
+        # safetensors' NumPy loader rejects bfloat16, so take the raw bytes and decode them here.
+        entries = safetensors.deserialize(path.read_bytes())
+    except safetensors.SafetensorError as error:
+        raise ValueError(f"{path}: not a valid safetensors file ({error})") from None
+    tensors = {}
+    for name, entry in entries:
+        if entry["dtype"] not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"{path}: tensor {name} has unsupported dtype {entry['dtype']}")
+        dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
+        array = np.frombuffer(entry["data"], dtype=_raw_dtype(dtype)).reshape(entry["shape"])
+        tensors[name] = _widen_bfloat16(array) if dtype == _BFLOAT16 else array
+    return tensors
+
+
+@dataclasses.dataclass
+class _Storage:
+    """One torch storage: a flat array of raw elements (uint16 bits for bfloat16)."""
+
+    elements: np.ndarray
+    dtype: str
+
+
+class _TorchCheckpointUnpickler(pickle.Unpickler):
+    """Unpickles a torch.save'd state dict, allowing only the globals such a file needs.
+
+    Anything else -- in particular any callable a crafted file could use to run code -- is refused.
+    The persistent ids name storages: ('storage', storage class, key, device, number of elements),
+    whose bytes are the zip entry <root>/data/<key>.
+    """
+
+    def __init__(self, archive: zipfile.ZipFile, root: str, path: Path):
+        super().__init__(archive.open(f"{root}/data.pkl"))
+        self.archive, self.root, self.path = archive, root, path
+        self.storages: dict[str, _Storage] = {}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if module == "torch._utils" and name in ("_rebuild_tensor", "_rebuild_tensor_v2"):
+            return self._rebuild_tensor
+        if (module, name) == ("torch._utils", "_rebuild_parameter"):
+            return _rebuild_parameter
+        if module == "torch" and name in _TORCH_STORAGE_DTYPES:
+            return name
+        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
+
+    def persistent_load(self, persistent_id):
+        if not (isinstance(persistent_id, tuple) and len(persistent_id) == 5 and persistent_id[0] == "storage"):
+            raise pickle.UnpicklingError(f"unexpected persistent id {persistent_id!r}")
+        _, storage_class, key, _device, numel = persistent_id
+        if storage_class not in _TORCH_STORAGE_DTYPES:
+            raise pickle.UnpicklingError(f"unsupported storage type {storage_class!r}")
+        if key not in self.storages:
+            dtype = _TORCH_STORAGE_DTYPES[storage_class]
+            raw = self.archive.read(f"{self.root}/data/{key}")
+            elements = np.frombuffer(raw, dtype=_raw_dtype(dtype))
+            if elements.size < numel:
+                raise pickle.UnpicklingError(f"storage {key} holds {elements.size} elements, expected {numel}")
+            self.storages[key] = _Storage(elements[:numel], dtype)
+        return self.storages[key]
+
+    @staticmethod
+    def _rebuild_tensor(storage: _Storage, offset: int, size, stride, *_ignored) -> np.ndarray:
+        size, stride = tuple(size), tuple(stride)
+        if any(n == 0 for n in size):
+            array = np.zeros(size, storage.elements.dtype)
+        else:
+            last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+            if offset < 0 or min(stride, default=0) < 0 or last >= storage.elements.size:
+                raise pickle.UnpicklingError(f"tensor view {size}/{stride}+{offset} lies outside its storage")
+            itemsize = storage.elements.itemsize
+            array = np.lib.stride_tricks.as_strided(
+                storage.elements[offset:], shape=size, strides=[s * itemsize for s in stride]
+            ).copy()
+        return _widen_bfloat16(array) if storage.dtype == _BFLOAT16 else array
+
+
+def _rebuild_parameter(data: np.ndarray, *_ignored) -> np.ndarray:
+    return data
+
+
+def read_torch_bin(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The state dict of a torch.save'd pytorch_model.bin as NumPy arrays, without importing torch."""
+    path = Path(path)
+    if not zipfile.is_zipfile(path):
+        raise ValueError(
+            f"{path}: not a zip archive, so a legacy (torch < 1.6) or corrupt checkpoint; "
+            "re-save it with a recent torch or as model.safetensors"
+        )
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pickles = [name for name in archive.namelist() if name.endswith("/data.pkl")]
+            if len(pickles) != 1:
+                raise ValueError(f"expected one data.pkl in the archive, found {len(pickles)}")
+            root = pickles[0][: -len("/data.pkl")]
+            if f"{root}/byteorder" in archive.namelist() and archive.read(f"{root}/byteorder") != b"little":
+                raise ValueError("big-endian checkpoints are not supported")
+            state = _TorchCheckpointUnpickler(archive, root, path).load()
+    except (pickle.UnpicklingError, zipfile.BadZipFile, KeyError, EOFError, TypeError, ValueError) as error:
+        raise ValueError(f"{path}: cannot read torch checkpoint ({error})") from None
+    if not isinstance(state, Mapping) or not all(isinstance(v, np.ndarray) for v in state.values()):
+        raise ValueError(f"{path}: does not hold a state dict of tensors")
+    return dict(state)
+
+
+def read_hf_checkpoint(hf_dir: str | os.PathLike) -> tuple[BertConfig, dict[str, np.ndarray], Path]:
+    """(config, tensors under their HF names, the weights file read) of a Hugging Face BERT folder."""
+    hf_dir = Path(hf_dir)
+    if not hf_dir.is_dir():
+        raise FileNotFoundError(f"{hf_dir}: Hugging Face checkpoint folder not found")
+    config = BertConfig.from_json_file(str(hf_dir / "config.json"), ignore_hf_metadata=True)
+    for file_name, reader in (("model.safetensors", read_safetensors), ("pytorch_model.bin", read_torch_bin)):
+        weights_path = hf_dir / file_name
+        if weights_path.is_file():
+            return config, reader(weights_path), weights_path
+    raise FileNotFoundError(f"{hf_dir}: holds neither model.safetensors nor pytorch_model.bin")
+
+
+# ---------------------------------------------------------------------------------------------
+# Names and layouts
+# ---------------------------------------------------------------------------------------------
+
+# (HF module, Paddle module); each has a .weight and a .bias. HF names are given without the
+# optional `bert.` prefix; Paddle names are those of BertForPretraining and friends.
+_MODULE_NAMES = [
+    ("embeddings.word_embeddings", "bert.embeddings.word_embeddings"),
+    ("embeddings.position_embeddings", "bert.embeddings.position_embeddings"),
+    ("embeddings.token_type_embeddings", "bert.embeddings.token_type_embeddings"),
+    ("embeddings.LayerNorm", "bert.embeddings.layer_norm"),
+    ("encoder.layer.{layer}.attention.self.query", "bert.encoder.{layer}.attention.query"),
+    ("encoder.layer.{layer}.attention.self.key", "bert.encoder.{layer}.attention.key"),
+    ("encoder.layer.{layer}.attention.self.value", "bert.encoder.{layer}.attention.value"),
+    ("encoder.layer.{layer}.attention.output.dense", "bert.encoder.{layer}.attention_output"),
+    ("encoder.layer.{layer}.attention.output.LayerNorm", "bert.encoder.{layer}.attention_layer_norm"),
+    ("encoder.layer.{layer}.intermediate.dense", "bert.encoder.{layer}.intermediate"),
+    ("encoder.layer.{layer}.output.dense", "bert.encoder.{layer}.output"),
+    ("encoder.layer.{layer}.output.LayerNorm", "bert.encoder.{layer}.output_layer_norm"),
+    ("pooler.dense", "bert.pooler.dense"),
+    ("cls.predictions.transform.dense", "cls.transform"),
+    ("cls.predictions.transform.LayerNorm", "cls.transform_layer_norm"),
+    ("cls.seq_relationship", "cls.seq_relationship"),
+    ("qa_outputs", "qa_outputs"),
+    ("classifier", "classifier"),
+]
+# The masked-LM output bias is a lone parameter, not a module's.
+_PARAMETER_NAMES = [("cls.predictions.bias", "cls.decoder_bias")]
+
+# Entries of HF files that are not parameters, or copies of other entries.
+_HF_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+_HF_TIED_DECODER_WEIGHT = "cls.predictions.decoder.weight"  # the word embeddings again
+_HF_DECODER_BIAS_ALIAS = "cls.predictions.decoder.bias"  # cls.predictions.bias again
+# Encoder module names start alike in both namings (before any `bert.` prefix).
+_ENCODER_PREFIXES = ("embeddings.", "encoder.", "pooler.")
+
+
+def _rename_rules(module_pairs, parameter_pairs) -> list[tuple[re.Pattern, str]]:
+    """(pattern, target template) rules that map names from the first to the second of each pair."""
+    rules = []
+    for source, target in module_pairs:
+        pattern = re.escape(source).replace(re.escape("{layer}"), r"(?P<layer>\d+)") + r"\.(?P<kind>weight|bias)"
+        rules.append((re.compile(pattern), target + ".{kind}"))
+    rules += [(re.compile(re.escape(source)), target) for source, target in parameter_pairs]
+    return rules
+
+
+_HF_TO_PADDLE_RULES = _rename_rules(_MODULE_NAMES, _PARAMETER_NAMES)
+_PADDLE_TO_HF_RULES = _rename_rules([pair[::-1] for pair in _MODULE_NAMES], [pair[::-1] for pair in _PARAMETER_NAMES])
+
+
+def _rename(name: str, rules: list[tuple[re.Pattern, str]]) -> str | None:
+    for pattern, target in rules:
+        match = pattern.fullmatch(name)
+        if match:
+            return target.format(**match.groupdict())
+    return None
+
+
+def _normalise_hf_name(name: str) -> str:
+    """Drop the `bert.` prefix and rename the old TF-era LayerNorm gamma/beta to weight/bias."""
+    if name.startswith("bert."):
+        name = name[len("bert."):]
+    return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
+
+
+def _is_linear_weight(paddle_name: str, value: np.ndarray) -> bool:
+    # Linear weights are [in, out] in Paddle and [out, in] in torch; embeddings are [rows, H] in both.
+    return value.ndim == 2 and not paddle_name.startswith("bert.embeddings.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Heads
+# ---------------------------------------------------------------------------------------------
+
+ENCODER = "encoder"
+# Each head, with the HF name it is recognised by in messages.
+HEADS = {
+    "pooler": "pooler.dense",
+    "mlm": "cls.predictions",
+    "nsp": "cls.seq_relationship",
+    "qa": "qa_outputs",
+    "classifier": "classifier",
+}
+# What --require-heads accepts: a head, or what a model class needs.
+HEAD_GROUPS = {**{head: (head,) for head in HEADS}, "pretraining": ("pooler", "mlm", "nsp")}
+
+
+def _part_of(paddle_name: str) -> str:
+    """The head a Paddle parameter belongs to, or ENCODER."""
+    if paddle_name.startswith("bert.pooler."):
+        return "pooler"
+    if paddle_name.startswith("cls.seq_relationship."):
+        return "nsp"
+    if paddle_name.startswith("cls."):
+        return "mlm"
+    if paddle_name.startswith("qa_outputs."):
+        return "qa"
+    if paddle_name.startswith("classifier."):
+        return "classifier"
+    return ENCODER
+
+
+def _expected_shapes(config: BertConfig, num_labels: int) -> dict[str, list[int]]:
+    """Every parameter name and shape the (unfused) Paddle models built from config have."""
+    config = dataclasses.replace(config, fuse_mha=False)
+    # LazyGuard builds the layers without allocating or initialising their weights.
+    with paddle.LazyGuard():
+        models = [BertForPretraining(config), BertForQuestionAnswering(config),
+                  BertForSequenceClassification(config, num_labels)]
+    return {name: list(value.shape) for model in models for name, value in model.state_dict().items()}
+
+
+def check_parameters(state: Mapping[str, np.ndarray], config: BertConfig, source: str,
+                     display_name: Callable[[str], str] = str) -> dict[str, bool]:
+    """Validate Paddle-named parameters against config; return {head: present} for every head.
+
+    Raises ValueError naming `source` (and parameters by display_name) if a parameter has no place
+    or the wrong shape, the encoder is incomplete, or a head is only partly there.
+    """
+    num_labels = state["classifier.bias"].shape[0] if "classifier.bias" in state else 2
+    expected = _expected_shapes(config, num_labels)
+    for name, value in state.items():
+        if name not in expected:
+            raise ValueError(f"{source}: {display_name(name)} has no place in a "
+                             f"{config.num_hidden_layers}-layer BERT")
+        if list(value.shape) != expected[name]:
+            raise ValueError(f"{source}: {display_name(name)} has shape {list(value.shape)}, "
+                             f"the config implies {expected[name]}")
+    heads = {}
+    for part in (ENCODER, *HEADS):
+        wanted = sorted(name for name in expected if _part_of(name) == part)
+        missing = [display_name(name) for name in wanted if name not in state]
+        if missing and (part == ENCODER or len(missing) < len(wanted)):
+            raise ValueError(f"{source}: incomplete {part}, missing {', '.join(missing)}")
+        heads[part] = not missing
+    del heads[ENCODER]
+    return heads
+
+
+@dataclasses.dataclass
+class Conversion:
+    """The outcome of hf_to_paddle."""
+
+    state: dict[str, np.ndarray]  # Paddle names and layouts, float32
+    heads: dict[str, bool]  # HEADS name -> present in the source
+    dropped: list[str]  # source entries that are buffers or copies of other entries
+
+
+def hf_to_paddle(hf_state: Mapping[str, np.ndarray], config: BertConfig, source: str) -> Conversion:
+    """Rename, transpose and validate a Hugging Face BERT state dict for PaddleBERT."""
+    state: dict[str, np.ndarray] = {}
+    origin: dict[str, str] = {}
+    dropped, unknown = [], []
+    tied_decoder_weight = None
+    for hf_name, value in hf_state.items():
+        name = _normalise_hf_name(hf_name)
+        if name in _HF_BUFFERS:
+            dropped.append(hf_name)
+            continue
+        if name == _HF_TIED_DECODER_WEIGHT:
+            tied_decoder_weight = (hf_name, value)
+            continue
+        paddle_name = _rename("cls.predictions.bias" if name == _HF_DECODER_BIAS_ALIAS else name, _HF_TO_PADDLE_RULES)
+        if paddle_name is None:
+            unknown.append(hf_name)
+            continue
+        if np.issubdtype(value.dtype, np.floating):
+            value = value.astype(np.float32)
+        if _is_linear_weight(paddle_name, value):
+            value = np.ascontiguousarray(value.T)
+        if paddle_name in state:
+            if not np.array_equal(state[paddle_name], value):
+                raise ValueError(f"{source}: {origin[paddle_name]} and {hf_name} should be equal but differ")
+            dropped.append(hf_name)
+            continue
+        state[paddle_name], origin[paddle_name] = value, hf_name
+    if unknown:
+        raise ValueError(f"{source}: tensors that are not BERT parameters: {', '.join(unknown)}")
+    word_embeddings = state.get("bert.embeddings.word_embeddings.weight")
+    if tied_decoder_weight is not None:
+        hf_name, value = tied_decoder_weight
+        if word_embeddings is None or not np.array_equal(value.astype(np.float32), word_embeddings):
+            raise ValueError(f"{source}: {hf_name} differs from the word embeddings; PaddleBERT ties the "
+                             "masked-LM decoder to them, so this checkpoint cannot be converted faithfully")
+        dropped.append(hf_name)
+    heads = check_parameters(state, config, source, lambda name: origin.get(name) or _rename(name, _PADDLE_TO_HF_RULES))
+    return Conversion(state, heads, dropped)
+
+
+def paddle_to_hf(
+    paddle_state: Mapping, config: BertConfig, source: str
+) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
+    """A PaddleBERT state dict (any model class, fused or not, padded or not) in HF names and layouts.
+
+    Returns the HF state and {head: present}; raises ValueError naming `source` as check_parameters does.
+    """
+    state = {}
+    for name, value in paddle_state.items():
+        array = value.astype("float32").numpy() if isinstance(value, paddle.Tensor) else np.asarray(value)
+        if name.startswith(_ENCODER_PREFIXES):
+            name = "bert." + name  # a bare BertModel's state has no prefix
+        state[name] = array.astype(np.float32) if np.issubdtype(array.dtype, np.floating) else array
+    state = convert_qkv_layout(state, fuse_mha=False)
+    heads = check_parameters(state, config, source)
+    with_prefix = any(heads[head] for head in HEADS if head != "pooler")
+    hf_state = {}
+    for name, array in sorted(state.items()):
+        if name in ("bert.embeddings.word_embeddings.weight", "cls.decoder_bias"):
+            array = array[: config.vocab_size]  # drop the rows added by pad_vocab_size_multiple
+        if _is_linear_weight(name, array):
+            array = array.T
+        hf_name = _rename(name, _PADDLE_TO_HF_RULES)
+        if with_prefix and hf_name.startswith(_ENCODER_PREFIXES):
+            hf_name = "bert." + hf_name
+        hf_state[hf_name] = np.ascontiguousarray(array)
+    return hf_state, heads
+
+
+def hf_config_dict(config: BertConfig, heads: Mapping[str, bool], num_labels: int = 2) -> dict:
+    """config as a Hugging Face config.json, naming the transformers classes the heads fit.
+
+    num_labels is the classifier's output size; transformers reads it from id2label.
+    """
+    values = config.to_dict()
+    del values["pad_vocab_size_multiple"], values["fuse_mha"]
+    architectures = []
+    if heads["mlm"]:
+        architectures.append("BertForPreTraining" if heads["nsp"] else "BertForMaskedLM")
+    if heads["qa"]:
+        architectures.append("BertForQuestionAnswering")
+    if heads["classifier"]:
+        architectures.append("BertForSequenceClassification")
+        values["id2label"] = {str(label): f"LABEL_{label}" for label in range(num_labels)}
+    values["architectures"] = architectures or ["BertModel"]
+    values["model_type"] = "bert"
+    values["position_embedding_type"] = "absolute"
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------
+
+
+def _write_atomically(path: Path, write: Callable[[str], None]) -> None:
+    """write(temp_path) into a temp file beside path, then rename it over path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp_path = str(path.with_name(f".{path.name}.tmp-{os.getpid()}"))
+    try:
+        write(temp_path)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp_path, 0o666 & ~umask)  # some writers create 0600 files; give the usual permissions
+        os.replace(temp_path, path)
+    except BaseException:
+        if os.path.exists(temp_path):
+            os.unlink(temp_path)
+        raise
+
+
+def _write_text(path: Path, text: str) -> None:
+    def write(temp_path: str) -> None:
+        with open(temp_path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    _write_atomically(path, write)
+
+
+def load_paddle_state(path: str | os.PathLike) -> dict:
+    """The dict paddle.save wrote to path, with errors that name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: Paddle parameter file not found")
+    try:
+        state = paddle.load(str(path))
+    except Exception as error:  # paddle.load raises many kinds for a damaged file
+        raise ValueError(f"{path}: cannot be read by paddle.load ({type(error).__name__}: {error})") from None
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{path}: holds a {type(state).__name__}, not a dict of parameters")
+    return dict(state)
+
+
+def _describe_heads(heads: Mapping[str, bool]) -> list[str]:
+    return [f"  {head:<10} {'present' if present else 'absent'} ({HEADS[head]}.*)" for head, present in heads.items()]
+
+
+def run_hf2paddle(args: argparse.Namespace) -> None:
+    config, hf_state, weights_path = read_hf_checkpoint(args.hf_dir)
+    conversion = hf_to_paddle(hf_state, config, str(weights_path))
+    print(f"read {len(hf_state)} tensors from {weights_path} ({config.num_hidden_layers} layers, "
+          f"hidden {config.hidden_size})")
+    print("\n".join(_describe_heads(conversion.heads)))
+    if conversion.dropped:
+        print(f"  dropped buffers and duplicates: {', '.join(conversion.dropped)}")
+    required = sorted({head for group in args.require_heads for head in HEAD_GROUPS[group]})
+    absent = [head for head in required if not conversion.heads[head]]
+    if absent:
+        raise ValueError(f"{weights_path}: required head(s) absent: "
+                         + ", ".join(f"{head} ({HEADS[head]}.*)" for head in absent))
+    out_path = Path(args.out_pdparams)
+    _write_atomically(out_path, lambda temp_path: paddle.save(conversion.state, temp_path))
+    print(f"wrote {len(conversion.state)} parameters to {out_path}")
+    if args.config_out:
+        _write_text(Path(args.config_out), config.to_json_string())
+        print(f"wrote PaddleBERT config to {args.config_out}")
+    absent = [head for head, present in conversion.heads.items() if not present]
+    if absent:
+        print(f"absent heads start from random initialisation if a model has them: {', '.join(absent)}")
+
+
+def run_paddle2hf(args: argparse.Namespace) -> None:
+    config = BertConfig.from_json_file(args.config)
+    hf_state, heads = paddle_to_hf(load_paddle_state(args.pdparams), config, args.pdparams)
+    out_dir = Path(args.out_dir)
+    # transformers refuses safetensors files without format metadata.
+    _write_atomically(out_dir / "model.safetensors",
+                      lambda temp_path: save_file(hf_state, temp_path, metadata={"format": "pt"}))
+    num_labels = hf_state["classifier.bias"].shape[0] if heads["classifier"] else 2
+    hf_config = hf_config_dict(config, heads, num_labels)
+    _write_text(out_dir / "config.json", json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {len(hf_state)} tensors to {out_dir / 'model.safetensors'} and {out_dir / 'config.json'}")
+    print("\n".join(_describe_heads(heads)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    hf2paddle = commands.add_parser("hf2paddle", help="Hugging Face folder -> Paddle .pdparams")
+    hf2paddle.add_argument("hf_dir", help="folder with config.json and model.safetensors or pytorch_model.bin")
+    hf2paddle.add_argument("out_pdparams", help="Paddle parameter file to write")
+    hf2paddle.add_argument("--config-out", help="also write the PaddleBERT config JSON here")
+    hf2paddle.add_argument("--require-heads", nargs="+", default=[], choices=sorted(HEAD_GROUPS),
+                           help="fail unless these heads are in the source; pretraining = pooler mlm nsp")
+    hf2paddle.set_defaults(run=run_hf2paddle)
+    paddle2hf = commands.add_parser("paddle2hf", help="Paddle .pdparams -> Hugging Face folder")
+    paddle2hf.add_argument("pdparams", help="Paddle parameter file (paddle.save of a state dict)")
+    paddle2hf.add_argument("config", help="PaddleBERT config JSON the parameters were trained with")
+    paddle2hf.add_argument("out_dir", help="folder to write model.safetensors and config.json into")
+    paddle2hf.set_defaults(run=run_paddle2hf)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except (FileNotFoundError, ValueError) as error:
+        raise SystemExit(f"convert_checkpoint.py {args.command}: {error}") from None
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,462 @@
+"""convert_checkpoint.py against transformers' own outputs, the source tensors and its error contract.
+
+The expectations come from outside the code under test: tests/fixtures/minilm_reference.npz and
+tests/fixtures/tiny_bert_torch/reference.npz were written once by transformers and torch (see the
+make_*.py scripts beside them); these tests need neither library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import pickle
+import runpy
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+from safetensors.numpy import load_file
+
+import convert_checkpoint
+from conftest import ROOT, require_shared
+from modeling import (
+    BertConfig,
+    BertForPretraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertModel,
+    load_weights,
+)
+
+FIXTURES = ROOT / "tests" / "fixtures"
+TINY_DIR = FIXTURES / "tiny_bert_torch"
+TOLERANCE = 1e-4  # the issue's parity bar: max abs diff, fp32 on CPU
+
+
+def convert(capsys, *argv: str) -> str:
+    """Run the CLI in process; return what it printed."""
+    capsys.readouterr()
+    convert_checkpoint.main(list(argv))
+    return capsys.readouterr().out
+
+
+def cli_error(*argv: str) -> str:
+    with pytest.raises(SystemExit) as raised:
+        convert_checkpoint.main(list(argv))
+    message = str(raised.value)
+    assert "\n" not in message
+    return message
+
+
+def max_diff(a, b) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+
+
+def tiny_reference() -> dict[str, np.ndarray]:
+    with np.load(TINY_DIR / "reference.npz") as npz:
+        return dict(npz)
+
+
+def tiny_inputs(reference) -> list[paddle.Tensor]:
+    return [paddle.to_tensor(reference[k]) for k in ("input_ids", "token_type_ids", "attention_mask")]
+
+
+# ---------------------------------------------------------------------------------------------
+# all-MiniLM-L6-v2: a real checkpoint against transformers' BertModel
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ConvertedMiniLM:
+    hf_dir: Path
+    pdparams: Path
+    config_path: Path
+    report: str  # what hf2paddle printed
+    state: dict  # paddle.load of pdparams
+
+
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory) -> ConvertedMiniLM:
+    """MiniLM converted once, with --config-out."""
+    hf_dir = require_shared("models", "all-MiniLM-L6-v2")
+    out = tmp_path_factory.mktemp("minilm")
+    report = io.StringIO()
+    with contextlib.redirect_stdout(report):
+        convert_checkpoint.main(["hf2paddle", str(hf_dir), str(out / "minilm.pdparams"),
+                                 "--config-out", str(out / "minilm.json")])
+    return ConvertedMiniLM(hf_dir, out / "minilm.pdparams", out / "minilm.json", report.getvalue(),
+                           paddle.load(str(out / "minilm.pdparams")))
+
+
+@pytest.fixture(scope="module")
+def minilm_reference() -> dict[str, np.ndarray]:
+    with np.load(FIXTURES / "minilm_reference.npz") as npz:
+        return dict(npz)
+
+
+def run_minilm(minilm: ConvertedMiniLM, reference: dict, fuse_mha: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Our BertModel's (last hidden state, pooled output) on the reference inputs, eval mode."""
+    config = BertConfig.from_json_file(str(minilm.config_path))
+    config.fuse_mha = fuse_mha
+    model = BertModel(config)
+    missing, unexpected = load_weights(model, minilm.state, str(minilm.pdparams))
+    assert missing == [] and unexpected == []
+    model.eval()
+    with paddle.no_grad():
+        sequence_output, pooled_output = model(
+            *(paddle.to_tensor(reference[k]) for k in ("input_ids", "token_type_ids", "attention_mask"))
+        )
+    return sequence_output.numpy(), pooled_output.numpy()
+
+
+@pytest.fixture(scope="module")
+def minilm_unfused_outputs(minilm, minilm_reference) -> tuple[np.ndarray, np.ndarray]:
+    return run_minilm(minilm, minilm_reference, fuse_mha=False)
+
+
+def test_minilm_matches_transformers(minilm_unfused_outputs, minilm_reference):
+    sequence_output, pooled_output = minilm_unfused_outputs
+    reference = minilm_reference
+    assert reference["attention_mask"].min() == 0, "the fixture must contain padding"
+    tokens = reference["attention_mask"][..., None] > 0
+    hidden_diff = max_diff(sequence_output, reference["last_hidden_state"])
+    token_diff = max_diff(sequence_output * tokens, reference["last_hidden_state"] * tokens)
+    pooled_diff = max_diff(pooled_output, reference["pooler_output"])
+    print(f"\nMiniLM parity vs transformers ({reference['versions']}): max abs diff last_hidden_state "
+          f"{hidden_diff:.2e} (real tokens {token_diff:.2e}), pooler_output {pooled_diff:.2e}")
+    assert hidden_diff <= TOLERANCE
+    assert pooled_diff <= TOLERANCE
+
+
+def test_minilm_fused_attention_gives_the_same_outputs(minilm, minilm_reference, minilm_unfused_outputs):
+    unfused_sequence, unfused_pooled = minilm_unfused_outputs
+    fused_sequence, fused_pooled = run_minilm(minilm, minilm_reference, fuse_mha=True)
+    print(f"\nMiniLM fused vs unfused QKV: max abs diff {max_diff(fused_sequence, unfused_sequence):.2e}")
+    assert max_diff(fused_sequence, unfused_sequence) <= 1e-5
+    assert max_diff(fused_pooled, unfused_pooled) <= 1e-5
+    assert max_diff(fused_sequence, minilm_reference["last_hidden_state"]) <= TOLERANCE
+
+
+def test_minilm_report_names_present_and_absent_heads(minilm):
+    words = [line.split() for line in minilm.report.splitlines()]
+    heads = {line[0]: line[1] for line in words if line and line[0] in convert_checkpoint.HEADS}
+    assert heads == {"pooler": "present", "mlm": "absent", "nsp": "absent", "qa": "absent", "classifier": "absent"}
+    assert "embeddings.position_ids" in minilm.report
+    # Absent from the report means absent from the written file: nothing random was made up.
+    assert not any(name.startswith(("cls.", "qa_outputs.", "classifier.")) for name in minilm.state)
+    assert "bert.pooler.dense.weight" in minilm.state
+
+
+def test_minilm_config_out_holds_the_hf_architecture(minilm):
+    hf_config = json.loads((minilm.hf_dir / "config.json").read_text())
+    written = json.loads(minilm.config_path.read_text())
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps"):
+        assert written[key] == hf_config[key], key
+    assert written["fuse_mha"] is False and written["pad_vocab_size_multiple"] == 1
+
+
+def test_minilm_round_trip_reproduces_the_original_tensors(minilm, capsys, tmp_path):
+    convert(capsys, "paddle2hf", str(minilm.pdparams), str(minilm.config_path), str(tmp_path / "hf"))
+    original = load_file(minilm.hf_dir / "model.safetensors")
+    round_trip = load_file(tmp_path / "hf" / "model.safetensors")
+    assert set(original) - set(round_trip) == {"embeddings.position_ids"}  # a buffer, not a parameter
+    assert set(round_trip) <= set(original)
+    for name, value in round_trip.items():
+        assert value.dtype == original[name].dtype and np.array_equal(value, original[name]), name
+    hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert hf_config["architectures"] == ["BertModel"]
+    written_config = BertConfig.from_json_file(str(minilm.config_path))
+    assert BertConfig.from_dict(hf_config, ignore_hf_metadata=True) == written_config
+
+
+def test_require_heads_fails_naming_the_absent_heads_and_writes_nothing(tmp_path):
+    hf_dir = require_shared("models", "all-MiniLM-L6-v2")
+    out = tmp_path / "out.pdparams"
+    message = cli_error("hf2paddle", str(hf_dir), str(out), "--require-heads", "pooler", "pretraining")
+    assert "model.safetensors" in message
+    assert "mlm (cls.predictions.*)" in message and "nsp (cls.seq_relationship.*)" in message
+    assert "pooler" not in message.split("absent:")[1]
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# A tiny pytorch_model.bin with every head, read without torch
+# ---------------------------------------------------------------------------------------------
+
+
+def test_torch_bin_reader_matches_what_torch_reads():
+    reference = tiny_reference()
+    tensors = convert_checkpoint.read_torch_bin(TINY_DIR / "pytorch_model.bin")
+    expected = {name[len("tensor/"):]: value for name, value in reference.items() if name.startswith("tensor/")}
+    assert set(tensors) == set(expected)
+    for name, value in tensors.items():
+        # The reference holds every float as float32. bfloat16 storages (the word embeddings and the
+        # decoder weight tied to them) are widened to float32 too; float16 ones keep their dtype.
+        dtype = np.float16 if "layer.1.output.LayerNorm" in name else expected[name].dtype
+        assert value.dtype == dtype, name
+        assert np.array_equal(value.astype(expected[name].dtype), expected[name]), name
+
+
+def test_tiny_bin_converts_for_pretraining_and_squad_models(capsys, tmp_path):
+    reference = tiny_reference()
+    out = convert(capsys, "hf2paddle", str(TINY_DIR), str(tmp_path / "tiny.pdparams"),
+                  "--config-out", str(tmp_path / "tiny.json"), "--require-heads", "pretraining", "qa")
+    assert "pytorch_model.bin" in out
+    for head in ("pooler", "mlm", "nsp", "qa"):
+        assert f"{head:<10} present" in out
+    assert "classifier absent" in out
+    state = paddle.load(str(tmp_path / "tiny.pdparams"))
+    vocab_size = reference["prediction_logits"].shape[-1]
+    for pad_multiple in (1, 8):  # 27 -> 32 rows when padded; load_weights pads
+        config = BertConfig.from_json_file(str(tmp_path / "tiny.json"))
+        config.pad_vocab_size_multiple = pad_multiple
+        pretraining = BertForPretraining(config)
+        assert load_weights(pretraining, state, "tiny")[0] == []
+        span = BertForQuestionAnswering(config)
+        assert load_weights(span, state, "tiny")[0] == []
+        pretraining.eval()
+        span.eval()
+        with paddle.no_grad():
+            prediction_scores, seq_relationship = pretraining(*tiny_inputs(reference))
+            start_logits, end_logits = span(*tiny_inputs(reference))
+        assert max_diff(prediction_scores.numpy()[:, :vocab_size],
+                        reference["prediction_logits"].reshape(-1, vocab_size)) <= 1e-5
+        assert max_diff(seq_relationship.numpy(), reference["seq_relationship_logits"]) <= 1e-5
+        assert max_diff(start_logits.numpy(), reference["start_logits"]) <= 1e-5
+        assert max_diff(end_logits.numpy(), reference["end_logits"]) <= 1e-5
+
+
+def expected_hf_tensors() -> dict[str, np.ndarray]:
+    """The tiny file's tensors under the names paddle2hf writes: current LayerNorm names, no copies."""
+    expected = {}
+    for name, value in tiny_reference().items():
+        if not name.startswith("tensor/"):
+            continue
+        name = name[len("tensor/"):].replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta",
+                                                                                          "LayerNorm.bias")
+        if name not in ("bert.embeddings.position_ids", "cls.predictions.decoder.weight",
+                        "cls.predictions.decoder.bias"):
+            expected[name] = value.astype(np.float32)
+    return expected
+
+
+def assert_equal_tensors(actual: dict, expected: dict) -> None:
+    assert set(actual) == set(expected)
+    for name, value in expected.items():
+        assert actual[name].dtype == np.float32 and np.array_equal(actual[name], value), name
+
+
+def test_tiny_round_trip_reproduces_the_tensors(capsys, tmp_path):
+    convert(capsys, "hf2paddle", str(TINY_DIR), str(tmp_path / "tiny.pdparams"), "--config-out",
+            str(tmp_path / "tiny.json"))
+    out = convert(capsys, "paddle2hf", str(tmp_path / "tiny.pdparams"), str(tmp_path / "tiny.json"),
+                  str(tmp_path / "hf"))
+    assert "model.safetensors" in out
+    assert_equal_tensors(load_file(tmp_path / "hf" / "model.safetensors"), expected_hf_tensors())
+    hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert hf_config["architectures"] == ["BertForPreTraining", "BertForQuestionAnswering"]
+    assert hf_config["vocab_size"] == 27
+
+
+def test_paddle2hf_unfuses_and_unpads_a_trained_model_state():
+    conversion = convert_checkpoint.hf_to_paddle(tiny_hf_state(), tiny_config(), "tiny")
+    config = tiny_config()
+    config.fuse_mha, config.pad_vocab_size_multiple = True, 8
+    model = BertForPretraining(config)
+    assert load_weights(model, conversion.state, "tiny")[0] == []
+    model_state = model.state_dict()
+    assert "bert.encoder.0.attention.qkv.weight" in model_state
+    assert model_state["bert.embeddings.word_embeddings.weight"].shape == [32, 8]
+    # Paddle2hf of the model's own (fused, padded) state gives back the file's tensors.
+    hf_state, heads = convert_checkpoint.paddle_to_hf(model_state, config, "model")
+    assert_equal_tensors(hf_state, {k: v for k, v in expected_hf_tensors().items() if not k.startswith("qa_")})
+    assert heads == {"pooler": True, "mlm": True, "nsp": True, "qa": False, "classifier": False}
+
+
+def test_classifier_head_converts_both_ways(capsys, tmp_path):
+    hf_state = {name: value for name, value in tiny_hf_state().items() if not name.startswith(("cls.", "qa_"))}
+    generator = np.random.default_rng(0)
+    hf_state["classifier.weight"] = generator.standard_normal((3, 8)).astype(np.float32)  # torch: [out, in]
+    hf_state["classifier.bias"] = generator.standard_normal(3).astype(np.float32)
+    conversion = convert_checkpoint.hf_to_paddle(hf_state, tiny_config(), "classifier")
+    assert conversion.heads == {"pooler": True, "mlm": False, "nsp": False, "qa": False, "classifier": True}
+    model = BertForSequenceClassification(tiny_config(), num_labels=3)
+    assert load_weights(model, conversion.state, "classifier") == ([], [])
+    model.eval()
+    reference = tiny_reference()
+    with paddle.no_grad():
+        logits = model(*tiny_inputs(reference)).numpy()
+        _, pooled_output = model.bert(*tiny_inputs(reference))
+    # torch's Linear computes x W^T + b with W stored [out, in].
+    expected = pooled_output.numpy() @ hf_state["classifier.weight"].T + hf_state["classifier.bias"]
+    assert max_diff(logits, expected) <= 1e-5
+
+    paddle.save(model.state_dict(), str(tmp_path / "classifier.pdparams"))
+    (tmp_path / "config.json").write_text(tiny_config().to_json_string())
+    convert(capsys, "paddle2hf", str(tmp_path / "classifier.pdparams"), str(tmp_path / "config.json"),
+            str(tmp_path / "hf"))
+    hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert hf_config["architectures"] == ["BertForSequenceClassification"]
+    assert hf_config["id2label"] == {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"}  # transformers' num_labels
+    _, round_trip, _ = convert_checkpoint.read_hf_checkpoint(tmp_path / "hf")
+    assert np.array_equal(round_trip["classifier.weight"], hf_state["classifier.weight"])
+
+
+def test_bare_bert_model_state_converts_without_prefix():
+    config = BertConfig.from_json_file(str(ROOT / "bert_configs" / "bert-tiny-uncased.json"))
+    model = BertModel(config)
+    hf_state, heads = convert_checkpoint.paddle_to_hf(model.state_dict(), config, "bare")
+    assert not any(name.startswith("bert.") for name in hf_state)
+    query = model.state_dict()["encoder.1.attention.query.weight"].numpy()
+    assert np.array_equal(hf_state["encoder.layer.1.attention.self.query.weight"], query.T)
+    assert heads["pooler"] and not heads["mlm"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Dtypes, damaged heads and bad input
+# ---------------------------------------------------------------------------------------------
+
+
+def write_safetensors_by_hand(path: Path, tensors: dict[str, tuple[str, list[int], bytes]]) -> None:
+    """The safetensors layout: u64 little-endian header size, JSON header with byte offsets, raw data."""
+    header, data = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    header_bytes = json.dumps(header).encode()
+    header_bytes += b" " * (-len(header_bytes) % 8)
+    path.write_bytes(len(header_bytes).to_bytes(8, "little") + header_bytes + data)
+
+
+def test_safetensors_bfloat16_and_float16_are_read_exactly(tmp_path):
+    values = np.array([1.0, -2.5, 0.15625, 2.0**100], np.float32)
+    # bfloat16 keeps the upper 16 bits of a float32; these values have nothing in the lower 16.
+    assert not (values.view(np.uint32) & 0xFFFF).any()
+    bfloat16_bits = (values.view(np.uint32) >> 16).astype("<u2")
+    path = tmp_path / "mixed.safetensors"
+    write_safetensors_by_hand(path, {
+        "a": ("BF16", [2, 2], bfloat16_bits.tobytes()),
+        "b": ("F16", [3], np.array([0.5, -1.0, 65504.0], "<f2").tobytes()),
+    })
+    tensors = convert_checkpoint.read_safetensors(path)
+    assert tensors["a"].dtype == np.float32 and np.array_equal(tensors["a"], values.reshape(2, 2))
+    assert tensors["b"].dtype == np.float16 and tensors["b"].tolist() == [0.5, -1.0, 65504.0]
+
+
+def tiny_hf_state() -> dict[str, np.ndarray]:
+    return convert_checkpoint.read_torch_bin(TINY_DIR / "pytorch_model.bin")
+
+
+def tiny_config() -> BertConfig:
+    return BertConfig.from_json_file(str(TINY_DIR / "config.json"), ignore_hf_metadata=True)
+
+
+def test_partial_head_is_an_error_naming_the_missing_tensor():
+    state = tiny_hf_state()
+    del state["cls.predictions.transform.LayerNorm.weight"]
+    with pytest.raises(ValueError, match=r"src: incomplete mlm, missing cls\.predictions\.transform\.LayerNorm"):
+        convert_checkpoint.hf_to_paddle(state, tiny_config(), "src")
+
+
+def test_missing_encoder_tensor_is_an_error_naming_it():
+    state = tiny_hf_state()
+    del state["bert.encoder.layer.1.intermediate.dense.bias"]
+    with pytest.raises(ValueError, match=r"src: incomplete encoder, missing encoder\.layer\.1\.intermediate"):
+        convert_checkpoint.hf_to_paddle(state, tiny_config(), "src")
+
+
+def test_untied_decoder_unknown_tensor_and_wrong_shape_are_errors():
+    state = tiny_hf_state()
+    state["cls.predictions.decoder.weight"] = state["cls.predictions.decoder.weight"] + 1
+    with pytest.raises(ValueError, match="src: cls.predictions.decoder.weight differs from the word embeddings"):
+        convert_checkpoint.hf_to_paddle(state, tiny_config(), "src")
+    state = tiny_hf_state()
+    state["bert.encoder.layer.0.attention.self.distance_embedding.weight"] = np.zeros((3, 8), np.float32)
+    with pytest.raises(ValueError, match="not BERT parameters: bert.encoder.layer.0.attention.self.distance_emb"):
+        convert_checkpoint.hf_to_paddle(state, tiny_config(), "src")
+    state = tiny_hf_state()
+    state["bert.encoder.layer.2.output.dense.bias"] = np.zeros(8, np.float32)
+    with pytest.raises(ValueError, match="encoder.layer.2.output.dense.bias has no place in a 2-layer BERT"):
+        convert_checkpoint.hf_to_paddle(state, tiny_config(), "src")
+    config = tiny_config()
+    config.intermediate_size = 32
+    with pytest.raises(ValueError, match=r"intermediate.dense.weight has shape \[8, 16\], the config implies"):
+        convert_checkpoint.hf_to_paddle(tiny_hf_state(), config, "src")
+
+
+def make_hf_dir(tmp_path: Path, weights_name: str | None, weights: bytes = b"", config: str | None = None) -> Path:
+    hf_dir = tmp_path / "hf"
+    hf_dir.mkdir()
+    (hf_dir / "config.json").write_text(config if config is not None else (TINY_DIR / "config.json").read_text())
+    if weights_name:
+        (hf_dir / weights_name).write_bytes(weights)
+    return hf_dir
+
+
+def zip_with_pickle(payload: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("archive/data.pkl", payload)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("case, file_name, expected", [
+    ("missing_dir", "nowhere", "Hugging Face checkpoint folder not found"),
+    ("no_weights", "hf", "holds neither model.safetensors nor pytorch_model.bin"),
+    ("corrupt_config", "config.json", "not valid JSON"),
+    ("unknown_config_key", "config.json", "unknown BERT config keys ['rotary_dim']"),
+    ("legacy_bin", "pytorch_model.bin", "legacy (torch < 1.6)"),
+    ("evil_bin", "pytorch_model.bin", "refusing to load global posix.system"),
+    ("corrupt_safetensors", "model.safetensors", "not a valid safetensors file"),
+])
+def test_bad_hf_input_gives_one_line_naming_the_file(tmp_path, case, file_name, expected):
+    if case == "missing_dir":
+        hf_dir = tmp_path / "nowhere"
+    elif case == "no_weights":
+        hf_dir = make_hf_dir(tmp_path, None)
+    elif case == "corrupt_config":
+        hf_dir = make_hf_dir(tmp_path, None, config="{not json")
+    elif case == "unknown_config_key":
+        hf_dir = make_hf_dir(tmp_path, None, config=json.dumps({"rotary_dim": 4}))
+    elif case == "legacy_bin":
+        # torch < 1.6 wrote a bare pickle stream that begins with a magic number.
+        hf_dir = make_hf_dir(tmp_path, "pytorch_model.bin", pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2))
+    elif case == "evil_bin":
+        hf_dir = make_hf_dir(tmp_path, "pytorch_model.bin", zip_with_pickle(pickle.dumps(os.system)))
+    else:
+        hf_dir = make_hf_dir(tmp_path, "model.safetensors", b"\x10\x00\x00\x00\x00\x00\x00\x00{garbage")
+    message = cli_error("hf2paddle", str(hf_dir), str(tmp_path / "out.pdparams"))
+    assert file_name in message and expected in message
+    assert not (tmp_path / "out.pdparams").exists()
+
+
+def test_bad_paddle_input_gives_one_line_naming_the_file(tmp_path):
+    config = ROOT / "bert_configs" / "bert-tiny-uncased.json"
+    message = cli_error("paddle2hf", str(tmp_path / "absent.pdparams"), str(config), str(tmp_path / "hf"))
+    assert "absent.pdparams: Paddle parameter file not found" in message
+    damaged = tmp_path / "damaged.pdparams"
+    damaged.write_bytes(b"not a pickle")
+    assert "damaged.pdparams: cannot be read by paddle.load" in cli_error("paddle2hf", str(damaged), str(config),
+                                                                          str(tmp_path / "hf"))
+    wrong_config = tmp_path / "wrong.pdparams"
+    paddle.save({"embeddings.word_embeddings.weight": np.zeros((5, 128), np.float32)}, str(wrong_config))
+    message = cli_error("paddle2hf", str(wrong_config), str(config), str(tmp_path / "hf"))
+    assert "wrong.pdparams: bert.embeddings.word_embeddings.weight has shape [5, 128]" in message
+    assert not (tmp_path / "hf").exists()
+
+
+def test_command_line_entry_point_exits_with_one_line(tmp_path, monkeypatch):
+    script = ROOT / "convert_checkpoint.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "hf2paddle", str(tmp_path / "missing"), str(tmp_path / "o")])
+    with pytest.raises(SystemExit) as raised:
+        runpy.run_path(str(script), run_name="__main__")
+    # A string exit code is printed to stderr as the only line, and the exit status is 1.
+    assert raised.value.code == (f"convert_checkpoint.py hf2paddle: {tmp_path / 'missing'}: "
+                                 "Hugging Face checkpoint folder not found")
