@@ -1,0 +1,637 @@
+"""BERT pre-training (masked LM + next-sentence prediction) on LDDL parquet shards, in one process or many.
+
+    python run_pretraining.py --input-dir SHARDS --vocab-file VOCAB --output-dir OUT --max-steps N --phase1
+    python -m paddle.distributed.launch --nproc_per_node 8 run_pretraining.py ...      (one node)
+    python -m paddle.distributed.launch --nnodes 2 --master HOST:PORT --nproc_per_node 8 run_pretraining.py ...
+
+The command line is NVIDIA's Paddle BERT run_pretraining.py (same names and defaults), plus --num-workers,
+--keep-checkpoint-max, --amp-dtype, --lr-decay-power, --constant-proportion, --max-grad-norm and
+--max-nonfinite-steps. `build_parser()` is the single definition of the options.
+
+One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W ranks:
+  1. each rank draws k micro-batches of --batch-size sequences;
+  2. the ranks agree (one all-reduce) on N, the masked tokens, and S, the sequences, of the whole global batch;
+  3. for each micro-batch: forward, then backward of  W * (mlm_mean * n / N + nsp_mean * b / S)  with n, b the
+     micro-batch's own counts. Only the last micro-batch's backward all-reduces the gradients (no_sync on the
+     others) and DataParallel averages them over the W ranks, so the update follows the gradient of the
+     masked-LM mean over all N tokens plus the NSP mean over all S sequences: exactly what one process would
+     compute on the whole global batch. When every micro-batch has the same counts this is the usual 1/k
+     scaling of each micro-batch's mean loss;
+  4. float16 AMP: the gradients are unscaled, and the update is skipped on overflow; otherwise they are clipped
+     (--max-grad-norm) and the optimizer steps. The learning-rate schedule advances either way.
+
+Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/ every --num-steps-per-checkpoint steps, at the
+end of the run and on SIGTERM (which then exits with status 0). They hold the model, the optimizer with its
+schedule, and a progress file with every rank's data position and random-generator states, so a run resumed
+with --last-step-of-checkpoint auto continues exactly as if it had never stopped (bitwise on CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import paddle
+
+import checkpoint
+from dllog import DLLogger
+from loss import IGNORE_INDEX, BertPretrainingCriterion
+from lr_scheduler import create_lr_scheduler
+from modeling import BertConfig, BertForPretraining, load_weights
+from optimizer import OPTIMIZER_NAMES, create_optimizer
+from pretraining_dataset import PretrainingDataLoader
+from runtime import (
+    add_amp_arguments,
+    amp_autocast,
+    amp_decorate,
+    amp_policy,
+    check_amp_arguments,
+    configure_cpu_threads,
+    create_loss_scaler,
+    init_data_parallel,
+    set_cpu_affinity,
+)
+
+BERT_MODELS = ("bert-base-uncased", "bert-base-cased", "bert-large-uncased", "bert-large-cased", "custom")
+CONFIG_DIR = Path(__file__).resolve().parent / "bert_configs"
+# The reference pads the vocabulary to a multiple of 8 for tensor cores; load_weights handles either size.
+VOCAB_PAD_MULTIPLE = 8
+
+
+def str_to_bool(text: str) -> bool:
+    """argparse type for the reference's `--show-config true|false` style flags."""
+    value = text.strip().lower()
+    if value in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if value in ("0", "false", "f", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """All options of run_pretraining.py, grouped as in NVIDIA's utils/config.py, with the additions."""
+    parser = argparse.ArgumentParser(
+        description="PaddleBERT pre-training (masked LM + next sentence prediction) on LDDL parquet shards",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    data = parser.add_argument_group("Global")
+    data.add_argument("--input-dir", required=True,
+                      help="Folder of LDDL parquet shards (binned or not), e.g. pretrain/phase1/unbinned/parquet.")
+    data.add_argument("--vocab-file", required=True, help="WordPiece vocabulary the shards were made with.")
+    data.add_argument("--output-dir", required=True,
+                      help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
+    data.add_argument("--bert-model", default="bert-large-uncased", choices=BERT_MODELS,
+                      help="Model size; its config is bert_configs/<bert-model>.json unless --config-file is given "
+                      "(required for custom).")
+    data.add_argument("--config-file", default=None, help="BERT config JSON (overrides --bert-model's).")
+    data.add_argument("--max-steps", type=int, required=True,
+                      help="Optimizer steps of this phase; the learning-rate schedule spans them.")
+    data.add_argument("--steps-this-run", type=int, default=None,
+                      help="Stop after this many steps (checkpointing), e.g. to fit a cluster time limit.")
+    data.add_argument("--log-freq", type=int, default=10, help="Report the loss every this many steps.")
+    data.add_argument("--num-steps-per-checkpoint", type=int, default=100, help="Save a checkpoint every N steps.")
+    data.add_argument("--keep-checkpoint-max", type=int, default=3,
+                      help="Keep only the newest N checkpoints of the phase, counting those of earlier runs.")
+    data.add_argument("--from-pretrained-params", default=None,
+                      help="Folder holding <model-prefix>.pdparams: start from these weights (nothing else).")
+    data.add_argument("--from-checkpoint", default=None,
+                      help="Resume from checkpoints: a phase folder of <step>/ folders with "
+                      "--last-step-of-checkpoint auto|N, or one checkpoint folder without it. With auto and "
+                      "no --from-checkpoint the run's own phase folder is searched.")
+    data.add_argument("--last-step-of-checkpoint", default=None,
+                      help="None, auto (the newest complete checkpoint; start fresh if there is none) or a step.")
+    data.add_argument("--from-phase1-final-params", default=None,
+                      help="Phase 2: folder of phase 1's final <model-prefix>.pdparams, loaded only when phase 2 "
+                      "starts (not when it resumes from its own checkpoint).")
+    data.add_argument("--seed", type=int, default=42, help="Random seed (rank r uses seed + r for dropout).")
+    data.add_argument("--report-file", default="./report.json", help="DLLogger JSON-lines report, appended to.")
+    data.add_argument("--model-prefix", default="bert_paddle", help="File-name prefix of checkpoint files.")
+    data.add_argument("--show-config", type=str_to_bool, default=True, help="Print and report the arguments.")
+    data.add_argument("--enable-cpu-affinity", type=str_to_bool, default=True,
+                      help="Pin each local rank to its own block of CPUs.")
+    data.add_argument("--num-workers", type=int, default=4, help="Data-loader worker processes per rank.")
+    data.add_argument("--benchmark", action="store_true",
+                      help="Run --benchmark-warmup-steps, then time --benchmark-steps; no checkpoints are written.")
+    data.add_argument("--benchmark-steps", type=int, default=20, help="Timed steps of a benchmark run.")
+    data.add_argument("--benchmark-warmup-steps", type=int, default=20, help="Untimed steps before them.")
+    data.add_argument("--max-nonfinite-steps", type=int, default=100,
+                      help="Stop when the loss is non-finite in more than this many steps in a row.")
+
+    training = parser.add_argument_group("Training")
+    training.add_argument("--optimizer", default="Lamb", choices=OPTIMIZER_NAMES, help="Optimizer.")
+    training.add_argument("--gradient-merge-steps", type=int, default=1,
+                          help="Micro-batches per optimizer step (gradient accumulation).")
+    training.add_argument("--learning-rate", type=float, default=1e-4, help="Peak learning rate.")
+    training.add_argument("--warmup-start-lr", type=float, default=0.0, help="Learning rate at the start of warmup.")
+    training.add_argument("--warmup-proportion", type=float, default=0.01,
+                          help="Fraction of --max-steps spent in linear warmup.")
+    training.add_argument("--constant-proportion", type=float, default=0.0,
+                          help="Fraction of --max-steps held at the peak after warmup (LANS schedule).")
+    training.add_argument("--lr-decay-power", type=float, default=1.0,
+                          help="Exponent of the polynomial decay to 0 (1.0 = linear).")
+    training.add_argument("--beta1", type=float, default=0.9, help="First-moment decay rate.")
+    training.add_argument("--beta2", type=float, default=0.999, help="Second-moment decay rate.")
+    training.add_argument("--epsilon", type=float, default=1e-6, help="Optimizer epsilon.")
+    training.add_argument("--weight-decay", type=float, default=0.01,
+                          help="Decoupled weight decay (not applied to biases and LayerNorm).")
+    training.add_argument("--max-grad-norm", type=float, default=1.0, help="Clip gradients to this global norm.")
+    training.add_argument("--max-seq-length", type=int, default=512,
+                          help="Longest sequence allowed in the shards (phase 1: 128, phase 2: 512).")
+    training.add_argument("--batch-size", type=int, default=32, help="Sequences per micro-batch per rank.")
+    training.add_argument("--phase1", action="store_true", help="Phase 1 of pre-training (not with --phase2).")
+    training.add_argument("--phase2", action="store_true",
+                          help="Phase 2 of pre-training (not with --phase1; also the default without either).")
+    training.add_argument("--max-predictions-per-seq", type=int, default=80,
+                          help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
+
+    add_amp_arguments(parser)
+    parser.add_argument("--fuse-mha", action="store_true",
+                        help="One [H, 3H] projection for Q, K and V (checkpoints load either way).")
+    return parser
+
+
+def _check_positive(parser: argparse.ArgumentParser, args: argparse.Namespace, *names: str, minimum: int = 1):
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < minimum:
+            parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and check the command line; invalid input exits with a one-line error naming the flag."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_positive(parser, args, "max_steps", "steps_this_run", "log_freq", "num_steps_per_checkpoint",
+                    "keep_checkpoint_max", "batch_size", "gradient_merge_steps", "max_seq_length",
+                    "max_predictions_per_seq", "benchmark_steps")
+    _check_positive(parser, args, "benchmark_warmup_steps", "num_workers", "max_nonfinite_steps", minimum=0)
+    if args.phase1 and args.phase2:
+        parser.error("--phase1 and --phase2 cannot both be set")
+    if args.from_checkpoint is not None and args.from_pretrained_params is not None:
+        parser.error("--from-checkpoint and --from-pretrained-params cannot both be set")
+    if args.from_phase1_final_params is not None and not args.phase2:
+        parser.error("--from-phase1-final-params needs --phase2")
+    if args.from_phase1_final_params is not None and args.from_pretrained_params is not None:
+        parser.error("--from-phase1-final-params and --from-pretrained-params cannot both be set")
+    if args.last_step_of_checkpoint in (None, "None"):
+        args.last_step_of_checkpoint = None
+    elif args.last_step_of_checkpoint != "auto":
+        if not args.last_step_of_checkpoint.isdigit() or int(args.last_step_of_checkpoint) < 1:
+            parser.error(f"--last-step-of-checkpoint must be None, auto or a step >= 1, "
+                         f"got {args.last_step_of_checkpoint!r}")
+        args.last_step_of_checkpoint = int(args.last_step_of_checkpoint)
+    if args.learning_rate <= 0:
+        parser.error(f"--learning-rate must be positive, got {args.learning_rate}")
+    if args.warmup_start_lr < 0:
+        parser.error(f"--warmup-start-lr must not be negative, got {args.warmup_start_lr}")
+    for flag in ("warmup_proportion", "constant_proportion"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            parser.error(f"--{flag.replace('_', '-')} must be in [0, 1], got {getattr(args, flag)}")
+    if args.warmup_proportion + args.constant_proportion > 1.0:
+        parser.error("--warmup-proportion plus --constant-proportion must not exceed 1")
+    for flag in ("beta1", "beta2"):
+        if not 0.0 <= getattr(args, flag) < 1.0:
+            parser.error(f"--{flag} must be in [0, 1), got {getattr(args, flag)}")
+    for flag in ("epsilon", "max_grad_norm", "lr_decay_power"):
+        if getattr(args, flag) <= 0:
+            parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    if args.weight_decay < 0:
+        parser.error(f"--weight-decay must not be negative, got {args.weight_decay}")
+    if args.benchmark and args.benchmark_warmup_steps + args.benchmark_steps > args.max_steps:
+        parser.error(f"--benchmark-warmup-steps + --benchmark-steps ({args.benchmark_warmup_steps} + "
+                     f"{args.benchmark_steps}) exceed --max-steps {args.max_steps}")
+    check_amp_arguments(parser, args)
+
+    if not Path(args.input_dir).is_dir():
+        parser.error(f"--input-dir {args.input_dir}: no such folder")
+    if not Path(args.vocab_file).is_file():
+        parser.error(f"--vocab-file {args.vocab_file}: no such file")
+    if args.config_file is None:
+        if args.bert_model == "custom":
+            parser.error("--bert-model custom needs --config-file")
+        args.config_file = str(CONFIG_DIR / f"{args.bert_model}.json")
+    if not Path(args.config_file).is_file():
+        parser.error(f"--config-file {args.config_file}: no such file")
+    for flag in ("from_pretrained_params", "from_phase1_final_params"):
+        folder = getattr(args, flag)
+        if folder is not None:
+            params = Path(folder) / (args.model_prefix + checkpoint.PARAMS_SUFFIX)
+            if not params.is_file():
+                parser.error(f"--{flag.replace('_', '-')} {folder}: no {params.name} there")
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# Model, optimizer, schedule
+# ---------------------------------------------------------------------------------------------
+
+
+def load_bert_config(args: argparse.Namespace) -> BertConfig:
+    config = BertConfig.from_json_file(args.config_file)
+    config.fuse_mha = args.fuse_mha
+    if config.pad_vocab_size_multiple == 1:
+        config.pad_vocab_size_multiple = VOCAB_PAD_MULTIPLE
+    if args.max_seq_length > config.max_position_embeddings:
+        raise SystemExit(f"--max-seq-length {args.max_seq_length} exceeds max_position_embeddings "
+                         f"{config.max_position_embeddings} of {args.config_file}")
+    return config
+
+
+@dataclasses.dataclass
+class StepResult:
+    """What one optimizer step did, in global (all-rank) terms."""
+
+    loss: float
+    mlm_loss: float
+    nsp_loss: float
+    sequences: int
+    learning_rate: float
+    loss_scale: float
+    skipped: bool
+
+
+class Trainer:
+    """Model, optimizer, schedule and loss scaler, and the optimizer step over a list of micro-batches."""
+
+    def __init__(self, args: argparse.Namespace, rank: int, world_size: int):
+        self.args = args
+        self.world_size = world_size
+        self.policy = amp_policy(args)
+        self.config = load_bert_config(args)
+        paddle.seed(args.seed)
+        np.random.seed(args.seed)
+        self.model = BertForPretraining(self.config)
+        self.criterion = BertPretrainingCriterion()
+        self.scheduler = create_lr_scheduler(
+            "constant_poly" if args.constant_proportion > 0 else "poly",
+            learning_rate=args.learning_rate, total_steps=args.max_steps,
+            warmup_proportion=args.warmup_proportion, warmup_start_lr=args.warmup_start_lr,
+            power=args.lr_decay_power, constant_proportion=args.constant_proportion,
+        )
+        self.optimizer = create_optimizer(
+            args.optimizer, self.model, self.scheduler, weight_decay=args.weight_decay, beta1=args.beta1,
+            beta2=args.beta2, epsilon=args.epsilon, max_grad_norm=args.max_grad_norm,
+            multi_precision=self.policy.master_weights,
+        )
+        self.model, self.optimizer = amp_decorate(self.model, self.optimizer, self.policy)
+        self.scaler = create_loss_scaler(self.policy)
+        # Every rank builds the weights from --seed (DataParallel then broadcasts rank 0's anyway); dropout masks
+        # must differ between ranks, so the generator continues from a per-rank seed.
+        paddle.seed(args.seed + rank)
+        # The layer that runs forward/backward: DataParallel (see wrap_data_parallel) or the model itself.
+        self.network = self.model
+
+    def wrap_data_parallel(self) -> None:
+        """Wrap the model once its weights are final: DataParallel broadcasts rank 0's parameters."""
+        if self.world_size > 1:
+            self.network = paddle.DataParallel(self.model)
+
+    def _micro_batch_tensors(self, batch: dict) -> tuple[list[paddle.Tensor], int, int]:
+        labels = batch["masked_lm_labels"].reshape(-1)
+        positions = np.flatnonzero(labels != IGNORE_INDEX)
+        masked = len(positions)
+        if masked == 0:
+            # A micro-batch with nothing masked still needs an [M, V] head output: point at token 0 with an
+            # ignored label, which contributes nothing.
+            positions = np.zeros(1, np.int64)
+        tensors = [
+            paddle.to_tensor(batch["input_ids"]),
+            paddle.to_tensor(batch["token_type_ids"]),
+            paddle.to_tensor(batch["attention_mask"]),
+            paddle.to_tensor(positions.astype(np.int64)),
+            paddle.to_tensor(labels[positions].astype(np.int64)),
+            paddle.to_tensor(batch["next_sentence_labels"].reshape(-1).astype(np.int64)),
+        ]
+        return tensors, masked, len(batch["next_sentence_labels"])
+
+    def _all_reduce(self, values: paddle.Tensor) -> paddle.Tensor:
+        if self.world_size > 1:
+            paddle.distributed.all_reduce(values)
+        return values
+
+    def step(self, micro_batches: Sequence[dict], stop_requested: bool = False) -> tuple[StepResult, bool]:
+        """One optimizer step over this rank's micro-batches; returns the result and whether any rank asked to
+        stop (SIGTERM), which every rank learns at the same step."""
+        prepared = [self._micro_batch_tensors(batch) for batch in micro_batches]
+        local_counts = paddle.to_tensor([sum(p[1] for p in prepared), sum(p[2] for p in prepared)], "float64")
+        total_masked, total_sequences = self._all_reduce(local_counts).numpy().tolist()
+        mlm_part = paddle.zeros([], "float32")
+        nsp_part = paddle.zeros([], "float32")
+        for index, (tensors, masked, sequences) in enumerate(prepared):
+            input_ids, token_type_ids, attention_mask, positions, labels, next_sentence_labels = tensors
+            inner = index < len(prepared) - 1
+            sync_context = self.network.no_sync() if inner and self.world_size > 1 else contextlib.nullcontext()
+            with sync_context:
+                with amp_autocast(self.policy):
+                    prediction_scores, seq_relationship_score = self.network(
+                        input_ids, token_type_ids, attention_mask, positions
+                    )
+                    _, mlm_mean, nsp_mean = self.criterion(
+                        prediction_scores, seq_relationship_score, labels, next_sentence_labels
+                    )
+                mlm_weighted = mlm_mean * (masked / max(total_masked, 1.0))
+                nsp_weighted = nsp_mean * (sequences / total_sequences)
+                loss = (mlm_weighted + nsp_weighted) * self.world_size
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+            mlm_part += mlm_weighted.detach()
+            nsp_part += nsp_weighted.detach()
+
+        stats = self._all_reduce(paddle.stack([mlm_part, nsp_part, paddle.to_tensor(float(stop_requested))]))
+        mlm_loss, nsp_loss, stop_votes = stats.numpy().tolist()
+        loss = mlm_loss + nsp_loss
+        learning_rate = self.optimizer.get_lr()
+        overflow = self.scaler.unscale_and_check(self.model.parameters()) if self.scaler else False
+        skipped = overflow or not math.isfinite(loss)
+        if not skipped:
+            self.optimizer.step()
+        self.optimizer.clear_grad()
+        loss_scale = self.scaler.scale_value if self.scaler else 1.0
+        if self.scaler:
+            self.scaler.update(skipped)
+        self.scheduler.step()
+        result = StepResult(loss, mlm_loss, nsp_loss, int(total_sequences), learning_rate, loss_scale, skipped)
+        return result, stop_votes > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------
+
+
+def _rename_optimizer_state(state: dict, renames: dict[str, str]) -> dict:
+    """Optimizer state with each parameter name in its keys replaced through `renames`.
+
+    Paddle keys accumulators "<param.name>_<accumulator>_<n>" and master weights "<param.name>", where
+    param.name is a counter-based name such as "linear_5.w_0" that depends on construction order.
+    """
+    renamed = {}
+    # Longest names first, so that "linear_1.w_0" never claims the keys of "linear_1.w_0_x" style names.
+    ordered = sorted(renames, key=len, reverse=True)
+    for key, value in state.items():
+        if key == "LR_Scheduler":
+            renamed[key] = value
+        elif key == "master_weights":
+            renamed[key] = {renames[name]: weight for name, weight in value.items()}
+        else:
+            old = next((name for name in ordered if key.startswith(name + "_")), None)
+            if old is None:
+                raise ValueError(f"optimizer state entry {key!r} belongs to no parameter of the model")
+            renamed[renames[old] + key[len(old):]] = value
+    return renamed
+
+
+def optimizer_state_for_saving(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer) -> dict:
+    """The optimizer's state keyed by structured parameter names ("bert.encoder.0.output.weight_moment1_0").
+
+    Saved this way, a checkpoint's moments can only ever be loaded into the parameter they belong to, even if
+    the model is built in another order and Paddle's counter-based names shift.
+    """
+    return _rename_optimizer_state(optimizer.state_dict(), {p.name: n for n, p in model.named_parameters()})
+
+
+def load_optimizer_state(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, state: dict,
+                         source: str) -> None:
+    """Inverse of optimizer_state_for_saving."""
+    try:
+        renamed = _rename_optimizer_state(state, {n: p.name for n, p in model.named_parameters()})
+    except (KeyError, ValueError) as error:
+        raise SystemExit(f"{source}: optimizer state does not match this model ({error})") from None
+    optimizer.set_state_dict(renamed)
+
+
+def gather_from_ranks(value, world_size: int) -> list:
+    """Every rank's `value` (any picklable object), in rank order."""
+    if world_size == 1:
+        return [value]
+    gathered: list = []
+    paddle.distributed.all_gather_object(gathered, value)
+    return gathered
+
+
+def resolve_resume_folder(args: argparse.Namespace, phase: int) -> Path | None:
+    """The checkpoint folder to resume from, or None to start fresh (see --from-checkpoint's help)."""
+    if args.from_checkpoint is None and args.last_step_of_checkpoint is None:
+        return None
+    if args.last_step_of_checkpoint is None:
+        folder = Path(args.from_checkpoint)
+        checkpoint.read_progress(folder, args.model_prefix)  # raises, naming the folder, if it is not complete
+        return folder
+    search = Path(args.from_checkpoint) if args.from_checkpoint else checkpoint.phase_dir(
+        args.output_dir, args.bert_model, phase)
+    return checkpoint.find_checkpoint(search, args.last_step_of_checkpoint, args.model_prefix)
+
+
+def load_weights_only(model: paddle.nn.Layer, folder: str, prefix: str, flag: str) -> None:
+    path = Path(folder) / (prefix + checkpoint.PARAMS_SUFFIX)
+    missing, unexpected = load_weights(model, paddle.load(str(path)), str(path))
+    if missing:
+        raise SystemExit(f"{flag} {path}: parameters missing from the file: {', '.join(missing[:5])}")
+    if unexpected:
+        print(f"{flag} {path}: ignored {len(unexpected)} entries the model has no place for", flush=True)
+
+
+class StopSignal:
+    """Turns SIGTERM (what Slurm sends before a time limit) into a flag that the training loop checks."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+
+    def __enter__(self) -> StopSignal:
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def declare_report_metrics(logger: DLLogger) -> None:
+    for name, meta in {
+        "loss": {"format": ":.4f"}, "mlm_loss": {"format": ":.4f"}, "nsp_loss": {"format": ":.4f"},
+        "learning_rate": {"format": ":.6e"}, "loss_scale": {"format": ":.1f"},
+        "sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
+        "e2e_train_time": {"unit": "s", "format": ":.2f"}, "raw_train_time": {"unit": "s", "format": ":.2f"},
+        "training_sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
+        "final_loss": {"format": ":.4f"},
+    }.items():
+        logger.metadata(name, meta)
+
+
+def run(args: argparse.Namespace, process_start: float, process_info: dict) -> int:
+    rank, world_size = init_data_parallel()
+    phase = 1 if args.phase1 else 2
+    # The report file gets every record; stdout gets the shorter progress lines printed below instead.
+    logger = DLLogger(args.report_file, enabled=rank == 0, stdout=False)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    print(f"Rank {rank} of {world_size}: CPUs {process_info['cpu_affinity'] or 'not pinned'}, "
+          f"{process_info['cpu_threads']} threads", flush=True)
+    if args.show_config:
+        config_record = vars(args) | process_info | {"world_size": world_size}
+        logger.log("PARAMETER", config_record)
+        say("Configuration: " + json.dumps(config_record, sort_keys=True), flush=True)
+    declare_report_metrics(logger)
+
+    trainer = Trainer(args, rank, world_size)
+
+    resume_folder = resolve_resume_folder(args, phase)
+    progress: dict = {}
+    if resume_folder is not None:
+        model_state, optimizer_state, progress = checkpoint.load_checkpoint(resume_folder, args.model_prefix)
+        if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
+            raise SystemExit(f"{resume_folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
+                             "resume with the same setting, or start from its weights with --from-pretrained-params")
+        load_weights(trainer.model, model_state, str(resume_folder))
+        load_optimizer_state(trainer.model, trainer.optimizer, optimizer_state, str(resume_folder))
+        if trainer.scaler and progress.get("loss_scaler"):
+            trainer.scaler.load_state_dict(progress["loss_scaler"])
+        say(f"Resuming from {resume_folder} at step {progress['global_step']}", flush=True)
+    elif args.from_phase1_final_params is not None:
+        load_weights_only(trainer.model, args.from_phase1_final_params, args.model_prefix,
+                          "--from-phase1-final-params")
+    elif args.from_pretrained_params is not None:
+        load_weights_only(trainer.model, args.from_pretrained_params, args.model_prefix, "--from-pretrained-params")
+    trainer.wrap_data_parallel()
+
+    loader = PretrainingDataLoader(
+        args.input_dir, args.vocab_file, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+        max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, rank=rank, world_size=world_size,
+        num_workers=args.num_workers,
+    )
+    start_step = progress.get("global_step", 0)
+    nonfinite_streak = progress.get("nonfinite_streak", 0)
+    if progress:
+        if progress.get("world_size") == world_size:
+            loader.load_state_dict(progress["data_positions"][rank])
+            checkpoint.restore_rng_state(progress["rng_states"][rank])
+        else:
+            say(f"Warning: {resume_folder} was written by {progress.get('world_size')} ranks, this run has "
+                f"{world_size}; the data order and random streams restart instead of continuing exactly", flush=True)
+
+    if args.benchmark:
+        last_step = start_step + args.benchmark_warmup_steps + args.benchmark_steps
+    elif args.steps_this_run is not None:
+        last_step = min(args.max_steps, start_step + args.steps_this_run)
+    else:
+        last_step = args.max_steps
+    folder = checkpoint.phase_dir(args.output_dir, args.bert_model, phase)
+
+    def save(step: int) -> None:
+        rng_states = gather_from_ranks(checkpoint.capture_rng_state(), world_size)
+        positions = gather_from_ranks(loader.state_dict(), world_size)
+        record = {
+            "phase": phase, "world_size": world_size, "fuse_mha": args.fuse_mha, "epoch": loader.epoch,
+            "data_positions": positions, "rng_states": rng_states, "nonfinite_streak": nonfinite_streak,
+            "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,
+        }
+        checkpoint.save_checkpoint(
+            folder, step, trainer.model.state_dict(), optimizer_state_for_saving(trainer.model, trainer.optimizer),
+            record, rank=rank, prefix=args.model_prefix, keep_max=args.keep_checkpoint_max,
+        )
+
+    say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
+    interval = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "steps": 0, "sequences": 0}
+    interval_start = loop_start = time.perf_counter()
+    timed_start, timed_sequences, timed_steps = loop_start, 0, 0
+    final_loss = float("nan")
+    step = start_step
+    batches = iter(loader)
+    with StopSignal() as stop_signal:
+        while step < last_step:
+            if args.benchmark and step == start_step + args.benchmark_warmup_steps:
+                timed_start, timed_sequences, timed_steps = time.perf_counter(), 0, 0
+            micro_batches = [next(batches) for _ in range(args.gradient_merge_steps)]
+            result, stop = trainer.step(micro_batches, stop_signal.requested)
+            step += 1
+            timed_sequences += result.sequences
+            timed_steps += 1
+            interval["sequences"] += result.sequences
+            if result.skipped:
+                nonfinite_streak += 1
+                say(f"Step {step}: non-finite loss or float16 overflow; update skipped "
+                    f"(loss scale {result.loss_scale:g})", flush=True)
+                logger.log(step, {"skipped_update": 1, "loss": result.loss, "loss_scale": result.loss_scale})
+                if nonfinite_streak > args.max_nonfinite_steps:
+                    raise SystemExit(f"step {step}: the loss has been non-finite for {nonfinite_streak} steps in a "
+                                     f"row, more than --max-nonfinite-steps {args.max_nonfinite_steps}; stopping")
+            else:
+                nonfinite_streak = 0
+                for key in ("loss", "mlm_loss", "nsp_loss"):
+                    interval[key] += getattr(result, key)
+                interval["steps"] += 1
+            if step % args.log_freq == 0 or step == last_step or stop:
+                now = time.perf_counter()
+                if interval["steps"]:
+                    final_loss = interval["loss"] / interval["steps"]
+                    logger.log(step, {
+                        "loss": final_loss,
+                        "mlm_loss": interval["mlm_loss"] / interval["steps"],
+                        "nsp_loss": interval["nsp_loss"] / interval["steps"],
+                        "learning_rate": result.learning_rate,
+                        "loss_scale": result.loss_scale,
+                        "sequences_per_second": interval["sequences"] / (now - interval_start),
+                    })
+                    eta = (now - loop_start) / (step - start_step) * (last_step - step)
+                    say(f"step {step}/{last_step} ({100 * step / last_step:.1f}%)  loss {final_loss:.4f}  "
+                        f"lr {result.learning_rate:.3e}  {interval['sequences'] / (now - interval_start):.1f} seq/s  "
+                        f"ETA {format_duration(eta)}", flush=True)
+                interval = dict.fromkeys(interval, 0)
+                interval_start = now
+            checkpoint_due = step % args.num_steps_per_checkpoint == 0 or step == last_step or stop
+            if checkpoint_due and not args.benchmark:
+                save(step)
+            if stop:
+                where = "no checkpoint in benchmark mode" if args.benchmark else f"checkpoint in {folder / str(step)}"
+                say(f"SIGTERM: stopped after step {step} ({where})", flush=True)
+                break
+    train_time = time.perf_counter() - timed_start
+    summary = {
+        "e2e_train_time": time.time() - process_start,
+        "training_sequences_per_second": timed_sequences / train_time if train_time > 0 else 0.0,
+        "final_loss": final_loss,
+        "raw_train_time": train_time,
+        "timed_steps": timed_steps,
+        "world_size": world_size,
+    }
+    logger.log((), summary)
+    say("Summary: " + json.dumps(summary), flush=True)
+    if args.benchmark:
+        say(f"Benchmark: {summary['training_sequences_per_second']:.2f} sequences/s over {timed_steps} steps "
+            f"after {args.benchmark_warmup_steps} warmup steps", flush=True)
+    logger.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    process_start = time.time()
+    args = parse_args(argv)
+    process_info = {"cpu_affinity": set_cpu_affinity() if args.enable_cpu_affinity else None}
+    process_info["cpu_threads"] = configure_cpu_threads()
+    # Fresh parameter-name counters, so that a run called from Python names everything as a new process would.
+    with paddle.utils.unique_name.guard():
+        return run(args, process_start, process_info)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,382 @@
+"""run_pretraining.py command line: invalid combinations, and the effect of every option.
+
+Training runs here call run_pretraining.main() in this process on a 1-layer, hidden-32 BERT (the uncased vocab,
+so the LDDL sample shards fit) for a few steps: the options' effects do not depend on model size, and a fresh
+process would cost more than the run. The helpers at the top are shared with the other test_run_pretraining_*
+files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+
+import run_pretraining
+from conftest import ROOT, require_shared
+from dllog import read_report
+from modeling import BertConfig, BertForPretraining, load_weights
+from optimizer import Lans
+from pretraining_dataset import PretrainingDataLoader
+from runtime import LossScaler
+
+UNBINNED = ("data", "lddl-sample", "wikitext2-test-seq128-unbinned")
+BINNED = ("data", "lddl-sample", "wikitext2-test-seq128-bin64")
+
+
+def write_config(folder: Path, dropout: float = 0.1, name: str = "bert-test.json") -> Path:
+    """A 1-layer, hidden-32 BERT config with the uncased vocabulary."""
+    config = {
+        "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "intermediate_size": 64, "max_position_embeddings": 128, "hidden_dropout_prob": dropout,
+        "attention_probs_dropout_prob": dropout,
+    }
+    path = folder / name
+    path.write_text(json.dumps(config))
+    return path
+
+
+def pretraining_argv(tmp_path: Path, *extra: str, dropout: float = 0.1, shards: tuple = UNBINNED) -> list[str]:
+    """Arguments for a short phase-1 run writing to tmp_path/out and tmp_path/report.json; `extra` overrides."""
+    argv = [
+        "--input-dir", str(require_shared(*shards)),
+        "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")),
+        "--output-dir", str(tmp_path / "out"), "--report-file", str(tmp_path / "report.json"),
+        "--bert-model", "custom", "--config-file", str(write_config(tmp_path, dropout)),
+        "--max-steps", "4", "--batch-size", "4", "--max-seq-length", "128", "--max-predictions-per-seq", "20",
+        "--learning-rate", "5e-3", "--warmup-proportion", "0.25", "--log-freq", "1", "--num-workers", "0",
+        "--show-config", "false", "--enable-cpu-affinity", "false",
+    ]
+    if "--phase2" not in extra:
+        argv.append("--phase1")
+    return argv + list(extra)
+
+
+def train(argv: list[str]) -> int:
+    return run_pretraining.main(argv)
+
+
+def step_records(report: Path) -> list[dict]:
+    """The per-step LOG records of a report (integer steps), in order."""
+    return [r for r in read_report(report) if r["type"] == "LOG" and isinstance(r["step"], int)]
+
+
+def summaries(report: Path) -> list[dict]:
+    return [r["data"] for r in read_report(report) if r["type"] == "LOG" and r["step"] == []]
+
+
+def checkpoint_params(out: Path, step: int, phase: int = 1, prefix: str = "bert_paddle") -> dict[str, np.ndarray]:
+    state = paddle.load(str(out / "custom" / f"phase{phase}" / str(step) / f"{prefix}.pdparams"))
+    return {name: value.numpy() for name, value in state.items()}
+
+
+def step_folders(out: Path, phase: int = 1) -> list[int]:
+    return sorted(int(p.name) for p in (out / "custom" / f"phase{phase}").iterdir() if p.name.isdigit())
+
+
+def parse_error(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        run_pretraining.parse_args(argv)
+    assert exit_info.value.code == 2
+    error_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("run_pretraining")
+                   or "error:" in line]
+    assert len(error_lines) == 1
+    return error_lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Invalid input
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--phase2", "--phase1"], "--phase1 and --phase2"),
+    (["--from-checkpoint", "x", "--from-pretrained-params", "y"], "--from-checkpoint and --from-pretrained-params"),
+    (["--from-phase1-final-params", "x"], "--from-phase1-final-params needs --phase2"),
+    (["--max-steps", "0"], "--max-steps must be at least 1"),
+    (["--gradient-merge-steps", "0"], "--gradient-merge-steps must be at least 1"),
+    (["--log-freq", "-1"], "--log-freq must be at least 1"),
+    (["--keep-checkpoint-max", "0"], "--keep-checkpoint-max must be at least 1"),
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--last-step-of-checkpoint", "latest"], "--last-step-of-checkpoint must be None, auto or a step"),
+    (["--warmup-proportion", "1.5"], "--warmup-proportion must be in [0, 1]"),
+    (["--warmup-proportion", "0.6", "--constant-proportion", "0.6"], "--constant-proportion must not exceed 1"),
+    (["--learning-rate", "0"], "--learning-rate must be positive"),
+    (["--max-grad-norm", "-1"], "--max-grad-norm must be positive"),
+    (["--beta2", "1.0"], "--beta2 must be in [0, 1)"),
+    (["--benchmark", "--benchmark-steps", "5", "--benchmark-warmup-steps", "5"], "exceed --max-steps 4"),
+    (["--use-pure-fp16"], "--use-pure-fp16 needs --amp"),
+    (["--show-config", "maybe"], "--show-config"),
+    (["--input-dir", "/nonexistent/shards"], "--input-dir /nonexistent/shards: no such folder"),
+    (["--vocab-file", "/nonexistent/vocab.txt"], "--vocab-file /nonexistent/vocab.txt: no such file"),
+    (["--config-file", "/nonexistent/bert.json"], "--config-file /nonexistent/bert.json: no such file"),
+    (["--from-pretrained-params", "/nonexistent"], "--from-pretrained-params /nonexistent: no bert_paddle.pdparams"),
+])
+def test_invalid_combinations_exit_with_one_line_naming_the_flag(tmp_path, capsys, extra, flag):
+    assert flag in parse_error(pretraining_argv(tmp_path, *extra), capsys)
+
+
+def test_phase2_needs_existing_phase1_params_and_custom_needs_a_config(tmp_path, capsys):
+    argv = pretraining_argv(tmp_path, "--phase2", "--from-phase1-final-params", str(tmp_path / "missing"))
+    assert "--from-phase1-final-params" in parse_error(argv, capsys)
+    argv = pretraining_argv(tmp_path)
+    argv.remove("--config-file")
+    argv.remove(argv[argv.index("--bert-model") + 2])
+    assert "--bert-model custom needs --config-file" in parse_error(argv, capsys)
+
+
+def test_bert_model_selects_its_config_file(tmp_path):
+    argv = pretraining_argv(tmp_path, "--bert-model", "bert-base-cased")
+    del argv[argv.index("--config-file"):argv.index("--config-file") + 2]
+    args = run_pretraining.parse_args(argv)
+    assert Path(args.config_file) == ROOT / "bert_configs" / "bert-base-cased.json"
+    assert run_pretraining.load_bert_config(args).vocab_size == 28996  # the cased vocabulary
+
+
+def test_max_seq_length_beyond_position_embeddings_is_an_error(tmp_path):
+    args = run_pretraining.parse_args(pretraining_argv(tmp_path, "--max-seq-length", "256"))
+    with pytest.raises(SystemExit, match="--max-seq-length 256 exceeds max_position_embeddings 128"):
+        run_pretraining.load_bert_config(args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Effects of options
+# ---------------------------------------------------------------------------------------------
+
+
+def test_defaults_match_nvidia_reference():
+    parser = run_pretraining.build_parser()
+    defaults = {action.dest: action.default for action in parser._actions}
+    # NVIDIA DeepLearningExamples PaddlePaddle/LanguageModeling/BERT utils/config.py.
+    expected = {
+        "bert_model": "bert-large-uncased", "config_file": None, "log_freq": 10, "num_steps_per_checkpoint": 100,
+        "from_pretrained_params": None, "from_checkpoint": None, "last_step_of_checkpoint": None,
+        "from_phase1_final_params": None, "steps_this_run": None, "seed": 42, "report_file": "./report.json",
+        "model_prefix": "bert_paddle", "show_config": True, "enable_cpu_affinity": True, "benchmark": False,
+        "benchmark_steps": 20, "benchmark_warmup_steps": 20, "optimizer": "Lamb", "gradient_merge_steps": 1,
+        "learning_rate": 1e-4, "warmup_start_lr": 0.0, "warmup_proportion": 0.01, "beta1": 0.9, "beta2": 0.999,
+        "epsilon": 1e-6, "weight_decay": 0.01, "max_seq_length": 512, "batch_size": 32, "phase1": False,
+        "phase2": False, "max_predictions_per_seq": 80, "amp": False, "scale_loss": 1.0,
+        "use_dynamic_loss_scaling": False, "use_pure_fp16": False, "fuse_mha": False, "num_workers": 4,
+        # Additions (issue 5).
+        "keep_checkpoint_max": 3, "amp_dtype": "float16", "lr_decay_power": 1.0, "constant_proportion": 0.0,
+        "max_grad_norm": 1.0, "max_nonfinite_steps": 100,
+    }
+    assert {name: defaults[name] for name in expected} == expected
+
+
+def test_seed_sets_the_initial_weights(tmp_path):
+    def initial_weights(seed: str) -> np.ndarray:
+        args = run_pretraining.parse_args(pretraining_argv(tmp_path, "--seed", seed))
+        return run_pretraining.Trainer(args, rank=0, world_size=1).model.bert.encoder[0].output.weight.numpy()
+
+    first = initial_weights("1")
+    assert np.array_equal(first, initial_weights("1"))
+    assert not np.array_equal(first, initial_weights("2"))
+
+
+def test_optimizer_options_reach_the_optimizer(tmp_path):
+    argv = pretraining_argv(tmp_path, "--beta1", "0.8", "--beta2", "0.95", "--epsilon", "1e-8", "--weight-decay",
+                            "0.02", "--max-grad-norm", "2.5")
+    for name, expected_class in (("Lamb", paddle.optimizer.Lamb), ("AdamW", paddle.optimizer.AdamW),
+                                 ("Lans", Lans)):
+        trainer = run_pretraining.Trainer(run_pretraining.parse_args(argv + ["--optimizer", name]), 0, 1)
+        optimizer = trainer.optimizer
+        assert type(optimizer) is expected_class
+        assert (optimizer._beta1, optimizer._beta2, optimizer._epsilon) == (0.8, 0.95, 1e-8)
+        assert optimizer._grad_clip.clip_norm == 2.5
+        decay = optimizer._lamb_weight_decay if name != "AdamW" else optimizer._weight_decay
+        assert decay == 0.02
+
+
+def test_schedule_options_give_the_logged_learning_rates(tmp_path):
+    # 6 steps: W = floor(0.34 * 6) = 2 warmup steps, C = 2 constant steps, then power-2 decay to 0.
+    argv = pretraining_argv(tmp_path, "--max-steps", "6", "--learning-rate", "1e-3", "--warmup-start-lr", "1e-4",
+                            "--warmup-proportion", "0.34", "--constant-proportion", "0.34", "--lr-decay-power", "2")
+    assert train(argv) == 0
+    logged = [r["data"]["learning_rate"] for r in step_records(tmp_path / "report.json")]
+    # Step k (1-based) runs at lr(k) of the LANS schedule (Zheng et al. 2020), written out by hand:
+    expected = [1e-4 + (1e-3 - 1e-4) * 1 / 2, 1e-3, 1e-3, 1e-3, 1e-3 * (1 - 1 / 2) ** 2, 0.0]
+    np.testing.assert_allclose(logged, expected, rtol=1e-12, atol=1e-15)
+
+
+def test_log_freq_model_prefix_checkpoint_frequency_and_report_file(tmp_path):
+    report = tmp_path / "elsewhere" / "dllog.json"
+    argv = pretraining_argv(tmp_path, "--max-steps", "5", "--log-freq", "2", "--num-steps-per-checkpoint", "2",
+                            "--model-prefix", "tiny", "--report-file", str(report), "--keep-checkpoint-max", "5")
+    assert train(argv) == 0
+    assert [r["step"] for r in step_records(report)] == [2, 4, 5]  # every 2 steps, and the last one
+    assert step_folders(tmp_path / "out") == [2, 4, 5]
+    assert sorted(p.name for p in (tmp_path / "out" / "custom" / "phase1" / "5").iterdir()) == [
+        "tiny.pdopt", "tiny.pdparams", "tiny_progress.json"]
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_show_config_reports_and_prints_the_arguments(tmp_path, capsys):
+    assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--show-config", "true")) == 0
+    records = read_report(tmp_path / "report.json")
+    parameters = [r["data"] for r in records if r["type"] == "LOG" and r["step"] == "PARAMETER"]
+    assert len(parameters) == 1 and parameters[0]["max_steps"] == 1 and parameters[0]["world_size"] == 1
+    assert "Configuration: " in capsys.readouterr().out
+    assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--show-config", "false",
+                                  "--output-dir", str(tmp_path / "second"))) == 0
+    records = read_report(tmp_path / "report.json")
+    assert sum(r["step"] == "PARAMETER" for r in records if r["type"] == "LOG") == 1
+    assert "Configuration: " not in capsys.readouterr().out
+
+
+def test_data_options_reach_the_loader(tmp_path, monkeypatch):
+    seen = {}
+
+    class RecordingLoader(PretrainingDataLoader):
+        def __init__(self, *args, **kwargs):
+            seen.update(kwargs, input_dir=args[0], vocab_file=args[1])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(run_pretraining, "PretrainingDataLoader", RecordingLoader)
+    argv = pretraining_argv(tmp_path, "--max-steps", "1", "--num-workers", "1", "--batch-size", "3",
+                            "--max-predictions-per-seq", "19", "--seed", "7")
+    assert train(argv) == 0
+    assert (seen["num_workers"], seen["batch_size"], seen["max_predictions_per_seq"], seen["seed"],
+            seen["max_seq_length"]) == (1, 3, 19, 7, 128)
+    assert seen["input_dir"] == str(require_shared(*UNBINNED))
+
+
+def test_shard_limits_are_enforced_through_the_loader(tmp_path):
+    # The sample shards hold up to 128 tokens and 19 masked positions per sequence; the loader refuses to cut.
+    with pytest.raises(ValueError, match="max_seq_length"):
+        train(pretraining_argv(tmp_path, "--max-steps", "1", "--max-seq-length", "64"))
+    with pytest.raises(ValueError, match="max_predictions_per_seq"):
+        train(pretraining_argv(tmp_path, "--max-steps", "1", "--max-predictions-per-seq", "5"))
+
+
+def test_vocab_file_maps_the_shard_tokens(tmp_path):
+    vocab = require_shared("vocab", "bert-uncased-vocab.txt").read_text(encoding="utf-8").splitlines()
+    shuffled = tmp_path / "shuffled-vocab.txt"
+    # Same special tokens, other ids for every ordinary word piece: the inputs, and so the loss, change.
+    ordinary = vocab[1000:]
+    shuffled.write_text("\n".join(vocab[:1000] + ordinary[::-1]) + "\n", encoding="utf-8")
+    assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--output-dir", str(tmp_path / "a"))) == 0
+    assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--output-dir", str(tmp_path / "b"),
+                                  "--vocab-file", str(shuffled))) == 0
+    first, second = (r["data"]["loss"] for r in step_records(tmp_path / "report.json"))
+    assert first != second
+
+
+def test_steps_this_run_stops_early_on_the_full_schedule(tmp_path):
+    assert train(pretraining_argv(tmp_path, "--max-steps", "8", "--steps-this-run", "3")) == 0
+    records = step_records(tmp_path / "report.json")
+    assert [r["step"] for r in records] == [1, 2, 3]
+    # The schedule spans --max-steps 8 (2 warmup steps), not the 3 steps of this run.
+    np.testing.assert_allclose(records[-1]["data"]["learning_rate"], 5e-3 * (1 - 1 / 6), rtol=1e-12)
+    assert step_folders(tmp_path / "out") == [3]
+
+
+def test_benchmark_runs_warmup_then_timed_steps_without_checkpoints(tmp_path, capsys):
+    argv = pretraining_argv(tmp_path, "--max-steps", "10", "--benchmark", "--benchmark-warmup-steps", "1",
+                            "--benchmark-steps", "2")
+    assert train(argv) == 0
+    assert [r["step"] for r in step_records(tmp_path / "report.json")] == [1, 2, 3]
+    (summary,) = summaries(tmp_path / "report.json")
+    assert summary["timed_steps"] == 2
+    # Throughput over the timed steps only: 2 steps of 4 sequences.
+    assert summary["training_sequences_per_second"] == pytest.approx(8 / summary["raw_train_time"], rel=1e-9)
+    assert "Benchmark: " in capsys.readouterr().out
+    assert not (tmp_path / "out" / "custom").exists()
+
+
+def test_amp_on_cpu_says_so_once_and_trains_in_fp32(tmp_path, capsys):
+    assert train(pretraining_argv(tmp_path, "--max-steps", "2", "--output-dir", str(tmp_path / "fp32"))) == 0
+    capsys.readouterr()
+    assert train(pretraining_argv(tmp_path, "--max-steps", "2", "--output-dir", str(tmp_path / "amp"), "--amp",
+                                  "--use-dynamic-loss-scaling", "--scale-loss", "1048576")) == 0
+    assert sum("AMP needs a GPU" in line for line in capsys.readouterr().out.splitlines()) == 1
+    fp32, amp = checkpoint_params(tmp_path / "fp32", 2), checkpoint_params(tmp_path / "amp", 2)
+    assert all(np.array_equal(fp32[name], amp[name]) for name in fp32)
+
+
+def test_float16_overflow_skips_the_update_and_halves_the_scale(tmp_path):
+    # On a CPU --amp falls back to fp32, so the scaler a GPU run would get is installed by hand. A large NSP
+    # weight gives gradients of about 1e10: finite, but times a loss scale of 2^100 they overflow float32 the
+    # way moderate gradients times 2^20 overflow float16.
+    trainer = run_pretraining.Trainer(run_pretraining.parse_args(pretraining_argv(tmp_path)), 0, 1)
+    trainer.scaler = LossScaler(2.0**100, dynamic=True)
+    trainer.model.cls.seq_relationship.weight.set_value(
+        paddle.full(trainer.model.cls.seq_relationship.weight.shape, 1e10))
+    loader = PretrainingDataLoader(str(require_shared(*UNBINNED)), str(require_shared("vocab",
+                                   "bert-uncased-vocab.txt")), 4, 128, 20, seed=42)
+    before = {name: p.numpy().copy() for name, p in trainer.model.named_parameters()}
+    result, _ = trainer.step([next(iter(loader))])
+    assert result.skipped and math.isfinite(result.loss) and result.loss_scale == 2.0**100
+    assert trainer.scaler.scale_value == 2.0**99
+    assert all(np.array_equal(before[name], p.numpy()) for name, p in trainer.model.named_parameters())
+    assert trainer.scheduler.last_epoch == 1  # the schedule moves on
+    # The same step without loss scaling is finite and updates the weights.
+    trainer.scaler = None
+    result, _ = trainer.step([next(iter(loader))])
+    assert not result.skipped
+    assert not np.array_equal(before["bert.pooler.dense.weight"], trainer.model.bert.pooler.dense.weight.numpy())
+
+
+def test_repeated_nonfinite_losses_stop_the_run_naming_the_step(tmp_path, capsys):
+    # AdamW moves every weight by about the learning rate: 1e30 makes the next forward pass overflow, and
+    # since non-finite steps are skipped, every later loss stays non-finite.
+    argv = pretraining_argv(tmp_path, "--max-steps", "20", "--optimizer", "AdamW", "--learning-rate", "1e30",
+                            "--warmup-proportion", "0", "--max-nonfinite-steps", "2")
+    with pytest.raises(SystemExit, match=r"step 4: the loss has been non-finite for 3 steps in a row, more than "
+                                         r"--max-nonfinite-steps 2"):
+        train(argv)
+    out = capsys.readouterr().out
+    assert "Step 2: non-finite loss or float16 overflow; update skipped" in out
+    skipped = [r["step"] for r in step_records(tmp_path / "report.json") if "skipped_update" in r["data"]]
+    assert skipped == [2, 3, 4]
+
+
+def test_fuse_mha_checkpoints_load_into_unfused_models_and_back(tmp_path):
+    fused_out, unfused_out = tmp_path / "fused", tmp_path / "unfused"
+    assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--fuse-mha", "--output-dir", str(fused_out),
+                                  dropout=0.0)) == 0
+    fused = checkpoint_params(fused_out, 1)
+    assert "bert.encoder.0.attention.qkv.weight" in fused and "bert.encoder.0.attention.query.weight" not in fused
+    # Unfused run from the fused weights, then a fused run from those unfused weights.
+    assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--output-dir", str(unfused_out),
+                                  "--from-pretrained-params", str(fused_out / "custom" / "phase1" / "1"),
+                                  dropout=0.0)) == 0
+    assert "bert.encoder.0.attention.query.weight" in checkpoint_params(unfused_out, 1)
+    assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--output-dir", str(tmp_path / "refused"),
+                                  "--fuse-mha", "--from-pretrained-params",
+                                  str(unfused_out / "custom" / "phase1" / "1"), dropout=0.0)) == 0
+    # Each run's first loss is the loss its starting weights give on the first batch (dropout 0): computed here
+    # independently from the file it started from.
+    losses = [r["data"]["loss"] for r in step_records(tmp_path / "report.json")]
+    loader = PretrainingDataLoader(str(require_shared(*UNBINNED)), str(require_shared("vocab",
+                                   "bert-uncased-vocab.txt")), 4, 128, 20, seed=42)
+    batch = next(iter(loader))
+    for start, logged, fuse in ((fused_out, losses[1], False), (unfused_out, losses[2], True)):
+        config = BertConfig.from_json_file(str(tmp_path / "bert-test.json"))
+        config.fuse_mha, config.pad_vocab_size_multiple = fuse, 8
+        model = BertForPretraining(config)
+        model.eval()
+        load_weights(model, paddle.load(str(start / "custom" / "phase1" / "1" / "bert_paddle.pdparams")), "start")
+        assert logged == pytest.approx(first_batch_loss(model, batch), rel=1e-5)
+
+
+def first_batch_loss(model: BertForPretraining, batch: dict) -> float:
+    """Masked-LM mean + NSP mean of one batch, written out in NumPy from the model's scores."""
+    labels = batch["masked_lm_labels"].reshape(-1)
+    positions = np.flatnonzero(labels != -1)
+    scores, nsp_scores = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]),
+                               paddle.to_tensor(batch["attention_mask"]), paddle.to_tensor(positions))
+
+    def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> float:
+        logits = logits.astype(np.float64)
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        return float(-log_probs[np.arange(len(targets)), targets].mean())
+
+    return cross_entropy(scores.numpy(), labels[positions]) + cross_entropy(nsp_scores.numpy(),
+                                                                            batch["next_sentence_labels"])
