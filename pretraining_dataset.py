@@ -370,8 +370,8 @@ class BatchBuilder:
         self.shuffle_window_samples = shuffle_window_samples
         self._plans: OrderedDict[int, EpochPlan] = OrderedDict()
         self._windows: OrderedDict[tuple[int, int, int], Window] = OrderedDict()
-        # two windows per bin: a batch may straddle two, and workers may straddle two epochs
-        self._window_capacity = 2 * len(shards.bins) + 2
+        # the current window of each bin, plus one for a batch that straddles two windows
+        self._window_capacity = len(shards.bins) + 1
 
     def plan(self, epoch: int) -> EpochPlan:
         if epoch not in self._plans:
@@ -440,7 +440,7 @@ class BatchBuilder:
     def _read_hdf5(self, shard: Shard) -> dict:
         try:
             with h5py.File(shard.path, "r") as source:
-                columns = {name: np.asarray(source[name][()], dtype=np.int64) for name in HDF5_DATASETS}
+                columns = {name: source[name][()] for name in HDF5_DATASETS}  # cast per batch: files can be big
         except OSError as error:
             raise ValueError(f"{shard.path}: cannot read the HDF5 data ({error})") from None
         if len(columns["next_sentence_labels"]) != shard.num_rows:
@@ -579,7 +579,8 @@ class BatchBuilder:
             out[:, :keep] = values[:, :keep]
             return out
 
-        next_sentence_labels = np.concatenate([window.columns["next_sentence_labels"][rows] for window, rows in parts])
+        next_sentence_labels = np.concatenate([window.columns["next_sentence_labels"][rows]
+                                               for window, rows in parts]).astype(np.int64)
         return {"input_ids": crop(input_ids), "token_type_ids": crop(gather("segment_ids", width)),
                 "attention_mask": crop(input_mask), "masked_lm_labels": masked_lm_labels,
                 "next_sentence_labels": next_sentence_labels}
