@@ -6,6 +6,7 @@ shared/data/lddl-sample/README.md, never from the loader itself.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -22,6 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import create_pretraining_data
+import lddl_preprocess
 from conftest import ROOT, require_shared
 from pretraining_dataset import PretrainingDataLoader, main
 
@@ -547,3 +550,25 @@ def test_dump_command_line_names_a_bad_folder(tmp_path, tiny_vocab):
                              str(tmp_path / "missing"), "--vocab-file", str(tiny_vocab), "--dump", "1"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and result.stderr.strip() == f"{tmp_path / 'missing'}: no such folder"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Round trip with our own preprocessors
+
+
+def test_our_preprocessors_output_loads_identically_from_parquet_and_hdf5(uncased_vocab, tmp_path):
+    """lddl_preprocess.py and create_pretraining_data.py make the same pairs for a seed; both must load as the rows."""
+    source = require_shared("data", "lddl-sample", "wikitext2-test-source", "en", "0.txt")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(source.read_text(encoding="utf-8").split("\n")[:6]), encoding="utf-8")
+    common = ["--input", str(corpus), "--input-format", "lddl", "--vocab-file", str(uncased_vocab),
+              "--num-shards", "3", "--num-workers", "1", "--duplicate-factor", "1", "--seed", "3"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        lddl_preprocess.main([*common, "--output-dir", str(tmp_path / "pq")])
+        create_pretraining_data.main([*common, "--output-dir", str(tmp_path / "h5")])
+    loaded = {}
+    for name in ("pq", "h5"):
+        loader = PretrainingDataLoader(str(tmp_path / name), str(uncased_vocab), 16, 128, 20, seed=0)
+        loaded[name] = Counter(key_of(sample) for batch in one_epoch(loader) for sample in samples(batch))
+    rows = Counter(key_of(row) for row in expected_rows(tmp_path / "pq", uncased_vocab))
+    assert loaded["pq"] == loaded["h5"] == rows and sum(rows.values()) > 100
