@@ -1,0 +1,187 @@
+"""run_pretraining.py checkpoints: exact resume after SIGKILL (at a step and in the middle of a save), SIGTERM,
+rotation across runs, the appended report, explicit steps, and phase 1 -> phase 2.
+
+Every run passes --last-step-of-checkpoint auto, as NVIDIA's recipes do, so that "the same command" both starts
+a job and resumes it. Killed runs are separate processes; the runs that finish are called in this process.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import checkpoint
+from conftest import ROOT
+from dllog import read_report
+from test_run_pretraining_cli import (
+    BINNED,
+    checkpoint_params,
+    pretraining_argv,
+    step_folders,
+    step_records,
+    summaries,
+    train,
+)
+
+SCRIPT = str(ROOT / "run_pretraining.py")
+# Dropout on and two merged micro-batches per step: the resumed run must continue every random stream exactly.
+RESUMABLE = ("--max-steps", "6", "--num-steps-per-checkpoint", "2", "--keep-checkpoint-max", "2",
+             "--gradient-merge-steps", "2", "--last-step-of-checkpoint", "auto")
+
+
+def resumable_argv(folder: Path, *extra: str) -> list[str]:
+    return pretraining_argv(folder, *RESUMABLE, *extra)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    assert train(resumable_argv(folder)) == 0
+    return folder
+
+
+def start(argv: list[str], code: str | None = None) -> subprocess.Popen:
+    command = [sys.executable, "-c", code, *argv] if code else [sys.executable, SCRIPT, *argv]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+
+
+def wait_for_line(process: subprocess.Popen, prefix: str) -> list[str]:
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith(prefix):
+            return lines
+    process.wait()
+    pytest.fail(f"the run ended (status {process.returncode}) before printing {prefix!r}:\n{''.join(lines)[-3000:]}")
+
+
+def assert_bitwise_equal(actual: dict, expected: dict) -> None:
+    assert actual.keys() == expected.keys()
+    different = [name for name in expected if not np.array_equal(actual[name], expected[name])]
+    assert not different, f"parameters differ: {different}"
+
+
+def test_sigkill_at_a_step_then_the_same_command_resumes_exactly(uninterrupted, tmp_path):
+    argv = resumable_argv(tmp_path)
+    process = start(argv)
+    wait_for_line(process, "step 3/6")
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    # Step 4's checkpoint exists only if the kill came late on a busy machine; either is a valid kill point.
+    saved = step_folders(tmp_path / "out")
+    assert saved in ([2], [2, 4])
+
+    assert train(argv) == 0
+    assert_bitwise_equal(checkpoint_params(tmp_path / "out", 6), checkpoint_params(uninterrupted / "out", 6))
+    # --keep-checkpoint-max 2 counts the killed run's checkpoints too.
+    assert step_folders(tmp_path / "out") == step_folders(uninterrupted / "out") == [4, 6]
+    # The report continues: the killed run's records, then the resumed run's from the step after its last
+    # checkpoint (steps after that checkpoint are trained and reported again), all valid DLLogger records.
+    steps = [r["step"] for r in step_records(tmp_path / "report.json")]
+    assert steps[:3] == [1, 2, 3] and steps[-(6 - saved[-1]):] == list(range(saved[-1] + 1, 7))
+    assert len(summaries(tmp_path / "report.json")) == 1  # the killed run never got to its summary
+
+
+# Runs run_pretraining.main() with paddle.save wrapped so that the process kills itself right after writing the
+# params of its second checkpoint (step 4): the optimizer state and progress file of that save never land.
+KILL_DURING_SECOND_SAVE = """
+import os, signal, sys
+import paddle
+sys.path.insert(0, os.getcwd())
+import run_pretraining
+saves = []
+original_save = paddle.save
+def save_then_maybe_die(obj, path, *args, **kwargs):
+    original_save(obj, path, *args, **kwargs)
+    saves.append(path)
+    if len(saves) == 3:
+        print("killed while saving", path, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+paddle.save = save_then_maybe_die
+sys.exit(run_pretraining.main(sys.argv[1:]))
+"""
+
+
+def test_sigkill_in_the_middle_of_a_save_then_resume_exactly(uninterrupted, tmp_path):
+    argv = resumable_argv(tmp_path)
+    process = start(argv, code=KILL_DURING_SECOND_SAVE)
+    lines = wait_for_line(process, "killed while saving")
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "".join(lines)
+    assert lines[-1].rstrip().endswith(".pdparams")
+    # The half-written step-4 checkpoint is invisible; step 2 is what the next run finds.
+    assert step_folders(tmp_path / "out") == [2]
+    assert train(argv) == 0
+    assert_bitwise_equal(checkpoint_params(tmp_path / "out", 6), checkpoint_params(uninterrupted / "out", 6))
+
+
+def test_sigterm_saves_a_loadable_checkpoint_and_exits_0(tmp_path):
+    argv = pretraining_argv(tmp_path, "--max-steps", "200", "--num-steps-per-checkpoint", "100")
+    process = start(argv)
+    wait_for_line(process, "step 2/200")
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output
+    (line,) = [line for line in output.splitlines() if line.startswith("SIGTERM: stopped after step")]
+    stopped_at = int(line.split()[4])
+    assert 2 < stopped_at < 200
+    model_state, optimizer_state, progress = checkpoint.load_checkpoint(
+        tmp_path / "out" / "custom" / "phase1" / str(stopped_at))
+    assert progress["global_step"] == stopped_at and progress["phase"] == 1
+    assert optimizer_state["LR_Scheduler"]["last_epoch"] == stopped_at
+    assert "bert.embeddings.word_embeddings.weight" in model_state
+    assert step_records(tmp_path / "report.json")[-1]["step"] == stopped_at
+
+
+def test_explicit_step_and_single_folder_resume(uninterrupted, tmp_path):
+    phase_folder = uninterrupted / "out" / "custom" / "phase1"
+    # From another job's phase folder at an explicit step: global_step comes from that checkpoint.
+    explicit = pretraining_argv(tmp_path, *RESUMABLE[:-2], "--output-dir", str(tmp_path / "explicit"),
+                                "--from-checkpoint", str(phase_folder), "--last-step-of-checkpoint", "4")
+    assert train(explicit) == 0
+    assert_bitwise_equal(checkpoint_params(tmp_path / "explicit", 6), checkpoint_params(uninterrupted / "out", 6))
+    assert [r["step"] for r in step_records(tmp_path / "report.json")] == [5, 6]
+    # Without --last-step-of-checkpoint, --from-checkpoint names one checkpoint folder.
+    single = pretraining_argv(tmp_path, *RESUMABLE[:-2], "--output-dir", str(tmp_path / "single"),
+                              "--from-checkpoint", str(phase_folder / "4"))
+    assert train(single) == 0
+    assert_bitwise_equal(checkpoint_params(tmp_path / "single", 6), checkpoint_params(uninterrupted / "out", 6))
+    missing = pretraining_argv(tmp_path, "--from-checkpoint", str(phase_folder), "--last-step-of-checkpoint", "3")
+    with pytest.raises(FileNotFoundError, match="no checkpoint folder for step 3"):
+        train(missing)
+
+
+def test_phase1_then_phase2_from_its_final_params_with_a_fresh_schedule(tmp_path, capsys):
+    phase1 = pretraining_argv(tmp_path, "--max-steps", "15", "--batch-size", "8", "--learning-rate", "5e-2",
+                              "--warmup-proportion", "0.1", "--log-freq", "5", "--report-file",
+                              str(tmp_path / "phase1.json"))
+    assert train(phase1) == 0
+    losses = [r["data"]["loss"] for r in step_records(tmp_path / "phase1.json")]
+    assert losses[-1] < losses[0] - 0.3, losses
+
+    phase1_final = str(tmp_path / "out" / "custom" / "phase1" / "15")
+    phase2 = pretraining_argv(tmp_path, "--phase2", "--from-phase1-final-params", phase1_final, "--max-steps", "4",
+                              "--learning-rate", "4e-3", "--warmup-proportion", "0.5", "--num-steps-per-checkpoint",
+                              "2", "--last-step-of-checkpoint", "auto", "--report-file",
+                              str(tmp_path / "phase2.json"), shards=BINNED)
+    assert train(phase2 + ["--steps-this-run", "2"]) == 0
+    records = step_records(tmp_path / "phase2.json")
+    # Phase 2's own schedule from its start: lr(1) = 4e-3 * 1/2 (warmup W = 2), not phase 1's final 0.
+    assert records[0]["data"]["learning_rate"] == pytest.approx(2e-3, rel=1e-12)
+    # It starts from phase 1's weights: its first loss is near phase 1's last, far below a fresh model's 11.
+    assert records[0]["data"]["loss"] < losses[0] - 0.3
+    # Rerunning the command resumes phase 2 from its own checkpoint; phase 1's params are not loaded again, so
+    # the result is that of an uninterrupted phase 2.
+    capsys.readouterr()
+    assert train(phase2) == 0
+    assert "Resuming from" in capsys.readouterr().out
+    uninterrupted_phase2 = [*phase2, "--output-dir", str(tmp_path / "whole")]
+    assert train(uninterrupted_phase2) == 0
+    assert_bitwise_equal(checkpoint_params(tmp_path / "out", 4, phase=2),
+                         checkpoint_params(tmp_path / "whole", 4, phase=2))
+    assert all(r["type"] in ("LOG", "METADATA") for r in read_report(tmp_path / "phase2.json"))
