@@ -39,7 +39,8 @@ _HF_METADATA_KEYS = {
     "gradient_checkpointing", "use_cache", "pad_token_id", "classifier_dropout",
     "position_embedding_type", "output_past", "id2label", "label2id", "directionality",
     "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head",
-    "pooler_type", "dtype",
+    "pooler_type", "dtype", "tie_word_embeddings", "problem_type", "finetuning_task", "is_decoder",
+    "add_cross_attention", "chunk_size_feed_forward",
 }
 
 
