@@ -439,6 +439,36 @@ def load_weights_only(model: paddle.nn.Layer, folder: str, prefix: str, flag: st
         print(f"{flag} {path}: ignored {len(unexpected)} entries the model has no place for", flush=True)
 
 
+def initialise_weights(trainer: Trainer, args: argparse.Namespace, phase: int, say) -> tuple[Path | None, dict]:
+    """Load the checkpoint to resume from (weights, optimizer, schedule, loss scale), or else the starting
+    weights of --from-phase1-final-params / --from-pretrained-params. Returns (folder, progress), ({}) if fresh."""
+    resume_folder = resolve_resume_folder(args, phase)
+    if resume_folder is None:
+        if args.last_step_of_checkpoint == "auto":
+            say("No checkpoint to resume from; starting at step 1", flush=True)
+        if args.from_phase1_final_params is not None:
+            load_weights_only(trainer.model, args.from_phase1_final_params, args.model_prefix,
+                              "--from-phase1-final-params")
+        elif args.from_pretrained_params is not None:
+            load_weights_only(trainer.model, args.from_pretrained_params, args.model_prefix,
+                              "--from-pretrained-params")
+        return None, {}
+    model_state, optimizer_state, progress = checkpoint.load_checkpoint(resume_folder, args.model_prefix)
+    if progress.get("phase", phase) != phase:
+        # Resuming phase 2 from phase 1's optimizer state would also take over its finished schedule (LR 0).
+        raise SystemExit(f"{resume_folder}: a phase-{progress['phase']} checkpoint cannot resume phase {phase}; "
+                         "start phase 2 from its weights with --from-phase1-final-params")
+    if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
+        raise SystemExit(f"{resume_folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
+                         "resume with the same setting, or start from its weights with --from-pretrained-params")
+    load_weights(trainer.model, model_state, str(resume_folder))
+    load_optimizer_state(trainer.model, trainer.optimizer, optimizer_state, str(resume_folder))
+    if trainer.scaler and progress.get("loss_scaler"):
+        trainer.scaler.load_state_dict(progress["loss_scaler"])
+    say(f"Resuming from {resume_folder} at step {progress['global_step']}", flush=True)
+    return resume_folder, progress
+
+
 class StopSignal:
     """Turns SIGTERM (what Slurm sends before a time limit) into a flag that the training loop checks."""
 
@@ -495,23 +525,7 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
 
     trainer = Trainer(args, rank, world_size)
 
-    resume_folder = resolve_resume_folder(args, phase)
-    progress: dict = {}
-    if resume_folder is not None:
-        model_state, optimizer_state, progress = checkpoint.load_checkpoint(resume_folder, args.model_prefix)
-        if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
-            raise SystemExit(f"{resume_folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
-                             "resume with the same setting, or start from its weights with --from-pretrained-params")
-        load_weights(trainer.model, model_state, str(resume_folder))
-        load_optimizer_state(trainer.model, trainer.optimizer, optimizer_state, str(resume_folder))
-        if trainer.scaler and progress.get("loss_scaler"):
-            trainer.scaler.load_state_dict(progress["loss_scaler"])
-        say(f"Resuming from {resume_folder} at step {progress['global_step']}", flush=True)
-    elif args.from_phase1_final_params is not None:
-        load_weights_only(trainer.model, args.from_phase1_final_params, args.model_prefix,
-                          "--from-phase1-final-params")
-    elif args.from_pretrained_params is not None:
-        load_weights_only(trainer.model, args.from_pretrained_params, args.model_prefix, "--from-pretrained-params")
+    resume_folder, progress = initialise_weights(trainer, args, phase, say)
     trainer.wrap_data_parallel()
 
     loader = PretrainingDataLoader(

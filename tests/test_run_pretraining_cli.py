@@ -204,16 +204,41 @@ def test_schedule_options_give_the_logged_learning_rates(tmp_path):
     np.testing.assert_allclose(logged, expected, rtol=1e-12, atol=1e-15)
 
 
-def test_log_freq_model_prefix_checkpoint_frequency_and_report_file(tmp_path):
+def test_log_freq_model_prefix_checkpoint_frequency_and_report_file(tmp_path, capsys):
+    assert train(pretraining_argv(tmp_path, "--max-steps", "5", "--output-dir", str(tmp_path / "every-step"))) == 0
+    per_step = [r["data"]["loss"] for r in step_records(tmp_path / "report.json")]
+    capsys.readouterr()
     report = tmp_path / "elsewhere" / "dllog.json"
     argv = pretraining_argv(tmp_path, "--max-steps", "5", "--log-freq", "2", "--num-steps-per-checkpoint", "2",
                             "--model-prefix", "tiny", "--report-file", str(report), "--keep-checkpoint-max", "5")
     assert train(argv) == 0
-    assert [r["step"] for r in step_records(report)] == [2, 4, 5]  # every 2 steps, and the last one
+    records = step_records(report)
+    assert [r["step"] for r in records] == [2, 4, 5]  # every 2 steps, and the last one
+    # Each record averages its interval: the same run logged every step gives the parts.
+    expected = [np.mean(per_step[0:2]), np.mean(per_step[2:4]), per_step[4]]
+    np.testing.assert_allclose([r["data"]["loss"] for r in records], expected, rtol=1e-12)
+    assert set(records[0]["data"]) == {"loss", "mlm_loss", "nsp_loss", "learning_rate", "loss_scale",
+                                       "sequences_per_second"}
+    (summary,) = summaries(report)
+    assert summary["final_loss"] == pytest.approx(per_step[4], rel=1e-12)  # the mean over the last interval
+    units = {r["metric"]: r["metadata"].get("unit") for r in read_report(report) if r["type"] == "METADATA"}
+    assert units["training_sequences_per_second"] == units["sequences_per_second"] == "sequences/s"
+    assert units["e2e_train_time"] == "s"
+    progress_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in progress_lines] == ["2/5", "4/5", "5/5"]
+    assert all(" ETA " in line for line in progress_lines)
     assert step_folders(tmp_path / "out") == [2, 4, 5]
     assert sorted(p.name for p in (tmp_path / "out" / "custom" / "phase1" / "5").iterdir()) == [
         "tiny.pdopt", "tiny.pdparams", "tiny_progress.json"]
-    assert not (tmp_path / "report.json").exists()
+
+
+@pytest.mark.parametrize("folder", ["wikitext2-test-seq128-unbinned", "wikitext2-test-seq128-bin64",
+                                    "wikitext2-test-seq128-unbinned-dynamic"])
+def test_trains_straight_from_each_lddl_sample_folder(tmp_path, folder):
+    assert train(pretraining_argv(tmp_path, "--max-steps", "2", shards=("data", "lddl-sample", folder))) == 0
+    losses = [r["data"]["loss"] for r in step_records(tmp_path / "report.json")]
+    assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
+    assert step_folders(tmp_path / "out") == [2]
 
 
 def test_show_config_reports_and_prints_the_arguments(tmp_path, capsys):
@@ -347,6 +372,9 @@ def test_fuse_mha_checkpoints_load_into_unfused_models_and_back(tmp_path):
                                   "--from-pretrained-params", str(fused_out / "custom" / "phase1" / "1"),
                                   dropout=0.0)) == 0
     assert "bert.encoder.0.attention.query.weight" in checkpoint_params(unfused_out, 1)
+    # A full resume (optimizer moments included) needs the layout the checkpoint was saved with.
+    with pytest.raises(SystemExit, match="saved with --fuse-mha; resume with the same setting"):
+        train(pretraining_argv(tmp_path, "--from-checkpoint", str(fused_out / "custom" / "phase1" / "1")))
     assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--output-dir", str(tmp_path / "refused"),
                                   "--fuse-mha", "--from-pretrained-params",
                                   str(unfused_out / "custom" / "phase1" / "1"), dropout=0.0)) == 0

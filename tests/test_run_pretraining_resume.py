@@ -154,6 +154,9 @@ def test_explicit_step_and_single_folder_resume(uninterrupted, tmp_path):
     missing = pretraining_argv(tmp_path, "--from-checkpoint", str(phase_folder), "--last-step-of-checkpoint", "3")
     with pytest.raises(FileNotFoundError, match="no checkpoint folder for step 3"):
         train(missing)
+    # Phase 2 must not continue phase 1's optimizer and finished schedule.
+    with pytest.raises(SystemExit, match="a phase-1 checkpoint cannot resume phase 2"):
+        train(pretraining_argv(tmp_path, "--phase2", "--from-checkpoint", str(phase_folder / "4")))
 
 
 def test_phase1_then_phase2_from_its_final_params_with_a_fresh_schedule(tmp_path, capsys):
