@@ -66,8 +66,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from masking import mask_batch
+from tokenizer import load_vocab
 
-SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")
 PARQUET_COLUMNS = ("A", "B", "is_random_next", "num_tokens")
 PARQUET_MASK_COLUMNS = ("masked_lm_positions", "masked_lm_labels")
 HDF5_DATASETS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
@@ -88,19 +88,6 @@ _FILE_ORDER, _WINDOW_ORDER, _BIN_ORDER, _MASKING = range(4)
 def derived_rng(seed: int, *key: int) -> np.random.Generator:
     """An independent generator for (seed, key...): the same numbers in every process."""
     return np.random.default_rng(np.random.SeedSequence([seed, *key]))
-
-
-def read_vocab(vocab_file: str) -> dict[str, int]:
-    """token -> id from a BERT vocab file (one token per line, id = line number, as Google's load_vocab)."""
-    try:
-        with open(vocab_file, encoding="utf-8") as reader:
-            vocab = {line.strip(): index for index, line in enumerate(reader)}
-    except (OSError, UnicodeDecodeError) as error:
-        raise FileNotFoundError(f"{vocab_file}: cannot read the vocab ({error})") from None
-    missing = [token for token in SPECIAL_TOKENS if token not in vocab]
-    if missing:
-        raise ValueError(f"{vocab_file}: vocab lacks the special token(s) {' '.join(missing)}")
-    return vocab
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -410,6 +397,7 @@ class BatchBuilder:
             self._windows[key] = Window(tuple(shard.path for shard in shards), file_starts, order, merged)
             if len(self._windows) > self._window_capacity:
                 self._windows.popitem(last=False)
+        self._windows.move_to_end(key)  # least recently used goes first
         return self._windows[key]
 
     @staticmethod
@@ -669,7 +657,7 @@ class PretrainingDataLoader:
         if not 0.0 < masked_lm_prob < 1.0:
             raise ValueError(f"masked_lm_prob={masked_lm_prob!r}: must be between 0 and 1")
         self.shards = find_shards(input_dir)
-        vocab = read_vocab(vocab_file)
+        vocab = load_vocab(vocab_file)
         self.ids_to_tokens = {index: token for token, index in vocab.items()}
         self.batch_size = batch_size
         self.seed = seed

@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from masking import mask_tokens  # noqa: E402
-from pretraining_dataset import PretrainingDataLoader, read_vocab  # noqa: E402
+from pretraining_dataset import PretrainingDataLoader  # noqa: E402
+from tokenizer import load_vocab  # noqa: E402
 
 SHARED = Path(os.environ.get("PADDLEBERT_SHARED_DIR", ROOT.parent / "shared"))
 
@@ -147,7 +148,7 @@ def main() -> None:
     args = parser.parse_args()
 
     vocab_file = SHARED / "vocab" / "bert-uncased-vocab.txt"
-    vocab = read_vocab(str(vocab_file))
+    vocab = load_vocab(vocab_file)
     lddl = SHARED / "data" / "lddl-sample"
     with tempfile.TemporaryDirectory() as temporary:
         source = lddl / "wikitext2-test-seq128-unbinned-dynamic"
