@@ -528,3 +528,45 @@ def test_arrow_table_reads_back_with_lddl_types(corpus, tmp_path):
                                   "masked_lm_labels", "bin_id"]
     assert [table.schema.field(n).type for n in table.schema.names] == [
         pa.string(), pa.string(), pa.bool_(), pa.uint16(), pa.binary(), pa.string(), pa.int64()]
+
+
+# ------------------------------------------------------------------------------------------- training loader
+
+
+@pytest.mark.parametrize("module, flags", [
+    (lddl_preprocess, []),
+    (lddl_preprocess, ["--no-masking", "--bin-size", "16", "--short-seq-prob", "0.5"]),
+    (create_pretraining_data, ["--max-predictions-per-seq", "8"]),
+])
+def test_our_shards_load_in_the_training_loader(corpus, tmp_path, module, flags):
+    from pretraining_dataset import PretrainingDataLoader
+
+    run_cli(module, corpus, tmp_path / "out", *flags)
+    loader = PretrainingDataLoader(str(tmp_path / "out"), str(corpus["vocab"]), batch_size=16, max_seq_length=32,
+                                   max_predictions_per_seq=8, seed=0)
+    served = Counter()
+    for _, batch in zip(range(loader.steps_per_epoch), loader, strict=False):
+        for ids, mask, labels, nsp in zip(batch["input_ids"], batch["attention_mask"], batch["masked_lm_labels"],
+                                          batch["next_sentence_labels"], strict=True):
+            length = int(mask.sum())
+            original = np.where(labels[:length] >= 0, labels[:length], ids[:length])
+            served[(tuple(original.tolist()), int(nsp))] += 1
+    vocab = {token: index for index, token in enumerate(corpus["vocab"].read_text().split("\n"))}
+    if module is create_pretraining_data:
+        written = Counter()
+        for path in sorted((tmp_path / "out").iterdir()):
+            data = decode_hdf5(path)
+            for i in range(len(data["input_ids"])):
+                ids = data["input_ids"][i][:int(data["input_mask"][i].sum())].copy()
+                count = int((data["masked_lm_positions"][i] > 0).sum())
+                ids[data["masked_lm_positions"][i][:count]] = data["masked_lm_ids"][i][:count]
+                written[(tuple(ids.tolist()), int(data["next_sentence_labels"][i]))] += 1
+    else:
+        written = Counter()
+        for row in read_rows(tmp_path / "out"):
+            tokens = sequence_of(row)
+            if "masked_lm_positions" in row:
+                for position, label in zip(positions_of(row), row["masked_lm_labels"].split(), strict=True):
+                    tokens[position] = label
+            written[(tuple(vocab[t] for t in tokens), int(row["is_random_next"]))] += 1
+    assert served == written
