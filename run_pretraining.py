@@ -59,22 +59,13 @@ from runtime import (
     create_loss_scaler,
     init_data_parallel,
     set_cpu_affinity,
+    str_to_bool,
 )
 
 BERT_MODELS = ("bert-base-uncased", "bert-base-cased", "bert-large-uncased", "bert-large-cased", "custom")
 CONFIG_DIR = Path(__file__).resolve().parent / "bert_configs"
 # The reference pads the vocabulary to a multiple of 8 for tensor cores; load_weights handles either size.
 VOCAB_PAD_MULTIPLE = 8
-
-
-def str_to_bool(text: str) -> bool:
-    """argparse type for the reference's `--show-config true|false` style flags."""
-    value = text.strip().lower()
-    if value in ("1", "true", "t", "yes", "y", "on"):
-        return True
-    if value in ("0", "false", "f", "no", "n", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -423,7 +414,11 @@ def resolve_resume_folder(args: argparse.Namespace, phase: int) -> Path | None:
         return None
     if args.last_step_of_checkpoint is None:
         folder = Path(args.from_checkpoint)
-        checkpoint.read_progress(folder, args.model_prefix)  # raises, naming the folder, if it is not complete
+        try:
+            checkpoint.read_progress(folder, args.model_prefix)
+        except (FileNotFoundError, ValueError) as error:
+            raise SystemExit(f"--from-checkpoint: {error} (for a folder of <step>/ checkpoints add "
+                             "--last-step-of-checkpoint auto or a step)") from None
         return folder
     search = Path(args.from_checkpoint) if args.from_checkpoint else checkpoint.phase_dir(
         args.output_dir, args.bert_model, phase)
@@ -431,10 +426,16 @@ def resolve_resume_folder(args: argparse.Namespace, phase: int) -> Path | None:
 
 
 def load_weights_only(model: paddle.nn.Layer, folder: str, prefix: str, flag: str) -> None:
+    """Start from the weights in <folder>/<prefix>.pdparams. Pre-training heads the file lacks (an encoder-only
+    model) start from their initialisation; a missing encoder weight is an error."""
     path = Path(folder) / (prefix + checkpoint.PARAMS_SUFFIX)
     missing, unexpected = load_weights(model, paddle.load(str(path)), str(path))
+    missing_encoder = [name for name in missing if name.startswith("bert.")]
+    if missing_encoder:
+        raise SystemExit(f"{flag} {path}: encoder weights missing from the file: {', '.join(missing_encoder[:5])}")
     if missing:
-        raise SystemExit(f"{flag} {path}: parameters missing from the file: {', '.join(missing[:5])}")
+        print(f"{flag} {path}: no weights for {', '.join(missing)}; they start from their initialisation",
+              flush=True)
     if unexpected:
         print(f"{flag} {path}: ignored {len(unexpected)} entries the model has no place for", flush=True)
 

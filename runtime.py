@@ -36,6 +36,16 @@ import paddle
 from paddle import _C_ops
 
 
+def str_to_bool(text: str) -> bool:
+    """argparse type for NVIDIA's `--show-config true|false` style flags (distutils' strtobool is gone)."""
+    value = text.strip().lower()
+    if value in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if value in ("0", "false", "f", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
 def configure_cpu_threads() -> int:
     """Set and return the number of CPU threads Paddle's kernels use in this process."""
     requested = os.environ.get("PADDLEBERT_NUM_THREADS")

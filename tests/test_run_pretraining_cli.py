@@ -408,3 +408,18 @@ def first_batch_loss(model: BertForPretraining, batch: dict) -> float:
 
     return cross_entropy(scores.numpy(), labels[positions]) + cross_entropy(nsp_scores.numpy(),
                                                                             batch["next_sentence_labels"])
+
+
+def test_pretrained_params_may_lack_the_heads_but_not_encoder_weights(tmp_path, capsys):
+    state = run_pretraining.Trainer(run_pretraining.parse_args(pretraining_argv(tmp_path)), 0, 1).model.state_dict()
+    encoder_only, incomplete = tmp_path / "encoder-only", tmp_path / "incomplete"
+    for folder, kept in ((encoder_only, lambda name: name.startswith("bert.")),
+                         (incomplete, lambda name: name != "bert.pooler.dense.weight")):
+        folder.mkdir()
+        paddle.save({name: value for name, value in state.items() if kept(name)}, str(folder / "bert_paddle.pdparams"))
+    assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--from-pretrained-params", str(encoder_only))) == 0
+    assert "no weights for cls." in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="encoder weights missing from the file: bert.pooler.dense.weight"):
+        train(pretraining_argv(tmp_path, "--max-steps", "1", "--from-pretrained-params", str(incomplete)))
+    with pytest.raises(SystemExit, match="add --last-step-of-checkpoint auto"):
+        train(pretraining_argv(tmp_path, "--from-checkpoint", str(tmp_path / "out" / "custom" / "phase1")))

@@ -21,6 +21,7 @@ from runtime import (
     check_amp_arguments,
     configure_cpu_threads,
     create_loss_scaler,
+    str_to_bool,
 )
 
 
@@ -143,3 +144,10 @@ def test_loss_scaler_state_round_trip():
     scaler.update(False)
     restored.update(False)
     assert restored.scale_value == scaler.scale_value == 2.0**21
+
+
+def test_str_to_bool_reads_reference_style_flags():
+    assert [str_to_bool(text) for text in ("True", "false", "1", "0", "yes", "off")] == [
+        True, False, True, False, True, False]
+    with pytest.raises(argparse.ArgumentTypeError, match="expected true or false"):
+        str_to_bool("maybe")
