@@ -580,6 +580,9 @@ class BatchBuilder:
 
 def _worker_loop(builder: BatchBuilder, tasks: multiprocessing.Queue, results: multiprocessing.Queue) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops the workers
+    # Being terminated at exit is normal for a worker; the handler inherited from the trainer (Paddle's prints a
+    # fatal-error report) must not run for it.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     results.cancel_join_thread()  # at shutdown, exit without waiting for unread batches to be collected
     while (task := tasks.get()) is not None:
         try:

@@ -26,7 +26,7 @@ import pytest
 import create_pretraining_data
 import lddl_preprocess
 from conftest import ROOT, require_shared
-from pretraining_dataset import PretrainingDataLoader, main
+from pretraining_dataset import BatchBuilder, PretrainingDataLoader, main
 
 KEYS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_labels", "next_sentence_labels")
 LDDL_SETS = ("wikitext2-test-seq128-unbinned", "wikitext2-test-seq128-bin64", "wikitext2-test-seq128-unbinned-dynamic")
@@ -340,6 +340,14 @@ def test_workers_give_the_serial_output(tiny_vocab, tmp_path):
     serial = PretrainingDataLoader(**settings)
     count = 2 * serial.steps_per_epoch + 1
     assert_same_batches(take(PretrainingDataLoader(**settings, num_workers=3), count), take(serial, count))
+
+
+def test_a_dead_worker_is_reported(tiny_vocab, tmp_path, monkeypatch):
+    write_parquet_set(tmp_path / "set", [20])
+    monkeypatch.setattr(BatchBuilder, "batch", lambda self, epoch, step: os._exit(3))  # runs in the forked worker
+    loader = PretrainingDataLoader(str(tmp_path / "set"), str(tiny_vocab), 4, 64, 10, seed=0, num_workers=1)
+    with pytest.raises(RuntimeError, match=r"a data loader worker died \(exit code 3\)"):
+        take(loader, 1)
 
 
 def test_state_from_another_order_is_refused(tiny_vocab, tmp_path):
