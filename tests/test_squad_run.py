@@ -1,0 +1,417 @@
+"""run_squad.py end to end with a tiny BERT on a slice of SQuAD dev: fine-tuning, prediction, evaluation,
+export to Paddle Inference, data parallelism, and the effect of every command-line flag."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+import pytest
+
+import run_squad
+from conftest import ROOT, require_shared
+from dllog import read_report
+from modeling import BertConfig, BertForPretraining
+from squad_evaluate import evaluate, load_dataset
+from squad_utils import convert_examples_to_features, read_squad_examples
+from tokenizer import BertTokenizer
+
+TINY_CONFIG = ROOT / "bert_configs" / "bert-tiny-uncased.json"
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """Slices of dev (2 paragraphs; 6 questions), a dropout-free tiny config and a pretraining checkpoint."""
+    folder = tmp_path_factory.mktemp("squad")
+    dev = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())
+    article = dev["data"][0]
+    squad_slice = {"version": "1.1", "data": [{"title": article["title"], "paragraphs": article["paragraphs"][:2]}]}
+    (folder / "slice.json").write_text(json.dumps(squad_slice))
+    first = dict(article["paragraphs"][0], qas=article["paragraphs"][0]["qas"][:6])
+    (folder / "small.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [first]}]}))
+    config = json.loads(TINY_CONFIG.read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # deterministic training
+    (folder / "config.json").write_text(json.dumps(config))
+    paddle.seed(1)
+    pretrained = BertForPretraining(BertConfig.from_dict(config))
+    (folder / "pretrain" / "1000").mkdir(parents=True)
+    paddle.save(pretrained.state_dict(), str(folder / "pretrain" / "1000" / "bert_paddle.pdparams"))
+    return folder
+
+
+def _common(workspace, output_dir):
+    return [
+        "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")),
+        "--bert-model", "custom", "--config-file", str(workspace / "config.json"),
+        "--max-seq-length", "128", "--doc-stride", "64", "--max-query-length", "32",
+        "--train-batch-size", "8", "--predict-batch-size", "16", "--output-dir", str(output_dir),
+    ]
+
+
+def run(workspace, output_name, *args):
+    """run_squad.main in process; returns the output folder and the report's records."""
+    output_dir = workspace / output_name
+    run_squad.main([*_common(workspace, output_dir), *map(str, args)])
+    return output_dir, read_report(output_dir / "report.json")
+
+
+def logged(records, name):
+    """Values of a metric in the report's step and summary records (not the PARAMETER ones)."""
+    return [record["data"][name] for record in records
+            if record["type"] == "LOG" and record["step"] != "PARAMETER" and name in record["data"]]
+
+
+def parameter(records, name):
+    """Values of `name` in the report's PARAMETER records."""
+    return [record["data"][name] for record in records if record.get("step") == "PARAMETER" and name in record["data"]]
+
+
+def params(output_dir, prefix="bert_paddle"):
+    return {name: np.asarray(value) for name, value in paddle.load(str(output_dir / f"{prefix}.pdparams")).items()}
+
+
+def train_args(workspace, *extra, data="small.json"):
+    return ["--do-train", "--train-file", workspace / data, *extra]
+
+
+def predict_args(workspace, *extra, data="small.json"):
+    return ["--do-predict", "--predict-file", workspace / data, *extra]
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(workspace):
+    output_dir, records = run(
+        workspace, "fine_tuned",
+        *train_args(workspace, "--from-pretrained-params", workspace / "pretrain" / "1000", "--max-steps", 30,
+                    "--learning-rate", 2e-3, "--warmup-proportion", 0.1, "--warmup-start-lr", 1e-4,
+                    "--log-freq", 1, data="slice.json"),
+        *predict_args(workspace, "--do-eval", "--export-dir", workspace / "fine_tuned" / "export", data="slice.json"),
+    )
+    return output_dir, records
+
+
+def test_fine_tunes_predicts_and_evaluates(workspace, fine_tuned):
+    output_dir, records = fine_tuned
+    losses = logged(records, "loss")
+    assert len(losses) == 30
+    assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
+    # all but the span head came from the pretraining checkpoint, whose heads went unused
+    assert parameter(records, "newly_initialized") == [["qa_outputs.bias", "qa_outputs.weight"]]
+    assert parameter(records, "unused_params")[0] > 0
+
+    dataset = load_dataset(str(workspace / "slice.json"))
+    contexts = {qa["id"]: paragraph["context"] for paragraph in dataset[0]["paragraphs"] for qa in paragraph["qas"]}
+    predictions = json.loads((output_dir / "predictions.json").read_text())
+    nbest = json.loads((output_dir / "nbest_predictions.json").read_text())
+    assert set(predictions) == set(nbest) == set(contexts)
+    for question_id, text in predictions.items():
+        assert text and text in contexts[question_id]  # a slice of the original context, case and all
+        assert nbest[question_id][0]["text"] == text
+        assert len(nbest[question_id]) == 20
+        assert sum(entry["probability"] for entry in nbest[question_id]) == pytest.approx(1.0)
+    scores = evaluate(dataset, predictions)
+    assert logged(records, "exact_match") == [pytest.approx(scores["exact_match"])]
+    assert logged(records, "F1") == [pytest.approx(scores["f1"])]
+    assert scores["f1"] > 20.0  # the untrained head scores about 5 (see test_eval_mode_from_pretraining)
+    saved = params(output_dir)
+    assert "qa_outputs.weight" in saved and not any(name.startswith("cls.") for name in saved)
+    assert BertConfig.from_json_file(str(output_dir / "bert_paddle_config.json")).hidden_size == 128
+
+
+def test_eval_mode_from_pretraining_checkpoint_scores_lower(workspace, fine_tuned):
+    _, records = run(workspace, "untrained", *predict_args(
+        workspace, "--do-eval", "--from-pretrained-params", workspace / "pretrain" / "1000", data="slice.json"))
+    assert logged(records, "F1")[0] < 0.5 * logged(fine_tuned[1], "F1")[0]
+
+
+def test_learning_rate_follows_linear_warmup_then_linear_decay(fine_tuned):
+    # 30 updates, warmup 0.1 -> W = 3; from 1e-4 up to 2e-3, then down to 0 at update 30
+    expected = [1e-4 + (2e-3 - 1e-4) * k / 3 if k < 3 else 2e-3 * (1 - (k - 3) / 27) for k in range(1, 31)]
+    assert logged(fine_tuned[1], "learning_rate") == pytest.approx(expected)
+
+
+def test_exported_model_predicts_the_same_answers(workspace, fine_tuned):
+    output_dir, _ = fine_tuned
+    assert (output_dir / "export" / "bert_paddle.pdiparams").is_file()
+    exported_dir, records = run(workspace, "exported",
+                                *predict_args(workspace, "--inference-model-dir", output_dir / "export",
+                                              data="slice.json"))
+    assert (exported_dir / "predictions.json").read_text() == (output_dir / "predictions.json").read_text()
+    nbest = json.loads((exported_dir / "nbest_predictions.json").read_text())
+    reference = json.loads((output_dir / "nbest_predictions.json").read_text())
+    for question_id, entries in nbest.items():
+        assert [e["start_logit"] for e in entries] == pytest.approx(
+            [e["start_logit"] for e in reference[question_id]], abs=1e-4)
+    assert not logged(records, "F1")  # no --do-eval: prediction mode only
+
+
+def test_saved_model_reloads_through_init_checkpoint(workspace, fine_tuned):
+    output_dir, _ = fine_tuned
+    reloaded_dir, records = run(workspace, "reloaded", *predict_args(
+        workspace, "--do-eval", "--init-checkpoint", output_dir / "bert_paddle.pdparams", "--model-prefix", "qa",
+        data="slice.json"))
+    assert (reloaded_dir / "predictions.json").read_text() == (output_dir / "predictions.json").read_text()
+    assert logged(records, "F1") == logged(fine_tuned[1], "F1")
+
+
+@pytest.fixture(scope="module")
+def two_steps_batch_8(workspace):
+    output_dir, _ = run(workspace, "batch8", *train_args(workspace, "--max-steps", 2, "--learning-rate", 1e-3,
+                                                         data="slice.json"))
+    return params(output_dir)
+
+
+def test_gradient_merge_equals_the_larger_batch(workspace, two_steps_batch_8):
+    merged_dir, _ = run(workspace, "merged", *train_args(
+        workspace, "--max-steps", 2, "--learning-rate", 1e-3, "--train-batch-size", 4, "--gradient-merge-steps", 2,
+        data="slice.json"))
+    merged = params(merged_dir)
+    for name, value in two_steps_batch_8.items():
+        np.testing.assert_allclose(merged[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_seed_changes_initialisation_and_data_order(workspace, two_steps_batch_8):
+    other_dir, _ = run(workspace, "seed7", *train_args(workspace, "--max-steps", 2, "--learning-rate", 1e-3,
+                                                       "--seed", 7, data="slice.json"))
+    assert not np.allclose(params(other_dir)["qa_outputs.weight"], two_steps_batch_8["qa_outputs.weight"])
+
+
+def test_data_parallel_matches_a_single_process_with_the_global_batch(workspace, two_steps_batch_8):
+    output_dir = workspace / "data_parallel"
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
+               "--log_dir", str(workspace / "launch_logs"), str(ROOT / "run_squad.py"),
+               *_common(workspace, output_dir), "--train-batch-size", "4",
+               *map(str, train_args(workspace, "--max-steps", 2, "--learning-rate", 1e-3, data="slice.json"))]
+    env = {**os.environ, "PADDLEBERT_NUM_THREADS": "1"}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    records = read_report(output_dir / "report.json")
+    assert parameter(records, "world_size") == [2]
+    parallel = params(output_dir)
+    for name, value in two_steps_batch_8.items():
+        np.testing.assert_allclose(parallel[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_epochs_decide_the_length_without_max_steps(workspace):
+    num_features = len(convert_examples_to_features(
+        read_squad_examples(str(workspace / "small.json"), is_training=True),
+        BertTokenizer(str(require_shared("vocab", "bert-uncased-vocab.txt"))),
+        max_seq_length=128, doc_stride=64, max_query_length=32, is_training=True))
+    _, records = run(workspace, "epochs", *train_args(workspace, "--epochs", 2, "--log-freq", 1000))
+    steps = [r["step"] for r in records if r["type"] == "LOG" and "loss" in r["data"]]
+    assert steps == [[1, 2 * -(-num_features // 8)]]  # only the last update is logged; it is in epoch 1
+
+
+def test_fuse_mha_trains_the_same_model_from_an_unfused_checkpoint(workspace):
+    # two updates: the schedule decays to 0 at the last one, so the first is the one that changes the weights
+    common = ["--from-pretrained-params", workspace / "pretrain" / "1000", "--max-steps", 2, "--learning-rate", 1e-3]
+    unfused_dir, _ = run(workspace, "unfused", *train_args(workspace, *common), *predict_args(workspace))
+    fused_dir, _ = run(workspace, "fused", *train_args(workspace, *common, "--fuse-mha"), *predict_args(workspace))
+    fused, unfused = params(fused_dir), params(unfused_dir)
+    assert any(".attention.qkv." in name for name in fused) and not any(".attention.query." in n for n in fused)
+    query = unfused["bert.encoder.0.attention.query.weight"]
+    np.testing.assert_allclose(fused["bert.encoder.0.attention.qkv.weight"][:, :query.shape[1]], query, atol=1e-6)
+    assert (fused_dir / "predictions.json").read_text() == (unfused_dir / "predictions.json").read_text()
+
+
+def test_do_lower_case_changes_tokenization(workspace):
+    common = ["--from-pretrained-params", workspace / "pretrain" / "1000"]
+    auto_dir, _ = run(workspace, "case_auto", *predict_args(workspace, *common))
+    lower_dir, _ = run(workspace, "case_lower", *predict_args(workspace, *common, "--do-lower-case"))
+    cased_dir, _ = run(workspace, "case_cased", *predict_args(workspace, *common, "--no-do-lower-case"))
+    auto = (auto_dir / "nbest_predictions.json").read_text()
+    assert auto == (lower_dir / "nbest_predictions.json").read_text()  # the uncased vocab is detected
+    assert auto != (cased_dir / "nbest_predictions.json").read_text()
+
+
+def test_n_best_size_and_max_answer_length(workspace, fine_tuned):
+    tokenizer = BertTokenizer(str(require_shared("vocab", "bert-uncased-vocab.txt")))
+    weights = ["--from-pretrained-params", fine_tuned[0] / "bert_paddle.pdparams"]
+    nbest_dir, _ = run(workspace, "nbest3", *predict_args(workspace, *weights, "--n-best-size", 3))
+    lengths = [len(entries) for entries in json.loads((nbest_dir / "nbest_predictions.json").read_text()).values()]
+    assert max(lengths) == 3
+
+    def longest_answer(output_dir):
+        nbest = json.loads((output_dir / "nbest_predictions.json").read_text())
+        return max(len(tokenizer.tokenize(entry["text"])) for entries in nbest.values() for entry in entries)
+
+    assert longest_answer(fine_tuned[0]) > 2
+    short_dir, _ = run(workspace, "short", *predict_args(workspace, *weights, "--max-answer-length", 2))
+    assert longest_answer(short_dir) <= 2
+
+
+def test_window_options_change_the_features(workspace):
+    _, records = run(workspace, "windows", *predict_args(workspace, "--max-seq-length", 96, "--doc-stride", 16,
+                                                         "--max-query-length", 8))
+    examples = read_squad_examples(str(workspace / "small.json"), is_training=False)
+    tokenizer = BertTokenizer(str(require_shared("vocab", "bert-uncased-vocab.txt")))
+    expected = len(convert_examples_to_features(examples, tokenizer, 96, 16, 8))
+    assert expected != len(convert_examples_to_features(examples, tokenizer, 128, 64, 32))
+    assert parameter(records, "eval_features") == [expected]
+
+
+class _Recorder:
+    """Wraps run_squad.dygraph_predictor and records the shape of every batch it is given."""
+
+    def __init__(self, monkeypatch):
+        self.shapes = []
+        original = run_squad.dygraph_predictor
+
+        def wrapped(*args):
+            run = original(*args)
+
+            def recording_run(input_ids, token_type_ids, attention_mask):
+                self.shapes.append(input_ids.shape)
+                return run(input_ids, token_type_ids, attention_mask)
+            return recording_run
+        monkeypatch.setattr(run_squad, "dygraph_predictor", wrapped)
+
+
+def test_predict_batch_size(workspace, monkeypatch):
+    recorder = _Recorder(monkeypatch)
+    run(workspace, "batch5", *predict_args(workspace, "--predict-batch-size", 5))
+    assert {shape[0] for shape in recorder.shapes[:-1]} == {5}
+    assert all(shape[1] <= 128 for shape in recorder.shapes)
+
+
+def test_inference_benchmark_times_padded_batches_and_writes_no_predictions(workspace, monkeypatch):
+    recorder = _Recorder(monkeypatch)
+    output_dir, records = run(workspace, "bench", *predict_args(
+        workspace, "--benchmark", "--benchmark-steps", 3, "--benchmark-warmup-steps", 2, "--predict-batch-size", 4))
+    assert recorder.shapes == [(4, 128)] * 5
+    assert logged(records, "inference_sequences_per_second")[0] > 0
+    assert not (output_dir / "predictions.json").exists()
+
+
+def test_training_benchmark_runs_warmup_plus_timed_steps_and_saves_nothing(workspace):
+    output_dir, records = run(workspace, "train_bench", *train_args(
+        workspace, "--benchmark", "--benchmark-steps", 2, "--benchmark-warmup-steps", 1, "--log-freq", 1))
+    assert len(logged(records, "loss")) == 3
+    assert logged(records, "training_sequences_per_second")[0] > 0
+    assert not (output_dir / "bert_paddle.pdparams").exists()
+
+
+def test_optimizer_receives_the_adamw_options(workspace, monkeypatch):
+    received = {}
+    original = run_squad.create_optimizer
+
+    def recording(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm):
+        received.update(name=name, weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
+                        max_grad_norm=max_grad_norm)
+        return original(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm)
+    monkeypatch.setattr(run_squad, "create_optimizer", recording)
+    run(workspace, "adamw", *train_args(workspace, "--max-steps", 1, "--beta1", 0.8, "--beta2", 0.99,
+                                        "--epsilon", 1e-7, "--weight-decay", 0.02))
+    assert received == {"name": "AdamW", "weight_decay": 0.02, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-7,
+                        "max_grad_norm": 1.0}
+    defaults = run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--export-dir", "y"])
+    assert (defaults.epsilon, defaults.weight_decay, defaults.max_seq_length) == (1e-6, 0.01, 384)
+
+
+def test_report_file_show_config_and_model_prefix(workspace):
+    report = workspace / "elsewhere" / "log.json"
+    output_dir = workspace / "prefixed"
+    run_squad.main([*_common(workspace, output_dir), *map(str, train_args(workspace, "--max-steps", 1)),
+                    "--report-file", str(report), "--show-config", "false", "--model-prefix", "mine"])
+    records = read_report(report)
+    assert not (output_dir / "report.json").exists()
+    assert not parameter(records, "vocab_file")
+    assert (output_dir / "mine.pdparams").is_file() and (output_dir / "mine_config.json").is_file()
+
+
+def test_verbose_logging_lists_answers_that_cut_a_word(workspace, capsys):
+    _, records = run(workspace, "verbose", *train_args(workspace, "--max-steps", 1, "--verbose-logging"))
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("answer of question")]
+    [count] = parameter(records, "unrecoverable_answers")
+    assert len(lines) == count > 0
+    # "gold" is annotated inside "golden" (question 56be4db0acb8001400a502f0)
+    assert any("56be4db0acb8001400a502f0" in line and "'golden'" in line for line in lines)
+
+
+def test_bert_model_names_a_bundled_config_and_max_steps_minus_one_means_unset():
+    args = run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--export-dir", "y",
+                                 "--bert-model", "bert-base-uncased", "--max-steps", "-1"])
+    assert args.config_file == str(ROOT / "bert_configs" / "bert-base-uncased.json")
+    assert args.max_steps is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--do-train"], "--do-train needs --train-file"),
+        (["--do-predict"], "--do-predict and --do-eval need --predict-file"),
+        ([], "nothing to do"),
+        (["--export-dir", "e", "--bert-model", "custom"], "--bert-model custom needs --config-file"),
+        (["--do-predict", "--predict-file", "missing.json"], "--predict-file missing.json: file not found"),
+    ],
+)
+def test_bad_arguments_are_rejected(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", *argv])
+    assert message in capsys.readouterr().err
+
+
+def test_bad_training_file_is_a_one_line_error_naming_file_and_question(workspace, tmp_path):
+    content = json.loads((workspace / "slice.json").read_text())
+    del content["data"][0]["paragraphs"][1]["qas"][2]["answers"][0]["answer_start"]
+    question_id = content["data"][0]["paragraphs"][1]["qas"][2]["id"]
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(content))
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "run_squad.py"), *_common(workspace, tmp_path / "out"),
+         "--do-train", "--train-file", str(broken)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert result.returncode == 1
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line == f"run_squad.py: {broken}: question {question_id} lacks the field \"answer_start\""
+
+
+def test_amp_on_cpu_says_so_in_one_line_and_trains_in_fp32(workspace, capsys):
+    fp32_dir, _ = run(workspace, "fp32", *train_args(workspace, "--max-steps", 2))
+    amp_dir, _ = run(workspace, "amp_cpu", *train_args(workspace, "--max-steps", 2, "--amp"))
+    assert "--amp is ignored and this run continues in fp32" in capsys.readouterr().out
+    for name, value in params(fp32_dir).items():
+        np.testing.assert_array_equal(params(amp_dir)[name], value, err_msg=name)
+
+
+@pytest.fixture
+def gpu_amp_policy(monkeypatch):
+    """Build the AMP policy as on a GPU, so that the loss-scaling flags act (autocast itself is a no-op on CPU)."""
+    import runtime
+
+    monkeypatch.setattr(run_squad, "amp_policy", lambda args: runtime.amp_policy(args, device="gpu:0"))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize(("dynamic", "expected_scale"), [(False, 1e39), (True, 5e38)])
+def test_loss_scale_flags(workspace, gpu_amp_policy, dynamic, expected_scale):
+    # A scale beyond float32's range (3.4e38) makes the scaled loss inf: the update is skipped, and a dynamic
+    # scale halves.
+    flags = ["--amp", "--scale-loss", 1e39, *(["--use-dynamic-loss-scaling"] if dynamic else [])]
+    output_dir, records = run(workspace, f"scale_{dynamic}", *train_args(
+        workspace, "--max-steps", 1, "--from-pretrained-params", workspace / "pretrain" / "1000", *flags))
+    assert logged(records, "skipped_steps") == [1]
+    assert logged(records, "loss_scale") == [pytest.approx(expected_scale)]
+    pretrained = paddle.load(str(workspace / "pretrain" / "1000" / "bert_paddle.pdparams"))
+    saved = params(output_dir)
+    np.testing.assert_array_equal(saved["bert.encoder.1.output.weight"], pretrained["bert.encoder.1.output.weight"])
+
+
+def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, gpu_amp_policy, monkeypatch):
+    policies = []
+    monkeypatch.setattr(run_squad, "amp_decorate", lambda model, optimizer, policy: (
+        policies.append(policy), (model, optimizer))[1])
+    monkeypatch.setattr(paddle.amp, "is_bfloat16_supported", lambda *args: True)
+    monkeypatch.setattr(run_squad, "amp_autocast", lambda policy: contextlib.nullcontext())
+    run(workspace, "pure", *train_args(workspace, "--max-steps", 1, "--amp", "--use-pure-fp16",
+                                       "--amp-dtype", "bfloat16"))
+    assert [(p.level, p.dtype, p.enabled) for p in policies] == [("O2", "bfloat16", True)]
+    with pytest.raises(SystemExit):
+        run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--export-dir", "y",
+                              "--use-pure-fp16"])  # needs --amp
