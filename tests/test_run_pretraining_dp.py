@@ -25,12 +25,16 @@ from test_run_pretraining_cli import checkpoint_params, pretraining_argv, requir
 
 SCRIPT = str(ROOT / "run_pretraining.py")
 STEPS, MERGE, BATCH = 3, 2, 4
+# Adam-style updates turn rounding noise in near-zero gradients into steps of up to about the learning rate, and
+# summation order differs between one process and two (and between thread counts). At 1e-4 that noise stays
+# near 1e-8 while a real difference (a third of the data, or per-micro-batch loss means) moves weights by >1e-4.
+LEARNING_RATE = "1e-4"
 
 
 def dp_argv(tmp_path: Path) -> list[str]:
     return pretraining_argv(tmp_path, "--max-steps", str(STEPS), "--gradient-merge-steps", str(MERGE),
                             "--batch-size", str(BATCH), "--enable-cpu-affinity", "true", "--show-config", "true",
-                            "--learning-rate", "1e-2", dropout=0.0)
+                            "--learning-rate", LEARNING_RATE, dropout=0.0)
 
 
 def launch(launcher_args: list[str], argv: list[str], log_dir: Path) -> list[subprocess.Popen]:
@@ -116,7 +120,7 @@ def test_two_ranks_equal_one_process_on_the_combined_batch(launched_runs, tmp_pa
 
 
 def test_gradient_merge_equals_one_batch_k_times_larger(tmp_path):
-    argv = run_pretraining.parse_args(pretraining_argv(tmp_path, "--learning-rate", "1e-2", dropout=0.0))
+    argv = run_pretraining.parse_args(pretraining_argv(tmp_path, "--learning-rate", LEARNING_RATE, dropout=0.0))
     merged, single, first_only = (run_pretraining.Trainer(argv, 0, 1) for _ in range(3))
     loader = rank_loader(1, 0)
     for _ in range(2):
@@ -127,7 +131,7 @@ def test_gradient_merge_equals_one_batch_k_times_larger(tmp_path):
     assert_params_close(params_of(merged), params_of(single), atol=1e-6)
     # The check can fail: training on a third of the data moves the weights measurably elsewhere.
     with pytest.raises(AssertionError):
-        assert_params_close(params_of(first_only), params_of(single), atol=1e-4)
+        assert_params_close(params_of(first_only), params_of(single), atol=1e-5)
 
 
 class RecordingNetwork:
