@@ -28,11 +28,11 @@ UNBINNED = ("data", "lddl-sample", "wikitext2-test-seq128-unbinned")
 BINNED = ("data", "lddl-sample", "wikitext2-test-seq128-bin64")
 
 
-def write_config(folder: Path, dropout: float = 0.1, name: str = "bert-test.json") -> Path:
+def write_config(folder: Path, dropout: float = 0.1, name: str = "bert-test.json", positions: int = 128) -> Path:
     """A 1-layer, hidden-32 BERT config with the uncased vocabulary."""
     config = {
         "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-        "intermediate_size": 64, "max_position_embeddings": 128, "hidden_dropout_prob": dropout,
+        "intermediate_size": 64, "max_position_embeddings": positions, "hidden_dropout_prob": dropout,
         "attention_probs_dropout_prob": dropout,
     }
     path = folder / name
@@ -40,13 +40,16 @@ def write_config(folder: Path, dropout: float = 0.1, name: str = "bert-test.json
     return path
 
 
-def pretraining_argv(tmp_path: Path, *extra: str, dropout: float = 0.1, shards: tuple = UNBINNED) -> list[str]:
-    """Arguments for a short phase-1 run writing to tmp_path/out and tmp_path/report.json; `extra` overrides."""
+def pretraining_argv(tmp_path: Path, *extra: str, dropout: float = 0.1, shards: tuple | Path = UNBINNED,
+                     positions: int = 128) -> list[str]:
+    """Arguments for a short phase-1 run writing to tmp_path/out and tmp_path/report.json; `extra` overrides.
+
+    shards: a folder under ../shared (as a tuple of parts) or any folder (a Path)."""
     argv = [
-        "--input-dir", str(require_shared(*shards)),
+        "--input-dir", str(shards if isinstance(shards, Path) else require_shared(*shards)),
         "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")),
         "--output-dir", str(tmp_path / "out"), "--report-file", str(tmp_path / "report.json"),
-        "--bert-model", "custom", "--config-file", str(write_config(tmp_path, dropout)),
+        "--bert-model", "custom", "--config-file", str(write_config(tmp_path, dropout, positions=positions)),
         "--max-steps", "4", "--batch-size", "4", "--max-seq-length", "128", "--max-predictions-per-seq", "20",
         "--learning-rate", "5e-3", "--warmup-proportion", "0.25", "--log-freq", "1", "--num-workers", "0",
         "--show-config", "false", "--enable-cpu-affinity", "false",

@@ -7,6 +7,8 @@ a job and resumes it. Killed runs are separate processes; the runs that finish a
 
 from __future__ import annotations
 
+import contextlib
+import io
 import signal
 import subprocess
 import sys
@@ -16,12 +18,13 @@ import numpy as np
 import pytest
 
 import checkpoint
+import lddl_preprocess
 from conftest import ROOT
 from dllog import read_report
 from test_run_pretraining_cli import (
-    BINNED,
     checkpoint_params,
     pretraining_argv,
+    require_shared,
     step_folders,
     step_records,
     summaries,
@@ -160,18 +163,29 @@ def test_explicit_step_and_single_folder_resume(uninterrupted, tmp_path):
 
 
 def test_phase1_then_phase2_from_its_final_params_with_a_fresh_schedule(tmp_path, capsys):
+    # Phase 1 on LDDL's own seq-128 shards of WikiText-2 (test split); phase 2 on seq-512 shards binned by 128
+    # that the project's LDDL-format preprocessor makes from the same text (static masking, 80 predictions max).
+    phase2_shards = tmp_path / "phase2-shards"
+    with contextlib.redirect_stdout(io.StringIO()):
+        lddl_preprocess.main([
+            "--input", str(require_shared("data", "wikitext-2", "wiki.test.raw")), "--input-format", "wikitext",
+            "--output-dir", str(phase2_shards), "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")),
+            "--max-seq-length", "512", "--duplicate-factor", "1", "--num-shards", "1", "--num-workers", "1",
+            "--masking", "--bin-size", "128",
+        ])
     phase1 = pretraining_argv(tmp_path, "--max-steps", "15", "--batch-size", "8", "--learning-rate", "5e-2",
                               "--warmup-proportion", "0.1", "--log-freq", "5", "--report-file",
-                              str(tmp_path / "phase1.json"))
+                              str(tmp_path / "phase1.json"), positions=512)
     assert train(phase1) == 0
     losses = [r["data"]["loss"] for r in step_records(tmp_path / "phase1.json")]
     assert losses[-1] < losses[0] - 0.3, losses
 
     phase1_final = str(tmp_path / "out" / "custom" / "phase1" / "15")
     phase2 = pretraining_argv(tmp_path, "--phase2", "--from-phase1-final-params", phase1_final, "--max-steps", "4",
+                              "--max-seq-length", "512", "--max-predictions-per-seq", "80", "--batch-size", "2",
                               "--learning-rate", "4e-3", "--warmup-proportion", "0.5", "--num-steps-per-checkpoint",
                               "2", "--last-step-of-checkpoint", "auto", "--report-file",
-                              str(tmp_path / "phase2.json"), shards=BINNED)
+                              str(tmp_path / "phase2.json"), shards=phase2_shards, positions=512)
     assert train(phase2 + ["--steps-this-run", "2"]) == 0
     records = step_records(tmp_path / "phase2.json")
     # Phase 2's own schedule from its start: lr(1) = 4e-3 * 1/2 (warmup W = 2), not phase 1's final 0.
