@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data = parser.add_argument_group("Global")
     data.add_argument("--input-dir", required=True,
-                      help="Folder of LDDL parquet shards (binned or not), e.g. pretrain/phase1/unbinned/parquet.")
+                      help="Folder of LDDL parquet shards (binned or not, static or dynamic masking) or NVIDIA "
+                      "HDF5 shards, e.g. pretrain/phase1/unbinned/parquet.")
     data.add_argument("--vocab-file", required=True, help="WordPiece vocabulary the shards were made with.")
     data.add_argument("--output-dir", required=True,
                       help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
@@ -145,8 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
 
     add_amp_arguments(parser)
-    parser.add_argument("--fuse-mha", action="store_true",
-                        help="One [H, 3H] projection for Q, K and V (checkpoints load either way).")
+    advanced = parser.add_argument_group("Advanced Training")
+    advanced.add_argument("--fuse-mha", action="store_true",
+                          help="One [H, 3H] projection for Q, K and V (weights load into either layout).")
     return parser
 
 
@@ -313,8 +315,10 @@ class Trainer:
         """One optimizer step over this rank's micro-batches; returns the result and whether any rank asked to
         stop (SIGTERM), which every rank learns at the same step."""
         prepared = [self._micro_batch_tensors(batch) for batch in micro_batches]
-        local_counts = paddle.to_tensor([sum(p[1] for p in prepared), sum(p[2] for p in prepared)], "float64")
-        total_masked, total_sequences = self._all_reduce(local_counts).numpy().tolist()
+        total_masked, total_sequences = float(sum(p[1] for p in prepared)), float(sum(p[2] for p in prepared))
+        if self.world_size > 1:
+            counts = self._all_reduce(paddle.to_tensor([total_masked, total_sequences], "float64"))
+            total_masked, total_sequences = counts.numpy().tolist()
         mlm_part = paddle.zeros([], "float32")
         nsp_part = paddle.zeros([], "float32")
         for index, (tensors, masked, sequences) in enumerate(prepared):
