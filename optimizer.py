@@ -1,10 +1,12 @@
 """Optimizers for BERT: LAMB as NVIDIA uses it, LANS, and AdamW for fine-tuning.
 
-- LAMB (You et al. 2020, arXiv:1904.00962) is paddle.optimizer.Lamb, which matches NVIDIA's recipe (apex
-  FusedLAMB with use_nvlamb=False): Adam moments with bias correction, epsilon outside the square root,
-  decoupled weight decay, and the trust ratio ||w|| / ||update|| applied only to tensors that are weight-decayed
-  (always_adapt=False); a zero norm gives a ratio of 1. Gradients are first clipped to a global norm
-  (ClipGradByGlobalNorm, 1.0 in NVIDIA's recipe).
+- LAMB (You et al. 2020, arXiv:1904.00962) as in NVIDIA's recipe (apex FusedLAMB with use_nvlamb=False, which
+  paddle.optimizer.Lamb with always_adapt=False matches): Adam moments with bias correction, epsilon outside
+  the square root, decoupled weight decay, and the trust ratio ||w|| / ||update|| applied only to tensors that
+  are weight-decayed; a zero norm gives a ratio of 1. Gradients are first clipped to a global norm
+  (ClipGradByGlobalNorm, 1.0 in NVIDIA's recipe). On a GPU create_optimizer uses paddle's fused kernel; on a
+  CPU it uses `Lamb` below, the same update built from paddle's fused Adam kernel and in-place tensor ops,
+  about 2.5 times as fast there (benchmarks/bench_optimizer.py).
 - LANS (Zheng et al. 2020, arXiv:2006.13484) is `Lans` below.
 - AdamW (Loshchilov & Hutter 2019) is paddle.optimizer.AdamW.
 
@@ -18,6 +20,7 @@ from collections.abc import Callable
 
 import paddle
 import paddle.nn as nn
+from paddle import _C_ops
 from paddle.nn.clip import ClipGradBase
 from paddle.optimizer.lr import LRScheduler
 
@@ -43,7 +46,175 @@ def no_weight_decay_parameters(model: nn.Layer) -> set[str]:
     return names
 
 
-class Lans(paddle.optimizer.Optimizer):
+class _LayerwiseAdaptiveOptimizer(paddle.optimizer.Optimizer):
+    """What LAMB and LANS share: per-tensor Adam moments and beta^t accumulators, fp32 master weights for
+    fp16/bf16 parameters under multi_precision, and scratch buffers that keep the update allocation-free.
+
+    The constructor takes paddle.optimizer.Lamb's arguments; parameter groups (dicts) are not supported.
+    Subclasses implement _update. Dygraph only. A step that paddle.amp.GradScaler finds non-finite is skipped
+    by paddle.optimizer.Optimizer before _update runs.
+    """
+
+    _moment1_acc_str = "moment1"
+    _moment2_acc_str = "moment2"
+    _beta1_pow_acc_str = "beta1_pow_acc"
+    _beta2_pow_acc_str = "beta2_pow_acc"
+    _scratch_count = 3
+
+    def __init__(
+        self,
+        learning_rate: float | LRScheduler = 0.001,
+        lamb_weight_decay: float = 0.01,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-6,
+        parameters=None,
+        grad_clip: ClipGradBase | None = None,
+        exclude_from_weight_decay_fn: Callable[[paddle.Tensor], bool] | None = None,
+        multi_precision: bool = False,
+        name: str | None = None,
+    ):
+        kind = type(self).__name__
+        for arg, value in (("beta1", beta1), ("beta2", beta2)):
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{kind}: {arg} must be in [0, 1), got {value}")
+        if epsilon < 0:
+            raise ValueError(f"{kind}: epsilon must be non-negative, got {epsilon}")
+        if lamb_weight_decay < 0:
+            raise ValueError(f"{kind}: lamb_weight_decay must be non-negative, got {lamb_weight_decay}")
+        if parameters is not None:
+            parameters = list(parameters)
+            if any(isinstance(p, dict) for p in parameters):
+                raise ValueError(f"{kind}: parameter groups are not supported; pass a list of parameters")
+        super().__init__(
+            learning_rate=learning_rate, parameters=parameters, weight_decay=None, grad_clip=grad_clip, name=name
+        )
+        self.type = kind.lower()
+        self._beta1 = float(beta1)
+        self._beta2 = float(beta2)
+        self._epsilon = float(epsilon)
+        self._lamb_weight_decay = float(lamb_weight_decay)
+        self._exclude_from_weight_decay_fn = exclude_from_weight_decay_fn
+        self._multi_precision = multi_precision
+        self._master_weights = {}
+        self._scratch_buffers = {}
+        self._rounded_betas = {}
+        self._constants = {}
+
+    def _scratch(self, shape: list[int], dtype: paddle.dtype) -> list[paddle.Tensor]:
+        """Work tensors of this shape, shared by all parameters of the shape (updates run one by one)."""
+        key = (tuple(shape), dtype)
+        if key not in self._scratch_buffers:
+            self._scratch_buffers[key] = [paddle.empty(shape, dtype=dtype) for _ in range(self._scratch_count)]
+        return self._scratch_buffers[key]
+
+    def _betas_in(self, dtype: paddle.dtype) -> tuple[float, float]:
+        """beta1 and beta2 rounded to dtype, so that 1 - beta and the beta^t accumulators (kept in dtype) agree."""
+        if dtype not in self._rounded_betas:
+            betas = (self._beta1, self._beta2)
+            self._rounded_betas[dtype] = tuple(float(paddle.to_tensor(beta, dtype=dtype)) for beta in betas)
+        return self._rounded_betas[dtype]
+
+    def _create_accumulators(self, block, parameters):
+        for param in parameters:
+            if param.name in self._already_create_accumulator:
+                continue
+            if self._multi_precision and self._is_dtype_fp16_or_bf16(param.dtype):
+                param = self._create_master_weight(param)
+            dtype = _compute_dtype(param.dtype)
+            self._add_accumulator(self._moment1_acc_str, param, dtype=dtype)
+            self._add_accumulator(self._moment2_acc_str, param, dtype=dtype)
+            # beta^t of the coming step, as paddle's Lamb keeps it: starts at beta (t = 1).
+            self._add_accumulator(self._beta1_pow_acc_str, param, dtype=dtype, fill_value=self._beta1, shape=[1])
+            self._add_accumulator(self._beta2_pow_acc_str, param, dtype=dtype, fill_value=self._beta2, shape=[1])
+            self._already_create_accumulator.add(param.name)
+
+    def _append_optimize_op(self, block, param_and_grad):
+        if not paddle.in_dynamic_mode():
+            raise RuntimeError(f"{type(self).__name__} runs in dygraph mode only")
+        param, grad = param_and_grad
+        use_master = self._multi_precision and self._is_dtype_fp16_or_bf16(param.dtype)
+        target = self._master_weights[param.name] if use_master else param
+        state = [
+            self._get_accumulator_master(name, param)
+            for name in (self._moment1_acc_str, self._moment2_acc_str, self._beta1_pow_acc_str, self._beta2_pow_acc_str)
+        ]
+        excluded = self._exclude_from_weight_decay_fn is not None and self._exclude_from_weight_decay_fn(param)
+        weight_decay = 0.0 if excluded else self._lamb_weight_decay
+        lr = self._create_param_lr(param_and_grad)
+
+        with paddle.no_grad():
+            dtype = _compute_dtype(target.dtype)
+            weight = target if target.dtype == dtype else target.astype(dtype)
+            if grad.dtype != dtype:
+                grad = grad.astype(dtype)
+            betas = self._betas_in(dtype)
+            self._update(weight, grad, *state, lr, weight_decay, betas)
+            if weight is not target:
+                paddle.assign(weight.astype(target.dtype), output=target)
+            if use_master:
+                paddle.assign(target.astype(param.dtype), output=param)
+            state[2].scale_(betas[0])
+            state[3].scale_(betas[1])
+        return None
+
+    def _update(self, weight, grad, moment1, moment2, beta1_pow, beta2_pow, lr, weight_decay, betas) -> None:
+        """Update weight and the moments in place. beta1_pow = beta1^t of this step; lr is a tensor."""
+        raise NotImplementedError
+
+    def _adam_direction(self, out, grad, moment1, moment2, beta1_pow, beta2_pow, betas):
+        """Advance m and v with grad, then out = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps).
+
+        One fused pass: paddle's Adam kernel stepping a zeroed `out` with learning rate -1; the beta^t
+        accumulators are left to the caller (use_global_beta_pow). On a CPU this is about three times faster
+        than the same arithmetic in separate in-place ops.
+        """
+        out.zero_()
+        _C_ops.adam_(
+            out, grad, self._constant(-1.0, out), moment1, moment2, None, beta1_pow, beta2_pow, None, None,
+            betas[0], betas[1], self._epsilon, False, 1000, False, True, False,
+        )
+        return out
+
+    def _constant(self, value: float, like: paddle.Tensor) -> paddle.Tensor:
+        """A cached one-element tensor of like's dtype and place."""
+        key = (value, like.dtype, str(like.place))
+        if key not in self._constants:
+            self._constants[key] = paddle.full([1], value, dtype=like.dtype)
+        return self._constants[key]
+
+
+class Lamb(_LayerwiseAdaptiveOptimizer):
+    r"""LAMB as NVIDIA uses it (You et al. 2020, arXiv:1904.00962, Algorithm 2; apex FusedLAMB with
+    use_nvlamb=False): for each tensor w with gradient g at step t,
+
+        m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g^2
+        u = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps) + lambda w
+        w = w - lr (||w|| / ||u||) u       if lambda > 0 (a zero norm gives a ratio of 1)
+        w = w - lr u                       if the tensor is excluded from weight decay
+
+    The same update as paddle.optimizer.Lamb (always_adapt=False), built from paddle's fused Adam kernel and
+    in-place tensor ops; on a CPU it runs about 2.5 times as fast as paddle's lamb kernel.
+    """
+
+    _scratch_count = 1
+
+    def _update(self, weight, grad, moment1, moment2, beta1_pow, beta2_pow, lr, weight_decay, betas):
+        (adam_term,) = self._scratch(weight.shape, weight.dtype)
+        self._adam_direction(adam_term, grad, moment1, moment2, beta1_pow, beta2_pow, betas)
+        if not weight_decay:
+            weight.subtract_(adam_term.scale_(lr))
+            return
+        # u = adam_term + lambda w; its norm follows from dot products, so u itself is never formed.
+        flat_weight = weight.reshape([-1])
+        weight_sq = _dot(flat_weight)
+        update_sq = _decayed_norm_sq(adam_term.reshape([-1]), flat_weight, weight_sq, weight_decay)
+        step = lr * _trust_ratio(weight_sq, update_sq)
+        weight.scale_(1.0 - weight_decay * step)
+        weight.subtract_(adam_term.scale_(step))
+
+
+class Lans(_LayerwiseAdaptiveOptimizer):
     r"""LANS: LAMB with per-tensor normalised gradients and a Nesterov-style second term.
 
     Zheng et al. 2020, "Accelerated Large Batch Optimization of BERT Pretraining in 54 minutes"
@@ -65,119 +236,61 @@ class Lans(paddle.optimizer.Optimizer):
     as in the apex kernel (MXNet's kernel divides by ||g|| alone and would give NaN for a zero gradient), and
     the zero-norm rule of both kernels.
 
-    The constructor takes paddle.optimizer.Lamb's arguments; parameter groups (dicts) are not supported.
-    With multi_precision, fp16/bf16 parameters are updated through fp32 master weights and the moments are
-    fp32, as in paddle's optimizers.
-
     Note: a gradient-norm clip (grad_clip=ClipGradByGlobalNorm) scales every tensor's gradient by one common
     factor, which the per-tensor normalisation removes again, so clipping barely changes a LANS step.
     """
 
-    _moment1_acc_str = "moment1"
-    _moment2_acc_str = "moment2"
-    _beta1_pow_acc_str = "beta1_pow_acc"
-    _beta2_pow_acc_str = "beta2_pow_acc"
+    def _update(self, weight, grad, moment1, moment2, beta1_pow, beta2_pow, lr, weight_decay, betas):
+        beta1 = betas[0]
+        normalised, momentum_term, gradient_term = self._scratch(weight.shape, weight.dtype)
+        grad_norm = _dot(grad.reshape([-1])).sqrt()
+        paddle.assign(grad, output=normalised)
+        normalised.scale_(paddle.where(grad_norm > 0, 1.0 / (grad_norm + self._epsilon), paddle.zeros_like(grad_norm)))
 
-    def __init__(
-        self,
-        learning_rate: float | LRScheduler = 0.001,
-        lamb_weight_decay: float = 0.01,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1e-6,
-        parameters=None,
-        grad_clip: ClipGradBase | None = None,
-        exclude_from_weight_decay_fn: Callable[[paddle.Tensor], bool] | None = None,
-        multi_precision: bool = False,
-        name: str | None = None,
-    ):
-        for arg, value in (("beta1", beta1), ("beta2", beta2)):
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"Lans: {arg} must be in [0, 1), got {value}")
-        if epsilon < 0:
-            raise ValueError(f"Lans: epsilon must be non-negative, got {epsilon}")
-        if lamb_weight_decay < 0:
-            raise ValueError(f"Lans: lamb_weight_decay must be non-negative, got {lamb_weight_decay}")
-        if parameters is not None:
-            parameters = list(parameters)
-            if any(isinstance(p, dict) for p in parameters):
-                raise ValueError("Lans: parameter groups are not supported; pass a list of parameters")
-        super().__init__(
-            learning_rate=learning_rate, parameters=parameters, weight_decay=None, grad_clip=grad_clip, name=name
+        # r - lambda x = (m / (1 - beta1^t)) / d, with m and v advanced by g~.
+        self._adam_direction(momentum_term, normalised, moment1, moment2, beta1_pow, beta2_pow, betas)
+        # c - lambda x = g~ / d: the same kernel with beta1 = 0 (its first moment is g~ itself, in place),
+        # beta2 = 1 (v stays as it is) and beta1^t = 0 (no first-moment bias correction).
+        self._adam_direction(
+            gradient_term, normalised, normalised, moment2, self._constant(0.0, beta1_pow), beta2_pow, (0.0, 1.0)
         )
-        self.type = "lans"
-        self._beta1 = float(beta1)
-        self._beta2 = float(beta2)
-        self._epsilon = float(epsilon)
-        self._lamb_weight_decay = float(lamb_weight_decay)
-        self._exclude_from_weight_decay_fn = exclude_from_weight_decay_fn
-        self._multi_precision = multi_precision
-        self._master_weights = {}
 
-    def _create_accumulators(self, block, parameters):
-        for param in parameters:
-            if param.name in self._already_create_accumulator:
-                continue
-            if self._multi_precision and self._is_dtype_fp16_or_bf16(param.dtype):
-                param = self._create_master_weight(param)
-            dtype = _compute_dtype(param.dtype)
-            self._add_accumulator(self._moment1_acc_str, param, dtype=dtype)
-            self._add_accumulator(self._moment2_acc_str, param, dtype=dtype)
-            # beta^t of the coming step, as paddle's Lamb keeps it: starts at beta (t = 1).
-            self._add_accumulator(self._beta1_pow_acc_str, param, dtype=dtype, fill_value=self._beta1, shape=[1])
-            self._add_accumulator(self._beta2_pow_acc_str, param, dtype=dtype, fill_value=self._beta2, shape=[1])
-            self._already_create_accumulator.add(param.name)
+        # The trust ratios' norms ||a + lambda x|| follow from dot products, so r and c are never formed.
+        flat_weight = weight.reshape([-1])
+        weight_sq = _dot(flat_weight)
+        momentum_sq = _decayed_norm_sq(momentum_term.reshape([-1]), flat_weight, weight_sq, weight_decay)
+        gradient_sq = _decayed_norm_sq(gradient_term.reshape([-1]), flat_weight, weight_sq, weight_decay)
 
-    def _append_optimize_op(self, block, param_and_grad):
-        if not paddle.in_dynamic_mode():
-            raise RuntimeError("Lans runs in dygraph mode only")
-        param, grad = param_and_grad
-        use_master = self._multi_precision and self._is_dtype_fp16_or_bf16(param.dtype)
-        target = self._master_weights[param.name] if use_master else param
-        moment1 = self._get_accumulator_master(self._moment1_acc_str, param)
-        moment2 = self._get_accumulator_master(self._moment2_acc_str, param)
-        beta1_pow = self._get_accumulator_master(self._beta1_pow_acc_str, param)
-        beta2_pow = self._get_accumulator_master(self._beta2_pow_acc_str, param)
-        excluded = self._exclude_from_weight_decay_fn is not None and self._exclude_from_weight_decay_fn(param)
-        weight_decay = 0.0 if excluded else self._lamb_weight_decay
-        lr = self._create_param_lr(param_and_grad)
-        beta1, beta2, eps = self._beta1, self._beta2, self._epsilon
+        # x <- x (1 - lambda (s_r + s_c)) - s_r (r - lambda x) - s_c (c - lambda x), with the step sizes
+        # s_r = lr beta1 phi_r and s_c = lr (1 - beta1) phi_c.
+        momentum_step = lr * (beta1 * _trust_ratio(weight_sq, momentum_sq))
+        gradient_step = lr * ((1.0 - beta1) * _trust_ratio(weight_sq, gradient_sq))
+        momentum_term.scale_(momentum_step).add_(gradient_term.scale_(gradient_step))
+        if weight_decay:
+            weight.scale_(1.0 - weight_decay * (momentum_step + gradient_step))
+        weight.subtract_(momentum_term)
 
-        with paddle.no_grad():
-            dtype = _compute_dtype(target.dtype)
-            weight = target if target.dtype == dtype else target.astype(dtype)
-            grad = grad if grad.dtype == dtype else grad.astype(dtype)
-            one = paddle.ones([], dtype=dtype)
 
-            grad_norm = paddle.linalg.norm(grad)
-            normalised = grad / paddle.where(grad_norm > 0, grad_norm + eps, one)
+def _decayed_norm_sq(term, weight, weight_sq, weight_decay):
+    """||term + weight_decay * weight||^2 of flat tensors from dot products, without forming the sum:
+    ||term||^2 + 2 weight_decay <term, weight> + weight_decay^2 ||weight||^2."""
+    norm_sq = _dot(term)
+    if weight_decay:
+        norm_sq = norm_sq + 2.0 * weight_decay * _dot(term, weight) + weight_decay**2 * weight_sq
+    return norm_sq
 
-            moment1.scale_(beta1).add_(normalised * (1.0 - beta1))
-            moment2.scale_(beta2).add_(normalised.square() * (1.0 - beta2))
-            denominator = (moment2 / (1.0 - beta2_pow)).sqrt() + eps
-            momentum_term = moment1 / ((1.0 - beta1_pow) * denominator)
-            gradient_term = normalised / denominator
-            if weight_decay:
-                momentum_term = momentum_term + weight_decay * weight
-                gradient_term = gradient_term + weight_decay * weight
 
-            weight_norm = paddle.linalg.norm(weight)
-            update = None
-            for term, share in ((momentum_term, beta1), (gradient_term, 1.0 - beta1)):
-                term_norm = paddle.linalg.norm(term)
-                trust_ratio = paddle.where((weight_norm > 0) & (term_norm > 0), weight_norm / term_norm, one)
-                scaled = term * (lr * (share * trust_ratio))
-                update = scaled if update is None else update.add_(scaled)
+def _dot(x: paddle.Tensor, y: paddle.Tensor | None = None) -> paddle.Tensor:
+    """<x, y> (default <x, x>) of 1-D tensors. matmul of two vectors is a BLAS dot: on CPU about 5x faster
+    than paddle.dot and 20x faster than paddle.linalg.norm."""
+    return paddle.matmul(x, x if y is None else y)
 
-            if weight is target:
-                target.subtract_(update)
-            else:
-                paddle.assign((weight - update).astype(target.dtype), output=target)
-            if use_master:
-                paddle.assign(target.astype(param.dtype), output=param)
-            beta1_pow.scale_(beta1)
-            beta2_pow.scale_(beta2)
-        return None
+
+def _trust_ratio(weight_sq: paddle.Tensor, term_sq: paddle.Tensor) -> paddle.Tensor:
+    """||w|| / ||term|| from squared norms, or 1 when either norm is 0 (both authors' kernels do this)."""
+    usable = (weight_sq > 0) & (term_sq > 0)
+    ratio = (weight_sq / paddle.where(usable, term_sq, weight_sq)).sqrt()
+    return paddle.where(usable, ratio, paddle.ones_like(ratio))
 
 
 def _compute_dtype(dtype: paddle.dtype) -> paddle.dtype:
@@ -195,12 +308,17 @@ def create_optimizer(
     epsilon: float,
     max_grad_norm: float | None,
     multi_precision: bool = False,
+    use_paddle_lamb: bool | None = None,
 ) -> paddle.optimizer.Optimizer:
     """Build "Lamb", "Lans" or "AdamW" over model.parameters().
 
     Weight decay skips no_weight_decay_parameters(model). max_grad_norm clips the gradients to that global
     norm before the update (ClipGradByGlobalNorm); None turns clipping off. multi_precision keeps fp32
     master weights for fp16/bf16 parameters.
+
+    "Lamb" is paddle.optimizer.Lamb (a fused kernel) when use_paddle_lamb is True, and this module's Lamb
+    (the same update in in-place ops, faster on a CPU) when it is False; None picks paddle's on a GPU. Both
+    keep their state under the same names, so an optimizer checkpoint of one loads into the other.
     """
     if max_grad_norm is not None and max_grad_norm <= 0:
         raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm}")
@@ -209,8 +327,11 @@ def create_optimizer(
     excluded = no_weight_decay_parameters(model)
     grad_clip = nn.ClipGradByGlobalNorm(clip_norm=max_grad_norm) if max_grad_norm is not None else None
     parameters = model.parameters()
+    if use_paddle_lamb is None:
+        use_paddle_lamb = paddle.get_device().startswith("gpu")
     if name == "Lamb":
-        return paddle.optimizer.Lamb(
+        lamb = paddle.optimizer.Lamb if use_paddle_lamb else Lamb
+        return lamb(
             learning_rate=learning_rate, lamb_weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
             parameters=parameters, grad_clip=grad_clip, exclude_from_weight_decay_fn=lambda p: p.name in excluded,
             multi_precision=multi_precision,

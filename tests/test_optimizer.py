@@ -5,7 +5,7 @@ import paddle
 import pytest
 
 from modeling import BertConfig, BertForPretraining, BertForQuestionAnswering
-from optimizer import Lans, create_optimizer, no_weight_decay_parameters
+from optimizer import Lamb, Lans, create_optimizer, no_weight_decay_parameters
 
 BETA1, BETA2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01
 STEPS = 6
@@ -93,19 +93,22 @@ def adam_direction(g, m, v, t, betas=(BETA1, BETA2), first_powers=(BETA1, BETA2)
     return (m / (1 - beta1_power)) / (np.sqrt(v / (1 - beta2_power)) + EPSILON)
 
 
-def lamb_rule(dtype):
+def lamb_rule(betas=(BETA1, BETA2), first_powers=(BETA1, BETA2)):
     """You et al. 2020 (arXiv:1904.00962) Algorithm 2, with NVIDIA's choice: trust ratio only where wd > 0."""
-    # paddle's lamb kernel receives beta1 and beta2 as fp32 attributes, while its beta^t accumulators start at
-    # beta in the parameter's dtype; in fp64 the fp32 rounding of 0.999 shows at 6e-6, so model it exactly.
-    fp32_betas = (float(np.float32(BETA1)), float(np.float32(BETA2)))
-    first_powers = tuple(float(np.array(beta, dtype)) for beta in (BETA1, BETA2))
 
     def rule(w, g, m, v, t, lr, wd):
-        update = adam_direction(g, m, v, t, fp32_betas, first_powers) + wd * w
+        update = adam_direction(g, m, v, t, betas, first_powers) + wd * w
         ratio = trust_ratio(w, update) if wd > 0 else 1.0
         return w - lr * ratio * update
 
     return rule
+
+
+def paddle_lamb_rule(dtype):
+    # paddle's lamb kernel receives beta1 and beta2 as fp32 attributes, while its beta^t accumulators start at
+    # beta in the parameter's dtype; in fp64 the fp32 rounding of 0.999 shows at 6e-6, so model it exactly.
+    fp32_betas = (float(np.float32(BETA1)), float(np.float32(BETA2)))
+    return lamb_rule(fp32_betas, tuple(float(np.array(beta, dtype)) for beta in (BETA1, BETA2)))
 
 
 def lans_rule(w, g, m, v, t, lr, wd):
@@ -126,11 +129,25 @@ def adamw_rule(w, g, m, v, t, lr, wd):
     return w - lr * adam_direction(g, m, v, t) - lr * wd * w
 
 
+OPTIMIZERS = ["Lamb", "PaddleLamb", "Lans", "AdamW"]
+
+
 def rule_for(name, dtype):
-    return {"Lamb": lamb_rule(dtype), "Lans": lans_rule, "AdamW": adamw_rule}[name]
+    # Our Lamb rounds beta1 and beta2 once to the parameter dtype (fp32 here), like its beta^t accumulators.
+    rounded = tuple(float(np.array(beta, dtype)) for beta in (BETA1, BETA2))
+    rules = {"Lamb": lamb_rule(rounded, rounded), "PaddleLamb": paddle_lamb_rule(dtype), "Lans": lans_rule,
+             "AdamW": adamw_rule}
+    return rules[name]
 
 
-@pytest.mark.parametrize("name", ["Lamb", "Lans", "AdamW"])
+def build(name, model, learning_rate, max_grad_norm):
+    """create_optimizer, with "Lamb" as our in-place LAMB and "PaddleLamb" as paddle.optimizer.Lamb."""
+    kind = "Lamb" if name == "PaddleLamb" else name
+    return create_optimizer(kind, model, learning_rate, WEIGHT_DECAY, BETA1, BETA2, EPSILON, max_grad_norm,
+                            use_paddle_lamb=name == "PaddleLamb")
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
 @pytest.mark.parametrize("max_grad_norm, gradient_scale", [(1.0, 3.0), (None, 3.0), (1.0, 0.01)])
 def test_optimizer_matches_numpy_reference(name, max_grad_norm, gradient_scale):
     """Six steps on a Linear + LayerNorm in float64 (paddle keeps the learning rate in fp32, hence not tighter);
@@ -140,7 +157,7 @@ def test_optimizer_matches_numpy_reference(name, max_grad_norm, gradient_scale):
     gradients = gradient_sequence(model, gradient_scale)
     lrs = [0.02, 0.05, 0.05, 0.03, 0.01, 0.004]
     scheduler = paddle.optimizer.lr.PiecewiseDecay(boundaries=[1, 3, 4, 5], values=lrs[:1] + lrs[2:])
-    optimizer = create_optimizer(name, model, scheduler, WEIGHT_DECAY, BETA1, BETA2, EPSILON, max_grad_norm)
+    optimizer = build(name, model, scheduler, max_grad_norm)
     actual = run(optimizer, model, gradients, scheduler)
 
     decayed = {model.dense.weight.name}
@@ -150,36 +167,27 @@ def test_optimizer_matches_numpy_reference(name, max_grad_norm, gradient_scale):
         assert not np.allclose(value, initial[param_name])
 
 
-def test_clipping_takes_effect():
-    """With gradients far above the clip norm, clipped and unclipped LAMB runs differ (the reference agrees)."""
-    results = {}
-    for max_grad_norm in (1.0, None):
-        model = tiny_model()
-        optimizer = create_optimizer("Lamb", model, 0.05, WEIGHT_DECAY, BETA1, BETA2, EPSILON, max_grad_norm)
-        results[max_grad_norm] = run(optimizer, model, gradient_sequence(model, 3.0))
-    clipped, unclipped = (list(results[key].values()) for key in (1.0, None))
-    assert not np.allclose(clipped[0], unclipped[0], rtol=1e-4)
-
-
-@pytest.mark.parametrize("name", ["Lamb", "Lans", "AdamW"])
+@pytest.mark.parametrize("name", OPTIMIZERS)
 def test_float32_within_1e6_of_reference(name):
     model = tiny_model("float32")
     initial = {p.name: p.numpy() for p in model.parameters()}
     gradients = gradient_sequence(model, 3.0)
-    optimizer = create_optimizer(name, model, 0.01, WEIGHT_DECAY, BETA1, BETA2, EPSILON, 1.0)
+    optimizer = build(name, model, 0.01, 1.0)
     actual = run(optimizer, model, gradients)
     expected = reference(rule_for(name, "float32"), initial, gradients, [0.01] * STEPS, {model.dense.weight.name}, 1.0)
     for param_name, value in expected.items():
         np.testing.assert_allclose(actual[param_name], value, rtol=1e-6, atol=1e-7, err_msg=param_name)
 
 
-def test_lans_multi_precision_keeps_fp32_master_weights():
+@pytest.mark.parametrize("optimizer_class", [Lamb, Lans])
+def test_multi_precision_keeps_fp32_master_weights(optimizer_class):
+    """A bf16 parameter is updated through an fp32 master copy that follows the fp32 reference."""
     rng = np.random.default_rng(3)
     initial = rng.normal(size=(6, 5)).astype(np.float32)
     weight = paddle.create_parameter(
         [6, 5], "bfloat16", default_initializer=paddle.nn.initializer.Assign(initial.astype(np.float32))
     )
-    optimizer = Lans(learning_rate=0.05, parameters=[weight], multi_precision=True)
+    optimizer = optimizer_class(learning_rate=0.05, parameters=[weight], multi_precision=True)
     bf16_gradients = []
     for _ in range(STEPS):
         gradient = paddle.to_tensor(rng.normal(size=(6, 5)).astype(np.float32)).astype("bfloat16")
@@ -190,9 +198,31 @@ def test_lans_multi_precision_keeps_fp32_master_weights():
     master = optimizer._master_weights[weight.name]
     assert master.dtype == paddle.float32
     start = {"w": weight_start(initial)}
-    expected = reference(lans_rule, start, bf16_gradients, [0.05] * STEPS, {"w"}, None)["w"]
+    rounded = tuple(float(np.float32(beta)) for beta in (BETA1, BETA2))
+    rule = lans_rule if optimizer_class is Lans else lamb_rule(rounded, rounded)
+    expected = reference(rule, start, bf16_gradients, [0.05] * STEPS, {"w"}, None)["w"]
     np.testing.assert_allclose(master.numpy(), expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(weight.astype("float32").numpy(), master.astype("bfloat16").astype("float32").numpy())
+
+
+def test_lamb_state_moves_between_paddle_and_our_implementation():
+    """An optimizer checkpoint of paddle's Lamb (used on GPUs) resumes in our Lamb (used on CPUs) and back."""
+    # Each run names its parameters and optimizer state afresh, as a new process would.
+    with paddle.utils.unique_name.guard():
+        straight = tiny_model("float32")
+        gradients = gradient_sequence(straight, 3.0)
+        expected = run(build("PaddleLamb", straight, 0.01, 1.0), straight, gradients)
+    for first, second in (("PaddleLamb", "Lamb"), ("Lamb", "PaddleLamb")):
+        with paddle.utils.unique_name.guard():
+            model = tiny_model("float32")
+            optimizer = build(first, model, 0.01, 1.0)
+            run(optimizer, model, gradients[:3])
+        with paddle.utils.unique_name.guard():
+            resumed = build(second, model, 0.01, 1.0)
+            resumed.set_state_dict(optimizer.state_dict())
+            actual = run(resumed, model, gradients[3:])
+        for name, value in expected.items():
+            np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-6, err_msg=f"{first}->{second} {name}")
 
 
 def weight_start(initial):
