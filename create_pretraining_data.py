@@ -105,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "samples": result.num_pairs,
         "random_next_fraction": round(result.num_random_next / max(1, result.num_pairs), 4),
         "seconds": round(result.seconds, 3),
+        "stage_seconds": {stage: round(seconds, 3) for stage, seconds in result.stage_seconds.items()},
         "engine": result.engine,
         "worker_processes": len(result.worker_pids),
     }))

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from itertools import chain
 from multiprocessing import get_context
 from pathlib import Path
 from typing import TextIO
@@ -54,7 +55,7 @@ from pretraining_pairs import (
     find_corpus_files,
     read_documents,
 )
-from tokenizer import BertTokenizer
+from tokenizer import BertTokenizer, load_vocab
 
 DEFAULT_BLOCK_BYTES = 16 * 2**20  # default partition size: --num-blocks = ceil(corpus bytes / this)
 MIN_RANGE_BYTES = 2**20  # read ranges are at least this long (they are cut finer only to feed idle workers)
@@ -193,7 +194,7 @@ def tokenize_range(task: ReadTask, settings: PipelineSettings, work_dir: str) ->
         [np.arange(document_sentence_starts[i], document_sentence_starts[i] + table["num_sentences"][i])
          for i in order]) if len(order) else np.zeros(0, dtype=np.int64)
     sorted_lengths = sentence_lengths[sentence_order]
-    flat_tokens = np.fromiter((token for index in sentence_order for token in kept_tokens[index]),
+    flat_tokens = np.fromiter(chain.from_iterable(kept_tokens[index] for index in sentence_order.tolist()),
                               dtype=token_dtype, count=int(sorted_lengths.sum()))
     sorted_table["sentence_start"] = np.concatenate([[0], np.cumsum(sorted_table["num_sentences"])[:-1]])
     sentence_token_starts = np.concatenate([[0], np.cumsum(sorted_lengths)]).astype(np.int64)
@@ -261,7 +262,7 @@ def build_partition(partition: int, block_indices: Sequence[int], settings: Pipe
     num_tokens = a_lengths + b_lengths + 3
     is_random_next = np.fromiter((pair.is_random_next for pair in pairs), dtype=bool, count=num_rows)
     flat = np.fromiter(
-        (token for pair in pairs for token in (cls_id, *pair.tokens_a, sep_id, *pair.tokens_b, sep_id)),
+        chain.from_iterable(chain((cls_id,), pair.tokens_a, (sep_id,), pair.tokens_b, (sep_id,)) for pair in pairs),
         dtype=np.int32, count=int(num_tokens.sum()))
     row_starts = np.concatenate([[0], np.cumsum(num_tokens)]).astype(np.int64)
 
@@ -549,6 +550,7 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_flag: str)
                         help="times each document is turned into pairs (different random draws); default: 5")
     parser.add_argument(masked_lm_flag, dest="masked_lm_ratio", type=float, default=0.15,
                         help="fraction of each sequence's tokens that static masking predicts; default: 0.15")
+    parser.set_defaults(masked_lm_flag=masked_lm_flag)
     parser.add_argument("--seed", type=int, default=12345,
                         help="seed of every random draw: same seed and flags give the same files; default: 12345")
     parser.add_argument("--num-blocks", type=int, default=None,
@@ -573,7 +575,7 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
     if args.duplicate_factor < 1:
         parser.error(f"--duplicate-factor {args.duplicate_factor} must be at least 1")
     if not 0.0 < args.masked_lm_ratio <= 1.0:
-        parser.error(f"masked LM ratio {args.masked_lm_ratio} must be in (0, 1]")
+        parser.error(f"{args.masked_lm_flag} {args.masked_lm_ratio} must be in (0, 1]")
     if args.seed < 0:
         parser.error(f"--seed {args.seed} must be non-negative")
     if args.num_blocks is not None and args.num_blocks < 1:
@@ -584,8 +586,10 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
         parser.error(f"--num-workers {args.num_workers} must be at least 1")
     if args.dask and args.scheduler_address:
         parser.error("--dask starts a local cluster; it cannot be combined with --scheduler-address")
-    if not Path(args.vocab_file).is_file():
-        parser.error(f"--vocab-file {args.vocab_file}: file not found")
+    try:
+        load_vocab(args.vocab_file)
+    except (ValueError, OSError) as error:
+        parser.error(f"--vocab-file {error}")
     for path in args.input:
         if not Path(path).exists():
             parser.error(f"--input {path}: not found")

@@ -46,6 +46,7 @@ import random
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 INPUT_FORMATS = ("auto", "lines", "lddl", "wikiextractor", "wikitext")
@@ -298,7 +299,7 @@ def create_pairs_from_document(documents: Sequence[Document], document_index: in
     max_num_tokens = max_seq_length - 3  # [CLS] A [SEP] B [SEP]
     target_seq_length = max_num_tokens
     if rng.random() < short_seq_prob:
-        target_seq_length = rng.randint(2, max_num_tokens)
+        target_seq_length = _uniform_int(rng, 2, max_num_tokens)
 
     pairs = []
     chunk: list[Sequence[int]] = []
@@ -308,30 +309,35 @@ def create_pairs_from_document(documents: Sequence[Document], document_index: in
         chunk.append(document[i])
         chunk_length += len(document[i])
         if i == len(document) - 1 or chunk_length >= target_seq_length:
-            a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
-            tokens_a = [token for sentence in chunk[:a_end] for token in sentence]
+            a_end = _uniform_int(rng, 1, len(chunk) - 1) if len(chunk) >= 2 else 1
+            tokens_a = list(chain.from_iterable(chunk[:a_end]))
             tokens_b: list[int] = []
             if len(chunk) == 1 or rng.random() < 0.5:
                 target_b_length = target_seq_length - len(tokens_a)
                 for _ in range(10):
-                    random_index = rng.randint(0, len(documents) - 1)
+                    random_index = _uniform_int(rng, 0, len(documents) - 1)
                     if random_index != document_index:
                         break
                 is_random_next = random_index != document_index
                 random_document = documents[random_index]
-                for sentence in random_document[rng.randint(0, len(random_document) - 1):]:
+                for sentence in random_document[_uniform_int(rng, 0, len(random_document) - 1):]:
                     tokens_b.extend(sentence)
                     if len(tokens_b) >= target_b_length:
                         break
                 i -= len(chunk) - a_end  # put the unused sentences back
             else:
                 is_random_next = False
-                tokens_b = [token for sentence in chunk[a_end:] for token in sentence]
+                tokens_b = list(chain.from_iterable(chunk[a_end:]))
             tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
             pairs.append(SentencePair(tokens_a, tokens_b, is_random_next))
             chunk, chunk_length = [], 0
         i += 1
     return pairs
+
+
+def _uniform_int(rng: random.Random, low: int, high: int) -> int:
+    """A uniform integer in [low, high], like rng.randint but several times faster (its bias is below 2**-40)."""
+    return low + int(rng.random() * (high - low + 1))
 
 
 def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int,
