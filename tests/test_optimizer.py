@@ -112,7 +112,7 @@ def paddle_lamb_rule(dtype):
 
 
 def lans_rule(w, g, m, v, t, lr, wd):
-    # Zheng et al. 2020 (arXiv:2006.13484) Algorithm 2: normalised gradient, momentum and gradient terms.
+    # Zheng et al. 2020 (arXiv:2006.13484), LANS: normalised gradient, momentum and gradient terms.
     norm = np.linalg.norm(g)
     g = g / (norm + EPSILON) if norm > 0 else g
     momentum_term = adam_direction(g, m, v, t) + wd * w
@@ -203,6 +203,24 @@ def test_multi_precision_keeps_fp32_master_weights(optimizer_class):
     expected = reference(rule, start, bf16_gradients, [0.05] * STEPS, {"w"}, None)["w"]
     np.testing.assert_allclose(master.numpy(), expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(weight.astype("float32").numpy(), master.astype("bfloat16").astype("float32").numpy())
+
+
+@pytest.mark.parametrize("optimizer_class", [Lamb, Lans])
+def test_step_flagged_non_finite_is_skipped(optimizer_class):
+    """paddle.amp.GradScaler marks an overflowing step with found_inf; nothing may change then."""
+    model = tiny_model("float32")
+    optimizer = optimizer_class(learning_rate=0.05, parameters=model.parameters())
+    gradients = gradient_sequence(model, 1.0)
+    run(optimizer, model, gradients[:1])
+    before = {name: value.numpy().copy() for name, value in optimizer.state_dict().items() if name != "LR_Scheduler"}
+    weights = {p.name: p.numpy().copy() for p in model.parameters()}
+    optimizer._set_auxiliary_var("found_inf", paddle.to_tensor([True]))
+    run(optimizer, model, gradients[1:2])
+    assert all(np.array_equal(p.numpy(), weights[p.name]) for p in model.parameters())
+    assert all(np.array_equal(value.numpy(), before[name]) for name, value in optimizer.state_dict().items())
+    optimizer._set_auxiliary_var("found_inf", paddle.to_tensor([False]))
+    run(optimizer, model, gradients[2:3])
+    assert not np.array_equal(model.dense.weight.numpy(), weights[model.dense.weight.name])
 
 
 def test_lamb_state_moves_between_paddle_and_our_implementation():
