@@ -46,19 +46,23 @@ def test_configure_cpu_threads_from_environment(monkeypatch):
 
 
 def test_cpu_affinity_gives_each_local_rank_its_own_block():
-    # In a child process: pinning the test process itself would slow down the rest of the suite.
+    # In a child process: pinning the test process itself would slow down the rest of the suite. The child
+    # plays local ranks 0 and 1 of 2 in turn, restoring its CPUs in between.
     code = (
-        "import os, sys; sys.path.insert(0, sys.argv[1]); from runtime import set_cpu_affinity; "
-        "cpus = set_cpu_affinity(); print(sorted(cpus), sorted(os.sched_getaffinity(0)))"
+        "import os, sys; sys.path.insert(0, sys.argv[1]); from runtime import set_cpu_affinity\n"
+        "everything = os.sched_getaffinity(0)\n"
+        "for rank in ('0', '1'):\n"
+        "    os.environ.update(PADDLE_LOCAL_RANK=rank, PADDLE_LOCAL_SIZE='2')\n"
+        "    print(sorted(set_cpu_affinity()), sorted(os.sched_getaffinity(0)))\n"
+        "    os.sched_setaffinity(0, everything)\n"
     )
     available = sorted(os.sched_getaffinity(0))
     per_rank = max(1, len(available) // 2)
-    for local_rank in (0, 1):
-        env = dict(os.environ, PADDLE_LOCAL_RANK=str(local_rank), PADDLE_LOCAL_SIZE="2")
-        out = subprocess.run([sys.executable, "-c", code, str(ROOT)], env=env, capture_output=True, text=True,
-                             check=True).stdout.strip().splitlines()[-1]
+    lines = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True,
+                           check=True).stdout.strip().splitlines()[-2:]
+    for local_rank, line in enumerate(lines):
         expected = available[(local_rank * per_rank) % len(available):][:per_rank]
-        assert out == f"{expected} {expected}"
+        assert line == f"{expected} {expected}"
 
 
 @pytest.mark.parametrize("argv, message", [
