@@ -336,6 +336,15 @@ def test_hdf5_layout_and_agreement_with_parquet(corpus, tmp_path):
             assert data["next_sentence_labels"][i] == int(row["is_random_next"])
 
 
+def test_hdf5_files_are_identical_for_a_seed(corpus, tmp_path):
+    run_cli(create_pretraining_data, corpus, tmp_path / "a")
+    run_cli(create_pretraining_data, corpus, tmp_path / "b")
+    run_cli(create_pretraining_data, corpus, tmp_path / "c", "--seed", "2")
+    assert folder_bytes(tmp_path / "a") == folder_bytes(tmp_path / "b")
+    assert decode_hdf5(tmp_path / "a" / "shard-0.hdf5")["input_ids"].tolist() != decode_hdf5(
+        tmp_path / "c" / "shard-0.hdf5")["input_ids"].tolist()
+
+
 def test_hdf5_contents_come_from_the_text(corpus, tmp_path):
     """Undo the masking and every A and every B is a run of consecutive tokens of one corpus document."""
     run_cli(create_pretraining_data, corpus, tmp_path / "h5")
