@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Fine-tune BERT on a GLUE task and/or evaluate it (run_glue.py), with the positional interface of NVIDIA's
+# PyTorch scripts/run_glue.sh: the same 16 arguments in the same order with the same defaults.
+#
+#   bash scripts/run_glue.sh CHECKPOINT ../shared/data/glue/MRPC vocab/bert-uncased-vocab.txt None results/MRPC \
+#     mrpc 1 32 1 5e-5 0.1 3 -1 fp32 42 "train eval"
+#
+# Positional arguments (default):
+#    1 init_checkpoint (<code_dir>/results/bert-large-uncased/phase2/1563)  initial weights: a folder holding
+#                                       bert_paddle.pdparams (the last phase-2 checkpoint of run_pretraining.sh),
+#                                       a .pdparams file (also a converted Hugging Face model), or None
+#    2 data_dir ($BERT_PREP_WORKING_DIR/download/glue/MRPC/)  holds train.tsv and dev.tsv
+#    3 vocab_file (<code_dir>/vocab/bert-uncased-vocab.txt)
+#    4 config_file (None)               model config JSON; None: bert-large-uncased
+#    5 out_dir (<code_dir>/results/MRPC)  fine-tuned model, predictions.tsv, report.json, logfile
+#    6 task_name (mrpc)                 cola | sst-2 | mrpc | rte | qqp
+#    7 num_gpu (8)                      processes; an evaluation without training uses 1
+#    8 batch_size (16)                  examples per process per micro-batch, training and prediction
+#    9 gradient_accumulation_steps (1)  micro-batches per optimizer step
+#   10 learning_rate (2.4e-5)           peak learning rate (linear warmup, then linear decay to 0)
+#   11 warmup_proportion (0.1)
+#   12 epochs (3)
+#   13 max_steps (-1.0)                 optimizer steps instead of epochs; negative: not set
+#   14 precision (fp16)                 fp32 | tf32 | amp | fp16 | bf16 (see scripts/common.sh); on CPU all fp32
+#   15 seed (2)
+#   16 mode ("train eval")              any of train, eval (score dev.tsv) and prediction (write predictions.tsv)
+# Environment: BERT_PREP_WORKING_DIR (default <code_dir>/data).
+set -euo pipefail
+
+(( $# <= 16 )) || { echo "${0##*/}: at most 16 positional arguments, got $#" >&2; exit 1; }
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CODEDIR="$(dirname "$SCRIPT_DIR")"
+# shellcheck source=scripts/common.sh
+source "$SCRIPT_DIR/common.sh"
+BERT_PREP_WORKING_DIR=${BERT_PREP_WORKING_DIR:-$CODEDIR/data}
+
+init_checkpoint=${1:-$CODEDIR/results/bert-large-uncased/phase2/1563}
+data_dir=${2:-$BERT_PREP_WORKING_DIR/download/glue/MRPC/}
+vocab_file=${3:-$CODEDIR/vocab/bert-uncased-vocab.txt}
+config_file=${4:-None}
+out_dir=${5:-$CODEDIR/results/MRPC}
+task_name=${6:-mrpc}
+num_gpu=${7:-8}
+batch_size=${8:-16}
+gradient_accumulation_steps=${9:-1}
+learning_rate=${10:-2.4e-5}
+warmup_proportion=${11:-0.1}
+epochs=${12:-3}
+max_steps=${13:--1.0}
+precision=${14:-fp16}
+seed=${15:-2}
+mode=${16:-train eval}
+
+require_choice task_name "$task_name" cola sst-2 mrpc rte qqp
+for name in num_gpu batch_size gradient_accumulation_steps epochs; do
+  require_int "$name" "${!name}" 1
+done
+require_int seed "$seed" 0
+read -ra mode_words <<< "$mode"
+(( ${#mode_words[@]} > 0 )) || die "mode must name train, eval and/or prediction, got '$mode'"
+for word in "${mode_words[@]}"; do
+  require_choice mode "$word" train eval prediction
+done
+data_dir=${data_dir%/}
+set_bert_model "$config_file"
+set_precision_flags "$precision" 128  # the initial loss scale of NVIDIA's Paddle run_squad.sh
+
+flags=(--task-name "$task_name" --vocab-file "$vocab_file" "${BERT_MODEL_FLAGS[@]}" --output-dir "$out_dir"
+  --max-seq-length 128 --seed "$seed" "${PRECISION_FLAGS[@]}")
+[[ "$init_checkpoint" != None ]] && flags+=(--from-pretrained-params "$init_checkpoint")
+if [[ "$mode" == *train* ]]; then
+  flags+=(--do-train --train-file "$data_dir/train.tsv" --train-batch-size "$batch_size"
+    --gradient-merge-steps "$gradient_accumulation_steps" --learning-rate "$learning_rate"
+    --warmup-proportion "$warmup_proportion" --epochs "$epochs")
+  # NVIDIA passes -1.0 for "not set"
+  if [[ "$max_steps" != -* ]]; then
+    require_int max_steps "$max_steps" 1
+    flags+=(--max-steps "$max_steps")
+  fi
+else
+  num_gpu=1
+fi
+[[ "$mode" == *eval* ]] && flags+=(--do-eval)
+[[ "$mode" == *prediction* ]] && flags+=(--do-predict)
+[[ "$mode" =~ (eval|prediction) ]] && flags+=(--predict-file "$data_dir/dev.tsv" --predict-batch-size "$batch_size")
+
+launcher=(python)
+if (( num_gpu > 1 )); then
+  launcher+=(-m paddle.distributed.launch --nproc_per_node "$num_gpu" --log_dir "$out_dir/log")
+fi
+mkdir -p "$out_dir"
+run_logged "$out_dir/logfile" "${launcher[@]}" "$CODEDIR/run_glue.py" "${flags[@]}"

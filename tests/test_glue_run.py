@@ -1,0 +1,394 @@
+"""run_glue.py end to end with a tiny BERT on slices of MRPC: fine-tuning, prediction, evaluation, reloading, data
+parallelism, named-column tables, and the effect of every command-line flag."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+import pytest
+
+import run_glue
+from conftest import ROOT, require_shared
+from dllog import read_report
+from glue_data import read_glue_examples
+from glue_metrics import accuracy, binary_f1, roc_auc
+from modeling import BertConfig, BertForPretraining
+
+TINY_CONFIG = ROOT / "bert_configs" / "bert-tiny-uncased.json"
+TRAIN_ROWS, DEV_ROWS = 32, 24
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """MRPC slices (kept byte for byte: BOM, header, quotes), the train slice as a CSV with other column names, a
+    dropout-free tiny config and a pretraining checkpoint with random weights."""
+    folder = tmp_path_factory.mktemp("glue")
+    for split, rows in (("train", TRAIN_ROWS), ("dev", DEV_ROWS)):
+        lines = require_shared("data", "glue", "MRPC", f"{split}.tsv").read_bytes().split(b"\n")
+        (folder / f"{split}.tsv").write_bytes(b"\n".join(lines[:rows + 1]) + b"\n")
+    with open(folder / "train.tsv", encoding="utf-8-sig", newline="") as source, \
+            open(folder / "train.csv", "w", encoding="utf-8", newline="") as target:
+        writer = csv.writer(target)
+        writer.writerow(["y", "pair", "first", "second"])
+        for fields in list(csv.reader(source, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]:
+            writer.writerow([fields[0], f"{fields[1]}-{fields[2]}", fields[3], fields[4]])
+    config = json.loads(TINY_CONFIG.read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # deterministic training
+    (folder / "config.json").write_text(json.dumps(config))
+    paddle.seed(1)
+    pretrained = BertForPretraining(BertConfig.from_dict(config))
+    (folder / "pretrain" / "1000").mkdir(parents=True)
+    paddle.save(pretrained.state_dict(), str(folder / "pretrain" / "1000" / "bert_paddle.pdparams"))
+    return folder
+
+
+def _common(workspace, output_dir, task="mrpc"):
+    return ["--task-name", task, "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")),
+            "--bert-model", "custom", "--config-file", str(workspace / "config.json"),
+            "--train-batch-size", "8", "--predict-batch-size", "16", "--output-dir", str(output_dir)]
+
+
+def run(workspace, output_name, *args, task="mrpc"):
+    """run_glue.main in process; returns the output folder and the report's records."""
+    output_dir = workspace / output_name
+    run_glue.main([*_common(workspace, output_dir, task), *map(str, args)])
+    return output_dir, read_report(output_dir / "report.json")
+
+
+def logged(records, name):
+    """Values of a metric in the report's step and summary records (not the PARAMETER ones)."""
+    return [record["data"][name] for record in records
+            if record["type"] == "LOG" and record["step"] != "PARAMETER" and name in record["data"]]
+
+
+def parameter(records, name):
+    return [record["data"][name] for record in records if record.get("step") == "PARAMETER" and name in record["data"]]
+
+
+def params(output_dir, prefix="bert_paddle"):
+    return {name: np.asarray(value) for name, value in paddle.load(str(output_dir / f"{prefix}.pdparams")).items()}
+
+
+def predictions(output_dir):
+    """(ids, labels, probabilities) of predictions.tsv."""
+    with open(output_dir / "predictions.tsv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.reader(handle, delimiter="\t"))
+    assert rows[0] == ["id", "label", "probability"]
+    return [row[0] for row in rows[1:]], [row[1] for row in rows[1:]], np.array([float(row[2]) for row in rows[1:]])
+
+
+def train_args(workspace, *extra, data="train.tsv"):
+    return ["--do-train", "--train-file", workspace / data, *extra]
+
+
+def predict_args(workspace, *extra, data="dev.tsv"):
+    return ["--do-predict", "--predict-file", workspace / data, *extra]
+
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(workspace):
+    """30 updates on the train slice, then predictions for that same slice, which the model should now know."""
+    return run(workspace, "fine_tuned",
+               *train_args(workspace, "--from-pretrained-params", workspace / "pretrain" / "1000", "--max-steps", 30,
+                           "--learning-rate", 2e-3, "--warmup-proportion", 0.1, "--warmup-start-lr", 1e-4,
+                           "--log-freq", 1),
+               *predict_args(workspace, "--do-eval", data="train.tsv"))
+
+
+def test_fine_tunes_predicts_and_evaluates(workspace, fine_tuned):
+    output_dir, records = fine_tuned
+    losses = logged(records, "loss")
+    assert len(losses) == 30
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+    # everything but the classifier came from the pretraining checkpoint, whose heads went unused
+    assert parameter(records, "newly_initialized") == [["classifier.bias", "classifier.weight"]]
+    assert parameter(records, "unused_params")[0] > 0
+
+    gold = read_glue_examples("mrpc", workspace / "train.tsv")
+    ids, labels, probabilities = predictions(output_dir)
+    assert ids == [example.guid for example in gold] and ids[0] == "702876-702977"
+    assert np.all((probabilities >= 0.5) & (probabilities <= 1.0))  # the predicted class of two is the likelier
+    gold_ids = np.array([int(example.label) for example in gold])
+    predicted_ids = np.array([int(label) for label in labels])
+    assert accuracy(gold_ids, predicted_ids) >= 0.9  # the untrained model scores about 0.6 (the majority class)
+    positive_probability = np.where(predicted_ids == 1, probabilities, 1.0 - probabilities)
+    [metrics] = [record["data"] for record in records if record.get("step") == [] and "accuracy" in record["data"]]
+    assert metrics == pytest.approx({"accuracy": accuracy(gold_ids, predicted_ids),
+                                     "f1": binary_f1(gold_ids, predicted_ids),
+                                     "auc": roc_auc(gold_ids, positive_probability)}, abs=1e-5)
+
+    saved = params(output_dir)
+    assert saved["classifier.weight"].shape == (128, 2) and not any(name.startswith("cls.") for name in saved)
+    assert BertConfig.from_json_file(str(output_dir / "bert_paddle_config.json")).hidden_size == 128
+
+
+def test_learning_rate_follows_linear_warmup_then_linear_decay(fine_tuned):
+    # 30 updates, warmup 0.1 -> W = 3; from 1e-4 up to 2e-3, then down to 0 at update 30
+    expected = [1e-4 + (2e-3 - 1e-4) * k / 3 if k < 3 else 2e-3 * (1 - (k - 3) / 27) for k in range(1, 31)]
+    assert logged(fine_tuned[1], "learning_rate") == pytest.approx(expected)
+
+
+def test_saved_model_reloads_through_init_checkpoint(workspace, fine_tuned):
+    output_dir, records = fine_tuned
+    reloaded_dir, reloaded_records = run(workspace, "reloaded", *predict_args(
+        workspace, "--do-eval", "--init-checkpoint", output_dir, data="train.tsv"))
+    assert (reloaded_dir / "predictions.tsv").read_text() == (output_dir / "predictions.tsv").read_text()
+    assert logged(reloaded_records, "accuracy") == logged(records, "accuracy")
+    assert parameter(reloaded_records, "newly_initialized") == [[]]
+
+
+@pytest.fixture(scope="module")
+def two_steps_batch_8(workspace):
+    """Two updates (only the first has a learning rate above 0) from the pretraining checkpoint, then predictions."""
+    output_dir, _ = run(workspace, "batch8", *train_args(
+        workspace, "--from-pretrained-params", workspace / "pretrain" / "1000", "--max-steps", 2,
+        "--learning-rate", 1e-3), *predict_args(workspace))
+    return output_dir
+
+
+def _two_steps(workspace, name, *extra, task="mrpc", data="train.tsv"):
+    """As two_steps_batch_8, with other options; a custom task only trains."""
+    return run(workspace, name, *train_args(workspace, "--from-pretrained-params", workspace / "pretrain" / "1000",
+                                            "--max-steps", 2, "--learning-rate", 1e-3, *extra, data=data),
+               *(predict_args(workspace) if task == "mrpc" else []), task=task)[0]
+
+
+def _assert_same_params(output_dir, reference_dir, atol=1e-6):
+    expected = params(reference_dir)
+    actual = params(output_dir)
+    assert actual.keys() == expected.keys()
+    for name, value in expected.items():
+        np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=atol, err_msg=name)
+
+
+def test_gradient_merge_equals_the_larger_batch(workspace, two_steps_batch_8):
+    merged_dir = _two_steps(workspace, "merged", "--train-batch-size", 4, "--gradient-merge-steps", 2)
+    _assert_same_params(merged_dir, two_steps_batch_8)
+
+
+def test_seed_changes_initialisation_and_data_order(workspace, two_steps_batch_8):
+    other_dir = _two_steps(workspace, "seed7", "--seed", 7)
+    assert not np.allclose(params(other_dir)["classifier.weight"], params(two_steps_batch_8)["classifier.weight"])
+
+
+def test_data_parallel_matches_a_single_process_with_the_global_batch(workspace, two_steps_batch_8):
+    output_dir = workspace / "data_parallel"
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
+               "--log_dir", str(workspace / "launch_logs"), str(ROOT / "run_glue.py"),
+               *_common(workspace, output_dir), "--train-batch-size", "4",
+               *map(str, train_args(workspace, "--from-pretrained-params", workspace / "pretrain" / "1000",
+                                    "--max-steps", 2, "--learning-rate", 1e-3)),
+               *map(str, predict_args(workspace))]
+    env = {**os.environ, "PADDLEBERT_NUM_THREADS": "1"}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert parameter(read_report(output_dir / "report.json"), "world_size") == [2]
+    _assert_same_params(output_dir, two_steps_batch_8, atol=1e-5)
+    ids, _, probabilities = predictions(output_dir)  # rank 0 alone predicts, every example once
+    assert len(ids) == DEV_ROWS
+    np.testing.assert_allclose(probabilities, predictions(two_steps_batch_8)[2], atol=1e-4)
+
+
+def test_fuse_mha_trains_the_same_model_from_an_unfused_checkpoint(workspace, two_steps_batch_8):
+    fused_dir = _two_steps(workspace, "fused", "--fuse-mha")
+    fused, unfused = params(fused_dir), params(two_steps_batch_8)
+    assert any(".attention.qkv." in name for name in fused) and not any(".attention.query." in n for n in fused)
+    query = unfused["bert.encoder.0.attention.query.weight"]
+    np.testing.assert_allclose(fused["bert.encoder.0.attention.qkv.weight"][:, :query.shape[1]], query, atol=1e-6)
+    np.testing.assert_allclose(predictions(fused_dir)[2], predictions(two_steps_batch_8)[2], atol=1e-5)
+
+
+def test_named_columns_of_a_csv_train_like_the_mrpc_reader(workspace, two_steps_batch_8):
+    columns = ["--text-a-column", "first", "--text-b-column", "second", "--label-column", "y", "--labels", "0,1",
+               "--id-column", "pair"]
+    custom_dir = _two_steps(workspace, "custom_csv", *columns, task="custom", data="train.csv")
+    _assert_same_params(custom_dir, two_steps_batch_8)
+    # Without the second text no token has segment 1, so its embedding gets no gradient and keeps its pretrained
+    # value (up to weight decay, a relative 5e-6 here); the pair model moved it by about the learning rate.
+    single_dir = _two_steps(workspace, "custom_single", "--text-a-column", "first", *columns[4:], task="custom",
+                            data="train.csv")
+    name = "bert.embeddings.token_type_embeddings.weight"
+    pretrained = paddle.load(str(workspace / "pretrain" / "1000" / "bert_paddle.pdparams"))[name].numpy()[1]
+    np.testing.assert_allclose(params(single_dir)[name][1], pretrained, rtol=1e-4)
+    assert not np.allclose(params(two_steps_batch_8)[name][1], pretrained, rtol=1e-2)
+
+
+def test_unlabelled_table_is_predicted_with_the_given_label_names(workspace, two_steps_batch_8, tmp_path):
+    table = tmp_path / "test.tsv"
+    dev = read_glue_examples("mrpc", workspace / "dev.tsv")
+    table.write_text("sentence\n" + "".join(f"{example.text_a}\n" for example in dev), encoding="utf-8")
+    output_dir, records = run(workspace, "unlabelled", "--init-checkpoint", two_steps_batch_8 / "bert_paddle.pdparams",
+                              "--do-predict", "--predict-file", table, "--text-a-column", "sentence",
+                              "--label-column", "label", "--labels", "no,yes", task="custom")
+    ids, labels, _ = predictions(output_dir)
+    assert ids == [str(row) for row in range(DEV_ROWS)]
+    assert set(labels) <= {"no", "yes"} and labels
+    assert not logged(records, "accuracy")
+
+
+def test_epochs_decide_the_length_without_max_steps(workspace):
+    _, records = run(workspace, "epochs", *train_args(workspace, "--epochs", 2, "--train-batch-size", 24,
+                                                      "--log-freq", 1000))
+    steps = [record["step"] for record in records if record["type"] == "LOG" and "loss" in record["data"]]
+    # 32 examples in batches of 24 make 2 updates per epoch; only the last update is logged, in epoch 1
+    assert steps == [[1, 2 * 2]]
+    assert parameter(records, "training_examples") == [TRAIN_ROWS]
+
+
+def test_do_lower_case_changes_tokenization(workspace):
+    common = ["--from-pretrained-params", workspace / "pretrain" / "1000"]
+    auto_dir, _ = run(workspace, "case_auto", *predict_args(workspace, *common))
+    lower_dir, _ = run(workspace, "case_lower", *predict_args(workspace, *common, "--do-lower-case"))
+    cased_dir, _ = run(workspace, "case_cased", *predict_args(workspace, *common, "--no-do-lower-case"))
+    auto = (auto_dir / "predictions.tsv").read_text()
+    assert auto == (lower_dir / "predictions.tsv").read_text()  # the uncased vocab is detected
+    assert auto != (cased_dir / "predictions.tsv").read_text()
+
+
+def test_eval_alone_scores_without_writing_predictions(workspace):
+    output_dir, records = run(workspace, "eval_only", "--do-eval", "--predict-file", workspace / "dev.tsv")
+    assert not (output_dir / "predictions.tsv").exists()
+    assert len(logged(records, "accuracy")) == len(logged(records, "f1")) == len(logged(records, "auc")) == 1
+    assert not (output_dir / "bert_paddle.pdparams").exists()  # nothing trained, nothing saved
+
+
+def test_predict_batch_size_and_max_seq_length_shape_the_batches(workspace, monkeypatch):
+    shapes = []
+    original = run_glue.collate_classification
+
+    def recording(features, pad_token_id):
+        batch = original(features, pad_token_id)
+        shapes.append(batch["input_ids"].shape)
+        return batch
+    monkeypatch.setattr(run_glue, "collate_classification", recording)
+    run(workspace, "shapes", *predict_args(workspace, "--predict-batch-size", 5, "--max-seq-length", 20))
+    assert [shape[0] for shape in shapes] == [5] * (DEV_ROWS // 5) + [DEV_ROWS % 5]
+    assert {shape[1] for shape in shapes} == {20}  # every MRPC pair is longer, so each batch is cut to 20
+
+
+def test_optimizer_receives_the_adamw_options(workspace, monkeypatch):
+    received = {}
+    original = run_glue.create_optimizer
+
+    def recording(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm):
+        received.update(name=name, weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
+                        max_grad_norm=max_grad_norm)
+        return original(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm)
+    monkeypatch.setattr(run_glue, "create_optimizer", recording)
+    run(workspace, "adamw", *train_args(workspace, "--max-steps", 1, "--beta1", 0.8, "--beta2", 0.99,
+                                        "--epsilon", 1e-7, "--weight-decay", 0.02))
+    assert received == {"name": "AdamW", "weight_decay": 0.02, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-7,
+                        "max_grad_norm": 1.0}
+    defaults = run_glue.parse_args(["--task-name", "MRPC", "--vocab-file", str(TINY_CONFIG), "--output-dir", "x",
+                                    "--do-train", "--train-file", str(TINY_CONFIG)])
+    assert (defaults.task_name, defaults.learning_rate, defaults.warmup_proportion, defaults.max_seq_length,
+            defaults.epsilon, defaults.weight_decay) == ("mrpc", 5e-5, 0.1, 128, 1e-6, 0.01)
+
+
+def test_report_file_show_config_and_model_prefix(workspace):
+    report = workspace / "elsewhere" / "log.json"
+    output_dir = workspace / "prefixed"
+    run_glue.main([*_common(workspace, output_dir), *map(str, train_args(workspace, "--max-steps", 1)),
+                   "--report-file", str(report), "--show-config", "false", "--model-prefix", "mine"])
+    records = read_report(report)
+    assert not (output_dir / "report.json").exists()
+    assert not parameter(records, "vocab_file")
+    assert (output_dir / "mine.pdparams").is_file() and (output_dir / "mine_config.json").is_file()
+
+
+def test_bert_model_names_a_bundled_config_and_max_steps_minus_one_means_unset():
+    args = run_glue.parse_args(["--task-name", "rte", "--vocab-file", str(TINY_CONFIG), "--output-dir", "x",
+                                "--do-train", "--train-file", str(TINY_CONFIG), "--bert-model", "bert-base-uncased",
+                                "--max-steps", "-1"])
+    assert args.config_file == str(ROOT / "bert_configs" / "bert-base-uncased.json")
+    assert args.max_steps is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--task-name", "mrpc", "--do-train"], "--do-train needs --train-file"),
+        (["--task-name", "mrpc", "--do-eval"], "--do-predict and --do-eval need --predict-file"),
+        (["--task-name", "mrpc"], "nothing to do"),
+        (["--task-name", "mnli", "--do-predict"], "invalid choice: 'mnli'"),
+        (["--task-name", "mrpc", "--do-predict", "--predict-file", "missing.tsv"],
+         "--predict-file missing.tsv: file not found"),
+        (["--task-name", "custom", "--do-predict", "--predict-file", str(TINY_CONFIG), "--text-a-column", "a",
+          "--label-column", "y"], "--task-name custom needs --labels"),
+        (["--task-name", "custom", "--do-predict", "--predict-file", str(TINY_CONFIG), "--text-a-column", "a",
+          "--label-column", "y", "--labels", "yes,yes"], "--labels yes,yes: give two or more different labels"),
+        (["--task-name", "sst-2", "--do-predict", "--predict-file", str(TINY_CONFIG), "--labels", "0,1"],
+         "--labels is only used with --task-name custom"),
+        (["--task-name", "mrpc", "--do-predict", "--predict-file", str(TINY_CONFIG), "--max-seq-length", "2"],
+         "--max-seq-length must be at least 3"),
+    ],
+)
+def test_bad_arguments_are_rejected(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        run_glue.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", *argv])
+    assert message in capsys.readouterr().err
+
+
+def test_malformed_row_is_a_one_line_error_naming_file_and_line(workspace, tmp_path):
+    broken = tmp_path / "broken.tsv"
+    lines = (workspace / "train.tsv").read_text(encoding="utf-8").split("\n")
+    lines[3] = lines[3].rsplit("\t", 1)[0]  # data row 3 loses its second sentence
+    broken.write_text("\n".join(lines), encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "run_glue.py"), *_common(workspace, tmp_path / "out"),
+         "--do-train", "--train-file", str(broken)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert result.returncode == 1
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line == f"run_glue.py: {broken}:4: expected 5 tab-separated fields, found 4"
+
+
+def test_amp_on_cpu_says_so_in_one_line_and_trains_in_fp32(workspace, two_steps_batch_8, capsys):
+    amp_dir = _two_steps(workspace, "amp_cpu", "--amp")
+    assert "--amp is ignored and this run continues in fp32" in capsys.readouterr().out
+    _assert_same_params(amp_dir, two_steps_batch_8, atol=0.0)
+
+
+@pytest.fixture
+def gpu_amp_policy(monkeypatch):
+    """Build the AMP policy as on a GPU, so that the loss-scaling flags act (autocast itself is a no-op on CPU)."""
+    import runtime
+
+    monkeypatch.setattr(run_glue, "amp_policy", lambda args: runtime.amp_policy(args, device="gpu:0"))
+
+
+@pytest.mark.parametrize(("dynamic", "expected_scale"), [(False, 1e39), (True, 5e38)])
+def test_loss_scale_flags(workspace, gpu_amp_policy, dynamic, expected_scale):
+    # A scale beyond float32's range (3.4e38) makes the scaled loss inf: the update is skipped, and a dynamic
+    # scale halves.
+    flags = ["--amp", "--scale-loss", 1e39, *(["--use-dynamic-loss-scaling"] if dynamic else [])]
+    output_dir, records = run(workspace, f"scale_{dynamic}", *train_args(
+        workspace, "--max-steps", 1, "--from-pretrained-params", workspace / "pretrain" / "1000", *flags))
+    assert logged(records, "skipped_steps") == [1]
+    assert logged(records, "loss_scale") == [pytest.approx(expected_scale)]
+    pretrained = paddle.load(str(workspace / "pretrain" / "1000" / "bert_paddle.pdparams"))
+    np.testing.assert_array_equal(params(output_dir)["bert.encoder.1.output.weight"],
+                                  pretrained["bert.encoder.1.output.weight"])
+
+
+def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, gpu_amp_policy, monkeypatch):
+    policies = []
+    monkeypatch.setattr(run_glue, "amp_decorate", lambda model, optimizer, policy: (
+        policies.append(policy), (model, optimizer))[1])
+    monkeypatch.setattr(paddle.amp, "is_bfloat16_supported", lambda *args: True)
+    monkeypatch.setattr(run_glue, "amp_autocast", lambda policy: contextlib.nullcontext())
+    run(workspace, "pure", *train_args(workspace, "--max-steps", 1, "--amp", "--use-pure-fp16",
+                                       "--amp-dtype", "bfloat16"))
+    assert [(p.level, p.dtype, p.enabled) for p in policies] == [("O2", "bfloat16", True)]
+    with pytest.raises(SystemExit):
+        run_glue.parse_args(["--task-name", "mrpc", "--vocab-file", str(TINY_CONFIG), "--output-dir", "x",
+                             "--do-eval", "--predict-file", str(TINY_CONFIG), "--use-pure-fp16"])  # needs --amp
