@@ -392,3 +392,54 @@ def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, gpu_amp_po
     with pytest.raises(SystemExit):
         run_glue.parse_args(["--task-name", "mrpc", "--vocab-file", str(TINY_CONFIG), "--output-dir", "x",
                              "--do-eval", "--predict-file", str(TINY_CONFIG), "--use-pure-fp16"])  # needs --amp
+
+
+@pytest.mark.parametrize(("task", "folder", "metrics"), [("cola", "CoLA", {"accuracy", "mcc", "auc"}),
+                                                         ("sst-2", "SST-2", {"accuracy", "auc"}),
+                                                         ("rte", "RTE", {"accuracy", "auc"})])
+def test_each_glue_task_reads_its_files_and_reports_its_metrics(workspace, task, folder, metrics):
+    lines = require_shared("data", "glue", folder, "dev.tsv").read_text(encoding="utf-8").split("\n")
+    rows = 40
+    sliced = workspace / f"{task}-dev.tsv"
+    sliced.write_text("\n".join(lines[:rows + (task != "cola")]) + "\n", encoding="utf-8")  # CoLA has no header
+    output_dir, records = run(workspace, f"eval_{task}", "--from-pretrained-params", workspace / "pretrain" / "1000",
+                              "--do-eval", "--do-predict", "--predict-file", sliced, task=task)
+    [reported] = [record["data"] for record in records if record.get("step") == [] and "accuracy" in record["data"]]
+    assert set(reported) == metrics
+    gold = read_glue_examples(task, sliced)
+    ids, labels, _ = predictions(output_dir)
+    assert ids == [example.guid for example in gold] and len(ids) == rows
+    assert reported["accuracy"] == pytest.approx(np.mean([label == example.label
+                                                          for label, example in zip(labels, gold, strict=True)]))
+
+
+def test_converted_hugging_face_checkpoint_is_an_initial_model(workspace, tmp_path):
+    import convert_checkpoint
+
+    converted, config = tmp_path / "tiny.pdparams", tmp_path / "tiny.json"
+    convert_checkpoint.main(["hf2paddle", str(ROOT / "tests" / "fixtures" / "tiny_bert_torch"), str(converted),
+                             "--config-out", str(config)])
+    words = [f"w{index}" for index in range(22)]  # the fixture's vocabulary has 27 entries
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n", encoding="utf-8")
+    table = tmp_path / "pairs.tsv"
+    table.write_text("a\tb\tlabel\nw1 w2 w3\tw4\tyes\nw5\tw6 w7\tno\n", encoding="utf-8")
+    output_dir = tmp_path / "hf"
+    run_glue.main(["--task-name", "custom", "--text-a-column", "a", "--text-b-column", "b", "--label-column",
+                   "label", "--labels", "no,yes", "--vocab-file", str(vocab), "--bert-model", "custom",
+                   "--config-file", str(config), "--from-pretrained-params", str(converted), "--max-seq-length", "16",
+                   "--do-train", "--train-file", str(table), "--max-steps", "1", "--do-eval", "--predict-file",
+                   str(table), "--output-dir", str(output_dir)])
+    records = read_report(output_dir / "report.json")
+    assert parameter(records, "newly_initialized") == [["classifier.bias", "classifier.weight"]]
+    assert parameter(records, "unused_params")[0] > 0  # the pretraining and span heads of the fixture
+    assert logged(records, "accuracy")
+
+
+def test_checkpoint_without_the_encoder_is_refused(workspace, tmp_path):
+    partial = tmp_path / "embeddings_only.pdparams"
+    state = paddle.load(str(workspace / "pretrain" / "1000" / "bert_paddle.pdparams"))
+    paddle.save({name: value for name, value in state.items() if ".embeddings." in name}, str(partial))
+    with pytest.raises(ValueError, match=f"{partial}: lacks encoder parameters"):
+        run(workspace, "partial", "--from-pretrained-params", partial, "--do-eval", "--predict-file",
+            workspace / "dev.tsv")
