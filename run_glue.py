@@ -215,6 +215,9 @@ def read_examples(args: argparse.Namespace, path: str, require_labels: bool) -> 
 
 def build_model(args: argparse.Namespace, num_labels: int, logger: DLLogger) -> BertForSequenceClassification:
     config = BertConfig.from_json_file(args.config_file)
+    if args.max_seq_length > config.max_position_embeddings:
+        raise ValueError(f"--max-seq-length {args.max_seq_length} is longer than the {config.max_position_embeddings} "
+                         f"positions of {args.config_file}")
     config.fuse_mha = args.fuse_mha
     model = BertForSequenceClassification(config, num_labels)
     if args.from_pretrained_params:

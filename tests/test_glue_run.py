@@ -443,3 +443,8 @@ def test_checkpoint_without_the_encoder_is_refused(workspace, tmp_path):
     with pytest.raises(ValueError, match=f"{partial}: lacks encoder parameters"):
         run(workspace, "partial", "--from-pretrained-params", partial, "--do-eval", "--predict-file",
             workspace / "dev.tsv")
+
+
+def test_max_seq_length_must_fit_the_position_embeddings(workspace):
+    with pytest.raises(ValueError, match=r"--max-seq-length 513 is longer than the 512 positions of .*config.json"):
+        run(workspace, "too_long", "--max-seq-length", 513, "--do-eval", "--predict-file", workspace / "dev.tsv")
