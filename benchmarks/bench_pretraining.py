@@ -1,12 +1,24 @@
-"""Pretraining throughput on this machine: ours against PaddleNLP (and HF transformers) in one session.
+"""Pretraining throughput on this machine: ours against PaddleNLP and HF transformers, interleaved in one run.
 
-Every model trains BERT-base at seq 128, micro-batch 8, 20 masked positions per sequence, fp32,
-with LAMB, on the same random batch. Each runs in its own subprocess with the same thread count,
-one after the other, so the figures share the machine's state. Model-FLOPs utilisation (MFU) is
-model FLOPs per second divided by Paddle's fp32 matmul rate at BERT-base GEMM shapes, measured in
-the same session.
+Every contender trains BERT-base at seq 128, micro-batch 8, 20 masked positions per sequence, fp32, on the
+same random batch, with gradients clipped to a global norm of 1.0:
 
-    python benchmarks/bench_pretraining.py [--threads 2] [--steps 10] [--paddlenlp-python VENV/bin/python]
+- ours:         run_pretraining.Trainer.step, the engine's own optimizer step (LAMB from optimizer.py);
+- paddlenlp:    paddlenlp 2.8.1 BertForPretraining + BertPretrainingCriterion, paddle.optimizer.Lamb;
+- transformers: HF BertForPreTraining on torch, MLM head gathered to the masked positions, torch AdamW
+                (torch has no LAMB);
+- matmul:       Paddle's fp32 GEMM rate at the forward GEMM shapes of one BERT-base layer (1024x768 by
+                768x2304 / 768x768 / 768x3072, 1024x3072 by 3072x768), the denominator of model-FLOPs
+                utilisation (MFU).
+
+Each contender lives in its own worker process with the same thread count, builds its model once, warms
+up, and then waits. The contenders then take turns, a few steps each, round after round (the order rotates
+every round), so that a change in machine load hits all of them alike. Per round the script prints every
+contender's median step, the ratios of ours to the others and MFU; at the end the medians over rounds.
+On a shared machine compare the ratios, not the absolute figures. Besides wall time it reports seq per
+CPU-second of the process (all its threads), which the other processes on the machine disturb less.
+
+    python benchmarks/bench_pretraining.py [--rounds 3] [--steps 2] [--threads 2] [--only ours,paddlenlp]
 """
 
 from __future__ import annotations
@@ -17,190 +29,306 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH, SEQ, MASKED_PER_SEQ = 8, 128, 20
+HIDDEN, INTERMEDIATE, VOCAB = 768, 3072, 30522
+TOKENS = BATCH * SEQ
+# (rows, inner, columns) of the forward GEMMs of one BERT-base layer: fused QKV, attention output, FFN in, FFN out.
+LAYER_GEMMS = ((TOKENS, HIDDEN, 3 * HIDDEN), (TOKENS, HIDDEN, HIDDEN), (TOKENS, HIDDEN, INTERMEDIATE),
+               (TOKENS, INTERMEDIATE, HIDDEN))
+CONTENDERS = ("ours", "paddlenlp", "transformers")
 
 
-def bert_base_train_flops(batch: int, seq: int, masked: int) -> float:
-    """FLOPs of one training step (forward + backward = 3x forward) of BERT-base with the gathered MLM head."""
-    hidden, layers, inter, vocab = 768, 12, 3072, 30522
-    tokens = batch * seq
-    per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * inter) + 2 * 2 * batch * seq * seq * hidden
-    head = 2 * masked * (hidden * hidden + hidden * vocab) + 2 * batch * hidden * hidden
-    return 3.0 * (layers * per_layer + head)
+def bert_base_train_flops(layers: int) -> float:
+    """Model FLOPs of one training step (backward = 2x forward) of BERT-base with the MLM head gathered.
+
+    Counts the matrix products only (2 FLOPs per multiply-add): per layer the four projections and the two
+    attention products, then the MLM transform and [H, V] decoder on the masked tokens, the pooler and NSP.
+    """
+    masked = BATCH * MASKED_PER_SEQ
+    projections = sum(2 * m * k * n for m, k, n in LAYER_GEMMS)
+    attention = 2 * (2 * BATCH * SEQ * SEQ * HIDDEN)  # Q K^T and P V over all heads
+    head = 2 * masked * (HIDDEN * HIDDEN + HIDDEN * VOCAB) + 2 * BATCH * (HIDDEN * HIDDEN + 2 * HIDDEN)
+    return 3.0 * (layers * (projections + attention) + head)
 
 
-def run_worker(kind: str, python: str, threads: int, steps: int, warmup: int) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PADDLEBERT_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads))
-    command = [python, __file__, "--worker", kind, "--threads", str(threads), "--steps", str(steps),
-               "--warmup", str(warmup)]
-    result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
-    for line in result.stdout.splitlines()[::-1]:
-        if line.startswith("{"):
-            return json.loads(line)
-    raise RuntimeError(f"{kind} worker failed:\n{result.stderr[-3000:]}")
-
-
-def random_batch(np, vocab: int = 30522):
+def random_batch(np):
+    """One LDDL-style micro-batch: [B, S] ids, segments, mask, MLM labels (-1 = not masked), NSP labels."""
     rng = np.random.default_rng(0)
-    input_ids = rng.integers(1000, vocab, (BATCH, SEQ)).astype("int64")
+    input_ids = rng.integers(1000, VOCAB, (BATCH, SEQ)).astype("int64")
     token_type_ids = np.zeros((BATCH, SEQ), "int64")
     token_type_ids[:, SEQ // 2:] = 1
-    positions = np.stack([np.sort(rng.choice(np.arange(1, SEQ), MASKED_PER_SEQ, replace=False)) for _ in range(BATCH)])
-    flat_positions = (positions + np.arange(BATCH)[:, None] * SEQ).reshape(-1).astype("int64")
-    labels = rng.integers(1000, vocab, flat_positions.shape).astype("int64")
-    nsp = rng.integers(0, 2, BATCH).astype("int64")
-    return input_ids, token_type_ids, flat_positions, labels, nsp
+    masked_lm_labels = np.full((BATCH, SEQ), -1, "int64")
+    for row in range(BATCH):
+        positions = rng.choice(np.arange(1, SEQ), MASKED_PER_SEQ, replace=False)
+        masked_lm_labels[row, positions] = rng.integers(1000, VOCAB, MASKED_PER_SEQ)
+    return {
+        "input_ids": input_ids,
+        "token_type_ids": token_type_ids,
+        "attention_mask": np.ones((BATCH, SEQ), "int64"),
+        "masked_lm_labels": masked_lm_labels,
+        "next_sentence_labels": rng.integers(0, 2, BATCH).astype("int64"),
+    }
 
 
-def time_steps(step, steps: int, warmup: int) -> list[float]:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return times
+def gathered_targets(np, batch: dict):
+    """Flat masked positions into the [B*S] tokens and their labels, as the gathered MLM heads take them."""
+    flat_labels = batch["masked_lm_labels"].reshape(-1)
+    positions = np.flatnonzero(flat_labels != -1).astype("int64")
+    return positions, flat_labels[positions]
 
 
-def worker_ours(steps: int, warmup: int) -> list[float]:
+# ---------------------------------------------------------------------------------------------
+# Workers: each builds one contender and returns a function that runs one training step
+# ---------------------------------------------------------------------------------------------
+
+
+def build_ours(threads: int, layers: int):
     import numpy as np
-    import paddle
 
     sys.path.insert(0, str(ROOT))
+    import run_pretraining
     import runtime
-    from loss import BertPretrainingCriterion
-    from modeling import BertConfig, BertForPretraining
 
     runtime.configure_cpu_threads()
-    paddle.seed(0)
-    config = BertConfig.from_json_file(str(ROOT / "bert_configs" / "bert-base-uncased.json"))
-    model = BertForPretraining(config)
-    criterion = BertPretrainingCriterion()
-    optimizer = paddle.optimizer.Lamb(learning_rate=1e-4, parameters=model.parameters())
-    input_ids, token_type_ids, positions, labels, nsp = (paddle.to_tensor(a) for a in random_batch(np))
-    attention_mask = paddle.ones_like(input_ids)
-
-    def step():
-        scores, nsp_scores = model(input_ids, token_type_ids, attention_mask, positions)
-        loss, _, _ = criterion(scores, nsp_scores, labels, nsp)
-        loss.backward()
-        optimizer.step()
-        optimizer.clear_grad()
-        float(loss)
-
-    return time_steps(step, steps, warmup)
+    folder = tempfile.mkdtemp(prefix="bench_pretraining_")
+    vocab = Path(folder) / "vocab.txt"
+    vocab.write_text("[PAD]\n", encoding="utf-8")
+    config = json.loads((ROOT / "bert_configs" / "bert-base-uncased.json").read_text(encoding="utf-8"))
+    config_file = Path(folder) / "bert_config.json"
+    config_file.write_text(json.dumps(dict(config, num_hidden_layers=layers)), encoding="utf-8")
+    args = run_pretraining.parse_args([
+        "--input-dir", folder, "--vocab-file", str(vocab), "--output-dir", folder,
+        "--bert-model", "custom", "--config-file", str(config_file), "--phase1", "--max-steps", "1000000",
+        "--batch-size", str(BATCH), "--max-seq-length", str(SEQ), "--max-predictions-per-seq", str(MASKED_PER_SEQ),
+        "--max-grad-norm", "1.0",
+    ])
+    trainer = run_pretraining.Trainer(args, rank=0, world_size=1)
+    batch = random_batch(np)
+    return lambda: trainer.step([batch])
 
 
-def worker_paddlenlp(steps: int, warmup: int) -> list[float]:
+def build_paddlenlp(threads: int, layers: int):
     import numpy as np
     import paddle
     from paddlenlp.transformers import BertConfig, BertForPretraining, BertPretrainingCriterion
 
+    paddle.base.core.set_num_threads(threads)
     paddle.seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                        intermediate_size=3072)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=layers, num_attention_heads=12,
+                        intermediate_size=INTERMEDIATE)
     model = BertForPretraining(config)
-    criterion = BertPretrainingCriterion(30522)
-    optimizer = paddle.optimizer.Lamb(learning_rate=1e-4, parameters=model.parameters())
-    input_ids, token_type_ids, positions, labels, nsp = (paddle.to_tensor(a) for a in random_batch(np))
-    attention_mask = paddle.ones([BATCH, 1, 1, SEQ])
+    criterion = BertPretrainingCriterion(VOCAB)
+    no_decay = {p.name for n, p in model.named_parameters() if "bias" in n or "norm" in n}
+    optimizer = paddle.optimizer.Lamb(
+        learning_rate=1e-4, lamb_weight_decay=0.01, parameters=model.parameters(),
+        grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0), exclude_from_weight_decay_fn=lambda p: p.name in no_decay,
+    )
+    batch = random_batch(np)
+    positions, labels = gathered_targets(np, batch)
 
     def step():
-        scores, nsp_scores = model(input_ids, token_type_ids, attention_mask=attention_mask,
-                                   masked_positions=positions)
-        loss = criterion(scores, nsp_scores, labels.reshape([-1, 1]), nsp.reshape([-1, 1]), float(BATCH * MASKED_PER_SEQ))
+        # PaddleNLP takes an additive [B, 1, 1, S] attention mask (0 = attend).
+        attention_mask = (1.0 - paddle.to_tensor(batch["attention_mask"], "float32"))[:, None, None, :] * -1e4
+        scores, nsp_scores = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]),
+                                   attention_mask=attention_mask, masked_positions=paddle.to_tensor(positions))
+        loss = criterion(scores, nsp_scores, paddle.to_tensor(labels).reshape([-1, 1]),
+                         paddle.to_tensor(batch["next_sentence_labels"]).reshape([-1, 1]), float(len(positions)))
         loss.backward()
         optimizer.step()
         optimizer.clear_grad()
         float(loss)
 
-    return time_steps(step, steps, warmup)
+    return step
 
 
-def worker_transformers(steps: int, warmup: int) -> list[float]:
+def build_transformers(threads: int, layers: int):
     import numpy as np
     import torch
     from transformers import BertConfig, BertForPreTraining
 
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = BertForPreTraining(BertConfig(attn_implementation="sdpa"))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    input_ids, token_type_ids, positions, labels, nsp = (torch.from_numpy(a) for a in random_batch(np))
+    model = BertForPreTraining(BertConfig(num_hidden_layers=layers, attn_implementation="sdpa"))
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    batch = random_batch(np)
+    positions, labels = (torch.from_numpy(a) for a in gathered_targets(np, batch))
 
     def step():
-        sequence_output, pooled = model.bert(input_ids, token_type_ids=token_type_ids, return_dict=False)[:2]
-        gathered = sequence_output.reshape(-1, 768)[positions]
-        scores = model.cls.predictions(gathered)
+        input_ids, token_type_ids, attention_mask, nsp = (
+            torch.from_numpy(batch[key]) for key in ("input_ids", "token_type_ids", "attention_mask",
+                                                     "next_sentence_labels"))
+        sequence_output, pooled = model.bert(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
+                                             return_dict=False)[:2]
+        scores = model.cls.predictions(sequence_output.reshape(-1, HIDDEN)[positions])
         nsp_scores = model.cls.seq_relationship(pooled)
         loss = torch.nn.functional.cross_entropy(scores, labels) + torch.nn.functional.cross_entropy(nsp_scores, nsp)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad()
         float(loss)
 
-    return time_steps(step, steps, warmup)
+    return step
 
 
-def worker_matmul(steps: int, warmup: int) -> list[float]:
+def build_matmul(threads: int, layers: int):
     import paddle
 
     sys.path.insert(0, str(ROOT))
-    import runtime
+    import cpu_kernels
 
-    runtime.configure_cpu_threads()
-    a, b = paddle.randn([1024, 768]), paddle.randn([768, 3072])
+    # The best rate Paddle's GEMM reaches here, with the MKL kernels modeling.py selects.
+    cpu_kernels.use_fast_mkl_kernels()
+    paddle.base.core.set_num_threads(threads)
+    operands = [(paddle.randn([m, k]), paddle.randn([k, n])) for m, k, n in LAYER_GEMMS]
 
     def step():
-        for _ in range(10):
-            c = a @ b
+        for _ in range(4):
+            for a, b in operands:
+                c = a @ b
         float(c[0, 0])
 
-    return time_steps(step, steps, warmup)
+    return step
 
 
-WORKERS = {"ours": worker_ours, "paddlenlp": worker_paddlenlp, "transformers": worker_transformers,
-           "matmul": worker_matmul}
+MATMUL_STEP_FLOPS = 4 * sum(2 * m * k * n for m, k, n in LAYER_GEMMS)
+BUILDERS = {"ours": build_ours, "paddlenlp": build_paddlenlp, "transformers": build_transformers,
+            "matmul": build_matmul}
+
+
+def serve(kind: str, threads: int, layers: int, warmup: int) -> None:
+    """Worker loop: build, warm up, say ready; then for each "run N" line time N steps and print the times."""
+    step = BUILDERS[kind](threads, layers)
+    for _ in range(warmup):
+        step()
+    print(json.dumps({"ready": kind}), flush=True)
+    for line in sys.stdin:
+        if not line.startswith("run "):
+            break
+        wall, cpu = [], []
+        for _ in range(int(line.split()[1])):
+            wall_start, cpu_start = time.perf_counter(), time.process_time()
+            step()
+            cpu.append(time.process_time() - cpu_start)
+            wall.append(time.perf_counter() - wall_start)
+        print(json.dumps({"wall": wall, "cpu": cpu}), flush=True)
+
+
+class Worker:
+    """A contender in its own process, driven over stdin/stdout."""
+
+    def __init__(self, kind: str, python: str, threads: int, layers: int, warmup: int):
+        self.kind = kind
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+                   PADDLEBERT_NUM_THREADS=str(threads))
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        command = [python, __file__, "--worker", kind, "--threads", str(threads), "--layers", str(layers),
+                   "--warmup", str(warmup)]
+        self.process = subprocess.Popen(command, env=env, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.stderr, text=True)
+        self._reply()
+
+    def _reply(self) -> dict:
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        self.stderr.seek(0)
+        raise RuntimeError(f"{self.kind} worker failed:\n{self.stderr.read()[-3000:]}")
+
+    def run(self, steps: int) -> dict:
+        self.process.stdin.write(f"run {steps}\n")
+        self.process.stdin.flush()
+        return self._reply()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            self.process.wait()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads of every contender.")
+    parser.add_argument("--rounds", type=int, default=3, help="Rounds in which every contender takes a turn.")
+    parser.add_argument("--steps", type=int, default=2, help="Timed training steps per contender per round.")
+    parser.add_argument("--layers", type=int, default=12,
+                        help="Encoder layers of every model: 12 is BERT-base; fewer for quick profiling.")
+    parser.add_argument("--warmup", type=int, default=2, help="Untimed steps after building each contender.")
+    parser.add_argument("--only", default=",".join(CONTENDERS),
+                        help=f"Comma-separated contenders to run, from {','.join(CONTENDERS)}.")
     parser.add_argument("--paddlenlp-python", default="/work/pnlp-venv/bin/python",
-                        help="a Python with paddlenlp 2.8.1 installed (skipped if absent)")
-    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+                        help="A Python with paddlenlp 2.8.1 installed.")
+    parser.add_argument("--worker", choices=sorted(BUILDERS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        times = WORKERS[args.worker](args.steps, args.warmup)
-        print(json.dumps({"median_s": statistics.median(times), "times": times}))
+        serve(args.worker, args.threads, args.layers, args.warmup)
         return
+    names = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(CONTENDERS))
+    if unknown or not names:
+        parser.error(f"--only {args.only}: expected some of {','.join(CONTENDERS)}")
+    if min(args.threads, args.rounds, args.steps, args.layers) < 1 or args.warmup < 0:
+        parser.error("--threads, --rounds, --steps and --layers must be at least 1, --warmup at least 0")
+    if "paddlenlp" in names and not Path(args.paddlenlp_python).is_file():
+        parser.error(f"--paddlenlp-python {args.paddlenlp_python}: no such file")
 
-    matmul = run_worker("matmul", sys.executable, args.threads, args.steps, args.warmup)
-    gemm_flops = 10 * 2 * 1024 * 768 * 3072 / matmul["median_s"]
-    step_flops = bert_base_train_flops(BATCH, SEQ, BATCH * MASKED_PER_SEQ)
-    print(f"paddle fp32 matmul 1024x768 @ 768x3072, {args.threads} threads: {gemm_flops / 1e9:.1f} GFLOP/s")
-    results = {"ours": run_worker("ours", sys.executable, args.threads, args.steps, args.warmup)}
-    if Path(args.paddlenlp_python).exists():
-        results["paddlenlp"] = run_worker("paddlenlp", args.paddlenlp_python, args.threads, args.steps, args.warmup)
+    pythons = {"paddlenlp": args.paddlenlp_python}
+    print(f"load average {os.getloadavg()[0]:.1f}; building contenders ({args.threads} threads each)", flush=True)
+    workers = {}
     try:
-        import transformers  # noqa: F401
+        for name in ["matmul", *names]:
+            workers[name] = Worker(name, pythons.get(name, sys.executable), args.threads, args.layers,
+                                   args.warmup)
+        report(workers, names, args.rounds, args.steps, args.layers)
+    finally:
+        for worker in workers.values():
+            worker.close()
 
-        results["transformers"] = run_worker("transformers", sys.executable, args.threads, args.steps, args.warmup)
-    except ImportError:
-        print("transformers not installed: skipping the torch figure")
-    for name, result in results.items():
-        seq_per_s = BATCH / result["median_s"]
-        mfu = step_flops / result["median_s"] / gemm_flops
-        ratio = " ".join(f"{seq_per_s / (BATCH / other['median_s']):.2f}x {other_name}"
-                         for other_name, other in results.items() if other_name != name)
-        print(f"{name:>12}: {seq_per_s:.2f} seq/s  MFU {mfu:.0%}  ({ratio})")
+
+def report(workers: dict, names: list[str], rounds: int, steps: int, layers: int) -> None:
+    step_flops = bert_base_train_flops(layers)
+    print(f"{layers} layers, model FLOPs per step {step_flops / 1e9:.0f} G; {steps} steps per contender per round")
+    medians = {name: {"wall": [], "cpu": []} for name in ["matmul", *names]}
+    ratios = {other: [] for other in names if other != "ours"}
+    loads = []
+    order = ["matmul", *names]
+    for round_index in range(rounds):
+        loads.append(os.getloadavg()[0])
+        turn = order[round_index % len(order):] + order[:round_index % len(order)]
+        for name in turn:
+            times = workers[name].run(steps)
+            for clock in ("wall", "cpu"):
+                medians[name][clock].append(statistics.median(times[clock]))
+        gemm_rate = MATMUL_STEP_FLOPS / medians["matmul"]["wall"][-1]
+        line = [f"round {round_index + 1}: load {loads[-1]:.1f}, matmul {gemm_rate / 1e9:.0f} GFLOP/s"]
+        for name in names:
+            seconds = medians[name]["wall"][-1]
+            line.append(f"{name} {BATCH / seconds:.2f} seq/s (MFU {step_flops / seconds / gemm_rate:.0%})")
+        for other in ratios:
+            if "ours" in names:
+                ratios[other].append(medians[other]["wall"][-1] / medians["ours"]["wall"][-1])
+                line.append(f"ours/{other} {ratios[other][-1]:.2f}x")
+        print(", ".join(line), flush=True)
+
+    print(f"\nmedians over {rounds} rounds (load average {statistics.median(loads):.1f}, "
+          f"{min(loads):.1f}-{max(loads):.1f}; now {os.getloadavg()[0]:.1f}):")
+    gemm_wall = MATMUL_STEP_FLOPS / statistics.median(medians["matmul"]["wall"])
+    gemm_cpu = MATMUL_STEP_FLOPS / statistics.median(medians["matmul"]["cpu"])
+    print(f"{'matmul':>12}: {gemm_wall / 1e9:6.1f} GFLOP/s wall, {gemm_cpu / 1e9:6.1f} GFLOP per CPU-second")
+    for name in names:
+        wall, cpu = statistics.median(medians[name]["wall"]), statistics.median(medians[name]["cpu"])
+        print(f"{name:>12}: {BATCH / wall:6.2f} seq/s, MFU {step_flops / wall / gemm_wall:4.0%}; "
+              f"{BATCH / cpu:6.2f} seq per CPU-second, MFU by CPU time {step_flops / cpu / gemm_cpu:4.0%}")
+    for other, values in ratios.items():
+        cpu_ratio = statistics.median(medians[other]["cpu"]) / statistics.median(medians["ours"]["cpu"])
+        print(f"ours / {other}: {statistics.median(values):.2f}x by wall time (per round: "
+              f"{', '.join(f'{v:.2f}' for v in values)}); {cpu_ratio:.2f}x by CPU time")
 
 
 if __name__ == "__main__":
