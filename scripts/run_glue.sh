@@ -15,16 +15,22 @@
 #    5 out_dir (<code_dir>/results/MRPC)  fine-tuned model, predictions.tsv, report.json, logfile
 #    6 task_name (mrpc)                 cola | sst-2 | mrpc | rte | qqp
 #    7 num_gpu (8)                      processes; an evaluation without training uses 1
-#    8 batch_size (16)                  examples per process per micro-batch, training and prediction
-#    9 gradient_accumulation_steps (1)  micro-batches per optimizer step
+#    8 batch_size (16)                  examples per process per optimizer step, as in NVIDIA's run_glue.py, which
+#                                       splits them into micro-batches of batch_size / gradient_accumulation_steps;
+#                                       prediction batches hold batch_size examples
+#    9 gradient_accumulation_steps (1)  micro-batches per optimizer step; must divide batch_size
 #   10 learning_rate (2.4e-5)           peak learning rate (linear warmup, then linear decay to 0)
 #   11 warmup_proportion (0.1)
 #   12 epochs (3)
 #   13 max_steps (-1.0)                 optimizer steps instead of epochs; negative: not set
 #   14 precision (fp16)                 fp32 | tf32 | amp | fp16 | bf16 (see scripts/common.sh); on CPU all fp32
 #   15 seed (2)
-#   16 mode ("train eval")              any of train, eval (score dev.tsv) and prediction (write predictions.tsv)
+#   16 mode ("train eval")              any of train, eval (score dev.tsv) and prediction (write predictions.tsv),
+#                                       separated by spaces or commas
 # Environment: BERT_PREP_WORKING_DIR (default <code_dir>/data).
+# Presets print all 16 arguments (scripts/configs/glue_config.sh):
+#
+#   bash scripts/run_glue.sh $(source scripts/configs/glue_config.sh && mrpc_dgxa100-80g_8gpu_fp16)
 set -euo pipefail
 
 (( $# <= 16 )) || { echo "${0##*/}: at most 16 positional arguments, got $#" >&2; exit 1; }
@@ -56,7 +62,9 @@ for name in num_gpu batch_size gradient_accumulation_steps epochs; do
   require_int "$name" "${!name}" 1
 done
 require_int seed "$seed" 0
-read -ra mode_words <<< "$mode"
+(( batch_size % gradient_accumulation_steps == 0 )) \
+  || die "gradient_accumulation_steps $gradient_accumulation_steps must divide batch_size $batch_size"
+IFS=", " read -ra mode_words <<< "$mode"
 (( ${#mode_words[@]} > 0 )) || die "mode must name train, eval and/or prediction, got '$mode'"
 for word in "${mode_words[@]}"; do
   require_choice mode "$word" train eval prediction
@@ -69,7 +77,7 @@ flags=(--task-name "$task_name" --vocab-file "$vocab_file" "${BERT_MODEL_FLAGS[@
   --max-seq-length 128 --seed "$seed" "${PRECISION_FLAGS[@]}")
 [[ "$init_checkpoint" != None ]] && flags+=(--from-pretrained-params "$init_checkpoint")
 if [[ "$mode" == *train* ]]; then
-  flags+=(--do-train --train-file "$data_dir/train.tsv" --train-batch-size "$batch_size"
+  flags+=(--do-train --train-file "$data_dir/train.tsv" --train-batch-size $((batch_size / gradient_accumulation_steps))
     --gradient-merge-steps "$gradient_accumulation_steps" --learning-rate "$learning_rate"
     --warmup-proportion "$warmup_proportion" --epochs "$epochs")
   # NVIDIA passes -1.0 for "not set"

@@ -1,5 +1,6 @@
-"""scripts/run_glue.sh: each positional argument reaches run_glue.py as the right flag (a stand-in `python` on PATH
-records the command), bad arguments stop it with one line, and shellcheck finds nothing."""
+"""scripts/run_glue.sh and its presets (scripts/configs/glue_config.sh): each positional argument reaches run_glue.py
+as the right flag (a stand-in `python` on PATH records the command), bad arguments stop it with one line, and
+shellcheck finds nothing."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def test_every_argument_takes_effect(recorded, tmp_path):
         "--bert-model", "custom", "--config-file", str(config), "--output-dir", str(out_dir),
         "--max-seq-length", "128", "--seed", "11", "--amp", "--amp-dtype", "bfloat16",
         "--from-pretrained-params", "ckpt/model.pdparams",
-        "--do-train", "--train-file", "glue/SST-2/train.tsv", "--train-batch-size", "24", "--gradient-merge-steps", "3",
+        "--do-train", "--train-file", "glue/SST-2/train.tsv", "--train-batch-size", "8", "--gradient-merge-steps", "3",
         "--learning-rate", "1e-4", "--warmup-proportion", "0.2", "--epochs", "5", "--max-steps", "7",
         "--do-predict", "--predict-file", "glue/SST-2/dev.tsv", "--predict-batch-size", "24",
     ]
@@ -83,6 +84,7 @@ def test_evaluation_alone_runs_one_process_without_initial_weights_flag(recorded
         (16, "train evaluate", "mode must be one of: train eval prediction; got 'evaluate'"),
         (13, "1.5", "max_steps must be an integer >= 1, got '1.5'"),
         (8, "0", "batch_size must be an integer >= 1, got '0'"),
+        (9, "3", "gradient_accumulation_steps 3 must divide batch_size 16"),
     ],
 )
 def test_bad_arguments_stop_with_one_line(tmp_path, position, value, message):
@@ -94,8 +96,40 @@ def test_bad_arguments_stop_with_one_line(tmp_path, position, value, message):
     assert result.stderr == f"run_glue.sh: {message}\n"
 
 
+def _preset(name: str) -> list[str]:
+    result = subprocess.run(["bash", "-c", f"source scripts/configs/glue_config.sh && {name}"], cwd=ROOT,
+                            env={**os.environ, "BERT_PREP_WORKING_DIR": "/prep"}, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_gpu_presets_split_nvidias_global_batch_into_micro_batches_that_fit(recorded):
+    # NVIDIA's SST-2 on DGX-1 in fp32: global batch 512 on one GPU, micro-batches of at most 64 -> 8 x 64
+    args = _preset("sst-2_dgx1-32g_1gpu_fp32")
+    assert args[5:] == ["sst-2", "1", "512", "8", "1e-5", "0.1", "3", "-1.0", "fp32", "2", "train,eval"]
+    assert args[1] == "/prep/download/glue/SST-2"
+    argv = recorded(*args)
+    assert argv[0] == str(ROOT / "run_glue.py")  # one GPU: no launcher
+    values = [argv[argv.index(flag) + 1] for flag in ("--train-batch-size", "--gradient-merge-steps", "--config-file")]
+    assert values == ["64", "8", str(ROOT / "bert_configs" / "bert-large-uncased.json")]
+    assert "--do-eval" in argv and "--do-predict" not in argv
+    # MRPC on 8 A100s in fp16: 128 / 8 = 16 per GPU fits at once
+    assert _preset("mrpc_dgxa100-80g_8gpu_fp16")[5:] == ["mrpc", "8", "16", "1", "1.8e-5", "0.3", "3", "-1.0",
+                                                         "fp16", "2", "train,eval"]
+
+
+def test_cpu_preset_is_the_minilm_experiment():
+    assert _preset("mrpc_cpu_minilm") == [
+        str(ROOT / "results" / "minilm" / "minilm.pdparams"), f"{ROOT}/../shared/data/glue/MRPC",
+        f"{ROOT}/../shared/models/all-MiniLM-L6-v2/vocab.txt", str(ROOT / "results" / "minilm" / "minilm_config.json"),
+        str(ROOT / "results" / "MRPC-minilm"), "mrpc", "1", "32", "1", "1e-4", "0.1", "2", "-1", "fp32", "42",
+        "train,eval,prediction"]
+
+
 def test_shellcheck_finds_nothing():
     if shutil.which("shellcheck") is None:
         pytest.fail("shellcheck is missing: pip install -r requirements-dev.txt")
-    result = subprocess.run(["shellcheck", "-x", "scripts/run_glue.sh"], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(["shellcheck", "-x", "scripts/run_glue.sh", "scripts/configs/glue_config.sh"], cwd=ROOT,
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
