@@ -98,7 +98,7 @@ def _records(path: str | Path) -> Iterator[tuple[int, list[str]]]:
         except csv.Error as error:
             raise ValueError(f"{path}:{reader.line_num}: {error}") from None
         except UnicodeDecodeError as error:
-            raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+            raise ValueError(f"{path}: not UTF-8 text ({error.reason})") from None
 
 
 def _check_width(path: str | Path, line: int, fields: list[str], expected: int) -> None:

@@ -188,3 +188,14 @@ def test_collate_pads_to_the_longest_feature():
     np.testing.assert_array_equal(batch["attention_mask"], [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
     np.testing.assert_array_equal(batch["labels"], [1, 0])
     assert all(array.dtype == np.int64 for array in batch.values())
+
+
+def test_broken_csv_quoting_and_bad_encoding_name_the_file(tmp_path):
+    unterminated = tmp_path / "open_quote.csv"
+    unterminated.write_text('text,label\n"never closed,1\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"^{unterminated}:\d+: unexpected end of data$"):
+        read_table_examples(unterminated, "text", ["0", "1"], label_column="label")
+    latin1 = tmp_path / "latin1.tsv"
+    latin1.write_bytes("sentence\tlabel\ncaf\xe9\t1\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=rf"^{latin1}: not UTF-8 text \(invalid continuation byte\)$"):
+        read_glue_examples("sst-2", latin1)
