@@ -272,6 +272,9 @@ def inference_predictor(model_dir: str, model_prefix: str, num_threads: int) -> 
     prefix = os.path.join(model_dir, model_prefix)
     config = paddle.inference.Config(_exported_program_file(prefix), prefix + ".pdiparams")
     config.disable_gpu()
+    # oneDNN kernels: 2.4x the default CPU kernels for BERT-base on this machine (benchmarks/bench_squad_inference.py)
+    config.enable_mkldnn()
+    config.disable_glog_info()
     config.set_cpu_math_library_num_threads(num_threads)
     predictor = paddle.inference.create_predictor(config)
     if tuple(predictor.get_input_names()) != INPUT_NAMES:
