@@ -1,0 +1,110 @@
+# Shell functions shared by the recipe scripts (run_pretraining*.sh, run_squad.sh, run.sub). Source it; it runs
+# nothing by itself. Every function reports bad input as one line naming the argument, on stderr, and exits 1.
+# shellcheck shell=bash
+# The set_* functions return their results in global variables, which only the sourcing script reads:
+# shellcheck disable=SC2034
+
+die() {
+  echo "${0##*/}: $*" >&2
+  exit 1
+}
+
+require_choice() {  # name value choice...
+  local name="$1" value="$2" choice
+  shift 2
+  for choice in "$@"; do
+    [[ "$value" == "$choice" ]] && return 0
+  done
+  die "$name must be one of: $*; got '$value'"
+}
+
+require_int() {  # name value minimum
+  if ! [[ "$2" =~ ^[0-9]+$ ]] || (( 10#$2 < $3 )); then
+    die "$1 must be an integer >= $3, got '$2'"
+  fi
+}
+
+require_fraction() {  # name value: a number in (0, 1]
+  awk -v value="$2" 'BEGIN { exit !(value ~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/ && value > 0 && value <= 1) }' \
+    || die "$1 must be a number in (0, 1], got '$2'"
+}
+
+# PRECISION_FLAGS: the run_*.py flags of a precision (fp32|tf32|amp|fp16|bf16). amp and fp16 are the same
+# float16 AMP (NVIDIA's run_pretraining.sh says amp, its run.sub fp16), starting at loss scale $2 with dynamic
+# scaling; bf16 needs no loss scaling. fp32 also turns TF32 off for cuBLAS/cuDNN (NVIDIA_TF32_OVERRIDE=0), as
+# Ampere and later GPUs otherwise use TF32 tensor cores for float32 matmuls; tf32 leaves them on.
+# On CPU, fp32 and tf32 are the same and AMP is a no-op (run_*.py then continue in float32).
+set_precision_flags() {  # precision initial_loss_scale
+  require_choice precision "$1" fp32 tf32 amp fp16 bf16
+  case "$1" in
+    fp32) PRECISION_FLAGS=(); export NVIDIA_TF32_OVERRIDE=0 ;;
+    tf32) PRECISION_FLAGS=() ;;
+    amp|fp16) PRECISION_FLAGS=(--amp --use-dynamic-loss-scaling --scale-loss "$2") ;;
+    bf16) PRECISION_FLAGS=(--amp --amp-dtype bfloat16) ;;
+  esac
+}
+
+# BERT_MODEL_FLAGS and BERT_MODEL: --bert-model (and --config-file) for a config file or None. A config named
+# like a known model (bert_configs/bert-large-uncased.json) keeps that name, which names the checkpoint folder
+# <output-dir>/<bert-model>/; any other config is "custom".
+set_bert_model() {  # config_file|None
+  if [[ "$1" == None ]]; then
+    BERT_MODEL=bert-large-uncased
+    BERT_MODEL_FLAGS=(--bert-model "$BERT_MODEL")
+    return
+  fi
+  [[ -f "$1" ]] || die "config file $1: no such file"
+  BERT_MODEL="$(basename "$1" .json)"
+  case "$BERT_MODEL" in
+    bert-base-uncased|bert-base-cased|bert-large-uncased|bert-large-cased) ;;
+    *) BERT_MODEL=custom ;;
+  esac
+  BERT_MODEL_FLAGS=(--bert-model "$BERT_MODEL" --config-file "$1")
+}
+
+# Print a command, shell-quoted, then run it; with a log file, its output also goes there.
+run_logged() {  # log_file|"" command...
+  local log_file="$1"
+  shift
+  echo "+ $(printf '%q ' "$@")"
+  if [[ -z "$log_file" ]]; then
+    "$@"
+  else
+    echo "Logs written to $log_file"
+    "$@" 2>&1 | tee "$log_file"
+    return "${PIPESTATUS[0]}"
+  fi
+}
+
+folder_is_empty() {  # folder: true when it is missing or holds nothing
+  [[ ! -d "$1" ]] || [[ -z "$(ls -A "$1")" ]]
+}
+
+# scripts/run_pretraining_p1.sh and _p2.sh: run run_pretraining.py on this node with the phase defaults in the
+# array DEFAULT_FLAGS, then the caller's arguments, which override them (argparse keeps an option's last value).
+# The launcher options --gpus N (8), --precision P (amp) and --fuse-mha true|false (true) are taken out first.
+launch_phase_with_named_args() {  # run_pretraining.py arguments...
+  local gpus=8 precision=amp fuse_mha=true passed=()
+  while (( $# > 0 )); do
+    case "$1" in
+      --gpus|--precision|--fuse-mha)
+        (( $# >= 2 )) || die "$1 needs a value"
+        local name="${1#--}"
+        name="${name//-/_}"
+        printf -v "$name" '%s' "$2"
+        shift 2 ;;
+      --gpus=*) gpus="${1#*=}"; shift ;;
+      --precision=*) precision="${1#*=}"; shift ;;
+      --fuse-mha=*) fuse_mha="${1#*=}"; shift ;;
+      *) passed+=("$1"); shift ;;
+    esac
+  done
+  require_int --gpus "$gpus" 1
+  require_choice --fuse-mha "$fuse_mha" true false
+  set_precision_flags "$precision" 1048576
+  local fuse_flags=()
+  [[ "$fuse_mha" == true ]] && fuse_flags=(--fuse-mha)
+  run_logged "" python -m paddle.distributed.launch --nproc_per_node "$gpus" \
+    "$CODEDIR/run_pretraining.py" "${DEFAULT_FLAGS[@]}" "${PRECISION_FLAGS[@]}" "${fuse_flags[@]}" \
+    "${passed[@]}"
+}
