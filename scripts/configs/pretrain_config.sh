@@ -1,0 +1,203 @@
+# Pre-training presets: each function prints the positional arguments of scripts/run_pretraining.sh.
+#
+#   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && dgxa100-80g_8gpu_amp)
+#
+# GPU presets: NVIDIA's BERT-large recipe (LAMB, global batch 65536 at length 128 for 7038 steps, then 32768 at
+# length 512 for 1563 steps). The dgxa100 8-GPU values are NVIDIA's (DeepLearningExamples, PaddlePaddle BERT,
+# scripts/configs/pretrain_config.sh). The other GPU presets are derived, not published: the 1-GPU ones keep
+# the per-GPU micro-batch and multiply the accumulation by 8, so the global batch and hence the learning-rate
+# recipe stay the same; H100 80GB has the A100 80GB's memory and takes its micro-batches; the H200 presets
+# (141 GB) double the micro-batch and halve the accumulation and are untested: if they run out of memory, use
+# the dgxh100 ones, which give the same global batch. The LANS presets (Zheng et al. 2020, arXiv:2006.13484)
+# swap the optimizer into this recipe with a plain warmup-then-decay schedule (arguments 34 and 35 hold the
+# learning rate constant after warmup for a fraction of the steps); they are not the paper's 96K/33K recipe.
+#
+# CPU presets run here in minutes: cpu_tiny trains bert_configs/bert-tiny-uncased.json for a handful of
+# steps per phase on a corpus built offline from Python's documentation (wikipedia_source "sample").
+#
+# Paths come from BERT_PREP_WORKING_DIR (data; default <repo>/data) and the location of this file (code).
+# shellcheck shell=bash
+
+_PRETRAIN_CONFIG_CODEDIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+# Print the arguments in run_pretraining.sh's order from the variables a preset sets.
+_print_pretrain_args() {
+  echo "$train_batch_size" "$learning_rate" "$precision" "$num_gpus" \
+    "$warmup_proportion" "$train_steps" "$save_checkpoint_steps" \
+    "$create_logfile" "$gradient_accumulation_steps" "$seed" "$job_name" \
+    "$train_batch_size_phase2" "$learning_rate_phase2" \
+    "$warmup_proportion_phase2" "$train_steps_phase2" "$gradient_accumulation_steps_phase2" \
+    "$DATA_DIR_PHASE1" "$DATA_DIR_PHASE2" "$CODEDIR" "$init_checkpoint" \
+    "$wikipedia_source" "$num_dask_workers" "$num_shards_per_worker" "$num_workers" \
+    "$sample_ratio" "$phase2_bin_size" "$masking" \
+    "$BERT_CONFIG" "$enable_benchmark" "$benchmark_steps" "$benchmark_warmup_steps" "$fuse_mha" \
+    "$optimizer" "$constant_proportion" "$constant_proportion_phase2"
+}
+
+# NVIDIA's dgxa100-80g_8gpu_amp: BERT-large, 8 GPUs, float16 AMP.
+_bert_large_recipe() {
+  local prep="${BERT_PREP_WORKING_DIR:-$_PRETRAIN_CONFIG_CODEDIR/data}"
+  train_batch_size=256
+  learning_rate=6e-3
+  precision=amp
+  num_gpus=8
+  warmup_proportion=0.2843
+  train_steps=7038
+  save_checkpoint_steps=200
+  create_logfile=false
+  gradient_accumulation_steps=32
+  seed=42
+  job_name=bert_lamb_pretraining
+  train_batch_size_phase2=32
+  learning_rate_phase2=4e-3
+  warmup_proportion_phase2=0.128
+  train_steps_phase2=1563
+  gradient_accumulation_steps_phase2=128
+  DATA_DIR_PHASE1="$prep/pretrain/phase1/unbinned/parquet"
+  DATA_DIR_PHASE2="$prep/pretrain/phase2/bin_size_64/parquet"
+  CODEDIR="$_PRETRAIN_CONFIG_CODEDIR"
+  init_checkpoint=None
+  wikipedia_source="$prep/wikipedia/source"
+  num_dask_workers=128
+  num_shards_per_worker=128
+  num_workers=4
+  sample_ratio=0.9
+  phase2_bin_size=64
+  masking=static
+  BERT_CONFIG="$CODEDIR/bert_configs/bert-large-uncased.json"
+  enable_benchmark=false
+  benchmark_steps=10
+  benchmark_warmup_steps=10
+  fuse_mha=true
+  optimizer=Lamb
+  constant_proportion=0
+  constant_proportion_phase2=0
+}
+
+# Micro-batches (phase 1, phase 2) and accumulation (phase 1, phase 2) for a GPU count.
+_batches() {  # num_gpus batch1 accumulation1 batch2 accumulation2
+  num_gpus=$1
+  train_batch_size=$2
+  gradient_accumulation_steps=$3
+  train_batch_size_phase2=$4
+  gradient_accumulation_steps_phase2=$5
+}
+
+dgxa100-80g_8gpu_amp() (
+  _bert_large_recipe
+  _print_pretrain_args
+)
+
+dgxa100-80g_8gpu_tf32() (
+  _bert_large_recipe
+  precision=tf32
+  _batches 8 128 64 16 256
+  _print_pretrain_args
+)
+
+dgxa100-80g_1gpu_amp() (
+  _bert_large_recipe
+  _batches 1 256 256 32 1024
+  _print_pretrain_args
+)
+
+dgxa100-80g_1gpu_tf32() (
+  _bert_large_recipe
+  precision=tf32
+  _batches 1 128 512 16 2048
+  _print_pretrain_args
+)
+
+dgxh100-80g_8gpu_amp() (
+  _bert_large_recipe
+  _print_pretrain_args
+)
+
+dgxh100-80g_8gpu_bf16() (
+  _bert_large_recipe
+  precision=bf16
+  _print_pretrain_args
+)
+
+dgxh100-80g_8gpu_tf32() (
+  _bert_large_recipe
+  precision=tf32
+  _batches 8 128 64 16 256
+  _print_pretrain_args
+)
+
+dgxh100-80g_1gpu_amp() (
+  _bert_large_recipe
+  _batches 1 256 256 32 1024
+  _print_pretrain_args
+)
+
+dgxh200-141g_8gpu_amp() (
+  _bert_large_recipe
+  _batches 8 512 16 64 64
+  _print_pretrain_args
+)
+
+dgxh200-141g_8gpu_bf16() (
+  _bert_large_recipe
+  precision=bf16
+  _batches 8 512 16 64 64
+  _print_pretrain_args
+)
+
+dgxh200-141g_1gpu_amp() (
+  _bert_large_recipe
+  _batches 1 512 128 64 512
+  _print_pretrain_args
+)
+
+dgxa100-80g_8gpu_amp_lans() (
+  _bert_large_recipe
+  optimizer=Lans
+  _print_pretrain_args
+)
+
+dgxh100-80g_8gpu_bf16_lans() (
+  _bert_large_recipe
+  precision=bf16
+  optimizer=Lans
+  _print_pretrain_args
+)
+
+# bert-tiny (2 layers, hidden 128) on the offline sample corpus: 6 + 4 steps on one CPU process.
+_cpu_tiny_recipe() {
+  _bert_large_recipe
+  local prep="${BERT_PREP_WORKING_DIR:-$_PRETRAIN_CONFIG_CODEDIR/data}/sample"
+  precision=fp32
+  learning_rate=6e-3
+  warmup_proportion=0.34
+  train_steps=6
+  save_checkpoint_steps=3
+  learning_rate_phase2=4e-3
+  warmup_proportion_phase2=0.25
+  train_steps_phase2=4
+  _batches 1 8 2 4 2
+  DATA_DIR_PHASE1="$prep/pretrain/phase1/unbinned/parquet"
+  DATA_DIR_PHASE2="$prep/pretrain/phase2/bin_size_64/parquet"
+  wikipedia_source=sample
+  num_dask_workers=1
+  num_shards_per_worker=1
+  num_workers=1
+  sample_ratio=1
+  BERT_CONFIG="$CODEDIR/bert_configs/bert-tiny-uncased.json"
+  benchmark_steps=2
+  benchmark_warmup_steps=2
+}
+
+cpu_tiny() (
+  _cpu_tiny_recipe
+  _print_pretrain_args
+)
+
+cpu_tiny_lans() (
+  _cpu_tiny_recipe
+  optimizer=Lans
+  constant_proportion=0.34
+  constant_proportion_phase2=0.25
+  _print_pretrain_args
+)

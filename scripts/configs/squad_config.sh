@@ -1,0 +1,99 @@
+# SQuAD v1.1 presets: each function prints the positional arguments of scripts/run_squad.sh.
+#
+#   bash scripts/run_squad.sh $(source scripts/configs/squad_config.sh && dgxa100-80g_8gpu_amp)
+#
+# The dgxa100 8-GPU values are NVIDIA's (DeepLearningExamples, PaddlePaddle BERT, scripts/configs/
+# squad_config.sh; its tf32 preset said amp, here it is tf32). The 1-GPU presets keep the per-GPU batch of 32,
+# so their global batch is 32 instead of 256; the H100 presets take the A100 80GB values.
+# cpu_tiny fine-tunes the phase-2 checkpoint of the cpu_tiny pre-training preset for a few steps.
+#
+# Paths come from BERT_PREP_WORKING_DIR (data; default <repo>/data), RESULTS_DIR (checkpoints; default
+# <repo>/results) and the location of this file (code).
+# shellcheck shell=bash
+
+_SQUAD_CONFIG_CODEDIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+_print_squad_args() {
+  echo "$init_checkpoint" "$epochs" "$batch_size" "$learning_rate" "$warmup_proportion" \
+    "$precision" "$num_gpus" "$seed" "$squad_dir" "$vocab_file" "$OUT_DIR" "$mode" "$CONFIG_FILE" \
+    "$max_steps" "$enable_benchmark" "$benchmark_steps" "$benchmark_warmup_steps" "$fuse_mha"
+}
+
+# NVIDIA's dgxa100-80g_8gpu_amp: BERT-large from the end of phase 2, 8 GPUs, float16 AMP.
+_bert_large_squad() {
+  local prep="${BERT_PREP_WORKING_DIR:-$_SQUAD_CONFIG_CODEDIR/data}"
+  local results="${RESULTS_DIR:-$_SQUAD_CONFIG_CODEDIR/results}"
+  init_checkpoint="$results/bert-large-uncased/phase2/1563"
+  epochs=2
+  batch_size=32
+  learning_rate=4.6e-5
+  warmup_proportion=0.2
+  precision=amp
+  num_gpus=8
+  seed=1
+  squad_dir="$prep/download/squad/v1.1"
+  vocab_file="$_SQUAD_CONFIG_CODEDIR/vocab/bert-uncased-vocab.txt"
+  OUT_DIR="$results/squad"
+  mode=train_eval
+  CONFIG_FILE="$_SQUAD_CONFIG_CODEDIR/bert_configs/bert-large-uncased.json"
+  max_steps=-1
+  enable_benchmark=false
+  benchmark_steps=100
+  benchmark_warmup_steps=100
+  fuse_mha=true
+}
+
+dgxa100-80g_8gpu_amp() (
+  _bert_large_squad
+  _print_squad_args
+)
+
+dgxa100-80g_8gpu_tf32() (
+  _bert_large_squad
+  precision=tf32
+  _print_squad_args
+)
+
+dgxa100-80g_1gpu_amp() (
+  _bert_large_squad
+  num_gpus=1
+  _print_squad_args
+)
+
+dgxa100-80g_1gpu_tf32() (
+  _bert_large_squad
+  precision=tf32
+  num_gpus=1
+  _print_squad_args
+)
+
+dgxh100-80g_8gpu_amp() (
+  _bert_large_squad
+  _print_squad_args
+)
+
+dgxh100-80g_8gpu_bf16() (
+  _bert_large_squad
+  precision=bf16
+  _print_squad_args
+)
+
+# bert-tiny from the cpu_tiny pre-training preset's last phase-2 step, 4 steps on one CPU process.
+cpu_tiny() (
+  _bert_large_squad
+  local prep="${BERT_PREP_WORKING_DIR:-$_SQUAD_CONFIG_CODEDIR/data}"
+  local results="${RESULTS_DIR:-$_SQUAD_CONFIG_CODEDIR/results}"
+  init_checkpoint="$results/custom/phase2/4"
+  epochs=1
+  batch_size=8
+  learning_rate=1e-4
+  precision=fp32
+  num_gpus=1
+  vocab_file="$prep/sample/vocab.txt"
+  OUT_DIR="$results/squad"
+  CONFIG_FILE="$_SQUAD_CONFIG_CODEDIR/bert_configs/bert-tiny-uncased.json"
+  max_steps=4
+  benchmark_steps=2
+  benchmark_warmup_steps=2
+  _print_squad_args
+)

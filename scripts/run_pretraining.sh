@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# BERT pre-training on one node: phase 1 (sequence length 128), then phase 2 (512) from phase 1's final weights.
+# NVIDIA's positional interface: the same 32 arguments in the same order with the same defaults, plus three
+# optional ones for LANS. Presets print them:
+#
+#   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && dgxa100-80g_8gpu_amp)
+#   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && cpu_tiny)
+#
+# What it does:
+# - A data folder that is missing or empty is made with lddl_preprocess.py from the corpus (argument 21);
+#   the corpus "sample" is built offline by data/make_sample_corpus.py (Python's own documentation).
+# - Each phase runs `python -m paddle.distributed.launch --nproc_per_node <num_gpus> run_pretraining.py`
+#   with --last-step-of-checkpoint auto, so rerunning the same command continues from the newest checkpoint.
+# - Phase 2 starts from <results>/<bert-model>/phase1/<train_steps>, phase 1's final checkpoint.
+#
+# Positional arguments (default):
+#    1 train_batch_size (256)             sequences per GPU per micro-batch, phase 1
+#    2 learning_rate (6e-3)               peak learning rate, phase 1
+#    3 precision (amp)                    fp32 | tf32 | amp | fp16 | bf16 (see scripts/common.sh)
+#    4 num_gpus (8)                       processes (GPUs) on this node
+#    5 warmup_proportion (0.2843)         fraction of phase 1 spent in warmup
+#    6 train_steps (7038)                 optimizer steps of phase 1
+#    7 save_checkpoint_steps (200)        checkpoint interval, both phases
+#    8 create_logfile (false)             true: also write each phase's output to <results>/<job_name>.*.log
+#    9 gradient_accumulation_steps (32)   micro-batches per optimizer step, phase 1
+#   10 seed (12439)                       seed of preprocessing and training
+#   11 job_name (bert_lamb_pretraining)   first part of the log file names
+#   12 train_batch_size_phase2 (32)
+#   13 learning_rate_phase2 (4e-3)
+#   14 warmup_proportion_phase2 (0.128)
+#   15 train_steps_phase2 (1563)
+#   16 gradient_accumulation_steps_phase2 (128)
+#   17 DATA_DIR_PHASE1 ($BERT_PREP_WORKING_DIR/pretrain/phase1/unbinned/parquet/)
+#   18 DATA_DIR_PHASE2 ($BERT_PREP_WORKING_DIR/pretrain/phase2/bin_size_64/parquet/)
+#   19 CODEDIR (the folder holding this scripts/ folder; /workspace/bert in the container)
+#   20 init_checkpoint (None)             folder of <model-prefix>.pdparams that phase 1 starts from
+#   21 wikipedia_source ($BERT_PREP_WORKING_DIR/wikipedia/source/)  corpus to preprocess, or "sample"
+#   22 num_dask_workers (nproc)           preprocessing worker processes
+#   23 num_shards_per_worker (128)        shards = this x max(num_workers, 1) x num_gpus
+#   24 num_workers (4)                    data-loader worker processes per GPU (and the shard count above)
+#   25 sample_ratio (0.9)                 fraction of the corpus's documents to use
+#   26 phase2_bin_size (64)               none | 32 | 64 | 128 | 256 | 512: phase 2 length bins
+#   27 masking (static)                   static (masks in the shards) | dynamic (drawn by the loader)
+#   28 BERT_CONFIG (None)                 model config JSON; None: bert-large-uncased
+#   29 enable_benchmark (false)           true: time benchmark_steps after benchmark_warmup steps, no checkpoints
+#   30 benchmark_steps (10)
+#   31 benchmark_warmup_steps (10)
+#   32 fuse_mha (true)                    one fused QKV projection per attention layer
+#   33 optimizer (Lamb)                   Lamb | Lans | AdamW
+#   34 constant_proportion (0)            fraction of phase 1 held at the peak after warmup (LANS schedule)
+#   35 constant_proportion_phase2 (0)
+# Environment: RESULTS_DIR (default <code_dir>/results) receives checkpoints, reports and logs; VOCAB_FILE
+# (default <code_dir>/vocab/bert-uncased-vocab.txt, from vocab/download_vocab.py; for the "sample" corpus a
+# vocab trained on it); BERT_PREP_WORKING_DIR (default <code_dir>/data; the "sample" corpus and its vocab go to
+# its sample/ folder). Presets share RESULTS_DIR: give each its own, or a rerun resumes the other's checkpoints.
+set -euo pipefail
+
+(( $# <= 35 )) || { echo "${0##*/}: at most 35 positional arguments, got $#" >&2; exit 1; }
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/common.sh
+source "$SCRIPT_DIR/common.sh"
+
+train_batch_size=${1:-256}
+learning_rate=${2:-6e-3}
+precision=${3:-amp}
+num_gpus=${4:-8}
+warmup_proportion=${5:-0.2843}
+train_steps=${6:-7038}
+save_checkpoint_steps=${7:-200}
+create_logfile=${8:-false}
+gradient_accumulation_steps=${9:-32}
+seed=${10:-12439}
+job_name=${11:-bert_lamb_pretraining}
+train_batch_size_phase2=${12:-32}
+learning_rate_phase2=${13:-4e-3}
+warmup_proportion_phase2=${14:-0.128}
+train_steps_phase2=${15:-1563}
+gradient_accumulation_steps_phase2=${16:-128}
+CODEDIR=${19:-$(dirname "$SCRIPT_DIR")}
+BERT_PREP_WORKING_DIR=${BERT_PREP_WORKING_DIR:-$CODEDIR/data}
+DATA_DIR_PHASE1=${17:-$BERT_PREP_WORKING_DIR/pretrain/phase1/unbinned/parquet/}
+DATA_DIR_PHASE2=${18:-$BERT_PREP_WORKING_DIR/pretrain/phase2/bin_size_64/parquet/}
+init_checkpoint=${20:-None}
+wikipedia_source=${21:-$BERT_PREP_WORKING_DIR/wikipedia/source/}
+num_dask_workers=${22:-$(nproc)}
+num_shards_per_worker=${23:-128}
+num_workers=${24:-4}
+sample_ratio=${25:-0.9}
+phase2_bin_size=${26:-64}
+masking=${27:-static}
+BERT_CONFIG=${28:-None}
+enable_benchmark=${29:-false}
+benchmark_steps=${30:-10}
+benchmark_warmup_steps=${31:-10}
+fuse_mha=${32:-true}
+optimizer=${33:-Lamb}
+constant_proportion=${34:-0}
+constant_proportion_phase2=${35:-0}
+
+RESULTS_DIR=${RESULTS_DIR:-$CODEDIR/results}
+num_nodes=1
+
+for name in train_batch_size num_gpus train_steps save_checkpoint_steps gradient_accumulation_steps \
+    train_batch_size_phase2 train_steps_phase2 gradient_accumulation_steps_phase2 num_dask_workers \
+    num_shards_per_worker benchmark_steps benchmark_warmup_steps; do
+  require_int "$name" "${!name}" 1
+done
+require_int seed "$seed" 0
+require_int num_workers "$num_workers" 0
+require_choice create_logfile "$create_logfile" true false
+require_choice enable_benchmark "$enable_benchmark" true false
+require_choice fuse_mha "$fuse_mha" true false
+require_choice masking "$masking" static dynamic
+require_choice phase2_bin_size "$phase2_bin_size" none 32 64 128 256 512
+require_choice optimizer "$optimizer" Lamb Lans AdamW
+require_fraction sample_ratio "$sample_ratio"
+[[ -f "$CODEDIR/run_pretraining.py" ]] || die "code dir $CODEDIR: no run_pretraining.py there"
+set_precision_flags "$precision" 1048576
+set_bert_model "$BERT_CONFIG"
+mkdir -p "$RESULTS_DIR"
+
+# ------------------------------------------------------------------------------------------------
+# Data: corpus and vocab, then the LDDL parquet shards of each phase if its folder is empty.
+# ------------------------------------------------------------------------------------------------
+sample_dir="$BERT_PREP_WORKING_DIR/sample"
+if [[ "$wikipedia_source" == sample ]]; then
+  wikipedia_source="$sample_dir/source"
+  if folder_is_empty "$wikipedia_source"; then
+    run_logged "" python "$CODEDIR/data/make_sample_corpus.py" --output-dir "$wikipedia_source"
+  fi
+  VOCAB_FILE=${VOCAB_FILE:-$sample_dir/vocab.txt}
+  if [[ ! -f "$VOCAB_FILE" ]]; then
+    # A small vocab suits a corpus of 0.1M words; the model config keeps its own (larger) vocab_size.
+    run_logged "" python "$CODEDIR/tokenizer.py" train-vocab --input "$wikipedia_source/en/pydoc_topics.txt" \
+      --vocab-size 4096 --output "$VOCAB_FILE"
+  fi
+fi
+VOCAB_FILE=${VOCAB_FILE:-$CODEDIR/vocab/bert-uncased-vocab.txt}
+[[ -f "$VOCAB_FILE" ]] || die "vocab file $VOCAB_FILE: not found (python vocab/download_vocab.py fetches it)"
+
+readonly num_blocks=$((num_shards_per_worker * (num_workers > 0 ? num_workers : 1) * num_nodes * num_gpus))
+masking_flag=--masking
+[[ "$masking" == dynamic ]] && masking_flag=--no-masking
+sample_ratio_flags=()
+# --sample-ratio 1 keeps every document, which lddl_preprocess.py does without the flag.
+awk -v r="$sample_ratio" 'BEGIN { exit !(r == 1) }' || sample_ratio_flags=(--sample-ratio "$sample_ratio")
+
+preprocess() {  # data_dir max_seq_length [extra lddl_preprocess.py flags]
+  local data_dir="$1" max_seq_length="$2"
+  shift 2
+  folder_is_empty "$data_dir" || return 0
+  echo "$data_dir is empty: preprocessing $wikipedia_source"
+  folder_is_empty "$wikipedia_source" && die "corpus $wikipedia_source: missing or empty, cannot preprocess"
+  run_logged "" python "$CODEDIR/lddl_preprocess.py" --input "$wikipedia_source" --vocab-file "$VOCAB_FILE" \
+    --output-dir "$data_dir" --max-seq-length "$max_seq_length" --num-blocks "$num_blocks" \
+    --num-shards "$num_blocks" --num-workers "$num_dask_workers" --seed "$seed" "$masking_flag" \
+    "${sample_ratio_flags[@]}" "$@"
+}
+
+preprocess "$DATA_DIR_PHASE1" 128
+phase2_bin_flags=()
+[[ "$phase2_bin_size" != none ]] && phase2_bin_flags=(--bin-size "$phase2_bin_size")
+preprocess "$DATA_DIR_PHASE2" 512 "${phase2_bin_flags[@]}"
+
+# ------------------------------------------------------------------------------------------------
+# Training
+# ------------------------------------------------------------------------------------------------
+common_flags=(--vocab-file "$VOCAB_FILE" --output-dir "$RESULTS_DIR" "${BERT_MODEL_FLAGS[@]}"
+  --num-steps-per-checkpoint "$save_checkpoint_steps" --seed "$seed" --log-freq 1 --optimizer "$optimizer"
+  --num-workers "$num_workers" --last-step-of-checkpoint auto "${PRECISION_FLAGS[@]}")
+[[ "$fuse_mha" == true ]] && common_flags+=(--fuse-mha)
+[[ "$enable_benchmark" == true ]] && common_flags+=(--benchmark --benchmark-steps "$benchmark_steps"
+  --benchmark-warmup-steps "$benchmark_warmup_steps")
+
+launch() {  # phase batch_size accumulation -- run_pretraining.py flags
+  local phase="$1" log_file=""
+  if [[ "$create_logfile" == true ]]; then
+    local global_batch=$(($2 * num_gpus * $3))
+    log_file="$RESULTS_DIR/$job_name.paddle_bert_pretraining_phase${phase}_${precision}_gbs${global_batch}"
+    log_file+=".$(date +%y%m%d%H%M%S).log"
+  fi
+  shift 4
+  run_logged "$log_file" python -m paddle.distributed.launch --nproc_per_node "$num_gpus" \
+    --log_dir "$RESULTS_DIR/log/phase$phase" "$CODEDIR/run_pretraining.py" "${common_flags[@]}" "$@"
+}
+
+phase1_flags=(--phase1 --input-dir "$DATA_DIR_PHASE1" --batch-size "$train_batch_size" --max-seq-length 128
+  --max-predictions-per-seq 20 --max-steps "$train_steps" --warmup-proportion "$warmup_proportion"
+  --constant-proportion "$constant_proportion" --learning-rate "$learning_rate"
+  --gradient-merge-steps "$gradient_accumulation_steps" --report-file "$RESULTS_DIR/dllogger_p1.json")
+[[ "$init_checkpoint" != None ]] && phase1_flags+=(--from-pretrained-params "$init_checkpoint")
+launch 1 "$train_batch_size" "$gradient_accumulation_steps" -- "${phase1_flags[@]}"
+echo "finished phase 1"
+
+phase2_flags=(--phase2 --input-dir "$DATA_DIR_PHASE2" --batch-size "$train_batch_size_phase2" --max-seq-length 512
+  --max-predictions-per-seq 80 --max-steps "$train_steps_phase2" --warmup-proportion "$warmup_proportion_phase2"
+  --constant-proportion "$constant_proportion_phase2" --learning-rate "$learning_rate_phase2"
+  --gradient-merge-steps "$gradient_accumulation_steps_phase2" --report-file "$RESULTS_DIR/dllogger_p2.json")
+if [[ "$enable_benchmark" == false ]]; then
+  phase1_final="$RESULTS_DIR/$BERT_MODEL/phase1/$train_steps"
+  # run_pretraining.py exits 0 after a SIGTERM checkpoint; phase 2 must wait for the end of phase 1.
+  [[ -d "$phase1_final" ]] || die "phase 1 stopped before step $train_steps ($phase1_final missing); rerun to continue"
+  phase2_flags+=(--from-phase1-final-params "$phase1_final")
+fi
+launch 2 "$train_batch_size_phase2" "$gradient_accumulation_steps_phase2" -- "${phase2_flags[@]}"
+echo "finished phase 2"

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Fine-tune BERT on SQuAD v1.1 and/or predict and score: NVIDIA's positional interface (same 18 arguments, same
+# order, same defaults). Presets print them:
+#
+#   bash scripts/run_squad.sh results/bert-large-uncased/phase2/1563
+#   bash scripts/run_squad.sh $(source scripts/configs/squad_config.sh && dgxa100-80g_8gpu_amp)
+#
+# Positional arguments (default):
+#    1 init_checkpoint (checkpoints/squad)   pretrained (or, for eval/prediction, fine-tuned) weights: a
+#                                             .pdparams file or a folder holding bert_paddle.pdparams
+#    2 epochs (2)
+#    3 batch_size (32)                        per GPU, for training and prediction
+#    4 learning_rate (4.6e-5)
+#    5 warmup_proportion (0.2)
+#    6 precision (amp)                        fp32 | tf32 | amp | fp16 | bf16 (see scripts/common.sh)
+#    7 num_gpus (8)                           processes (GPUs) on this node
+#    8 seed (1)
+#    9 squad_dir ($BERT_PREP_WORKING_DIR/download/squad/v1.1)   holds train-v1.1.json and dev-v1.1.json
+#   10 vocab_file (<repo>/vocab/bert-uncased-vocab.txt)
+#   11 OUT_DIR ($RESULTS_DIR, default <repo>/results)   fine-tuned model, predictions, report, log
+#   12 mode (train_eval)                      train | eval | prediction | train_eval
+#   13 CONFIG_FILE (None)                     model config JSON; None: bert-large-uncased
+#   14 max_steps (-1)                         optimizer steps instead of epochs when > 0
+#   15 enable_benchmark (false)               true: time benchmark_steps after benchmark_warmup_steps
+#   16 benchmark_steps (100)
+#   17 benchmark_warmup_steps (100)
+#   18 fuse_mha (true)                        one fused QKV projection per attention layer
+# Environment: BERT_PREP_WORKING_DIR (default <repo>/data), RESULTS_DIR (default <repo>/results).
+# run_squad.py checks the files (checkpoint, vocab, SQuAD json) and names any that is missing.
+set -euo pipefail
+
+(( $# <= 18 )) || { echo "${0##*/}: at most 18 positional arguments, got $#" >&2; exit 1; }
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CODEDIR="$(dirname "$SCRIPT_DIR")"
+# shellcheck source=scripts/common.sh
+source "$SCRIPT_DIR/common.sh"
+BERT_PREP_WORKING_DIR=${BERT_PREP_WORKING_DIR:-$CODEDIR/data}
+
+init_checkpoint=${1:-checkpoints/squad}
+epochs=${2:-2}
+batch_size=${3:-32}
+learning_rate=${4:-4.6e-5}
+warmup_proportion=${5:-0.2}
+precision=${6:-amp}
+num_gpus=${7:-8}
+seed=${8:-1}
+squad_dir=${9:-$BERT_PREP_WORKING_DIR/download/squad/v1.1}
+vocab_file=${10:-$CODEDIR/vocab/bert-uncased-vocab.txt}
+OUT_DIR=${11:-${RESULTS_DIR:-$CODEDIR/results}}
+mode=${12:-train_eval}
+CONFIG_FILE=${13:-None}
+max_steps=${14:--1}
+enable_benchmark=${15:-false}
+benchmark_steps=${16:-100}
+benchmark_warmup_steps=${17:-100}
+fuse_mha=${18:-true}
+
+require_int epochs "$epochs" 1
+require_int batch_size "$batch_size" 1
+require_int num_gpus "$num_gpus" 1
+require_int seed "$seed" 0
+require_int benchmark_steps "$benchmark_steps" 1
+require_int benchmark_warmup_steps "$benchmark_warmup_steps" 0
+[[ "$max_steps" =~ ^-?[0-9]+$ ]] || die "max_steps must be an integer (-1: train for epochs), got '$max_steps'"
+require_choice mode "$mode" train eval prediction train_eval
+require_choice enable_benchmark "$enable_benchmark" true false
+require_choice fuse_mha "$fuse_mha" true false
+
+set_bert_model "$CONFIG_FILE"
+set_precision_flags "$precision" 128.0
+
+flags=(--from-pretrained-params "$init_checkpoint" --vocab-file "$vocab_file" --output-dir "$OUT_DIR"
+  "${BERT_MODEL_FLAGS[@]}" --learning-rate "$learning_rate" --warmup-proportion "$warmup_proportion"
+  --seed "$seed" --epochs "$epochs" --max-steps "$max_steps" --max-seq-length 384 --doc-stride 128
+  --log-freq 100 --report-file "$OUT_DIR/dllogger_${num_gpus}_${precision}.json" "${PRECISION_FLAGS[@]}")
+if [[ "$mode" == train || "$mode" == train_eval ]]; then
+  flags+=(--do-train --train-file "$squad_dir/train-v1.1.json" --train-batch-size "$batch_size")
+fi
+if [[ "$mode" != train ]]; then
+  flags+=(--do-predict --predict-file "$squad_dir/dev-v1.1.json" --predict-batch-size "$batch_size")
+fi
+if [[ "$mode" == eval || "$mode" == train_eval ]]; then
+  flags+=(--do-eval)
+fi
+[[ "$fuse_mha" == true ]] && flags+=(--fuse-mha)
+[[ "$enable_benchmark" == true ]] && flags+=(--benchmark --benchmark-steps "$benchmark_steps"
+  --benchmark-warmup-steps "$benchmark_warmup_steps")
+
+mkdir -p "$OUT_DIR"
+run_logged "$OUT_DIR/logfile.txt" python -m paddle.distributed.launch --nproc_per_node "$num_gpus" \
+  --log_dir "$OUT_DIR/log" "$CODEDIR/run_squad.py" "${flags[@]}"
