@@ -1,0 +1,147 @@
+"""Test doubles for the recipe scripts: a `python` that records its command line instead of training, and Slurm's
+`srun` and `scontrol`, put first on PATH. The recording python leaves behind what the real tools would (the
+output folder of lddl_preprocess.py, phase 1's final checkpoint folder, ...), so a script carries on to its
+next command; which files the real tools write is tested with the real tools elsewhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from conftest import ROOT
+
+FAKE_PYTHON = f"""#!{sys.executable}
+import json, os, sys
+from pathlib import Path
+
+argv = sys.argv[1:]
+with open(os.environ["FAKE_PYTHON_LOG"], "a") as log:
+    log.write(json.dumps({{"argv": argv, "tf32_override": os.environ.get("NVIDIA_TF32_OVERRIDE"),
+                          "node": os.environ.get("SLURM_NODEID")}}) + "\\n")
+
+def value(flag):
+    return argv[len(argv) - 1 - argv[::-1].index(flag) + 1] if flag in argv else None
+
+script = next((Path(arg).name for arg in argv if arg.endswith(".py")), "")
+if argv[:1] == ["-c"]:
+    print("10.1.2.3")
+elif script == "run_pretraining.py" and "--benchmark" not in argv and not os.environ.get("FAKE_NO_CHECKPOINT"):
+    phase = "phase1" if "--phase1" in argv else "phase2"
+    Path(value("--output-dir"), value("--bert-model"), phase, value("--max-steps")).mkdir(parents=True, exist_ok=True)
+elif script == "lddl_preprocess.py":
+    Path(value("--output-dir")).mkdir(parents=True)
+    (Path(value("--output-dir")) / "shard-0.parquet").write_text("")
+elif script == "make_sample_corpus.py":
+    (Path(value("--output-dir")) / "en").mkdir(parents=True)
+    (Path(value("--output-dir")) / "en" / "pydoc_topics.txt").write_text("doc-1 text\\n")
+elif script == "tokenizer.py":
+    Path(value("--output")).write_text("[PAD]\\n")
+"""
+
+FAKE_SRUN = """#!/usr/bin/env bash
+# srun: start the command once per node (--nodes=N, else SLURM_JOB_NUM_NODES) as local processes.
+printf '%s\\n' "$@" --- >> "$FAKE_SRUN_LOG"
+nodes=$SLURM_JOB_NUM_NODES
+while (( $# > 0 )) && [[ $1 == -* ]]; do
+  case $1 in --nodes=*) nodes=${1#--nodes=} ;; esac
+  shift
+done
+pids=()
+for ((node = 0; node < nodes; node++)); do
+  SLURM_NODEID=$node SLURM_PROCID=$node "$@" &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+exit $status
+"""
+
+FAKE_SCONTROL = """#!/usr/bin/env bash
+# scontrol show hostnames: node1 .. node<SLURM_JOB_NUM_NODES>.
+[[ "$1 $2" == "show hostnames" ]] || { echo "fake scontrol: $* is not supported" >&2; exit 2; }
+for ((node = 1; node <= SLURM_JOB_NUM_NODES; node++)); do echo "node$node"; done
+"""
+
+
+def write_executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+@dataclass
+class Fakes:
+    """The folder of fake tools and the logs they write."""
+
+    bin_dir: Path
+    python_log: Path
+    srun_log: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**os.environ, "PATH": f"{self.bin_dir}:{os.environ['PATH']}", "FAKE_PYTHON_LOG": str(self.python_log),
+                "FAKE_SRUN_LOG": str(self.srun_log), **extra}
+
+    def python_calls(self) -> list[dict]:
+        if not self.python_log.exists():
+            return []
+        return [json.loads(line) for line in self.python_log.read_text().splitlines()]
+
+    def srun_calls(self) -> list[list[str]]:
+        """The arguments of every srun call."""
+        if not self.srun_log.exists():
+            return []
+        return [call.strip("\n").split("\n") for call in self.srun_log.read_text().split("---\n") if call.strip()]
+
+
+def make_fakes(folder: Path, recording_python: bool = True) -> Fakes:
+    """Fake srun and scontrol in folder/bin, and the recording python unless recording_python is False."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(parents=True)
+    if recording_python:
+        write_executable(bin_dir / "python", FAKE_PYTHON)
+    write_executable(bin_dir / "srun", FAKE_SRUN)
+    write_executable(bin_dir / "scontrol", FAKE_SCONTROL)
+    return Fakes(bin_dir, folder / "python.log", folder / "srun.log")
+
+
+def script_args(calls: list[dict], script: str) -> list[list[str]]:
+    """The arguments after `script` (a file name such as run_pretraining.py) of every call that ran it."""
+    found = []
+    for call in calls:
+        names = [Path(arg).name for arg in call["argv"]]
+        if script in names:
+            found.append(call["argv"][names.index(script) + 1:])
+    return found
+
+
+def launcher_args(call: dict) -> list[str]:
+    """The paddle.distributed.launch options of a call: between `-m paddle.distributed.launch` and the script."""
+    argv = call["argv"]
+    assert argv[:2] == ["-m", "paddle.distributed.launch"], argv
+    end = next(index for index, arg in enumerate(argv) if arg.endswith(".py"))
+    return argv[2:end]
+
+
+def value(args: list[str], flag: str) -> str | None:
+    """The value of the flag's last occurrence (argparse keeps the last one), None if absent."""
+    positions = [index for index, arg in enumerate(args) if arg == flag]
+    return args[positions[-1] + 1] if positions else None
+
+
+def preset(config: str, name: str, env: dict[str, str]) -> list[str]:
+    """The positional arguments a preset of scripts/configs/<config> prints."""
+    command = f'source scripts/configs/{config} && {name}'
+    output = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True, cwd=ROOT, env=env)
+    return output.stdout.split()
+
+
+def preset_names(config: str) -> list[str]:
+    """The presets of scripts/configs/<config>: its functions whose name does not start with an underscore."""
+    command = f"source scripts/configs/{config} && declare -F"
+    output = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True, cwd=ROOT)
+    names = [line.split()[-1] for line in output.stdout.splitlines()]
+    return [name for name in names if not name.startswith("_")]

@@ -1,0 +1,677 @@
+"""The shell recipes: scripts/run_pretraining.sh, run_pretraining_p1.sh / _p2.sh, run_squad.sh, their presets,
+the Docker scripts, and shellcheck / hadolint over all of them.
+
+Most tests run a script with a recording `python` first on PATH (tests/recipe_fakes.py) and check the command
+lines it would run against NVIDIA's recipe; each positional argument is changed alone and must change exactly
+the flags it stands for. The tests at the end really run the CPU presets: phase 1, phase 2, a rerun that
+continues from the newest checkpoints, SQuAD fine-tuning, and the named-argument phase scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, require_shared
+from dllog import read_report
+from recipe_fakes import Fakes, launcher_args, make_fakes, preset, preset_names, script_args, value
+
+RUN_PRETRAINING = ROOT / "scripts" / "run_pretraining.sh"
+RUN_SQUAD = ROOT / "scripts" / "run_squad.sh"
+
+
+@dataclass
+class Run:
+    """What one run of a script did, read from the recording python's log."""
+
+    result: subprocess.CompletedProcess
+    calls: list[dict]
+    log_files: list[str]  # the *.log file names in the results folder after the run
+
+    @property
+    def pretraining(self) -> list[list[str]]:
+        return script_args(self.calls, "run_pretraining.py")
+
+    @property
+    def p1(self) -> list[str]:
+        return next(args for args in self.pretraining if "--phase1" in args)
+
+    @property
+    def p2(self) -> list[str]:
+        return next(args for args in self.pretraining if "--phase2" in args)
+
+    @property
+    def preprocessing(self) -> list[list[str]]:
+        return script_args(self.calls, "lddl_preprocess.py")
+
+    @property
+    def launches(self) -> list[dict]:
+        return [call for call in self.calls if call["argv"][:2] == ["-m", "paddle.distributed.launch"]]
+
+
+def run_script(script: Path, args: list[str], fakes: Fakes, tmp: Path, **env: str) -> Run:
+    fakes.python_log.unlink(missing_ok=True)
+    environment = fakes.env(BERT_PREP_WORKING_DIR=str(tmp / "data"), RESULTS_DIR=str(tmp / "results"), **env)
+    result = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, cwd=tmp, env=environment)
+    return Run(result, fakes.python_calls(), sorted(path.name for path in (tmp / "results").glob("*.log")))
+
+
+def run_ok(script: Path, args: list[str], fakes: Fakes, tmp: Path, **env: str) -> Run:
+    run = run_script(script, args, fakes, tmp, **env)
+    assert run.result.returncode == 0, run.result.stdout + run.result.stderr
+    return run
+
+
+@pytest.fixture
+def fakes(tmp_path) -> Fakes:
+    return make_fakes(tmp_path / "fakes")
+
+
+@pytest.fixture
+def cpu_tiny_args(tmp_path, fakes) -> list[str]:
+    return preset("pretrain_config.sh", "cpu_tiny", fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data")))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# run_pretraining.sh: NVIDIA's defaults, then each positional argument alone
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_defaults_are_nvidias_recipe(tmp_path, fakes):
+    corpus = tmp_path / "data" / "wikipedia" / "source" / "en"
+    corpus.mkdir(parents=True)
+    (corpus / "wiki.txt").write_text("doc-1 Some text.\n")
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n")
+    run = run_ok(RUN_PRETRAINING, [], fakes, tmp_path, VOCAB_FILE=str(vocab))
+
+    # DeepLearningExamples/PaddlePaddle/LanguageModeling/BERT/scripts/run_pretraining.sh defaults.
+    for launch in run.launches:
+        assert value(launcher_args(launch), "--nproc_per_node") == "8"
+    phase1 = {"--batch-size": "256", "--learning-rate": "6e-3", "--warmup-proportion": "0.2843",
+              "--max-steps": "7038", "--num-steps-per-checkpoint": "200", "--gradient-merge-steps": "32",
+              "--seed": "12439", "--max-seq-length": "128", "--max-predictions-per-seq": "20",
+              "--scale-loss": "1048576", "--bert-model": "bert-large-uncased", "--optimizer": "Lamb",
+              "--num-workers": "4", "--last-step-of-checkpoint": "auto", "--log-freq": "1",
+              "--input-dir": f"{tmp_path}/data/pretrain/phase1/unbinned/parquet/",
+              "--report-file": f"{tmp_path}/results/dllogger_p1.json"}
+    phase2 = {"--batch-size": "32", "--learning-rate": "4e-3", "--warmup-proportion": "0.128",
+              "--max-steps": "1563", "--gradient-merge-steps": "128", "--max-seq-length": "512",
+              "--max-predictions-per-seq": "80", "--last-step-of-checkpoint": "auto",
+              "--from-phase1-final-params": f"{tmp_path}/results/bert-large-uncased/phase1/7038",
+              "--input-dir": f"{tmp_path}/data/pretrain/phase2/bin_size_64/parquet/"}
+    assert {flag: value(run.p1, flag) for flag in phase1} == phase1
+    assert {flag: value(run.p2, flag) for flag in phase2} == phase2
+    for args in (run.p1, run.p2):
+        assert {"--amp", "--use-dynamic-loss-scaling", "--fuse-mha"} <= set(args)
+        assert "--config-file" not in args and "--benchmark" not in args
+    assert run.log_files == []
+
+    shards = str(128 * 4 * 1 * 8)  # shards per worker x workers x nodes x GPUs
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout.strip()
+    first, second = run.preprocessing
+    for args in (first, second):
+        assert value(args, "--num-shards") == shards and value(args, "--num-blocks") == shards
+        assert value(args, "--num-workers") == nproc
+        assert value(args, "--sample-ratio") == "0.9" and value(args, "--seed") == "12439"
+        assert "--masking" in args
+        assert value(args, "--input") == f"{tmp_path}/data/wikipedia/source/"
+    assert value(first, "--max-seq-length") == "128" and "--bin-size" not in first
+    assert value(second, "--max-seq-length") == "512" and value(second, "--bin-size") == "64"
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> Run:
+    """The unchanged cpu_tiny preset, run once for the module."""
+    tmp = tmp_path_factory.mktemp("baseline")
+    fakes = make_fakes(tmp / "fakes")
+    args = preset("pretrain_config.sh", "cpu_tiny", fakes.env(BERT_PREP_WORKING_DIR=str(tmp / "data")))
+    return run_ok(RUN_PRETRAINING, args, fakes, tmp)
+
+
+def _phase_values(flag):
+    return lambda run: (value(run.p1, flag), value(run.p2, flag))
+
+
+def _preprocessing_values(flag):
+    return lambda run: [value(args, flag) for args in run.preprocessing]
+
+
+def _has_flag(flag):
+    return lambda run: (flag in run.p1, flag in run.p2)
+
+
+# (positional arguments changed, what to read from the run, the value expected). The same reading on the
+# unchanged cpu_tiny preset must give something else, so every case shows an effect of its argument.
+POSITIONAL_CASES = {
+    "1 train_batch_size": ({1: "5"}, _phase_values("--batch-size"), ("5", "4")),
+    "2 learning_rate": ({2: "1e-3"}, _phase_values("--learning-rate"), ("1e-3", "4e-3")),
+    "4 num_gpus": ({4: "3"}, lambda run: ([value(launcher_args(c), "--nproc_per_node") for c in run.launches],
+                                          value(run.preprocessing[0], "--num-shards")), (["3", "3"], "3")),
+    "5 warmup_proportion": ({5: "0.5"}, _phase_values("--warmup-proportion"), ("0.5", "0.25")),
+    "6 train_steps": ({6: "9"}, lambda run: (value(run.p1, "--max-steps"), value(run.p2, "--from-phase1-final-params")),
+                      ("9", "{tmp}/results/custom/phase1/9")),
+    "7 save_checkpoint_steps": ({7: "5"}, _phase_values("--num-steps-per-checkpoint"), ("5", "5")),
+    "8 create_logfile": ({8: "true"}, lambda run: [name.split(".")[:2] for name in run.log_files],
+                         [["bert_lamb_pretraining", "paddle_bert_pretraining_phase1_fp32_gbs16"],
+                          ["bert_lamb_pretraining", "paddle_bert_pretraining_phase2_fp32_gbs8"]]),
+    "9 gradient_accumulation_steps": ({9: "3"}, _phase_values("--gradient-merge-steps"), ("3", "2")),
+    "10 seed": ({10: "7"}, lambda run: (value(run.p1, "--seed"), value(run.p2, "--seed"),
+                                        _preprocessing_values("--seed")(run)), ("7", "7", ["7", "7"])),
+    "11 job_name": ({8: "true", 11: "myjob"}, lambda run: sorted({name.split(".")[0] for name in run.log_files}),
+                    ["myjob"]),
+    "12 train_batch_size_phase2": ({12: "6"}, _phase_values("--batch-size"), ("8", "6")),
+    "13 learning_rate_phase2": ({13: "2e-3"}, _phase_values("--learning-rate"), ("6e-3", "2e-3")),
+    "14 warmup_proportion_phase2": ({14: "0.5"}, _phase_values("--warmup-proportion"), ("0.34", "0.5")),
+    "15 train_steps_phase2": ({15: "7"}, _phase_values("--max-steps"), ("6", "7")),
+    "16 gradient_accumulation_steps_phase2": ({16: "5"}, _phase_values("--gradient-merge-steps"), ("2", "5")),
+    "17 data_dir_phase1": ({17: "{tmp}/p1data"}, lambda run: (value(run.p1, "--input-dir"),
+                                                               value(run.preprocessing[0], "--output-dir")),
+                           ("{tmp}/p1data", "{tmp}/p1data")),
+    "18 data_dir_phase2": ({18: "{tmp}/p2data"}, lambda run: (value(run.p2, "--input-dir"),
+                                                               value(run.preprocessing[1], "--output-dir")),
+                           ("{tmp}/p2data", "{tmp}/p2data")),
+    "19 code_dir": ({19: "{tmp}/code"}, lambda run: sorted({str(Path(arg).parent) for call in run.calls
+                                                            for arg in call["argv"] if arg.endswith(".py")}),
+                    ["{tmp}/code", "{tmp}/code/data"]),
+    "20 init_checkpoint": ({20: "{tmp}/init"}, _phase_values("--from-pretrained-params"), ("{tmp}/init", None)),
+    "21 wikipedia_source": ({21: "{tmp}/corpus"}, lambda run: (_preprocessing_values("--input")(run),
+                                                                script_args(run.calls, "make_sample_corpus.py")),
+                            (["{tmp}/corpus", "{tmp}/corpus"], [])),
+    "22 num_dask_workers": ({22: "3"}, _preprocessing_values("--num-workers"), ["3", "3"]),
+    "23 num_shards_per_worker": ({23: "4"}, lambda run: (_preprocessing_values("--num-shards")(run),
+                                                          _preprocessing_values("--num-blocks")(run)),
+                                 (["4", "4"], ["4", "4"])),
+    "24 num_workers": ({24: "3"}, lambda run: (value(run.p1, "--num-workers"), value(run.p2, "--num-workers"),
+                                               _preprocessing_values("--num-shards")(run)),
+                       ("3", "3", ["3", "3"])),
+    "25 sample_ratio": ({25: "0.5"}, _preprocessing_values("--sample-ratio"), ["0.5", "0.5"]),
+    "26 phase2_bin_size": ({26: "32"}, _preprocessing_values("--bin-size"), [None, "32"]),
+    "26 phase2_bin_size none": ({26: "none"}, _preprocessing_values("--bin-size"), [None, None]),
+    "27 masking": ({27: "dynamic"}, lambda run: [("--masking" in args, "--no-masking" in args)
+                                                 for args in run.preprocessing], [(False, True)] * 2),
+    "28 bert_config": ({28: str(ROOT / "bert_configs" / "bert-base-uncased.json")},
+                       lambda run: (value(run.p1, "--bert-model"), value(run.p2, "--config-file")),
+                       ("bert-base-uncased", str(ROOT / "bert_configs" / "bert-base-uncased.json"))),
+    "28 bert_config None": ({28: "None"}, lambda run: (value(run.p1, "--bert-model"), "--config-file" in run.p2),
+                            ("bert-large-uncased", False)),
+    "29 enable_benchmark": ({29: "true"}, lambda run: (_has_flag("--benchmark")(run),
+                                                       value(run.p2, "--from-phase1-final-params")),
+                            ((True, True), None)),
+    "30 benchmark_steps": ({29: "true", 30: "5"}, _phase_values("--benchmark-steps"), ("5", "5")),
+    "31 benchmark_warmup_steps": ({29: "true", 31: "4"}, _phase_values("--benchmark-warmup-steps"), ("4", "4")),
+    "32 fuse_mha": ({32: "false"}, _has_flag("--fuse-mha"), (False, False)),
+    "33 optimizer": ({33: "Lans"}, _phase_values("--optimizer"), ("Lans", "Lans")),
+    "34 constant_proportion": ({34: "0.3"}, _phase_values("--constant-proportion"), ("0.3", "0")),
+    "35 constant_proportion_phase2": ({35: "0.2"}, _phase_values("--constant-proportion"), ("0", "0.2")),
+}
+
+
+def _fill(item, tmp: Path):
+    if isinstance(item, str):
+        return item.format(tmp=tmp)
+    if isinstance(item, (list, tuple)):
+        return type(item)(_fill(part, tmp) for part in item)
+    return item
+
+
+@pytest.mark.parametrize("case", POSITIONAL_CASES)
+def test_each_positional_argument_takes_effect(case, tmp_path, fakes, cpu_tiny_args, baseline):
+    changes, read, expected = POSITIONAL_CASES[case]
+    args = list(cpu_tiny_args)
+    for position, text in changes.items():
+        args[position - 1] = text.format(tmp=tmp_path)
+    env = {}
+    if 19 in changes:
+        (tmp_path / "code").mkdir()
+        (tmp_path / "code" / "run_pretraining.py").write_text("")
+    if 21 in changes:
+        (tmp_path / "corpus").mkdir()
+        (tmp_path / "corpus" / "text.txt").write_text("A document.\n")
+        (tmp_path / "vocab.txt").write_text("[PAD]\n")
+        env["VOCAB_FILE"] = str(tmp_path / "vocab.txt")
+    run = run_ok(RUN_PRETRAINING, args, fakes, tmp_path, **env)
+    expected = _fill(expected, tmp_path)
+    assert read(run) == expected
+    assert read(baseline) != expected
+
+
+@pytest.mark.parametrize("precision, flags, tf32_override", [
+    ("fp32", [], "0"),
+    ("tf32", [], None),
+    ("amp", ["--amp", "--use-dynamic-loss-scaling", "--scale-loss", "1048576"], None),
+    ("fp16", ["--amp", "--use-dynamic-loss-scaling", "--scale-loss", "1048576"], None),
+    ("bf16", ["--amp", "--amp-dtype", "bfloat16"], None),
+])
+def test_precision_argument(precision, flags, tf32_override, tmp_path, fakes, cpu_tiny_args):
+    args = list(cpu_tiny_args)
+    args[2] = precision
+    run = run_ok(RUN_PRETRAINING, args, fakes, tmp_path)
+    for call, phase_args in zip(run.launches, (run.p1, run.p2), strict=True):
+        assert _precision_tokens(phase_args) == flags
+        assert call["tf32_override"] == tf32_override
+
+
+def _precision_tokens(args: list[str]) -> list[str]:
+    tokens = []
+    for index, arg in enumerate(args):
+        if arg in ("--amp", "--use-dynamic-loss-scaling"):
+            tokens.append(arg)
+        elif arg in ("--scale-loss", "--amp-dtype"):
+            tokens += [arg, args[index + 1]]
+    return tokens
+
+
+def test_existing_data_is_not_preprocessed_again(tmp_path, fakes, cpu_tiny_args):
+    first = run_ok(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path)
+    run = run_ok(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path)
+    assert len(first.preprocessing) == 2 and run.preprocessing == []
+    assert script_args(run.calls, "make_sample_corpus.py") == script_args(run.calls, "tokenizer.py") == []
+    assert value(run.p1, "--vocab-file") == str(tmp_path / "data" / "sample" / "vocab.txt")
+
+
+def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
+    run = run_script(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path, FAKE_NO_CHECKPOINT="1")
+    assert run.result.returncode == 1
+    assert f"phase 1 stopped before step 6 ({tmp_path}/results/custom/phase1/6 missing)" in run.result.stderr
+    assert len(run.pretraining) == 1
+
+
+@pytest.mark.parametrize("position, text, message", [
+    (3, "fp8", "precision must be one of: fp32 tf32 amp fp16 bf16; got 'fp8'"),
+    (4, "0", "num_gpus must be an integer >= 1, got '0'"),
+    (25, "1.5", "sample_ratio must be a number in (0, 1], got '1.5'"),
+    (26, "100", "phase2_bin_size must be one of: none 32 64 128 256 512; got '100'"),
+    (28, "{tmp}/nope.json", "config file {tmp}/nope.json: no such file"),
+    (36, "extra", "at most 35 positional arguments, got 36"),
+])
+def test_bad_arguments_are_named(position, text, message, tmp_path, fakes, cpu_tiny_args):
+    args = list(cpu_tiny_args)
+    if position > len(args):
+        args.append(text)
+    else:
+        args[position - 1] = text.format(tmp=tmp_path)
+    run = run_script(RUN_PRETRAINING, args, fakes, tmp_path)
+    assert run.result.returncode == 1
+    assert run.result.stderr.strip() == f"run_pretraining.sh: {message.format(tmp=tmp_path)}"
+    assert run.calls == []
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Presets
+# ------------------------------------------------------------------------------------------------------------
+
+PRETRAIN_POSITIONS = {"batch": 0, "lr": 1, "precision": 2, "gpus": 3, "warmup": 4, "steps": 5, "accumulation": 8,
+                      "batch2": 11, "lr2": 12, "warmup2": 13, "steps2": 14, "accumulation2": 15, "optimizer": 32}
+
+
+def _preset_values(name: str, env: dict[str, str]) -> dict[str, str]:
+    args = preset("pretrain_config.sh", name, env)
+    assert len(args) == 35, args
+    return {key: args[position] for key, position in PRETRAIN_POSITIONS.items()}
+
+
+def test_dgxa100_presets_print_nvidias_values(fakes):
+    # NVIDIA's scripts/configs/pretrain_config.sh (DeepLearningExamples, PaddlePaddle BERT).
+    assert _preset_values("dgxa100-80g_8gpu_amp", fakes.env()) == {
+        "batch": "256", "lr": "6e-3", "precision": "amp", "gpus": "8", "warmup": "0.2843", "steps": "7038",
+        "accumulation": "32", "batch2": "32", "lr2": "4e-3", "warmup2": "0.128", "steps2": "1563",
+        "accumulation2": "128", "optimizer": "Lamb"}
+    assert _preset_values("dgxa100-80g_8gpu_tf32", fakes.env()) == {
+        "batch": "128", "lr": "6e-3", "precision": "tf32", "gpus": "8", "warmup": "0.2843", "steps": "7038",
+        "accumulation": "64", "batch2": "16", "lr2": "4e-3", "warmup2": "0.128", "steps2": "1563",
+        "accumulation2": "256", "optimizer": "Lamb"}
+
+
+@pytest.mark.parametrize("name", [name for name in preset_names("pretrain_config.sh") if not name.startswith("cpu")])
+def test_gpu_presets_keep_nvidias_global_batch_and_schedule(name, fakes):
+    values = _preset_values(name, fakes.env())
+    gpus = int(values["gpus"])
+    assert int(values["batch"]) * int(values["accumulation"]) * gpus == 65536
+    assert int(values["batch2"]) * int(values["accumulation2"]) * gpus == 32768
+    assert (values["lr"], values["warmup"], values["steps"]) == ("6e-3", "0.2843", "7038")
+    assert (values["lr2"], values["warmup2"], values["steps2"]) == ("4e-3", "0.128", "1563")
+    assert values["optimizer"] == ("Lans" if name.endswith("_lans") else "Lamb")
+    assert values["precision"] in ("amp", "tf32", "bf16") and values["precision"] in name
+
+
+@pytest.mark.parametrize("name", preset_names("pretrain_config.sh"))
+def test_every_pretraining_preset_is_accepted_by_the_script(name, tmp_path, fakes):
+    env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"))
+    args = preset("pretrain_config.sh", name, env)
+    corpus = tmp_path / "data" / "wikipedia" / "source" / "en"
+    corpus.mkdir(parents=True)
+    (corpus / "wiki.txt").write_text("doc-1 Some text.\n")
+    (tmp_path / "vocab.txt").write_text("[PAD]\n")
+    extra = {} if args[20] == "sample" else {"VOCAB_FILE": str(tmp_path / "vocab.txt")}
+    run = run_ok(RUN_PRETRAINING, args, fakes, tmp_path, **extra)
+    assert [value(launcher_args(call), "--nproc_per_node") for call in run.launches] == [args[3]] * 2
+    assert (value(run.p1, "--batch-size"), value(run.p2, "--batch-size")) == (args[0], args[11])
+
+
+def test_squad_presets_print_nvidias_values(fakes):
+    # NVIDIA's scripts/configs/squad_config.sh: checkpoint, epochs, batch, lr, warmup, precision, GPUs, seed, ...
+    args = preset("squad_config.sh", "dgxa100-80g_8gpu_amp", fakes.env(RESULTS_DIR="/r"))
+    assert len(args) == 18
+    assert args[:8] == ["/r/bert-large-uncased/phase2/1563", "2", "32", "4.6e-5", "0.2", "amp", "8", "1"]
+    assert args[11:] == ["train_eval", str(ROOT / "bert_configs" / "bert-large-uncased.json"), "-1", "false",
+                         "100", "100", "true"]
+    assert preset("squad_config.sh", "dgxa100-80g_8gpu_tf32", fakes.env())[5] == "tf32"
+
+
+@pytest.mark.parametrize("name", preset_names("squad_config.sh"))
+def test_every_squad_preset_is_accepted_by_the_script(name, tmp_path, fakes):
+    args = preset("squad_config.sh", name, fakes.env(RESULTS_DIR=str(tmp_path / "results")))
+    run = run_ok(RUN_SQUAD, args, fakes, tmp_path)
+    (squad,) = script_args(run.calls, "run_squad.py")
+    assert value(squad, "--from-pretrained-params") == args[0]
+    assert value(launcher_args(run.launches[0]), "--nproc_per_node") == args[6]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# run_squad.sh
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_squad_defaults_are_nvidias(tmp_path, fakes):
+    run = run_ok(RUN_SQUAD, ["ckpt"], fakes, tmp_path)
+    (args,) = script_args(run.calls, "run_squad.py")
+    squad_dir = f"{tmp_path}/data/download/squad/v1.1"
+    expected = {"--from-pretrained-params": "ckpt", "--epochs": "2", "--train-batch-size": "32",
+                "--predict-batch-size": "32", "--learning-rate": "4.6e-5", "--warmup-proportion": "0.2",
+                "--seed": "1", "--train-file": f"{squad_dir}/train-v1.1.json",
+                "--predict-file": f"{squad_dir}/dev-v1.1.json", "--vocab-file": f"{ROOT}/vocab/bert-uncased-vocab.txt",
+                "--output-dir": f"{tmp_path}/results", "--bert-model": "bert-large-uncased", "--max-steps": "-1",
+                "--max-seq-length": "384", "--doc-stride": "128", "--scale-loss": "128.0",
+                "--report-file": f"{tmp_path}/results/dllogger_8_amp.json"}
+    assert {flag: value(args, flag) for flag in expected} == expected
+    assert {"--do-train", "--do-predict", "--do-eval", "--amp", "--use-dynamic-loss-scaling", "--fuse-mha"} <= set(args)
+    assert "--benchmark" not in args and "--config-file" not in args
+    assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "8"
+    assert (tmp_path / "results" / "logfile.txt").is_file()
+
+
+SQUAD_BASE = ["ckpt", "1", "8", "1e-4", "0.1", "fp32", "1", "3", "sq", "v.txt", "out", "train_eval", "None", "4",
+              "false", "2", "2", "true"]
+
+
+def _squad(flag):
+    return lambda args: value(args, flag)
+
+
+SQUAD_CASES = {
+    "1 init_checkpoint": (1, "other", _squad("--from-pretrained-params"), "other"),
+    "2 epochs": (2, "5", _squad("--epochs"), "5"),
+    "3 batch_size": (3, "6", lambda args: (value(args, "--train-batch-size"), value(args, "--predict-batch-size")),
+                     ("6", "6")),
+    "4 learning_rate": (4, "3e-5", _squad("--learning-rate"), "3e-5"),
+    "5 warmup_proportion": (5, "0.3", _squad("--warmup-proportion"), "0.3"),
+    "6 precision": (6, "amp", lambda args: (value(args, "--scale-loss"), value(args, "--report-file")),
+                    ("128.0", "out/dllogger_1_amp.json")),
+    "7 num_gpus": (7, "2", _squad("--report-file"), "out/dllogger_2_fp32.json"),
+    "8 seed": (8, "9", _squad("--seed"), "9"),
+    "9 squad_dir": (9, "elsewhere", lambda args: (value(args, "--train-file"), value(args, "--predict-file")),
+                    ("elsewhere/train-v1.1.json", "elsewhere/dev-v1.1.json")),
+    "10 vocab_file": (10, "w.txt", _squad("--vocab-file"), "w.txt"),
+    "11 out_dir": (11, "out2", lambda args: (value(args, "--output-dir"), value(args, "--report-file")),
+                   ("out2", "out2/dllogger_1_fp32.json")),
+    "12 mode train": (12, "train", lambda args: [flag in args for flag in ("--do-train", "--do-predict", "--do-eval")],
+                      [True, False, False]),
+    "12 mode eval": (12, "eval", lambda args: [flag in args for flag in ("--do-train", "--do-predict", "--do-eval")],
+                     [False, True, True]),
+    "12 mode prediction": (12, "prediction",
+                           lambda args: [flag in args for flag in ("--do-train", "--do-predict", "--do-eval")],
+                           [False, True, False]),
+    "13 config_file": (13, str(ROOT / "bert_configs" / "bert-tiny-uncased.json"),
+                       lambda args: (value(args, "--bert-model"), value(args, "--config-file")),
+                       ("custom", str(ROOT / "bert_configs" / "bert-tiny-uncased.json"))),
+    "14 max_steps": (14, "7", _squad("--max-steps"), "7"),
+    "15 enable_benchmark": (15, "true", lambda args: "--benchmark" in args, True),
+    "18 fuse_mha": (18, "false", lambda args: "--fuse-mha" in args, False),
+}
+
+
+@pytest.fixture(scope="module")
+def squad_base(tmp_path_factory) -> Run:
+    tmp = tmp_path_factory.mktemp("squad_base")
+    return run_ok(RUN_SQUAD, SQUAD_BASE, make_fakes(tmp / "fakes"), tmp)
+
+
+@pytest.mark.parametrize("case", SQUAD_CASES)
+def test_each_squad_argument_takes_effect(case, tmp_path, fakes, squad_base):
+    position, text, read, expected = SQUAD_CASES[case]
+    base = squad_base
+    args = list(SQUAD_BASE)
+    args[position - 1] = text
+    run = run_ok(RUN_SQUAD, args, fakes, tmp_path)
+    (changed,) = script_args(run.calls, "run_squad.py")
+    (unchanged,) = script_args(base.calls, "run_squad.py")
+    assert read(changed) == expected
+    assert read(unchanged) != expected
+    if position == 7:
+        assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "2"
+
+
+@pytest.mark.parametrize("position, steps", [(16, "5"), (17, "6")])
+def test_squad_benchmark_step_counts(position, steps, tmp_path, fakes):
+    args = list(SQUAD_BASE)
+    args[14] = "true"
+    args[position - 1] = steps
+    (squad,) = script_args(run_ok(RUN_SQUAD, args, fakes, tmp_path).calls, "run_squad.py")
+    flag = "--benchmark-steps" if position == 16 else "--benchmark-warmup-steps"
+    assert value(squad, flag) == steps and value(squad, flag) != SQUAD_BASE[position - 1]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# run_pretraining_p1.sh / _p2.sh (named arguments)
+# ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script, expected", [
+    ("run_pretraining_p1.sh", {"--batch-size": "256", "--gradient-merge-steps": "32", "--max-steps": "7038",
+                               "--learning-rate": "6e-3", "--warmup-proportion": "0.2843", "--max-seq-length": "128",
+                               "--max-predictions-per-seq": "20", "--last-step-of-checkpoint": "auto",
+                               "--scale-loss": "1048576", "--num-steps-per-checkpoint": "200"}),
+    ("run_pretraining_p2.sh", {"--batch-size": "32", "--gradient-merge-steps": "128", "--max-steps": "1563",
+                               "--learning-rate": "4e-3", "--warmup-proportion": "0.128", "--max-seq-length": "512",
+                               "--max-predictions-per-seq": "80", "--last-step-of-checkpoint": "auto",
+                               "--from-phase1-final-params": f"{ROOT}/results/bert-large-uncased/phase1/7038"}),
+])
+def test_named_phase_scripts_default_to_nvidias_recipe(script, expected, tmp_path, fakes):
+    run = run_ok(ROOT / "scripts" / script, [], fakes, tmp_path)
+    (args,) = run.pretraining
+    assert {flag: value(args, flag) for flag in expected} == expected
+    assert {"--amp", "--use-dynamic-loss-scaling", "--fuse-mha"} <= set(args)
+    assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "8"
+
+
+def test_named_phase_script_options_and_overrides(tmp_path, fakes):
+    run = run_ok(ROOT / "scripts" / "run_pretraining_p1.sh",
+                 ["--gpus", "2", "--precision", "bf16", "--fuse-mha", "false", "--batch-size", "7"], fakes, tmp_path)
+    (args,) = run.pretraining
+    assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "2"
+    assert value(args, "--amp-dtype") == "bfloat16" and "--use-dynamic-loss-scaling" not in args
+    assert "--fuse-mha" not in args
+    assert value(args, "--batch-size") == "7"  # the last occurrence, which argparse keeps
+    run = run_ok(ROOT / "scripts" / "run_pretraining_p2.sh", ["--gpus=3", "--precision=fp32"], fakes, tmp_path)
+    assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "3"
+    assert run.calls[0]["tf32_override"] == "0" and "--amp" not in run.pretraining[0]
+
+
+def test_named_phase_script_rejects_a_bad_option_value(tmp_path, fakes):
+    run = run_script(ROOT / "scripts" / "run_pretraining_p1.sh", ["--gpus", "none"], fakes, tmp_path)
+    assert run.result.returncode == 1
+    assert run.result.stderr.strip() == "run_pretraining_p1.sh: --gpus must be an integer >= 1, got 'none'"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Docker scripts (with a recording `docker`)
+# ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_docker(tmp_path) -> tuple[dict[str, str], Path]:
+    bin_dir = tmp_path / "docker-bin"
+    bin_dir.mkdir()
+    log = tmp_path / "docker.log"
+    (bin_dir / "docker").write_text(f"#!/usr/bin/env bash\nprintf '%s\\n' \"$@\" > {log}\necho --- >> {log}\n")
+    (bin_dir / "docker").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, log
+
+
+def test_docker_build_script(tmp_path, fake_docker):
+    env, log = fake_docker
+    script = ROOT / "scripts" / "docker" / "build.sh"
+    subprocess.run(["bash", str(script)], check=True, env=env, capture_output=True)
+    assert log.read_text().split("\n")[:-2] == ["build", "--network=host", "--pull", "--tag", "paddlebert:latest",
+                                                 str(ROOT)]
+    subprocess.run(["bash", str(script), "my/image:1", "push"], check=True, capture_output=True,
+                   env={**env, "FROM_IMAGE_NAME": "nvcr.io/nvidia/paddlepaddle:99.01-py3"})
+    assert log.read_text().split("\n")[:-2] == ["push", "my/image:1"]  # the last docker call
+
+
+def test_docker_build_passes_the_base_image(tmp_path, fake_docker):
+    env, log = fake_docker
+    subprocess.run(["bash", str(ROOT / "scripts" / "docker" / "build.sh"), "img"], check=True, capture_output=True,
+                   env={**env, "FROM_IMAGE_NAME": "nvcr.io/nvidia/paddlepaddle:99.01-py3"})
+    assert log.read_text().split("\n")[:-2] == [
+        "build", "--network=host", "--pull", "--tag", "img", "--build-arg",
+        "FROM_IMAGE_NAME=nvcr.io/nvidia/paddlepaddle:99.01-py3", str(ROOT)]
+
+
+def test_docker_launch_script(tmp_path, fake_docker):
+    env, log = fake_docker
+    script = ROOT / "scripts" / "docker" / "launch.sh"
+    subprocess.run(["bash", str(script)], check=True, env=env, capture_output=True, stdin=subprocess.DEVNULL)
+    assert log.read_text().split("\n")[:-2] == [
+        "run", "--interactive", "--rm", "--gpus", "all", "--net=host", "--shm-size=1g", "--ulimit", "memlock=-1",
+        "--ulimit", "stack=67108864", "--volume", f"{ROOT}:/workspace/bert", "--workdir", "/workspace/bert",
+        "paddlebert:latest", "bash", "-c", "/bin/bash"]
+    subprocess.run(["bash", str(script), "nvidia-smi -L", "0,1", "bridge", "img:2"], check=True, env=env,
+                   capture_output=True, stdin=subprocess.DEVNULL)
+    called = log.read_text().split("\n")[:-2]
+    assert called[3:5] == ["--gpus", '"device=0,1"'] and called[5] == "--net=bridge"
+    assert called[-4:] == ["img:2", "bash", "-c", "nvidia-smi -L"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Linters
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _require_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed (apt-get install -y {name}, or pip install {name}-py)")
+    return path
+
+
+def test_shellcheck_reports_nothing():
+    shellcheck = _require_tool("shellcheck")
+    files = sorted(str(path.relative_to(ROOT)) for path in ROOT.rglob("*.sh")
+                   if not any(part.startswith(".") or part == "results" for part in path.relative_to(ROOT).parts))
+    files.append("run.sub")
+    assert "scripts/run_pretraining.sh" in files and "data/create_datasets_from_start.sh" in files
+    result = subprocess.run([shellcheck, "--external-sources", *files], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_reports_nothing():
+    hadolint = _require_tool("hadolint")
+    result = subprocess.run([hadolint, "Dockerfile"], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Real runs on CPU: cpu_tiny phase 1 -> phase 2 -> rerun -> SQuAD; the named-argument phase scripts
+# ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cpu_tiny_run(tmp_path_factory) -> dict:
+    """cpu_tiny on a fresh folder: the script builds the sample corpus and vocab, preprocesses and trains."""
+    tmp = tmp_path_factory.mktemp("cpu_tiny")
+    env = {**os.environ, "BERT_PREP_WORKING_DIR": str(tmp / "data"), "RESULTS_DIR": str(tmp / "results")}
+    env.pop("VOCAB_FILE", None)
+    args = preset("pretrain_config.sh", "cpu_tiny", env)
+    result = subprocess.run(["bash", str(RUN_PRETRAINING), *args], capture_output=True, text=True, cwd=tmp, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return {"tmp": tmp, "env": env, "args": args, "output": result.stdout}
+
+
+def test_cpu_tiny_pretrains_both_phases_and_a_rerun_continues(cpu_tiny_run):
+    tmp, env, args = cpu_tiny_run["tmp"], cpu_tiny_run["env"], cpu_tiny_run["args"]
+    phases = tmp / "results" / "custom"
+    assert sorted(path.name for path in (phases / "phase1").iterdir()) == ["3", "6"]
+    assert sorted(path.name for path in (phases / "phase2").iterdir()) == ["3", "4"]
+    assert (tmp / "data" / "sample" / "vocab.txt").read_text().splitlines()[:5] == [
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    phase1_report = read_report(tmp / "results" / "dllogger_p1.json")
+    assert [record["step"] for record in phase1_report if "loss" in record.get("data", {})] == [1, 2, 3, 4, 5, 6]
+    phase2_config = next(record["data"] for record in read_report(tmp / "results" / "dllogger_p2.json")
+                         if record.get("step") == "PARAMETER" and "from_phase1_final_params" in record["data"])
+    assert phase2_config["from_phase1_final_params"] == str(phases / "phase1" / "6")
+
+    # A job that died after the step-3 checkpoints: the same command continues both phases from there.
+    shutil.rmtree(phases / "phase1" / "6")
+    shutil.rmtree(phases / "phase2" / "4")
+    rerun = subprocess.run(["bash", str(RUN_PRETRAINING), *args], capture_output=True, text=True, cwd=tmp, env=env)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert f"Resuming from {phases / 'phase1' / '3'} at step 3" in rerun.stdout
+    assert f"Resuming from {phases / 'phase2' / '3'} at step 3" in rerun.stdout
+    assert "preprocessing" not in rerun.stdout
+    assert (phases / "phase1" / "6").is_dir() and (phases / "phase2" / "4").is_dir()
+
+
+def test_cpu_tiny_squad_fine_tunes_the_pretrained_model(cpu_tiny_run):
+    tmp, env = cpu_tiny_run["tmp"], cpu_tiny_run["env"]
+    dev = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())
+    article = dev["data"][0]
+    squad_dir = tmp / "squad"
+    squad_dir.mkdir()
+    for name, paragraphs in (("train-v1.1.json", article["paragraphs"][:3]), ("dev-v1.1.json",
+                                                                              article["paragraphs"][3:5])):
+        subset = {"version": dev["version"], "data": [{"title": article["title"], "paragraphs": paragraphs}]}
+        (squad_dir / name).write_text(json.dumps(subset))
+    args = preset("squad_config.sh", "cpu_tiny", env)
+    args[8] = str(squad_dir)
+    result = subprocess.run(["bash", str(RUN_SQUAD), *args], capture_output=True, text=True, cwd=tmp, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = Path(args[10])
+    predictions = json.loads((out / "predictions.json").read_text())
+    questions = {qa["id"] for paragraph in article["paragraphs"][3:5] for qa in paragraph["qas"]}
+    assert set(predictions) == questions
+    summary = [record["data"] for record in read_report(out / "dllogger_1_fp32.json") if "F1" in record.get("data", {})]
+    assert len(summary) == 1 and 0.0 <= summary[0]["F1"] <= 100.0
+    assert (out / "logfile.txt").read_text().count("exact_match") >= 1
+
+
+def test_named_phase_scripts_train_on_cpu(cpu_tiny_run, tmp_path):
+    tmp, env = cpu_tiny_run["tmp"], cpu_tiny_run["env"]
+    sample = tmp / "data" / "sample"
+    results = tmp_path / "results"
+    common = ["--gpus", "1", "--precision", "fp32", "--fuse-mha", "false", "--vocab-file", str(sample / "vocab.txt"),
+              "--output-dir", str(results), "--bert-model", "custom",
+              "--config-file", str(ROOT / "bert_configs" / "bert-tiny-uncased.json"), "--gradient-merge-steps", "1",
+              "--max-steps", "2", "--num-workers", "0", "--batch-size", "4"]
+    phase1 = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "run_pretraining_p1.sh"), *common,
+         "--input-dir", str(sample / "pretrain" / "phase1" / "unbinned" / "parquet"),
+         "--report-file", str(results / "p1.json")], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert phase1.returncode == 0, phase1.stdout[-3000:] + phase1.stderr[-3000:]
+    phase2 = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "run_pretraining_p2.sh"), *common,
+         "--input-dir", str(sample / "pretrain" / "phase2" / "bin_size_64" / "parquet"),
+         "--from-phase1-final-params", str(results / "custom" / "phase1" / "2"),
+         "--report-file", str(results / "p2.json")], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert phase2.returncode == 0, phase2.stdout[-3000:] + phase2.stderr[-3000:]
+    assert (results / "custom" / "phase2" / "2").is_dir()
+    config = next(record["data"] for record in read_report(results / "p2.json")
+                  if record.get("step") == "PARAMETER" and "batch_size" in record["data"])
+    assert (config["fuse_mha"], config["max_seq_length"], config["batch_size"]) == (False, 512, 4)

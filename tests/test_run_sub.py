@@ -1,0 +1,284 @@
+"""run.sub without Slurm: fake `srun` / `scontrol` (tests/recipe_fakes.py) run each "node" as a local process.
+
+With the recording `python`, each environment variable is changed alone and must change exactly the command
+lines it stands for. The last test really trains: preprocessing (the parquet folder is empty), then two
+launchers with --nnodes 2 and one master on this machine, two ranks, one checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from data.make_sample_corpus import write_corpus
+from recipe_fakes import Fakes, launcher_args, make_fakes, script_args, value
+from tokenizer import train_vocab
+
+RUN_SUB = ROOT / "run.sub"
+TINY_CONFIG = str(ROOT / "bert_configs" / "bert-tiny-uncased.json")
+
+
+@dataclass
+class Job:
+    result: subprocess.CompletedProcess
+    python_calls: list[dict]
+    srun_calls: list[list[str]]
+
+    @property
+    def training(self) -> list[dict]:
+        """The launcher calls, one per node, in node order."""
+        calls = [call for call in self.python_calls if call["argv"][:2] == ["-m", "paddle.distributed.launch"]]
+        return sorted(calls, key=lambda call: call["node"])
+
+    @property
+    def pretraining_args(self) -> list[str]:
+        return script_args(self.training[:1], "run_pretraining.py")[0]
+
+    @property
+    def address_queries(self) -> list[list[str]]:
+        """The srun calls that ask a node for its address (`python -c ...`)."""
+        return [call for call in self.srun_calls if "python" in call and call[call.index("python") + 1] == "-c"]
+
+    @property
+    def preprocessing(self) -> list[str] | None:
+        found = script_args(self.python_calls, "lddl_preprocess.py")
+        return found[0] if found else None
+
+
+def job_env(tmp: Path, fakes: Fakes, **changes: str) -> dict[str, str]:
+    env = fakes.env(SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="node[1-2]", SLURM_JOB_ID="1234",
+                    SLURM_SUBMIT_DIR=str(ROOT), datadir=str(tmp / "data"), checkpointdir=str(tmp / "results"),
+                    VOCAB_FILE=str(tmp / "vocab.txt"))
+    for name in ("CONT", "PHASE", "TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GPUS", "PRECISION", "SEED",
+                 "TRAIN_STEPS", "BIN_SIZE", "MASKING", "SAMPLE_RATIO", "DASK_TASKS_PER_NODE",
+                 "NUM_SHARDS_PER_WORKER", "NUM_WORKERS", "INIT_CHECKPOINT", "BERT_CONFIG", "MASTER_ADDR",
+                 "MASTER_PORT", "NVIDIA_TF32_OVERRIDE"):
+        env.pop(name, None)
+    return {**env, **{name: text.format(tmp=tmp) for name, text in changes.items()}}
+
+
+def submit(tmp: Path, fakes: Fakes, **changes: str) -> Job:
+    fakes.python_log.unlink(missing_ok=True)
+    fakes.srun_log.unlink(missing_ok=True)
+    result = subprocess.run(["bash", str(RUN_SUB)], capture_output=True, text=True, cwd=tmp,
+                            env=job_env(tmp, fakes, **changes))
+    return Job(result, fakes.python_calls(), fakes.srun_calls())
+
+
+def prepare(tmp: Path) -> Fakes:
+    """A corpus folder, a vocab file and an initial checkpoint folder, for the recording runs."""
+    source = tmp / "data" / "wikipedia" / "source" / "en"
+    source.mkdir(parents=True)
+    (source / "wiki.txt").write_text("doc-1 Some text.\n")
+    (tmp / "vocab.txt").write_text("[PAD]\n")
+    (tmp / "init").mkdir()
+    return make_fakes(tmp / "fakes")
+
+
+def submit_ok(tmp: Path, fakes: Fakes, **changes: str) -> Job:
+    job = submit(tmp, fakes, **changes)
+    assert job.result.returncode == 0, job.result.stdout + job.result.stderr
+    return job
+
+
+def test_defaults_follow_nvidias_run_sub(tmp_path):
+    fakes = prepare(tmp_path)
+    job = submit_ok(tmp_path, fakes)
+    parquet = f"{tmp_path}/data/pretrain/phase1/unbinned/parquet"
+
+    # Both "nodes" start one launcher with the same rendezvous; each logs to its own folder.
+    assert [call["node"] for call in job.training] == ["0", "1"]
+    for node, call in enumerate(job.training):
+        launcher = launcher_args(call)
+        assert value(launcher, "--nnodes") == "2" and value(launcher, "--nproc_per_node") == "8"
+        assert value(launcher, "--master") == f"10.1.2.3:{20000 + 1234 % 20000}"
+        assert value(launcher, "--log_dir") == f"{tmp_path}/results/log/phase1/node{node}"
+    # The master address is asked of the first node that scontrol lists.
+    (address_query,) = job.address_queries
+    assert "--nodelist=node1" in address_query and "--nodes=1" in address_query
+
+    expected = {"--max-seq-length": "128", "--max-predictions-per-seq": "20", "--learning-rate": "6e-3",
+                "--warmup-proportion": "0.2843", "--num-steps-per-checkpoint": "2500", "--max-steps": "7038",
+                "--input-dir": parquet, "--output-dir": f"{tmp_path}/results", "--vocab-file": f"{tmp_path}/vocab.txt",
+                "--bert-model": "bert-large-uncased", "--config-file": f"{ROOT}/bert_configs/bert-large-uncased.json",
+                "--batch-size": "256", "--gradient-merge-steps": "32", "--num-workers": "4", "--seed": "42",
+                "--optimizer": "Lamb", "--last-step-of-checkpoint": "auto", "--scale-loss": "1048576",
+                "--report-file": f"{tmp_path}/results/dllogger_p1.json"}
+    args = job.pretraining_args
+    assert {flag: value(args, flag) for flag in expected} == expected
+    assert {"--phase1", "--amp", "--use-dynamic-loss-scaling"} <= set(args) and "--phase2" not in args
+
+    preprocessing = {"--input": f"{tmp_path}/data/wikipedia/source", "--output-dir": parquet,
+                     "--max-seq-length": "128", "--num-blocks": "4096", "--num-shards": "4096", "--num-workers": "128",
+                     "--seed": "42", "--sample-ratio": "0.9"}
+    assert {flag: value(job.preprocessing, flag) for flag in preprocessing} == preprocessing
+    assert "--masking" in job.preprocessing and "--bin-size" not in job.preprocessing
+
+    mounts = f"{ROOT}:{ROOT},{tmp_path}/data:{tmp_path}/data,{tmp_path}/results:{tmp_path}/results"
+    assert len(job.srun_calls) == 3
+    for call in job.srun_calls:
+        assert "--container-image=paddlebert:latest" in call and f"--container-mounts={mounts}" in call
+
+
+@pytest.fixture(scope="module")
+def baseline_job(tmp_path_factory) -> Job:
+    tmp = tmp_path_factory.mktemp("run_sub_baseline")
+    return submit_ok(tmp, prepare(tmp))
+
+
+def _training(flag):
+    return lambda job: value(job.pretraining_args, flag)
+
+
+def _launcher(flag):
+    return lambda job: [value(launcher_args(call), flag) for call in job.training]
+
+
+def _preprocessing(flag):
+    return lambda job: value(job.preprocessing, flag)
+
+
+# (environment changed, what to read from the job, the value expected); the baseline job reads differently.
+ENV_CASES = {
+    "CONT": ({"CONT": "registry/bert:1"}, lambda job: {arg for call in job.srun_calls for arg in call
+                                                        if arg.startswith("--container-image=")},
+             {"--container-image=registry/bert:1"}),
+    "PHASE": ({"PHASE": "2", "INIT_CHECKPOINT": "{tmp}/init"},
+              lambda job: [value(job.pretraining_args, flag) for flag in (
+                  "--max-seq-length", "--max-predictions-per-seq", "--learning-rate", "--warmup-proportion",
+                  "--num-steps-per-checkpoint", "--max-steps", "--input-dir", "--report-file")] + [
+                  "--phase2" in job.pretraining_args, _preprocessing("--max-seq-length")(job)],
+              ["512", "80", "4e-3", "0.128", "1000", "1563", "{tmp}/data/pretrain/phase2/unbinned/parquet",
+               "{tmp}/results/dllogger_p2.json", True, "512"]),
+    "INIT_CHECKPOINT": ({"PHASE": "2", "INIT_CHECKPOINT": "{tmp}/init"}, _training("--from-phase1-final-params"),
+                        "{tmp}/init"),
+    "TRAIN_BATCH_SIZE": ({"TRAIN_BATCH_SIZE": "8"}, _training("--batch-size"), "8"),
+    "GRADIENT_ACCUMULATION_STEPS": ({"GRADIENT_ACCUMULATION_STEPS": "3"}, _training("--gradient-merge-steps"), "3"),
+    "GPUS": ({"GPUS": "2"}, _launcher("--nproc_per_node"), ["2", "2"]),
+    "PRECISION tf32": ({"PRECISION": "tf32"}, lambda job: ("--amp" in job.pretraining_args,
+                                                            job.training[0]["tf32_override"]), (False, None)),
+    "PRECISION fp32": ({"PRECISION": "fp32"}, lambda job: ("--amp" in job.pretraining_args,
+                                                            job.training[0]["tf32_override"]), (False, "0")),
+    "PRECISION bf16": ({"PRECISION": "bf16"}, _training("--amp-dtype"), "bfloat16"),
+    "SEED": ({"SEED": "5"}, lambda job: (_training("--seed")(job), _preprocessing("--seed")(job)), ("5", "5")),
+    "TRAIN_STEPS": ({"TRAIN_STEPS": "9"}, _training("--max-steps"), "9"),
+    "datadir": ({"datadir": "{tmp}/data2"}, lambda job: (_training("--input-dir")(job), _preprocessing("--input")(job)),
+                ("{tmp}/data2/pretrain/phase1/unbinned/parquet", "{tmp}/data2/wikipedia/source")),
+    "checkpointdir": ({"checkpointdir": "{tmp}/ckpt"},
+                      lambda job: (_training("--output-dir")(job), _training("--report-file")(job)),
+                      ("{tmp}/ckpt", "{tmp}/ckpt/dllogger_p1.json")),
+    "BIN_SIZE": ({"BIN_SIZE": "64"}, lambda job: (_training("--input-dir")(job), _preprocessing("--bin-size")(job)),
+                 ("{tmp}/data/pretrain/phase1/bin_size_64/parquet", "64")),
+    "MASKING": ({"MASKING": "dynamic"}, lambda job: ("--masking" in job.preprocessing,
+                                                     "--no-masking" in job.preprocessing), (False, True)),
+    "SAMPLE_RATIO": ({"SAMPLE_RATIO": "0.5"}, _preprocessing("--sample-ratio"), "0.5"),
+    "SAMPLE_RATIO 1": ({"SAMPLE_RATIO": "1"}, _preprocessing("--sample-ratio"), None),
+    "DASK_TASKS_PER_NODE": ({"DASK_TASKS_PER_NODE": "3"}, _preprocessing("--num-workers"), "3"),
+    "NUM_SHARDS_PER_WORKER": ({"NUM_SHARDS_PER_WORKER": "2"}, _preprocessing("--num-shards"), str(2 * 4 * 2 * 8)),
+    "NUM_WORKERS": ({"NUM_WORKERS": "1", "NUM_SHARDS_PER_WORKER": "2"},
+                    lambda job: (_training("--num-workers")(job), _preprocessing("--num-shards")(job)),
+                    ("1", str(2 * 1 * 2 * 8))),
+    "BERT_CONFIG": ({"BERT_CONFIG": TINY_CONFIG}, lambda job: (_training("--bert-model")(job),
+                                                               _training("--config-file")(job)),
+                    ("custom", TINY_CONFIG)),
+    "VOCAB_FILE": ({"VOCAB_FILE": "{tmp}/init/vocab.txt"},
+                   lambda job: (_training("--vocab-file")(job), _preprocessing("--vocab-file")(job)),
+                   ("{tmp}/init/vocab.txt", "{tmp}/init/vocab.txt")),
+    "MASTER_ADDR": ({"MASTER_ADDR": "192.0.2.7"}, lambda job: (_launcher("--master")(job), len(job.address_queries)),
+                    (["192.0.2.7:21234", "192.0.2.7:21234"], 0)),
+    "MASTER_PORT": ({"MASTER_PORT": "4000"}, _launcher("--master"), ["10.1.2.3:4000", "10.1.2.3:4000"]),
+    "SLURM_JOB_NUM_NODES": ({"SLURM_JOB_NUM_NODES": "3"}, lambda job: (_launcher("--nnodes")(job),
+                                                                       [call["node"] for call in job.training]),
+                            (["3", "3", "3"], ["0", "1", "2"])),
+}
+
+
+def _fill(item, tmp: Path):
+    if isinstance(item, str):
+        return item.format(tmp=tmp)
+    if isinstance(item, (list, tuple, set)):
+        return type(item)(_fill(part, tmp) for part in item)
+    return item
+
+
+@pytest.mark.parametrize("case", ENV_CASES)
+def test_each_environment_variable_takes_effect(case, tmp_path, baseline_job):
+    changes, read, expected = ENV_CASES[case]
+    fakes = prepare(tmp_path)
+    if "datadir" in changes:
+        (tmp_path / "data").rename(tmp_path / "data2")
+    if "VOCAB_FILE" in changes:
+        (tmp_path / "init" / "vocab.txt").write_text("[PAD]\n")
+    job = submit_ok(tmp_path, fakes, **changes)
+    assert read(job) == _fill(expected, tmp_path)
+    assert read(baseline_job) != _fill(expected, tmp_path)
+
+
+def test_phase2_starts_from_phase1s_final_checkpoint_by_default(tmp_path):
+    fakes = prepare(tmp_path)
+    missing = submit(tmp_path, fakes, PHASE="2")
+    final = tmp_path / "results" / "bert-large-uncased" / "phase1" / "7038"
+    assert missing.result.returncode == 1
+    assert missing.result.stderr.strip() == (
+        f"run.sub: INIT_CHECKPOINT {final}: no such folder (run phase 1 to its end first)")
+    final.mkdir(parents=True)
+    job = submit_ok(tmp_path, fakes, PHASE="2")
+    assert value(job.pretraining_args, "--from-phase1-final-params") == str(final)
+
+
+def test_filled_parquet_folder_is_not_preprocessed_again(tmp_path):
+    fakes = prepare(tmp_path)
+    assert submit_ok(tmp_path, fakes).preprocessing is not None
+    job = submit_ok(tmp_path, fakes)
+    assert job.preprocessing is None and len(job.training) == 2
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"PHASE": "3"}, "PHASE must be one of: 1 2; got '3'"),
+    ({"BIN_SIZE": "100"}, "BIN_SIZE 100 must divide the sequence length 128"),
+    ({"PRECISION": "fp8"}, "precision must be one of: fp32 tf32 amp fp16 bf16; got 'fp8'"),
+    ({"SLURM_JOB_NUM_NODES": ""}, "SLURM_JOB_NUM_NODES must be an integer >= 1, got ''"),
+])
+def test_bad_settings_are_named(changes, message, tmp_path):
+    job = submit(tmp_path, prepare(tmp_path), **changes)
+    assert job.result.returncode == 1
+    assert job.result.stderr.strip() == f"run.sub: {message}"
+    assert job.python_calls == [] and job.srun_calls == []
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_nodes_train_one_model(tmp_path):
+    """Two launchers (--nnodes 2) on loopback, one process each: preprocessing, then two ranks, one checkpoint."""
+    write_corpus(tmp_path / "data" / "wikipedia" / "source")
+    train_vocab([str(tmp_path / "data" / "wikipedia" / "source" / "en" / "pydoc_topics.txt")], 2048,
+                str(tmp_path / "vocab.txt"))
+    fakes = make_fakes(tmp_path / "fakes", recording_python=False)
+    job = submit(tmp_path, fakes, GPUS="1", PRECISION="fp32", TRAIN_BATCH_SIZE="4", GRADIENT_ACCUMULATION_STEPS="1",
+                 TRAIN_STEPS="2", NUM_WORKERS="0", DASK_TASKS_PER_NODE="1", NUM_SHARDS_PER_WORKER="1",
+                 SAMPLE_RATIO="1", BERT_CONFIG=TINY_CONFIG, MASTER_PORT=str(_free_port()))
+    assert job.result.returncode == 0, job.result.stdout[-3000:] + job.result.stderr[-3000:]
+
+    parquet = tmp_path / "data" / "pretrain" / "phase1" / "unbinned" / "parquet"
+    assert len(list(parquet.glob("*.parquet"))) == 1 * 1 * 2 * 1  # shards per worker x workers x nodes x GPUs
+    logs = {node: (tmp_path / "results" / "log" / "phase1" / f"node{node}" / "workerlog.0").read_text()
+            for node in (0, 1)}
+    ranks = sorted(line.split(":")[0] for text in logs.values() for line in text.splitlines()
+                   if line.startswith("Rank "))
+    assert ranks == ["Rank 0 of 2", "Rank 1 of 2"]
+    phase = tmp_path / "results" / "custom" / "phase1"
+    assert [path.name for path in phase.iterdir()] == ["2"]
+    progress = json.loads(next((phase / "2").glob("*progress.json")).read_text())
+    assert progress["world_size"] == 2 and len(progress["data_positions"]) == 2
+    assert all("--container-image=paddlebert:latest" in call for call in job.srun_calls)
+    assert Path(tmp_path / "results" / "dllogger_p1.json").is_file()
