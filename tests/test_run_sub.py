@@ -56,9 +56,9 @@ def job_env(tmp: Path, fakes: Fakes, **changes: str) -> dict[str, str]:
                     SLURM_SUBMIT_DIR=str(ROOT), datadir=str(tmp / "data"), checkpointdir=str(tmp / "results"),
                     VOCAB_FILE=str(tmp / "vocab.txt"))
     for name in ("CONT", "PHASE", "TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GPUS", "PRECISION", "SEED",
-                 "TRAIN_STEPS", "BIN_SIZE", "MASKING", "SAMPLE_RATIO", "DASK_TASKS_PER_NODE",
-                 "NUM_SHARDS_PER_WORKER", "NUM_WORKERS", "INIT_CHECKPOINT", "BERT_CONFIG", "MASTER_ADDR",
-                 "MASTER_PORT", "NVIDIA_TF32_OVERRIDE"):
+                 "TRAIN_STEPS", "SAVE_CHECKPOINT_STEPS", "STEPS_THIS_RUN", "BIN_SIZE", "MASKING", "SAMPLE_RATIO",
+                 "DASK_TASKS_PER_NODE", "NUM_SHARDS_PER_WORKER", "NUM_WORKERS", "INIT_CHECKPOINT", "BERT_CONFIG",
+                 "MASTER_ADDR", "MASTER_PORT", "NVIDIA_TF32_OVERRIDE"):
         env.pop(name, None)
     return {**env, **{name: text.format(tmp=tmp) for name, text in changes.items()}}
 
@@ -168,6 +168,8 @@ ENV_CASES = {
     "PRECISION bf16": ({"PRECISION": "bf16"}, _training("--amp-dtype"), "bfloat16"),
     "SEED": ({"SEED": "5"}, lambda job: (_training("--seed")(job), _preprocessing("--seed")(job)), ("5", "5")),
     "TRAIN_STEPS": ({"TRAIN_STEPS": "9"}, _training("--max-steps"), "9"),
+    "SAVE_CHECKPOINT_STEPS": ({"SAVE_CHECKPOINT_STEPS": "50"}, _training("--num-steps-per-checkpoint"), "50"),
+    "STEPS_THIS_RUN": ({"STEPS_THIS_RUN": "300"}, _training("--steps-this-run"), "300"),
     "datadir": ({"datadir": "{tmp}/data2"}, lambda job: (_training("--input-dir")(job), _preprocessing("--input")(job)),
                 ("{tmp}/data2/pretrain/phase1/unbinned/parquet", "{tmp}/data2/wikipedia/source")),
     "checkpointdir": ({"checkpointdir": "{tmp}/ckpt"},
