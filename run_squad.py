@@ -162,8 +162,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--do-train needs --train-file")
     if (args.do_predict or args.do_eval) and not args.predict_file:
         parser.error("--do-predict and --do-eval need --predict-file")
-    if args.do_eval and not args.do_predict and not args.benchmark:
-        args.do_predict = True  # scoring needs predictions; the reference's eval mode passes both
+    if args.do_eval:
+        args.do_predict = True  # scoring needs predictions; the reference's eval mode passes both flags
     if args.inference_model_dir and (args.do_train or args.export_dir or args.from_pretrained_params):
         parser.error("--inference-model-dir predicts with an exported model; it cannot train, export or load "
                      "--from-pretrained-params")

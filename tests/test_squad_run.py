@@ -338,6 +338,10 @@ def test_bert_model_names_a_bundled_config_and_max_steps_minus_one_means_unset()
                                  "--bert-model", "bert-base-uncased", "--max-steps", "-1"])
     assert args.config_file == str(ROOT / "bert_configs" / "bert-base-uncased.json")
     assert args.max_steps is None
+    assert not args.do_predict
+    evaluating = run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--do-eval",
+                                       "--predict-file", str(TINY_CONFIG)])
+    assert evaluating.do_predict  # scoring implies predicting
 
 
 @pytest.mark.parametrize(
