@@ -487,8 +487,8 @@ def main(argv: list[str] | None = None) -> None:
         examples = read_squad_examples(args.train_file, is_training=True)
         features = convert_examples_to_features(examples, tokenizer, args.max_seq_length, args.doc_stride,
                                                 args.max_query_length, is_training=True)
-        logger.log("PARAMETER", {"training_samples": len(examples), "unrecoverable_answers":
-                                 count_unrecoverable_answers(examples, features, args.verbose_logging)})
+        unrecoverable = count_unrecoverable_answers(examples, features, args.verbose_logging and rank == 0)
+        logger.log("PARAMETER", {"training_samples": len(examples), "unrecoverable_answers": unrecoverable})
         model = train(model, features, args, policy, logger, rank, world_size, tokenizer.pad_token_id)
         if rank == 0 and not args.benchmark:
             logger.log("PARAMETER", {"saved_model": save_fine_tuned(model, args.output_dir, args.model_prefix)})

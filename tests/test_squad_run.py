@@ -419,3 +419,20 @@ def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, gpu_amp_po
     with pytest.raises(SystemExit):
         run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--export-dir", "y",
                               "--use-pure-fp16"])  # needs --amp
+
+
+def test_starts_from_a_converted_hugging_face_checkpoint(workspace, tmp_path):
+    import convert_checkpoint
+
+    hf_dir = require_shared("models", "all-MiniLM-L6-v2")
+    convert_checkpoint.main(["hf2paddle", str(hf_dir), str(tmp_path / "minilm.pdparams"),
+                             "--config-out", str(tmp_path / "minilm.json")])
+    output_dir = tmp_path / "out"
+    run_squad.main([*_common(workspace, output_dir), "--config-file", str(tmp_path / "minilm.json"),
+                    "--vocab-file", str(hf_dir / "vocab.txt"),
+                    *map(str, predict_args(workspace, "--from-pretrained-params", tmp_path / "minilm.pdparams"))])
+    records = read_report(output_dir / "report.json")
+    # every encoder and pooler weight came from the checkpoint, and the checkpoint had nothing else
+    assert parameter(records, "newly_initialized") == [["qa_outputs.bias", "qa_outputs.weight"]]
+    assert parameter(records, "unused_params") == [0]
+    assert len(json.loads((output_dir / "predictions.json").read_text())) == 6
