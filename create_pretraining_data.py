@@ -1,7 +1,7 @@
 """Text corpus -> BERT pretraining HDF5 shards in the original NVIDIA/Google format (static masking).
 
     python create_pretraining_data.py --input CORPUS --vocab-file VOCAB --output-dir OUT --num-shards 8 \\
-        --max-seq-length 128 --max-predictions-per-seq 20 [--dask | --scheduler-address ADDR]
+        --max-seq-length 128 --max-predictions-per-seq 20 [--sample-ratio 0.9] [--dask | --scheduler-address ADDR]
 
 Each `shard-<i>.hdf5` holds, for its N pairs, the datasets of NVIDIA DeepLearningExamples' BERT
 create_pretraining_data.py (names, dtypes and gzip compression as its files have them):

@@ -1,7 +1,8 @@
 """Text corpus -> BERT pretraining parquet shards in NVIDIA LDDL's format (preprocess_bert_pretrain + balancing).
 
     python lddl_preprocess.py --input CORPUS --vocab-file VOCAB --output-dir OUT --num-shards 4 \\
-        [--masking | --no-masking] [--bin-size 64] [--max-seq-length 128] [--dask | --scheduler-address ADDR]
+        [--masking | --no-masking] [--bin-size 64] [--max-seq-length 128] [--sample-ratio 0.9] \\
+        [--dask | --scheduler-address ADDR]
 
 The files are what lddl 0.1.0 writes (see ../shared/data/lddl-sample/README.md, section 3), so LDDL's loader and
 ours read either: columns A, B (WordPiece tokens joined by spaces, already masked), is_random_next (bool),

@@ -6,9 +6,12 @@ distributed (`--dask` starts a LocalCluster, `--scheduler-address` joins a runni
 that every worker sees, and this repository must be importable on every worker).
 
 1. Read + tokenize, one task per byte range of an input file: documents whose first line starts in the range
-   (pretraining_pairs.read_documents), split into sentences, tokenized to ids; each document gets a 64-bit key,
-   a hash of (seed, file index, byte offset of the document); its partition is key % num_blocks. The task spills
-   the token ids, sorted by (partition, key), to .npy files in the work folder.
+   (pretraining_pairs.read_documents); each document gets a 64-bit key, a hash of (seed, file index, byte offset
+   of the document). With --sample-ratio R < 1 a document is kept when its sample draw u (SplitMix64 of the key,
+   scaled to [0, 1)) is below R: each document independently with probability R, as LDDL's
+   `Bag.random_sample(R, random_state=seed)`, and the documents kept at a smaller R are among those kept at a
+   larger one. The kept documents are split into sentences and tokenized to ids; a document's partition is
+   key % num_blocks. The task spills the token ids, sorted by (partition, key), to .npy files in the work folder.
 2. Pairs, one task per partition: its documents from every spill file, in key order; NSP pairs by
    pretraining_pairs.create_pairs_from_document `duplicate_factor` times over, with random next segments from the
    same partition (as LDDL's dask partitions); shuffled; masked statically with masking.mask_batch when asked;
@@ -80,6 +83,7 @@ class PipelineSettings:
     max_predictions_per_seq: int | None = None
     bin_size: int | None = None
     seed: int = 12345
+    sample_ratio: float = 1.0
     num_blocks: int = 1
     num_shards: int = 1
 
@@ -134,9 +138,17 @@ def _splitmix64(values: np.ndarray) -> np.ndarray:
 
 
 def document_keys(seed: int, file_index: int, offsets: np.ndarray) -> np.ndarray:
-    """The 64-bit key of each document: a hash of (seed, file index, byte offset)."""
+    """The 64-bit key of each document: SplitMix64(SplitMix64(SplitMix64(seed) ^ file_index) ^ offset)."""
     base = _splitmix64(_splitmix64(np.array([seed], dtype=np.uint64)) ^ np.uint64(file_index))
     return _splitmix64(base ^ np.asarray(offsets, dtype=np.uint64))
+
+
+def sample_draws(keys: np.ndarray) -> np.ndarray:
+    """Each document's uniform draw in [0, 1) for --sample-ratio: the top 53 bits of SplitMix64(key), exact in float64.
+
+    Mixing the key once more keeps the draw unrelated to key % num_blocks, the document's partition.
+    """
+    return (_splitmix64(np.asarray(keys, dtype=np.uint64)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 def partition_generators(seed: int, partition: int) -> tuple[random.Random, np.random.Generator]:
@@ -161,6 +173,10 @@ def tokenize_range(task: ReadTask, settings: PipelineSettings, work_dir: str) ->
     """Stage 1: read, split and tokenize the documents of one byte range; spill them sorted by (partition, key)."""
     tokenizer = load_tokenizer(settings.vocab_file, settings.lower_case)
     documents = list(read_documents(Path(task.path), task.file_index, task.input_format, task.start, task.end))
+    if settings.sample_ratio < 1.0:
+        offsets = np.fromiter((document.offset for document in documents), dtype=np.int64, count=len(documents))
+        kept = sample_draws(document_keys(settings.seed, task.file_index, offsets)) < settings.sample_ratio
+        documents = [document for document, keep in zip(documents, kept.tolist(), strict=True) if keep]
     sentences_per_document = [document_sentences(document) for document in documents]
     flat_sentences = [sentence for sentences in sentences_per_document for sentence in sentences]
     encoded = tokenizer.batch_encode_ids(flat_sentences) if flat_sentences else []
@@ -476,7 +492,8 @@ def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: st
         stage_seconds["tokenize"] = time.perf_counter() - stage_began
         num_documents = sum(block["num_documents"] for block in blocks)
         if num_documents == 0:
-            raise ValueError(f"{', '.join(str(path) for path in inputs)}: no documents with text found")
+            sampled = f" (--sample-ratio {settings.sample_ratio} kept none)" if settings.sample_ratio < 1.0 else ""
+            raise ValueError(f"{', '.join(str(path) for path in inputs)}: no documents with text found{sampled}")
         partition_counts = np.stack([block["partition_counts"] for block in blocks])
 
         stage_began = time.perf_counter()
@@ -553,6 +570,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_flag: str)
     parser.set_defaults(masked_lm_flag=masked_lm_flag)
     parser.add_argument("--seed", type=int, default=12345,
                         help="seed of every random draw: same seed and flags give the same files; default: 12345")
+    parser.add_argument("--sample-ratio", type=float, default=1.0,
+                        help="keep this fraction of the documents: each one independently with this probability, "
+                             "drawn from --seed and where it is in the corpus (as LDDL's); default: 1 (all)")
     parser.add_argument("--num-blocks", type=int, default=None,
                         help="number of document partitions; random next segments come from the same partition "
                              f"(as LDDL's --num-blocks); default: one per {DEFAULT_BLOCK_BYTES // 2**20} MiB of input")
@@ -578,6 +598,8 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
         parser.error(f"{args.masked_lm_flag} {args.masked_lm_ratio} must be in (0, 1]")
     if args.seed < 0:
         parser.error(f"--seed {args.seed} must be non-negative")
+    if not 0.0 < args.sample_ratio <= 1.0:
+        parser.error(f"--sample-ratio {args.sample_ratio} must be in (0, 1]")
     if args.num_blocks is not None and args.num_blocks < 1:
         parser.error(f"--num-blocks {args.num_blocks} must be at least 1")
     if args.num_shards < 1:
@@ -605,6 +627,7 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
         duplicate_factor=args.duplicate_factor,
         masked_lm_ratio=args.masked_lm_ratio,
         seed=args.seed,
+        sample_ratio=args.sample_ratio,
         num_blocks=num_blocks,
         num_shards=args.num_shards,
         **extra,

@@ -96,30 +96,71 @@ def owner(token: str) -> int:
     return SYLLABLES.index(token[:2]) * len(SYLLABLES) + SYLLABLES.index(token[2:4])
 
 
+UINT64 = 2**64 - 1
+
+
+def splitmix64(value: int) -> int:
+    """SplitMix64's output function (Steele, Lea & Flood 2014, as in Vigna's splitmix64.c), in Python integers."""
+    value = (value + 0x9E3779B97F4A7C15) & UINT64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & UINT64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & UINT64
+    return value ^ (value >> 31)
+
+
+def documents_kept(corpus_file: Path, seed: int, sample_ratio: float) -> set[int]:
+    """The documents (line numbers of a one-document-per-line file, the only file of its corpus) that the rule in
+    preprocess_pipeline's docstring keeps: the key of the document at byte offset o of file 0 is
+    SplitMix64(SplitMix64(SplitMix64(seed) ^ 0) ^ o); it is kept when the top 53 bits of SplitMix64(key), over
+    2**53, are below the ratio."""
+    kept, offset = set(), 0
+    for line_number, line in enumerate(corpus_file.read_bytes().splitlines(keepends=True)):
+        key = splitmix64(splitmix64(splitmix64(seed) ^ 0) ^ offset)
+        if (splitmix64(key) >> 11) / 2**53 < sample_ratio:
+            kept.add(line_number)
+        offset += len(line)
+    return kept
+
+
+def documents_in(rows: list[dict]) -> set[int]:
+    return {owner(token) for row in rows for token in (row["A"] + " " + row["B"]).split() if token not in ".,"}
+
+
 # ---------------------------------------------------------------------------------------------- determinism
 
 
-def test_same_seed_same_bytes_whatever_the_workers_engine_or_read_ranges(corpus, tmp_path):
-    first = run_cli(lddl_preprocess, corpus, tmp_path / "a")
-    run_cli(lddl_preprocess, corpus, tmp_path / "b")
-    pooled = run_cli(lddl_preprocess, corpus, tmp_path / "pool", "--num-workers", "2")
-    reseeded = run_cli(lddl_preprocess, corpus, tmp_path / "seed", "--seed", "1")
-    assert first["engine"] == "in-process" and pooled["engine"] == "ProcessPoolExecutor"
-    reference = folder_bytes(tmp_path / "a")
-    assert folder_bytes(tmp_path / "b") == reference
-    assert folder_bytes(tmp_path / "pool") == reference
-    assert read_rows(tmp_path / "seed") != read_rows(tmp_path / "a") and reseeded["samples"] > 0
+def run_parquet_pipeline(corpus: dict[str, Path], output: Path, flags: list[str], executor=None, num_workers: int = 1,
+                         range_bytes: int | None = None) -> preprocess_pipeline.PipelineResult:
+    """What lddl_preprocess.main does with run_cli's defaults and `flags`, on a given engine and read range size."""
+    parser = lddl_preprocess.build_parser()
+    args = parser.parse_args(["--input", str(corpus["text"]), "--vocab-file", str(corpus["vocab"]), "--output-dir",
+                              str(output), "--num-shards", "2", "--num-blocks", "2", "--duplicate-factor", "2",
+                              "--max-seq-length", "32", *flags])
+    settings = preprocess_pipeline.settings_from_arguments(parser, args, masking=True)
+    result = run_pipeline([corpus["text"]], "auto", output, settings, lddl_preprocess.write_parquet_shard,
+                          lddl_preprocess._ShardNamer(False), executor, num_workers, range_bytes=range_bytes)
+    lddl_preprocess.write_num_samples(output, result.rows_per_shard)
+    return result
 
-    # Cutting the corpus into many tiny read ranges changes nothing either.
-    args = lddl_preprocess.build_parser().parse_args(
-        ["--input", str(corpus["text"]), "--vocab-file", str(corpus["vocab"]), "--output-dir", "unused",
-         "--num-shards", "2", "--num-blocks", "2", "--duplicate-factor", "2", "--max-seq-length", "32"])
-    settings = preprocess_pipeline.settings_from_arguments(lddl_preprocess.build_parser(), args, masking=True)
-    run_pipeline([corpus["text"]], "auto", tmp_path / "ranges", settings, lddl_preprocess.write_parquet_shard,
-                 lddl_preprocess._ShardNamer(False), None, 1, range_bytes=97)
-    lddl_preprocess.write_num_samples(tmp_path / "ranges", {p.name: pq.read_metadata(p).num_rows
-                                                            for p in shard_paths(tmp_path / "ranges")})
-    assert folder_bytes(tmp_path / "ranges") == reference
+
+def test_same_seed_same_bytes_whatever_the_workers_engine_or_read_ranges(corpus, tmp_path):
+    first = run_cli(lddl_preprocess, corpus, tmp_path / "all")
+    run_cli(lddl_preprocess, corpus, tmp_path / "again")
+    reseeded = run_cli(lddl_preprocess, corpus, tmp_path / "seed", "--seed", "1")
+    assert first["engine"] == "in-process"
+    assert folder_bytes(tmp_path / "again") == folder_bytes(tmp_path / "all")
+    assert read_rows(tmp_path / "seed") != read_rows(tmp_path / "all") and reseeded["samples"] > 0
+
+    # A process pool, or cutting the corpus into many tiny read ranges, changes nothing, with sampling too.
+    sampled_flags = ["--sample-ratio", "0.6", "--seed", "3"]
+    sampled = run_cli(lddl_preprocess, corpus, tmp_path / "sampled", *sampled_flags)
+    assert sampled["documents"] == len(documents_kept(corpus["text"], 3, 0.6)) < NUM_DOCUMENTS
+    with preprocess_pipeline.open_executor(2) as pool:
+        for name, flags in [("all", []), ("sampled", sampled_flags)]:
+            pooled = run_parquet_pipeline(corpus, tmp_path / f"{name}-pool", flags, pool, 2)
+            assert pooled.engine == "ProcessPoolExecutor"
+            assert folder_bytes(tmp_path / f"{name}-pool") == folder_bytes(tmp_path / name)
+            run_parquet_pipeline(corpus, tmp_path / f"{name}-ranges", flags, range_bytes=97)
+            assert folder_bytes(tmp_path / f"{name}-ranges") == folder_bytes(tmp_path / name)
 
 
 def test_dask_local_cluster_gives_the_process_pool_output(corpus, tmp_path):
@@ -155,6 +196,32 @@ def test_num_workers_sets_the_pool_size(corpus, tmp_path, monkeypatch):
     with real_open(3) as pool:
         assert pool._max_workers == 3
 
+
+# --------------------------------------------------------------------------------------------- sample ratio
+
+
+def test_flag_sample_ratio_keeps_the_seeded_documents(corpus, tmp_path, capsys):
+    expected = documents_kept(corpus["text"], 12345, 0.5)
+    assert 0 < len(expected) < NUM_DOCUMENTS  # the seed makes a real choice (it drops 5 of 12)
+    summary, rows = rows_of(lddl_preprocess, corpus, tmp_path, "half", "--sample-ratio", "0.5", "--no-masking")
+    assert summary["documents"] == len(expected) and documents_in(rows) == expected
+    reseeded = documents_kept(corpus["text"], 7, 0.5)
+    assert reseeded != expected
+    summary, rows = rows_of(lddl_preprocess, corpus, tmp_path, "seed7", "--sample-ratio", "0.5", "--seed", "7",
+                            "--no-masking")
+    assert summary["documents"] == len(reseeded) and documents_in(rows) == reseeded
+    hdf5 = run_cli(create_pretraining_data, corpus, tmp_path / "h5", "--sample-ratio", "0.5")
+    assert hdf5["documents"] == len(expected)
+
+    run_cli(lddl_preprocess, corpus, tmp_path / "all")
+    everything = run_cli(lddl_preprocess, corpus, tmp_path / "one", "--sample-ratio", "1")
+    assert everything["documents"] == NUM_DOCUMENTS
+    assert folder_bytes(tmp_path / "one") == folder_bytes(tmp_path / "all")
+
+    message = expect_exit(capsys, lddl_preprocess, [
+        "--input", str(corpus["text"]), "--vocab-file", str(corpus["vocab"]), "--output-dir", str(tmp_path / "none"),
+        "--num-shards", "2", "--num-workers", "1", "--sample-ratio", "1e-9"])
+    assert message.endswith("no documents with text found (--sample-ratio 1e-09 kept none)")
 
 # ------------------------------------------------------------------------------------------ LDDL compatibility
 
@@ -473,6 +540,8 @@ def expect_exit(capsys, module, argv) -> str:
     ("--short-seq-prob", "1.5", "--short-seq-prob 1.5"),
     ("--duplicate-factor", "0", "--duplicate-factor 0"),
     ("--seed", "-1", "--seed -1"),
+    ("--sample-ratio", "0", "--sample-ratio 0.0 must be in (0, 1]"),
+    ("--sample-ratio", "1.5", "--sample-ratio 1.5 must be in (0, 1]"),
     ("--num-blocks", "0", "--num-blocks 0"),
     ("--num-shards", "0", "--num-shards 0"),
     ("--num-workers", "0", "--num-workers 0"),
