@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import lddl_preprocess
 from conftest import ROOT, require_shared
 from dllog import read_report
 from recipe_fakes import Fakes, launcher_args, make_fakes, preset, preset_names, script_args, value
@@ -121,6 +122,8 @@ def test_defaults_are_nvidias_recipe(tmp_path, fakes):
         assert value(args, "--num-workers") == nproc
         assert value(args, "--sample-ratio") == "0.9" and value(args, "--seed") == "12439"
         assert "--masking" in args
+        # lddl_preprocess.py's own parser takes every flag the recipe passes (an unknown one would exit).
+        assert lddl_preprocess.build_parser().parse_args(args).sample_ratio == 0.9
         assert value(args, "--input") == f"{tmp_path}/data/wikipedia/source/"
     assert value(first, "--max-seq-length") == "128" and "--bin-size" not in first
     assert value(second, "--max-seq-length") == "512" and value(second, "--bin-size") == "64"
