@@ -42,6 +42,7 @@ False (LDDL's fix of Google's code, which kept the label True).
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from collections.abc import Iterator, Sequence
@@ -253,26 +254,41 @@ def document_sentences(document: RawDocument) -> list[str]:
     return [sentence for paragraph in document.paragraphs for sentence in split_sentences(paragraph)]
 
 
-def convert_wikitext_to_lddl(wikitext_file: str | Path, lddl_source_dir: str | Path) -> Path:
-    """Write WikiText as LDDL's `--wikipedia` input: `<dir>/en/0.txt`, one `wiki-<n> <text>` line per article.
+def convert_to_lddl_source(corpora: Sequence[str | Path], lddl_source_dir: str | Path,
+                           input_format: str = "auto") -> list[Path]:
+    """Write corpora as LDDL's `--wikipedia` input (what LDDL's Wikipedia downloader makes): `<dir>/en/<i>.txt` for
+    the i-th corpus file (find_corpus_files order), one `wiki-<n> <text>` line per document, n = 0, 1, ... over all
+    files.
 
-    The conversion of ../shared/data/lddl-sample/README.md (section 1): articles start at title lines, the title
-    and headings are dropped, the other non-blank lines are stripped and joined by single spaces, lines are
-    joined by "\\n" with no trailing newline. Returns the written file.
+    The text of a document is its paragraphs, stripped and joined by single spaces (for WikiText: without the title
+    and the headings; for WikiExtractor output: without the title); lines are joined by "\\n" with no trailing
+    newline, as ../shared/data/lddl-sample/README.md (section 1) describes. Each file is written to a temporary
+    name and renamed. Returns the written files.
     """
+    files = [entry for corpus in corpora for entry in find_corpus_files(corpus, input_format)]
+    output_dir = Path(lddl_source_dir) / "en"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    written, document_id = [], 0
+    for file_index, (path, file_format) in enumerate(files):
+        output = output_dir / f"{file_index}.txt"
+        temporary = output.with_name(output.name + ".tmp")
+        with open(temporary, "w", encoding="utf-8", newline="\n") as writer:
+            separator = ""
+            for document in read_documents(path, file_index, file_format):
+                writer.write(f"{separator}wiki-{document_id} {' '.join(document.paragraphs)}")
+                separator = "\n"
+                document_id += 1
+        os.replace(temporary, output)
+        written.append(output)
+    return written
+
+
+def convert_wikitext_to_lddl(wikitext_file: str | Path, lddl_source_dir: str | Path) -> Path:
+    """Write one WikiText file as LDDL's `--wikipedia` input, `<dir>/en/0.txt` (convert_to_lddl_source)."""
     wikitext_file = Path(wikitext_file)
     if not wikitext_file.is_file():
         raise FileNotFoundError(f"{wikitext_file}: WikiText file not found")
-    lines = [
-        f"wiki-{index} " + " ".join(document.paragraphs)
-        for index, document in enumerate(read_documents(wikitext_file, 0, "wikitext"))
-    ]
-    output = Path(lddl_source_dir) / "en" / "0.txt"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    temporary = output.with_name(output.name + ".tmp")
-    temporary.write_text("\n".join(lines), encoding="utf-8")
-    temporary.replace(output)
-    return output
+    return convert_to_lddl_source([wikitext_file], lddl_source_dir, "wikitext")[0]
 
 
 # A document for pair building: its sentences, each a list of token ids.

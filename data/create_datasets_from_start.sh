@@ -1,47 +1,66 @@
 #!/usr/bin/env bash
-# Builds the BERT pretraining sets from raw text, in LDDL's parquet format:
-#   OUTPUT_DIR/phase1: seq 128, static masking, NUM_SHARDS balanced shards
-#   OUTPUT_DIR/phase2: seq 512, static masking, binned by 64 tokens, NUM_SHARDS balanced shards per bin
+# Builds the BERT pretraining sets from raw text in NVIDIA's data layout, which scripts/run_pretraining.sh,
+# run.sub and scripts/run_squad.sh read. Under the working dir (--working-dir, else $BERT_PREP_WORKING_DIR, else
+# <repo>/data):
+#   wikipedia/wikicorpus-en.xml.bz2        the English Wikipedia dump (downloaded)
+#   wikipedia/extracted/en/                its text, extracted by WikiExtractor
+#   wikipedia/source/en/<i>.txt            LDDL's source layout: one `wiki-<n> <text>` line per article
+#   download/squad/v1.1/, v2.0/            SQuAD train and dev sets (downloaded)
+#   pretrain/phase1/unbinned/parquet/      seq 128, static masking, NUM_SHARDS balanced shards
+#   pretrain/phase2/bin_size_64/parquet/   seq 512, static masking, binned by 64 tokens, NUM_SHARDS shards per bin
+# A step whose output is already there is skipped, so a rerun continues where the last one stopped.
 #
-# From start (no --corpus): downloads the English Wikipedia dump, extracts it with WikiExtractor, downloads
-# SQuAD v1.1/v2.0 (for fine-tuning) and, if no vocab is given or found, Google's uncased BERT vocab.
-# With --corpus DIR_OR_FILE: nothing is downloaded; the local corpus is preprocessed (any format
-# lddl_preprocess.py reads; a WikiText folder is read through its wiki.*.raw files only, because its
-# wiki.*.tokens files are the same text with rare words replaced by <unk>).
+# From start (no --corpus): downloads and extracts Wikipedia, downloads SQuAD v1.1/v2.0 and, if no vocab is given
+# or found, the uncased BERT vocab (vocab/download_vocab.py, into vocab/ where the recipes look for it).
+# With --corpus DIR_OR_FILE: nothing is downloaded; the local corpus (any format lddl_preprocess.py reads; a
+# WikiText folder is read through its wiki.*.raw files only, because its wiki.*.tokens files are the same text
+# with rare words replaced by <unk>) becomes wikipedia/source, then the two sets are made from it.
+# Preprocessing keeps a random --sample-ratio of the articles, drawn from --seed (defaults: NVIDIA's recipes').
 #
-# Usage: data/create_datasets_from_start.sh [--corpus PATH] [--output-dir DIR] [--vocab-file FILE]
-#                                           [--num-shards N] [--num-workers N]
-# Example on this machine: data/create_datasets_from_start.sh --corpus ../shared/data/wikitext-2
+# Usage: data/create_datasets_from_start.sh [--corpus PATH] [--working-dir DIR] [--vocab-file FILE]
+#          [--num-shards N] [--num-workers N] [--seed N] [--sample-ratio R]
+# Example on this machine: data/create_datasets_from_start.sh --corpus ../shared/data/wikitext-2 --num-shards 4
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
 CORPUS=""
-OUTPUT_DIR="$ROOT/data/pretraining"
+WORKING_DIR="${BERT_PREP_WORKING_DIR:-$ROOT/data}"
 VOCAB_FILE=""
-NUM_SHARDS=4
+NUM_SHARDS=4096
 NUM_WORKERS="$(nproc)"
+SEED=12439
+SAMPLE_RATIO=0.9
 
 WIKIPEDIA_URL="https://dumps.wikimedia.org/enwiki/latest/enwiki-latest-pages-articles.xml.bz2"
 SQUAD_URL="https://rajpurkar.github.io/SQuAD-explorer/dataset"
-GOOGLE_VOCAB_ZIP="https://storage.googleapis.com/bert_models/2018_10_18/uncased_L-12_H-768_A-12.zip"
 
-die() {
-  echo "create_datasets_from_start.sh: $*" >&2
-  exit 1
-}
+# shellcheck source=scripts/common.sh
+source "$ROOT/scripts/common.sh"
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --corpus) CORPUS="${2:?--corpus needs a path}"; shift 2 ;;
-    --output-dir) OUTPUT_DIR="${2:?--output-dir needs a path}"; shift 2 ;;
+    --working-dir) WORKING_DIR="${2:?--working-dir needs a path}"; shift 2 ;;
     --vocab-file) VOCAB_FILE="${2:?--vocab-file needs a path}"; shift 2 ;;
     --num-shards) NUM_SHARDS="${2:?--num-shards needs a number}"; shift 2 ;;
     --num-workers) NUM_WORKERS="${2:?--num-workers needs a number}"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --seed) SEED="${2:?--seed needs a number}"; shift 2 ;;
+    --sample-ratio) SAMPLE_RATIO="${2:?--sample-ratio needs a number}"; shift 2 ;;
+    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
+
+require_int --num-shards "$NUM_SHARDS" 1
+require_int --num-workers "$NUM_WORKERS" 1
+require_int --seed "$SEED" 0
+require_fraction --sample-ratio "$SAMPLE_RATIO"
+
+WIKIPEDIA_DIR="$WORKING_DIR/wikipedia"
+SOURCE_DIR="$WIKIPEDIA_DIR/source"
+PHASE1_DIR="$WORKING_DIR/pretrain/phase1/unbinned/parquet"
+PHASE2_DIR="$WORKING_DIR/pretrain/phase2/bin_size_64/parquet"
 
 download() {
   local url="$1" target="$2"
@@ -57,19 +76,20 @@ download() {
 }
 
 download_squad() {
-  local squad_dir="$OUTPUT_DIR/download/squad"
+  local squad_dir="$WORKING_DIR/download/squad"
   download "$SQUAD_URL/train-v1.1.json" "$squad_dir/v1.1/train-v1.1.json"
   download "$SQUAD_URL/dev-v1.1.json" "$squad_dir/v1.1/dev-v1.1.json"
   download "$SQUAD_URL/train-v2.0.json" "$squad_dir/v2.0/train-v2.0.json"
   download "$SQUAD_URL/dev-v2.0.json" "$squad_dir/v2.0/dev-v2.0.json"
 }
 
-download_wikipedia() {
-  local wiki_dir="$OUTPUT_DIR/download/wikipedia"
-  local dump="$wiki_dir/enwiki-latest-pages-articles.xml.bz2"
-  local extracted="$wiki_dir/extracted"
+download_wikipedia() {  # the dump, extracted; CORPUS becomes the extracted text
+  local dump="$WIKIPEDIA_DIR/wikicorpus-en.xml.bz2"
+  local extracted="$WIKIPEDIA_DIR/extracted/en"
   download "$WIKIPEDIA_URL" "$dump"
-  if [[ ! -d "$extracted" ]]; then
+  if [[ -d "$extracted" ]]; then
+    echo "have $extracted"
+  else
     "$PYTHON" -c "import wikiextractor" 2>/dev/null \
       || die "WikiExtractor is needed to extract $dump: pip install wikiextractor==3.0.6"
     "$PYTHON" -m wikiextractor.WikiExtractor "$dump" --output "$extracted.part" --processes "$NUM_WORKERS"
@@ -90,11 +110,41 @@ find_vocab() {
       return
     fi
   done
-  local google_dir="$OUTPUT_DIR/download/google"
-  download "$GOOGLE_VOCAB_ZIP" "$google_dir/uncased_L-12_H-768_A-12.zip"
-  "$PYTHON" -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract('uncased_L-12_H-768_A-12/vocab.txt', sys.argv[2])" \
-    "$google_dir/uncased_L-12_H-768_A-12.zip" "$google_dir"
-  VOCAB_FILE="$google_dir/uncased_L-12_H-768_A-12/vocab.txt"
+  "$PYTHON" "$ROOT/vocab/download_vocab.py" uncased
+  VOCAB_FILE="$ROOT/vocab/bert-uncased-vocab.txt"
+}
+
+write_source() {  # the corpus files, as LDDL's source layout in SOURCE_DIR
+  if [[ -d "$SOURCE_DIR/en" ]]; then
+    echo "have $SOURCE_DIR"
+    return
+  fi
+  local inputs=("$CORPUS")
+  if [[ -d "$CORPUS" ]]; then
+    local raw_files
+    mapfile -t raw_files < <(find "$CORPUS" -maxdepth 1 -name 'wiki.*.raw' | sort)
+    [[ ${#raw_files[@]} -gt 0 ]] && inputs=("${raw_files[@]}")
+  fi
+  echo "corpus: ${inputs[*]}"
+  rm -rf "$SOURCE_DIR.part"
+  "$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import pretraining_pairs as p
+p.convert_to_lddl_source(sys.argv[3:], sys.argv[2])' "$ROOT" "$SOURCE_DIR.part" "${inputs[@]}"
+  mv "$SOURCE_DIR.part" "$SOURCE_DIR"
+}
+
+preprocess() {  # phase_dir lddl_preprocess.py flags...
+  local phase_dir="$1"
+  shift
+  if ! folder_is_empty "$phase_dir"; then
+    echo "have $phase_dir"
+    return
+  fi
+  echo "preprocessing $phase_dir"
+  rm -rf "$phase_dir.part"
+  "$PYTHON" "$ROOT/lddl_preprocess.py" --input "$SOURCE_DIR" --vocab-file "$VOCAB_FILE" --output-dir "$phase_dir.part" \
+    --num-shards "$NUM_SHARDS" --num-workers "$NUM_WORKERS" --seed "$SEED" --sample-ratio "$SAMPLE_RATIO" --masking "$@"
+  rm -rf "$phase_dir"
+  mv "$phase_dir.part" "$phase_dir"
 }
 
 if [[ -z "$CORPUS" ]]; then
@@ -104,25 +154,8 @@ else
   [[ -e "$CORPUS" ]] || die "--corpus $CORPUS: not found"
 fi
 find_vocab
-
-INPUTS=("$CORPUS")
-if [[ -d "$CORPUS" ]]; then
-  mapfile -t RAW_FILES < <(find "$CORPUS" -maxdepth 1 -name 'wiki.*.raw' | sort)
-  if [[ ${#RAW_FILES[@]} -gt 0 ]]; then
-    INPUTS=("${RAW_FILES[@]}")
-  fi
-fi
-echo "corpus: ${INPUTS[*]}"
 echo "vocab: $VOCAB_FILE"
-
-preprocess() {
-  local phase_dir="$1"
-  shift
-  echo "preprocessing $phase_dir"
-  "$PYTHON" "$ROOT/lddl_preprocess.py" --input "${INPUTS[@]}" --vocab-file "$VOCAB_FILE" \
-    --output-dir "$phase_dir" --num-shards "$NUM_SHARDS" --num-workers "$NUM_WORKERS" --masking "$@"
-}
-
-preprocess "$OUTPUT_DIR/phase1" --max-seq-length 128
-preprocess "$OUTPUT_DIR/phase2" --max-seq-length 512 --bin-size 64
-echo "done: $OUTPUT_DIR/phase1 $OUTPUT_DIR/phase2"
+write_source
+preprocess "$PHASE1_DIR" --max-seq-length 128
+preprocess "$PHASE2_DIR" --max-seq-length 512 --bin-size 64
+echo "done: $PHASE1_DIR $PHASE2_DIR"

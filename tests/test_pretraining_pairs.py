@@ -10,6 +10,7 @@ import pytest
 from conftest import require_shared
 from pretraining_pairs import (
     bin_id,
+    convert_to_lddl_source,
     convert_wikitext_to_lddl,
     create_pairs_from_document,
     detect_format,
@@ -122,6 +123,30 @@ def test_convert_wikitext_reproduces_the_lddl_sample_source(tmp_path):
     reference = require_shared("data", "lddl-sample", "wikitext2-test-source", "en", "0.txt")
     written = convert_wikitext_to_lddl(wikitext, tmp_path / "source")
     assert written.read_bytes() == reference.read_bytes()
+
+
+def test_convert_to_lddl_source_writes_one_file_per_corpus_file(tmp_path):
+    corpus = tmp_path / "corpus"
+    (corpus / "AA").mkdir(parents=True)
+    (corpus / "AA" / "wiki_00").write_text('<doc id="7" title="Lobster">\nLobster\n\nA crustacean.  \n'
+                                           'It lives in the sea.\n</doc>\n<doc id="9" title="Crab">\nCrab\n'
+                                           'Crabs walk sideways.\n</doc>\n')
+    (corpus / "AA" / "wiki_01").write_text('<doc id="12" title="Empty">\nEmpty\n</doc>\n'
+                                           '<doc id="13" title="Shrimp">\nShrimp\nSmall.\n</doc>\n')
+    lines = tmp_path / "lines.txt"
+    lines.write_text("first document\n\nsecond document\n")
+    written = convert_to_lddl_source([corpus, lines], tmp_path / "source")
+    assert written == [tmp_path / "source" / "en" / f"{i}.txt" for i in range(3)]
+    assert [path.read_text() for path in written] == [
+        "wiki-0 A crustacean. It lives in the sea.\nwiki-1 Crabs walk sideways.",
+        "wiki-2 Small.",
+        "wiki-3 first document\nwiki-4 second document",
+    ]
+    # LDDL's reader (the "lddl" format, chosen for a folder holding en/) gets the same documents back.
+    assert [(path.name, fmt) for path, fmt in find_corpus_files(tmp_path / "source", "auto")] == [
+        ("0.txt", "lddl"), ("1.txt", "lddl"), ("2.txt", "lddl")]
+    assert [document.paragraphs for document in read_documents(written[0], 0, "lddl")] == [
+        ["A crustacean. It lives in the sea."], ["Crabs walk sideways."]]
 
 
 def one_token_documents(num_documents: int, rng: random.Random) -> list[list[list[int]]]:
