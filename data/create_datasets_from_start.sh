@@ -47,7 +47,7 @@ while [[ $# -gt 0 ]]; do
     --num-workers) NUM_WORKERS="${2:?--num-workers needs a number}"; shift 2 ;;
     --seed) SEED="${2:?--seed needs a number}"; shift 2 ;;
     --sample-ratio) SAMPLE_RATIO="${2:?--sample-ratio needs a number}"; shift 2 ;;
-    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
