@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import Encoding, Tokenizer, models, pre_tokenizers, trainers
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -74,15 +74,32 @@ def is_cjk_ideograph(char: str) -> bool:
 
 
 class _CharTable(dict):
-    """A `str.translate` table (code point -> replacement string) filled on first sight of each character."""
+    """A `str.translate` table (code point -> replacement string) filled on first sight of each character.
+
+    `lengths(codes)` gives the replacement lengths of a code-point array, from a flat array over all code points
+    (1 MB) filled alongside, so that tracking where characters move costs numpy indexing, not a Python loop.
+    """
+
+    UNKNOWN = 255
 
     def __init__(self, rule: Callable[[str], str]):
         super().__init__()
         self.rule = rule
+        self._lengths = np.full(0x110000, self.UNKNOWN, dtype=np.uint8)
 
     def __missing__(self, code: int) -> str:
         replacement = self[code] = self.rule(chr(code))
+        self._lengths[code] = len(replacement)
         return replacement
+
+    def lengths(self, codes: np.ndarray) -> np.ndarray:
+        lengths = self._lengths[codes]
+        unknown = codes[lengths == self.UNKNOWN]
+        if unknown.size:
+            for code in np.unique(unknown).tolist():
+                self._lengths[code] = len(self[code])
+            lengths = self._lengths[codes]
+        return lengths
 
 
 def _clean_rule(split_punctuation: bool) -> Callable[[str], str]:
@@ -112,8 +129,11 @@ def _strip_accents_rule(char: str) -> str:
 
 def _translate_tracked(text: str, table: _CharTable, sources: np.ndarray) -> tuple[str, np.ndarray]:
     """text.translate(table), and for every output character the source index of the input character it came from."""
-    lengths = list(map(len, map(table.__getitem__, map(ord, text))))
-    return text.translate(table), np.repeat(sources, lengths)
+    if text.isascii():
+        codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    else:  # surrogatepass: lone surrogates are characters here too
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    return text.translate(table), np.repeat(sources, table.lengths(codes))
 
 
 def _nfd_tracked(text: str, sources: np.ndarray) -> tuple[str, np.ndarray]:
@@ -281,12 +301,18 @@ class BertTokenizer:
         except KeyError as error:
             raise ValueError(f"{self.vocab_file}: token id {error.args[0]} is not in the vocab") from None
 
+    def _offsets(self, encoding: Encoding, sources: np.ndarray) -> list[tuple[int, int]]:
+        """Spans in the original text of the engine's tokens, from their spans in the normalized text."""
+        if not encoding.offsets:
+            return []
+        spans = np.asarray(encoding.offsets)
+        starts, ends = sources[spans[:, 0]].tolist(), (sources[spans[:, 1] - 1] + 1).tolist()
+        return list(zip(starts, ends, strict=True))
+
     def _encode_tracked(self, text: str) -> tuple[list[str], list[int], list[tuple[int, int]]]:
         normalized, sources = self.basic.normalize_tracked(text)
         encoding = self._engine.encode(normalized, add_special_tokens=False)
-        sources = sources.tolist()
-        offsets = [(sources[start], sources[end - 1] + 1) for start, end in encoding.offsets]
-        return encoding.tokens, encoding.ids, offsets
+        return encoding.tokens, encoding.ids, self._offsets(encoding, sources)
 
     def tokenize_with_offsets(self, text: str) -> tuple[list[str], list[tuple[int, int]]]:
         """Tokens and their (start, end) spans in `text`: from the first to the last source character of the piece.
@@ -296,6 +322,15 @@ class BertTokenizer:
         """
         tokens, _, offsets = self._encode_tracked(text)
         return tokens, offsets
+
+    def batch_tokenize_with_offsets(self, texts: list[str]) -> list[tuple[list[str], list[tuple[int, int]]]]:
+        """tokenize_with_offsets of many texts at once."""
+        normalized, sources = zip(*map(self.basic.normalize_tracked, texts), strict=True) if texts else ((), ())
+        encodings = self._engine.encode_batch(list(normalized), add_special_tokens=False)
+        return [
+            (encoding.tokens, self._offsets(encoding, text_sources))
+            for encoding, text_sources in zip(encodings, sources, strict=True)
+        ]
 
     def encode_pair(self, text_a: str, text_b: str | None = None) -> PairEncoding:
         tokens, ids, offsets = ["[CLS]"], [self.cls_token_id], [(0, 0)]
