@@ -28,8 +28,10 @@ import paddle.nn.functional as F
 
 import cpu_kernels
 
-# Before the first matrix product of the process: MKL's fast kernels on AMD CPUs (see cpu_kernels.py).
+# Before the first matrix product of the process: MKL's fast kernels on AMD CPUs, and tensors in reused
+# memory instead of fresh pages (see cpu_kernels.py).
 cpu_kernels.use_fast_mkl_kernels()
+cpu_kernels.keep_freed_memory()
 
 ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x, approximate=False),
@@ -129,7 +131,7 @@ class BertEmbeddings(nn.Layer):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.layer_norm = nn.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = cpu_kernels.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: paddle.Tensor, token_type_ids: paddle.Tensor) -> paddle.Tensor:
         seq_length = input_ids.shape[1]
@@ -154,14 +156,16 @@ class BertSelfAttention(nn.Layer):
         if self.fuse_mha:
             # Columns are [query | key | value]: the unfused matrices side by side, which is what
             # convert_qkv_layout relies on.
-            self.qkv = nn.Linear(hidden, 3 * hidden)
+            self.qkv = cpu_kernels.Linear(hidden, 3 * hidden)
         else:
-            self.query = nn.Linear(hidden, hidden)
-            self.key = nn.Linear(hidden, hidden)
-            self.value = nn.Linear(hidden, hidden)
+            self.query = cpu_kernels.Linear(hidden, hidden)
+            self.key = cpu_kernels.Linear(hidden, hidden)
+            self.value = cpu_kernels.Linear(hidden, hidden)
         self.dropout_prob = config.attention_probs_dropout_prob
 
     def forward(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | None) -> paddle.Tensor:
+        if cpu_kernels.enabled_for(hidden_states):
+            return self._forward_cpu(hidden_states, attention_mask)
         batch, seq_length = hidden_states.shape[0], hidden_states.shape[1]
         head_shape = [batch, seq_length, self.num_heads, self.head_dim]
         if self.fuse_mha:
@@ -177,6 +181,18 @@ class BertSelfAttention(nn.Layer):
         )  # [B, S, N, D]
         return context.reshape([batch, seq_length, self.num_heads * self.head_dim])
 
+    def _forward_cpu(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | None) -> paddle.Tensor:
+        """The same function with heads moved by whole rows (cpu_kernels.attention says why)."""
+        if self.fuse_mha:
+            query, key, value = cpu_kernels.split_heads(self.qkv(hidden_states), 3, self.num_heads).unbind(axis=0)
+        else:
+            query, key, value = (
+                cpu_kernels.split_heads(projection(hidden_states), 1, self.num_heads).squeeze(0)
+                for projection in (self.query, self.key, self.value)
+            )  # each [B, N, S, D]
+        context = cpu_kernels.attention(query, key, value, attention_mask, self.dropout_prob, self.training)
+        return cpu_kernels.merge_heads(context)  # [B, S, H]
+
 
 class BertLayer(nn.Layer):
     """One post-LayerNorm transformer block: attention, add & norm, feed-forward, add & norm."""
@@ -184,12 +200,12 @@ class BertLayer(nn.Layer):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.attention = BertSelfAttention(config)
-        self.attention_output = nn.Linear(config.hidden_size, config.hidden_size)
+        self.attention_output = cpu_kernels.Linear(config.hidden_size, config.hidden_size)
         self.attention_layer_norm = nn.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
-        self.intermediate = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.output = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.intermediate = cpu_kernels.Linear(config.hidden_size, config.intermediate_size)
+        self.output = cpu_kernels.Linear(config.intermediate_size, config.hidden_size)
         self.output_layer_norm = nn.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = cpu_kernels.Dropout(config.hidden_dropout_prob)
         self.activation = ACTIVATIONS[config.hidden_act]
 
     def forward(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | None) -> paddle.Tensor:
@@ -265,7 +281,7 @@ class BertPretrainingHeads(nn.Layer):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.transform = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform = cpu_kernels.Linear(config.hidden_size, config.hidden_size)
         self.activation = ACTIVATIONS[config.hidden_act]
         self.transform_layer_norm = nn.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
         self.decoder_bias = self.create_parameter(

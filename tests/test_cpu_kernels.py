@@ -1,15 +1,20 @@
-"""cpu_kernels: MKL code-path selection from /proc/cpuinfo."""
+"""cpu_kernels: MKL code-path selection, malloc settings, and the CPU ops against Paddle's own ops."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import paddle
+import paddle.nn.functional as F
 import pytest
 
 import cpu_kernels
+from modeling import BertConfig, BertForPretraining
 
 ROOT = Path(__file__).resolve().parent.parent
 AVX512 = "fpu sse2 avx avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl"
@@ -21,6 +26,27 @@ def write_cpuinfo(folder: Path, vendor: str, flags: str) -> str:
     path = folder / "cpuinfo"
     path.write_text(processor.format(index=0) + processor.format(index=1), encoding="utf-8")
     return str(path)
+
+
+def tensor(array: np.ndarray, requires_grad: bool = True) -> paddle.Tensor:
+    result = paddle.to_tensor(array)
+    result.stop_gradient = not requires_grad
+    return result
+
+
+def values_and_grads(function, inputs: list[paddle.Tensor], grad_output: np.ndarray):
+    """function(*inputs) and the gradients of <function(*inputs), grad_output> w.r.t. the inputs needing them."""
+    output = function(*inputs)
+    output.backward(paddle.to_tensor(grad_output))
+    grads = [None if x.stop_gradient else x.grad.numpy() for x in inputs]
+    for x in inputs:
+        x.clear_gradient()
+    return output.numpy(), grads
+
+
+# ---------------------------------------------------------------------------------------------
+# MKL code path and memory
+# ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -62,10 +88,176 @@ def test_a_user_setting_wins(tmp_path, monkeypatch):
     assert os.environ["MKL_DEBUG_CPU_TYPE"] == "4"
 
 
-def test_importing_modeling_selects_the_code_path():
-    env = {k: v for k, v in os.environ.items() if k != "MKL_DEBUG_CPU_TYPE"}
-    code = "import os, cpu_kernels, modeling; print(os.environ.get('MKL_DEBUG_CPU_TYPE'))"
+# Reports the bytes glibc holds in mmap-ed blocks (mallinfo2().hblkhd) while a 64 MiB block is alive, before and
+# after importing modeling; a block served from the heap adds nothing there.
+_MMAP_PROBE = """
+import ctypes, os
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+def mmapped_while_allocated():
+    block = libc.malloc(64 << 20)
+    held = libc.mallinfo2().hblkhd
+    libc.free(block)
+    return held
+before = mmapped_while_allocated()
+import modeling
+print(before >= 64 << 20, mmapped_while_allocated() >= 64 << 20)
+"""
+
+
+def test_importing_modeling_selects_mkl_kernels_and_keeps_big_blocks_in_the_heap():
+    env = {k: v for k, v in os.environ.items() if k not in ("MKL_DEBUG_CPU_TYPE", "MALLOC_MMAP_THRESHOLD_",
+                                                            "MALLOC_TRIM_THRESHOLD_")}
+    code = "import os, modeling; print(os.environ.get('MKL_DEBUG_CPU_TYPE'))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                             check=True)
     expected = cpu_kernels.mkl_cpu_type(*cpu_kernels._cpu_vendor_and_flags())
     assert result.stdout.strip().splitlines()[-1] == str(expected)
+    if sys.platform == "linux":
+        result = subprocess.run([sys.executable, "-c", _MMAP_PROBE], cwd=ROOT, env=env, capture_output=True,
+                                text=True, check=True)
+        assert result.stdout.strip().splitlines()[-1] == "True False"
+
+
+def test_keep_freed_memory_respects_the_users_malloc_settings(monkeypatch):
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    assert cpu_kernels.keep_freed_memory() is False
+
+
+# ---------------------------------------------------------------------------------------------
+# Ops
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("x_requires_grad", [True, False])
+def test_linear_matches_f_linear(x_requires_grad):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 6)).astype("float32")
+    weight, bias = rng.standard_normal((6, 4)).astype("float32"), rng.standard_normal(4).astype("float32")
+    grad = rng.standard_normal((2, 5, 4)).astype("float32")
+    inputs = [tensor(x, x_requires_grad), tensor(weight), tensor(bias)]
+    ours, our_grads = values_and_grads(cpu_kernels.linear, inputs, grad)
+    reference, reference_grads = values_and_grads(F.linear, inputs, grad)
+    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5)
+    # By hand: dW = sum over rows of x^T grad, db = column sums of grad.
+    np.testing.assert_allclose(our_grads[1], x.reshape(-1, 6).T @ grad.reshape(-1, 4), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(our_grads[2], grad.sum(axis=(0, 1)), rtol=1e-5, atol=1e-5)
+    for mine, theirs in zip(our_grads, reference_grads, strict=True):
+        if theirs is None:
+            assert mine is None
+        else:
+            np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_statistics_scale_and_gradient():
+    paddle.seed(3)
+    p = 0.3
+    x = tensor(np.full((400, 500), 2.0, "float32"))
+    y = cpu_kernels.dropout(x, p)
+    y.backward(paddle.full(y.shape, 5.0))
+    values, grads = y.numpy(), x.grad.numpy()
+    kept = values != 0
+    # 200k Bernoulli(0.7) draws: the kept fraction is 0.7 +- 0.001 (one standard deviation).
+    assert abs(kept.mean() - (1 - p)) < 0.005
+    np.testing.assert_allclose(values[kept], 2.0 / (1 - p), rtol=1e-6)
+    np.testing.assert_allclose(grads, np.where(kept, 5.0 / (1 - p), 0.0), rtol=1e-6)
+
+
+def test_dropout_follows_paddle_seed_and_identity_cases():
+    x = paddle.ones([64, 64])
+    paddle.seed(7)
+    first = cpu_kernels.dropout(x, 0.1).numpy()
+    paddle.seed(7)
+    np.testing.assert_array_equal(cpu_kernels.dropout(x, 0.1).numpy(), first)
+    assert cpu_kernels.dropout(x, 0.1, training=False) is x
+    assert cpu_kernels.dropout(x, 0.0) is x
+    assert not cpu_kernels.dropout(x, 1.0).numpy().any()
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_split_and_merge_heads(parts):
+    batch, seq, heads, head_dim = 2, 5, 3, 4
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((batch, seq, parts * heads * head_dim)).astype("float32")
+    expected = x.reshape(batch, seq, parts, heads, head_dim).transpose(2, 0, 3, 1, 4)
+    grad = rng.standard_normal(expected.shape).astype("float32")
+    split, (split_grad,) = values_and_grads(lambda t: cpu_kernels.split_heads(t, parts, heads), [tensor(x)], grad)
+    np.testing.assert_array_equal(split, expected)
+    np.testing.assert_array_equal(split_grad, grad.transpose(1, 3, 0, 2, 4).reshape(x.shape))
+    merge_grad = rng.standard_normal((batch, seq, heads * head_dim)).astype("float32")
+    merged, (merged_grad,) = values_and_grads(cpu_kernels.merge_heads, [tensor(expected[0])], merge_grad)
+    np.testing.assert_array_equal(merged, x.reshape(batch, seq, parts, -1)[:, :, 0])
+    np.testing.assert_array_equal(merged_grad, merge_grad.reshape(batch, seq, heads, head_dim).transpose(0, 2, 1, 3))
+
+
+def test_attention_matches_scaled_dot_product_attention():
+    batch, heads, seq, head_dim = 2, 3, 6, 4
+    rng = np.random.default_rng(2)
+    query, key, value = (rng.standard_normal((batch, heads, seq, head_dim)).astype("float32") for _ in range(3))
+    mask = np.ones((batch, 1, 1, seq), bool)
+    mask[1, ..., 4:] = False
+    grad = rng.standard_normal((batch, heads, seq, head_dim)).astype("float32")
+    inputs = [tensor(a) for a in (query, key, value)]
+    ours, our_grads = values_and_grads(
+        lambda q, k, v: cpu_kernels.attention(q, k, v, paddle.to_tensor(mask), 0.0, True), inputs, grad)
+
+    def sdpa(q, k, v):  # its layout is [B, S, N, D]
+        return F.scaled_dot_product_attention(
+            q.transpose([0, 2, 1, 3]), k.transpose([0, 2, 1, 3]), v.transpose([0, 2, 1, 3]),
+            attn_mask=paddle.to_tensor(mask)).transpose([0, 2, 1, 3])
+
+    reference, reference_grads = values_and_grads(sdpa, inputs, grad)
+    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
+    for mine, theirs in zip(our_grads, reference_grads, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-6)
+    # By hand, for one head: softmax over the 4 unmasked keys.
+    scores = query[1, 0] @ key[1, 0, :4].T / math.sqrt(head_dim)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    np.testing.assert_allclose(ours[1, 0], probs @ value[1, 0, :4], rtol=1e-5, atol=1e-6)
+
+
+def test_attention_dropout_drops_probabilities():
+    paddle.seed(0)
+    ones = paddle.ones([1, 1, 200, 4])
+    # Uniform probabilities 1/200 over 200 keys and all-ones values: each context entry is kept/200 / (1 - p).
+    context = cpu_kernels.attention(paddle.zeros([1, 1, 200, 4]), ones, ones, None, 0.5, True).numpy()
+    kept_counts = context[..., 0] * 200 * 0.5
+    np.testing.assert_allclose(kept_counts, np.round(kept_counts), atol=1e-3)
+    assert abs(kept_counts.mean() / 200 - 0.5) < 0.02
+
+
+@pytest.mark.parametrize("fuse_mha", [False, True])
+def test_model_gradients_equal_with_and_without_cpu_kernels(fuse_mha):
+    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        fuse_mha=fuse_mha)
+    paddle.seed(1)
+    model = BertForPretraining(config)
+    rng = np.random.default_rng(0)
+    input_ids = paddle.to_tensor(rng.integers(0, 99, (3, 16)))
+    attention_mask = np.ones((3, 16), "int64")
+    attention_mask[1, 10:] = 0
+    positions = paddle.to_tensor(np.array([1, 5, 17, 20, 40]))
+
+    def run():
+        scores, nsp_scores = model(input_ids, paddle.zeros_like(input_ids), paddle.to_tensor(attention_mask), positions)
+        ((scores**2).mean() + (nsp_scores**2).mean()).backward()
+        grads = {name: p.grad.numpy().copy() for name, p in model.named_parameters()}
+        model.clear_gradients()
+        return scores.numpy(), grads
+
+    scores, grads = run()
+    with cpu_kernels.disabled():
+        reference_scores, reference_grads = run()
+    np.testing.assert_allclose(scores, reference_scores, rtol=1e-5, atol=1e-6)
+    for name, reference in reference_grads.items():
+        # The key bias has no effect on softmax(q k^T): its true gradient is 0 and both are rounding noise.
+        atol = 1e-6 if "key.bias" in name else 1e-7
+        np.testing.assert_allclose(grads[name], reference, rtol=1e-4, atol=atol, err_msg=name)
