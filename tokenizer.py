@@ -172,6 +172,10 @@ class BasicNormalizer:
         # For ASCII text lower() and NFD cannot add punctuation or marks, so one table does every step.
         self._ascii_table = _CharTable(_clean_rule(split_punctuation=True))
 
+    def __reduce__(self) -> tuple:
+        # The tables hold closures, which do not pickle; they refill quickly, so rebuild instead (worker processes).
+        return BasicNormalizer, (self.do_lower_case,)
+
     def normalize(self, text: str) -> str:
         if text.isascii():
             text = text.translate(self._ascii_table)
@@ -276,7 +280,8 @@ class BertTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        return len(self.ids_to_tokens)
+        """Largest id + 1, the embedding rows needed (the line count; more than len(vocab) if a token repeats)."""
+        return max(self.vocab.values()) + 1
 
     def tokenize(self, text: str) -> list[str]:
         return self._engine.encode(self.basic.normalize(text), add_special_tokens=False).tokens
