@@ -4,7 +4,8 @@ Google's rules (google-research/bert tokenization.py, Devlin et al. 2018): drop 
 (Cc/Cf except tab/newline/CR), map whitespace to a space, put spaces around CJK ideographs, split on whitespace,
 for uncased vocabs lowercase and strip accents (NFD, then drop Mn), split off every punctuation character (Unicode
 P* and all non-alphanumeric ASCII), then greedy longest-match-first WordPiece with "##" continuations; a word longer
-than `max_input_chars_per_word` characters becomes [UNK].
+than `max_input_chars_per_word` characters becomes [UNK] (100 by default, as in NVIDIA's and HF's BERT tokenizers;
+Google's WordpieceTokenizer defaults to 200).
 
 How it runs: the text normalization is done here with C-speed `str` methods (`translate` through lazily filled
 per-character tables built from `unicodedata`, whole-text `lower()` and NFD), so the character classes are exactly
@@ -12,8 +13,8 @@ those of the running Python, as in Google's code. The HF `tokenizers` engine the
 WordPiece. HF's own BertNormalizer/BertPreTokenizer are not used because they disagree with Google's rules (see
 tests/test_tokenizer.py::test_plain_hf_bert_pipeline_disagrees_with_google): they drop private-use characters, use
 older Unicode tables for punctuation, marks and format characters, lowercase a final capital sigma to σ instead of ς,
-and cover a different CJK range. tests/test_tokenizer.py proves this module equal to a pure-Python transcription of
-Google's rules on WikiText-2, SQuAD dev and hand-picked Unicode.
+and start CJK Extension E at U+2B920 instead of U+2B820. tests/test_tokenizer.py proves this module equal to a
+pure-Python transcription of Google's rules on WikiText-2, SQuAD dev, the code points and hand-picked Unicode.
 
 Command line: `python tokenizer.py train-vocab --input FILES... --vocab-size N --output vocab.txt [--cased]`.
 """
