@@ -4,7 +4,7 @@ Google's rules (google-research/bert tokenization.py, Devlin et al. 2018): drop 
 (Cc/Cf except tab/newline/CR), map whitespace to a space, put spaces around CJK ideographs, split on whitespace,
 for uncased vocabs lowercase and strip accents (NFD, then drop Mn), split off every punctuation character (Unicode
 P* and all non-alphanumeric ASCII), then greedy longest-match-first WordPiece with "##" continuations; a word longer
-than `max_input_chars_per_word` characters becomes [UNK] (100 by default, as in HF's BertTokenizer and the issue;
+than `max_input_chars_per_word` characters becomes [UNK] (100 by default, as in HF's BertTokenizer;
 Google's WordpieceTokenizer defaults to 200).
 
 How it runs: the text normalization is done here with C-speed `str` methods (`translate` through lazily filled
