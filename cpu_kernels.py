@@ -48,6 +48,8 @@ _enabled = True
 
 def enabled_for(tensor: paddle.Tensor) -> bool:
     """True when `tensor` lives on the CPU and the fast paths are on (see `disabled`)."""
+    if not paddle.in_dynamic_mode():  # under to_static a variable has no place yet: use the device's
+        return _enabled and paddle.device.get_device() == "cpu"
     return _enabled and tensor.place.is_cpu_place()
 
 
@@ -241,6 +243,7 @@ class _PermuteRows(PyLayer):
 _head_permutations: dict[tuple[int, int, int, int], tuple[paddle.Tensor, paddle.Tensor]] = {}
 
 
+@paddle.jit.not_to_static
 def _head_permutation(batch: int, seq: int, parts: int, heads: int) -> tuple[paddle.Tensor, paddle.Tensor]:
     """Row orders taking [B, S, P, N] rows of D floats to [P, B, N, S], and back."""
     key = (batch, seq, parts, heads)

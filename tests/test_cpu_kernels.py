@@ -261,3 +261,17 @@ def test_model_gradients_equal_with_and_without_cpu_kernels(fuse_mha):
         # The key bias has no effect on softmax(q k^T): its true gradient is 0 and both are rounding noise.
         atol = 1e-6 if "key.bias" in name else 1e-7
         np.testing.assert_allclose(grads[name], reference, rtol=1e-4, atol=atol, err_msg=name)
+
+
+def test_model_with_cpu_kernels_converts_to_static():
+    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
+    paddle.seed(1)
+    model = BertForPretraining(config)
+    model.eval()
+    input_ids = paddle.to_tensor(np.random.default_rng(0).integers(0, 99, (2, 8)))
+    attention_mask = paddle.to_tensor(np.array([[1] * 8, [1] * 5 + [0] * 3]))
+    positions = paddle.to_tensor(np.array([1, 9]))
+    expected = model(input_ids, None, attention_mask, positions)
+    converted = paddle.jit.to_static(model, full_graph=True)(input_ids, None, attention_mask, positions)
+    for ours, reference in zip(converted, expected, strict=True):
+        np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-5, atol=1e-6)
