@@ -130,7 +130,7 @@ class BertEmbeddings(nn.Layer):
         self.word_embeddings = nn.Embedding(config.padded_vocab_size, config.hidden_size)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.layer_norm = nn.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
+        self.layer_norm = cpu_kernels.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
         self.dropout = cpu_kernels.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: paddle.Tensor, token_type_ids: paddle.Tensor) -> paddle.Tensor:
@@ -201,10 +201,10 @@ class BertLayer(nn.Layer):
         super().__init__()
         self.attention = BertSelfAttention(config)
         self.attention_output = cpu_kernels.Linear(config.hidden_size, config.hidden_size)
-        self.attention_layer_norm = nn.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
+        self.attention_layer_norm = cpu_kernels.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
         self.intermediate = cpu_kernels.Linear(config.hidden_size, config.intermediate_size)
         self.output = cpu_kernels.Linear(config.intermediate_size, config.hidden_size)
-        self.output_layer_norm = nn.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
+        self.output_layer_norm = cpu_kernels.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
         self.dropout = cpu_kernels.Dropout(config.hidden_dropout_prob)
         self.activation = ACTIVATIONS[config.hidden_act]
 
@@ -283,7 +283,7 @@ class BertPretrainingHeads(nn.Layer):
         super().__init__()
         self.transform = cpu_kernels.Linear(config.hidden_size, config.hidden_size)
         self.activation = ACTIVATIONS[config.hidden_act]
-        self.transform_layer_norm = nn.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
+        self.transform_layer_norm = cpu_kernels.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
         self.decoder_bias = self.create_parameter(
             [config.padded_vocab_size], is_bias=True, default_initializer=nn.initializer.Constant(0.0)
         )

@@ -155,6 +155,23 @@ def test_linear_matches_f_linear(x_requires_grad):
             np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-5)
 
 
+def test_layer_norm_matches_f_layer_norm():
+    rng = np.random.default_rng(4)
+    # Rows with an offset mean and different spreads; one with a tiny spread, where rstd is large.
+    x = (rng.standard_normal((3, 4, 16)) * rng.uniform(0.5, 3.0, (3, 4, 1)) + 2.0).astype("float32")
+    x[0, 0] = 1.0 + 1e-3 * rng.standard_normal(16)
+    weight, bias = rng.standard_normal(16).astype("float32"), rng.standard_normal(16).astype("float32")
+    grad = rng.standard_normal(x.shape).astype("float32")
+    inputs = [tensor(x), tensor(weight), tensor(bias)]
+    ours, our_grads = values_and_grads(lambda *a: cpu_kernels.layer_norm(*a, 1e-6), inputs, grad)
+    reference, reference_grads = values_and_grads(lambda x, w, b: F.layer_norm(x, 16, w, b, 1e-6), inputs, grad)
+    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5)
+    for mine, theirs in zip(our_grads, reference_grads, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=2e-4, atol=2e-4)
+    # grad_bias is the sum of grad over all rows, by hand.
+    np.testing.assert_allclose(our_grads[2], grad.sum(axis=(0, 1)), rtol=1e-5, atol=1e-5)
+
+
 def test_dropout_statistics_scale_and_gradient():
     paddle.seed(3)
     p = 0.3
