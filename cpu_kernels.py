@@ -50,6 +50,9 @@ from paddle.autograd import PyLayer
 _enabled = True
 
 
+# dy2static would otherwise convert this function into a copy whose module globals are a snapshot, so a
+# later `disabled()` would not reach it; it is a plain Python predicate and must run as written.
+@paddle.jit.not_to_static
 def enabled_for(tensor: paddle.Tensor) -> bool:
     """True when `tensor` lives on the CPU and the fast paths are on (see `disabled`)."""
     if not paddle.in_dynamic_mode():  # under to_static a variable has no place yet: use the device's

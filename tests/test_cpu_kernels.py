@@ -14,7 +14,7 @@ import paddle.nn.functional as F
 import pytest
 
 import cpu_kernels
-from modeling import BertConfig, BertForPretraining
+from modeling import BertConfig, BertForPretraining, BertForQuestionAnswering
 
 ROOT = Path(__file__).resolve().parent.parent
 AVX512 = "fpu sse2 avx avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl"
@@ -292,3 +292,20 @@ def test_model_with_cpu_kernels_converts_to_static():
     converted = paddle.jit.to_static(model, full_graph=True)(input_ids, None, attention_mask, positions)
     for ours, reference in zip(converted, expected, strict=True):
         np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_disabled_reaches_functions_that_to_static_already_converted(tmp_path):
+    # Convert once with the fast paths on, then export with them off: the export traces dynamic shapes,
+    # which only Paddle's standard ops accept, so it fails if `disabled()` does not reach converted code.
+    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
+    model = BertForPretraining(config)
+    model.eval()
+    input_ids = paddle.to_tensor(np.random.default_rng(0).integers(0, 99, (2, 8)))
+    paddle.jit.to_static(model, full_graph=True)(input_ids, None, paddle.ones([2, 8], dtype="int64"),
+                                                 paddle.to_tensor(np.array([1, 9])))
+    question_answering = BertForQuestionAnswering(config)
+    question_answering.eval()
+    spec = [paddle.static.InputSpec([None, None], "int64", name) for name in ("input_ids", "token_type_ids")]
+    with cpu_kernels.disabled():
+        paddle.jit.save(question_answering, str(tmp_path / "qa"), input_spec=spec)
+    assert (tmp_path / "qa.pdiparams").is_file()
