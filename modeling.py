@@ -10,6 +10,9 @@ or a classifier for GLUE. The architecture follows Devlin et al. 2019 (arXiv:181
 Google's reference implementation: post-LayerNorm residual blocks, exact (erf) GELU, weights
 drawn from N(0, initializer_range).
 
+On the CPU the Linear, LayerNorm and Dropout layers and the attention core run through cpu_kernels.py,
+which computes the same functions with kernels that are faster there; on a GPU Paddle's own ops run.
+
 Shapes in comments use B = batch, S = sequence length, H = hidden size, N = attention heads,
 D = H / N, V = (padded) vocabulary size, M = number of masked positions in the batch.
 """
@@ -145,7 +148,8 @@ class BertEmbeddings(nn.Layer):
 
 
 class BertSelfAttention(nn.Layer):
-    """Multi-head self-attention through scaled_dot_product_attention (flash attention on a GPU)."""
+    """Multi-head self-attention: scaled_dot_product_attention (flash attention on a GPU); on the CPU the same
+    function through cpu_kernels.attention."""
 
     def __init__(self, config: BertConfig):
         super().__init__()

@@ -280,18 +280,24 @@ def test_model_gradients_equal_with_and_without_cpu_kernels(fuse_mha):
         np.testing.assert_allclose(grads[name], reference, rtol=1e-4, atol=atol, err_msg=name)
 
 
-def test_model_with_cpu_kernels_converts_to_static():
+def test_exported_program_uses_standard_ops_and_dynamic_shapes(tmp_path):
     config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
     paddle.seed(1)
     model = BertForPretraining(config)
     model.eval()
-    input_ids = paddle.to_tensor(np.random.default_rng(0).integers(0, 99, (2, 8)))
-    attention_mask = paddle.to_tensor(np.array([[1] * 8, [1] * 5 + [0] * 3]))
-    positions = paddle.to_tensor(np.array([1, 9]))
-    expected = model(input_ids, None, attention_mask, positions)
-    converted = paddle.jit.to_static(model, full_graph=True)(input_ids, None, attention_mask, positions)
-    for ours, reference in zip(converted, expected, strict=True):
-        np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-5, atol=1e-6)
+    spec = [paddle.static.InputSpec([None, None], "int64", name) for name in ("input_ids", "token_type_ids",
+                                                                              "attention_mask")]
+    spec.append(paddle.static.InputSpec([None], "int64", "masked_lm_positions"))
+    paddle.jit.save(model, str(tmp_path / "bert"), input_spec=spec)
+    exported = paddle.jit.load(str(tmp_path / "bert"))
+    for batch, seq in ((2, 8), (3, 5)):  # two shapes through one program
+        input_ids = paddle.to_tensor(np.random.default_rng(batch).integers(0, 99, (batch, seq)))
+        attention_mask = np.ones((batch, seq), "int64")
+        attention_mask[0, -2:] = 0
+        inputs = (input_ids, paddle.zeros_like(input_ids), paddle.to_tensor(attention_mask),
+                  paddle.to_tensor(np.array([1, seq + 2])))
+        for ours, reference in zip(exported(*inputs), model(*inputs), strict=True):
+            np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_disabled_reaches_functions_that_to_static_already_converted(tmp_path):
