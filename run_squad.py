@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 import paddle
 
-import cpu_kernels
 from dllog import DLLogger
 from loss import squad_span_loss
 from lr_scheduler import create_lr_scheduler
@@ -256,10 +255,7 @@ def export_inference_model(model: BertForQuestionAnswering, export_dir: str, mod
     input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in INPUT_NAMES]
     prefix = os.path.join(export_dir, model_prefix)
     os.makedirs(export_dir, exist_ok=True)
-    # The program must hold Paddle's standard ops, which Paddle Inference and its oneDNN fusions know, not
-    # the dygraph-only CPU fast paths of cpu_kernels.
-    with cpu_kernels.disabled():
-        paddle.jit.save(model, prefix, input_spec=input_spec)
+    paddle.jit.save(model, prefix, input_spec=input_spec)
     return prefix
 
 

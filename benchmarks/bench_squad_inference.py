@@ -29,7 +29,6 @@ sys.path.insert(0, str(ROOT))
 
 import paddle  # noqa: E402
 
-import cpu_kernels  # noqa: E402
 import run_squad  # noqa: E402
 from modeling import BertConfig, BertForQuestionAnswering  # noqa: E402
 from runtime import AmpPolicy, configure_cpu_threads  # noqa: E402
@@ -76,17 +75,10 @@ def our_runners(config: BertConfig, threads: int, export_dir: str) -> dict:
     static_model.eval()
     input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in run_squad.INPUT_NAMES]
     static_model = paddle.jit.to_static(static_model, input_spec=input_spec, full_graph=True)
-    static_run = run_squad.dygraph_predictor(static_model, AmpPolicy())
-
-    def to_static(*batch):
-        # traced (on the first call) from Paddle's standard ops, as the exported model is
-        with cpu_kernels.disabled():
-            return static_run(*batch)
-
     run_squad.export_inference_model(model, export_dir, "qa")
     return {
         "dygraph": run_squad.dygraph_predictor(model, AmpPolicy()),
-        "to_static": to_static,
+        "to_static": run_squad.dygraph_predictor(static_model, AmpPolicy()),
         "predictor": run_squad.inference_predictor(export_dir, "qa", threads),
     }
 
