@@ -6,8 +6,9 @@ the same mathematical function as the Paddle op it stands in for; tests/test_cpu
 and gradients against those ops.
 
 Why each one exists (fp32, one thread, batch 8 x 128 tokens, BERT-base shapes, measured on this machine,
-an AMD EPYC with AVX-512; "step" figures are CPU time of a whole training step with and without the change,
-from benchmarks/bench_pretraining.py and in-process A/B runs):
+an AMD EPYC with AVX-512). "Step" is the CPU time of a whole BERT-base training step (forward, backward,
+LAMB) without the change divided by that with it, from in-process A/B runs alternating the two; all the
+model-level ones together (Linear, LayerNorm, Dropout, attention): 1.24x.
 
 - MKL code path. Paddle's CPU build does its matrix products in Intel MKL (mklml 2019), which picks its
   kernels by CPU vendor: on an AMD processor it ignores AVX2/AVX-512 and runs a generic path 2.4x slower
@@ -15,24 +16,26 @@ from benchmarks/bench_pretraining.py and in-process A/B runs):
   when it first dispatches, selects the kernels explicitly; use_fast_mkl_kernels() sets it before Paddle's
   first matrix product to the best code path the CPU's own feature flags allow. Step: 2.1x.
 - Memory. Paddle's CPU allocator takes every tensor from malloc and frees it after use. glibc serves blocks
-  above its mmap threshold (at most 32 MiB by default) with fresh mmap pages and gives freed heap memory
-  back to the system, so most activations and gradients of a step fault in new, zeroed pages: a product of
-  two [8, 128, 3072] tensors takes 7 ms that way and 1.1 ms from reused memory, one over the word-embedding
-  gradient 55 against 9 ms. keep_freed_memory() raises both thresholds (mallopt). Step: 1.10x.
+  above its mmap threshold (at most 32 MiB by default) with fresh mmap pages, and returns freed heap memory
+  above its trim threshold to the system, so such tensors fault in new, zeroed pages every time: an
+  elementwise op over a [30528, 768] tensor (the size of the word-embedding gradient and of the optimizer's
+  work tensors for it) takes 55 ms that way and 9 ms in reused memory. keep_freed_memory() raises both
+  thresholds (mallopt). Step: 1.015x (1.10x with 2 layers, where the embedding weighs more), for 0.3 GiB
+  more peak memory (4.3 GiB).
 - Linear. nn.Linear adds its bias with a broadcasting add, whose CPU kernel (and the reduction in its
   gradient) takes about a quarter of the time of the 768x3072 product itself. `linear` makes the bias the C
-  operand of one addmm and computes its gradient as a matrix-vector product. Step: 1.06x.
+  operand of one addmm and computes its gradient as a matrix-vector product. Step: 1.08x.
 - LayerNorm. Paddle's forward kernel is fast, its gradient kernel 15x slower than the forward; `layer_norm`
   keeps the forward and computes the gradient from plain same-shape ops, with the row means and the
   column sums as matrix-vector products and the row-broadcast subtraction as a rank-1 addmm (a
-  broadcasting subtract takes 3x as long). Step: 1.015x (1.025x in wall time with two threads).
+  broadcasting subtract takes 3x as long). Step: 1.014x (1.025x in wall time with two threads).
 - Dropout. Paddle's CPU dropout draws a float per element from mt19937_64 and its gradient re-reads a byte
   mask; `dropout` draws int32s, keeps a float mask that already holds the 1/(1-p) scale, and its gradient is
-  one multiplication: 4.5 against 8.5 ms forward and backward for [8, 128, 768]. Step: 1.02x.
+  one multiplication: 4.5 against 8.5 ms forward and backward for [8, 128, 768]. Step: 1.01-1.07x.
 - Attention heads. [B, S, N, D] -> [B, N, S, D] in Paddle is a strided view, and the ops after it copy it
   element by element (4x slower than a memcpy); the attention mask add broadcasts [B, 1, 1, S] over
   [B, N, S, S], 13x slower than a same-shape add. `attention` moves whole D-float rows with one gather per
-  tensor and adds a materialised mask. Step: 1.12x (with the attention's Linear and Dropout).
+  tensor and adds a materialised mask. Step: 1.16x (with the attention's Linear and Dropout).
 """
 
 from __future__ import annotations
