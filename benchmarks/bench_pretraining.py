@@ -21,7 +21,13 @@ contender's median step, the ratios of ours to the others and MFU; at the end th
 On a shared machine compare the ratios, not the absolute figures. Besides wall time it reports seq per
 CPU-second of the process (all its threads), which the other processes on the machine disturb less.
 
+When other processes keep the cores busy, a contender whose elementwise ops run on several threads
+(torch) waits at every thread barrier for a descheduled thread, so with --threads 2 on a loaded machine
+the transformers figure falls furthest; --threads 1 compares without that effect. MFU divides by the GEMM
+rate of the same round, which the load moves as much as the step times.
+
     python benchmarks/bench_pretraining.py [--rounds 3] [--steps 2] [--threads 2] [--only ours,paddlenlp]
+    python benchmarks/bench_pretraining.py --layers 2 --threads 1 --only ours,transformers   # quick look
 """
 
 from __future__ import annotations
