@@ -24,6 +24,7 @@ JSON and back, so that they can live in the progress file and a resumed run draw
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -146,6 +147,36 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
+    """The project's one way to write an output file: write(temp) beside path, fsync, rename over path.
+
+    A kill at any moment leaves either the old file or the complete new one, never a torn file. The file
+    gets the usual permissions (0666 less the umask) even when `write` creates it 0600, as paddle.save and
+    safetensors do. Returns the path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f"{_TEMP_PREFIX}{path.name}-{os.getpid()}")
+    try:
+        write(str(temp))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)
+        _fsync_file(temp)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """atomic_write of a UTF-8 text file."""
+    return atomic_write(path, lambda temp: Path(temp).write_text(text, encoding="utf-8"))
 
 
 def _json_default(value: Any) -> Any:

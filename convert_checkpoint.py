@@ -41,13 +41,10 @@ import paddle
 import safetensors
 from safetensors.numpy import save_file
 
-from modeling import (
-    BertConfig,
-    BertForPretraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    convert_qkv_layout,
-)
+from bert_config import BertConfig
+from checkpoint import atomic_write, atomic_write_text
+from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification
+from weights import convert_qkv_layout
 
 # ---------------------------------------------------------------------------------------------
 # Reading tensors without torch
@@ -190,7 +187,7 @@ def read_hf_checkpoint(hf_dir: str | os.PathLike) -> tuple[BertConfig, dict[str,
     hf_dir = Path(hf_dir)
     if not hf_dir.is_dir():
         raise FileNotFoundError(f"{hf_dir}: Hugging Face checkpoint folder not found")
-    config = BertConfig.from_json_file(str(hf_dir / "config.json"), ignore_hf_metadata=True)
+    config = BertConfig.from_json_file(hf_dir / "config.json")
     for file_name, reader in (("model.safetensors", read_safetensors), ("pytorch_model.bin", read_torch_bin)):
         weights_path = hf_dir / file_name
         if weights_path.is_file():
@@ -443,30 +440,6 @@ def hf_config_dict(config: BertConfig, heads: Mapping[str, bool], num_labels: in
 # ---------------------------------------------------------------------------------------------
 
 
-def _write_atomically(path: Path, write: Callable[[str], None]) -> None:
-    """write(temp_path) into a temp file beside path, then rename it over path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp_path = str(path.with_name(f".{path.name}.tmp-{os.getpid()}"))
-    try:
-        write(temp_path)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp_path, 0o666 & ~umask)  # some writers create 0600 files; give the usual permissions
-        os.replace(temp_path, path)
-    except BaseException:
-        if os.path.exists(temp_path):
-            os.unlink(temp_path)
-        raise
-
-
-def _write_text(path: Path, text: str) -> None:
-    def write(temp_path: str) -> None:
-        with open(temp_path, "w", encoding="utf-8") as f:
-            f.write(text)
-
-    _write_atomically(path, write)
-
-
 def load_paddle_state(path: str | os.PathLike) -> dict:
     """The dict paddle.save wrote to path, with errors that name the file."""
     path = Path(path)
@@ -499,10 +472,10 @@ def run_hf2paddle(args: argparse.Namespace) -> None:
         raise ValueError(f"{weights_path}: required head(s) absent: "
                          + ", ".join(f"{head} ({HEADS[head]}.*)" for head in absent))
     out_path = Path(args.out_pdparams)
-    _write_atomically(out_path, lambda temp_path: paddle.save(conversion.state, temp_path))
+    atomic_write(out_path, lambda temp_path: paddle.save(conversion.state, temp_path))
     print(f"wrote {len(conversion.state)} parameters to {out_path}")
     if args.config_out:
-        _write_text(Path(args.config_out), config.to_json_string())
+        atomic_write_text(Path(args.config_out), config.to_json_string())
         print(f"wrote PaddleBERT config to {args.config_out}")
     absent = [head for head, present in conversion.heads.items() if not present]
     if absent:
@@ -514,11 +487,11 @@ def run_paddle2hf(args: argparse.Namespace) -> None:
     hf_state, heads = paddle_to_hf(load_paddle_state(args.pdparams), config, args.pdparams)
     out_dir = Path(args.out_dir)
     # transformers refuses safetensors files without format metadata.
-    _write_atomically(out_dir / "model.safetensors",
+    atomic_write(out_dir / "model.safetensors",
                       lambda temp_path: save_file(hf_state, temp_path, metadata={"format": "pt"}))
     num_labels = hf_state["classifier.bias"].shape[0] if heads["classifier"] else 2
     hf_config = hf_config_dict(config, heads, num_labels)
-    _write_text(out_dir / "config.json", json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(out_dir / "config.json", json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
     print(f"wrote {len(hf_state)} tensors to {out_dir / 'model.safetensors'} and {out_dir / 'config.json'}")
     print("\n".join(_describe_heads(heads)))
 

@@ -19,110 +19,21 @@ D = H / N, V = (padded) vocabulary size, M = number of masked positions in the b
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-from collections.abc import Mapping
 
-import numpy as np
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
 import cpu_kernels
+from bert_config import BertConfig
 
-# Before the first matrix product of the process: MKL's fast kernels on AMD CPUs, and tensors in reused
-# memory instead of fresh pages (see cpu_kernels.py).
-cpu_kernels.use_fast_mkl_kernels()
-cpu_kernels.keep_freed_memory()
-
+# Each name bert_config.ACTIVATIONS accepts.
 ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x, approximate=False),
     "gelu_new": lambda x: F.gelu(x, approximate=True),
     "relu": F.relu,
 }
-
-# Keys that Hugging Face writes into config.json for its own bookkeeping. They say nothing
-# about the architecture we build, so from_dict(..., ignore_hf_metadata=True) skips them.
-_HF_METADATA_KEYS = {
-    "_name_or_path", "architectures", "model_type", "transformers_version", "torch_dtype",
-    "gradient_checkpointing", "use_cache", "pad_token_id", "classifier_dropout",
-    "position_embedding_type", "output_past", "id2label", "label2id", "directionality",
-    "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head",
-    "pooler_type", "dtype", "tie_word_embeddings", "problem_type", "finetuning_task", "is_decoder",
-    "add_cross_attention", "chunk_size_feed_forward",
-}
-
-
-@dataclasses.dataclass
-class BertConfig:
-    """Architecture hyperparameters. The field names are those of Google's bert_config.json."""
-
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    # Round the embedding table up to this multiple (8 suits tensor cores); 1 = no padding.
-    pad_vocab_size_multiple: int = 1
-    # Project Q, K and V with one [H, 3H] matrix instead of three [H, H] ones.
-    fuse_mha: bool = False
-
-    def __post_init__(self) -> None:
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} is not a multiple of "
-                f"num_attention_heads {self.num_attention_heads}"
-            )
-        if self.hidden_act not in ACTIVATIONS:
-            raise ValueError(f"hidden_act {self.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
-        if self.pad_vocab_size_multiple < 1:
-            raise ValueError("pad_vocab_size_multiple must be at least 1")
-
-    @property
-    def padded_vocab_size(self) -> int:
-        multiple = self.pad_vocab_size_multiple
-        return (self.vocab_size + multiple - 1) // multiple * multiple
-
-    @classmethod
-    def from_dict(cls, values: Mapping, source: str = "config", ignore_hf_metadata: bool = False) -> BertConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        skipped = _HF_METADATA_KEYS if ignore_hf_metadata else set()
-        unknown = sorted(set(values) - known - skipped)
-        if unknown:
-            raise ValueError(f"{source}: unknown BERT config keys {unknown}")
-        if ignore_hf_metadata and values.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError(f"{source}: only absolute position embeddings are supported")
-        try:
-            return cls(**{k: v for k, v in values.items() if k in known})
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{source}: {error}") from None
-
-    @classmethod
-    def from_json_file(cls, path: str, ignore_hf_metadata: bool = False) -> BertConfig:
-        try:
-            with open(path, encoding="utf-8") as f:
-                values = json.load(f)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: BERT config file not found") from None
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}: not valid JSON ({error})") from None
-        if not isinstance(values, dict):
-            raise ValueError(f"{path}: a BERT config must be a JSON object")
-        return cls.from_dict(values, source=path, ignore_hf_metadata=ignore_hf_metadata)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
 
 class BertEmbeddings(nn.Layer):
@@ -382,93 +293,6 @@ class BertForSequenceClassification(nn.Layer):
         """Returns logits [B, num_labels]."""
         _, pooled_output = self.bert(input_ids, token_type_ids, attention_mask)
         return self.classifier(self.dropout(pooled_output))
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading weights across layouts
-# ---------------------------------------------------------------------------------------------
-
-_QKV_PARTS = ("query", "key", "value")
-
-
-def convert_qkv_layout(state_dict: Mapping, fuse_mha: bool) -> dict:
-    """Rewrite attention weights into the fused (qkv) or unfused (query/key/value) layout.
-
-    Weights of the other layout are converted; everything else passes through unchanged, so a
-    checkpoint saved with either setting loads into a model built with either.
-    """
-    converted = dict(state_dict)
-    for name in list(state_dict):
-        for kind in ("weight", "bias"):
-            axis = 1 if kind == "weight" else 0  # Paddle Linear weights are [in, out]
-            if fuse_mha and name.endswith(f".attention.query.{kind}"):
-                prefix = name[: -len(f"query.{kind}")]
-                parts = [converted.pop(f"{prefix}{part}.{kind}") for part in _QKV_PARTS]
-                converted[f"{prefix}qkv.{kind}"] = _concat(parts, axis)
-            if not fuse_mha and name.endswith(f".attention.qkv.{kind}"):
-                prefix = name[: -len(f"qkv.{kind}")]
-                for part, value in zip(_QKV_PARTS, _split(converted.pop(name), 3, axis), strict=True):
-                    converted[f"{prefix}{part}.{kind}"] = value
-    return converted
-
-
-def _as_numpy(value):
-    return value.numpy() if isinstance(value, paddle.Tensor) else value
-
-
-def _concat(parts, axis):
-    return np.concatenate([_as_numpy(p) for p in parts], axis=axis)
-
-
-def _split(value, sections, axis):
-    return np.split(_as_numpy(value), sections, axis=axis)
-
-
-_VOCAB_ROWS = ("embeddings.word_embeddings.weight", "cls.decoder_bias")
-
-
-def load_weights(model: nn.Layer, state_dict: Mapping, source: str) -> tuple[list[str], list[str]]:
-    """Load a state dict into model, whatever its QKV layout, prefix or vocabulary padding.
-
-    - fused and unfused attention weights convert into the model's layout;
-    - an encoder-only state (keys "embeddings...") loads into a model with a `bert` submodule;
-    - word-embedding rows are cut or zero-padded to the model's padded vocabulary size.
-
-    Returns (missing, unexpected): model parameters the state did not provide, left as
-    initialised, and state entries the model has no place for. The caller reports them; a
-    shape mismatch raises ValueError naming `source` and the parameter.
-    """
-    model_state = model.state_dict()
-    has_bert_prefix = any(k.startswith("bert.") for k in model_state)
-    state = {}
-    for name, value in state_dict.items():
-        if has_bert_prefix and not name.startswith(("bert.", "cls.", "qa_outputs.", "classifier.")):
-            name = "bert." + name
-        if not has_bert_prefix and name.startswith("bert."):
-            name = name[len("bert."):]
-        state[name] = value
-    fuse_mha = any(k.endswith(".attention.qkv.weight") for k in model_state)
-    state = convert_qkv_layout(state, fuse_mha)
-
-    to_load = {}
-    for name, value in state.items():
-        if name not in model_state:
-            continue
-        array = _as_numpy(value)
-        expected = list(model_state[name].shape)
-        if name.endswith(_VOCAB_ROWS) and list(array.shape[1:]) == expected[1:] and array.shape[0] != expected[0]:
-            rows = expected[0]
-            if array.shape[0] > rows:
-                array = array[:rows]
-            else:
-                array = np.concatenate([array, np.zeros((rows - array.shape[0], *array.shape[1:]), array.dtype)])
-        if list(array.shape) != expected:
-            raise ValueError(f"{source}: parameter {name} has shape {list(array.shape)}, model expects {expected}")
-        to_load[name] = paddle.to_tensor(array, dtype=model_state[name].dtype)
-    model.set_state_dict(to_load)
-    missing = sorted(set(model_state) - set(to_load))
-    unexpected = sorted(set(state) - set(model_state))
-    return missing, unexpected
 
 
 def count_parameters(model: nn.Layer) -> int:

@@ -36,6 +36,18 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from amp import (
+    AmpPolicy,
+    add_amp_arguments,
+    amp_autocast,
+    amp_decorate,
+    amp_policy,
+    check_amp_arguments,
+    create_loss_scaler,
+)
+from bert_config import BERT_MODELS, build_config, config_file_for
+from checkpoint import atomic_write
+from cli import str_to_bool
 from dllog import DLLogger
 from glue_data import (
     GLUE_TASKS,
@@ -48,30 +60,13 @@ from glue_data import (
 )
 from glue_metrics import compute_metrics
 from lr_scheduler import create_lr_scheduler
-from modeling import BertConfig, BertForSequenceClassification, load_weights
+from modeling import BertForSequenceClassification
 from optimizer import create_optimizer
-from run_squad import (
-    BERT_MODELS,
-    MAX_GRAD_NORM,
-    _atomic_write,
-    _strtobool,
-    resolve_params_path,
-    save_fine_tuned,
-    total_training_steps,
-)
-from runtime import (
-    AmpPolicy,
-    add_amp_arguments,
-    amp_autocast,
-    amp_decorate,
-    amp_policy,
-    check_amp_arguments,
-    configure_cpu_threads,
-    create_loss_scaler,
-    init_data_parallel,
-)
+from run_squad import MAX_GRAD_NORM, save_fine_tuned, total_training_steps
+from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel
 from squad_utils import batch_indices
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
+from weights import load_pretrained
 
 ROOT = Path(__file__).resolve().parent
 CUSTOM_TASK = "custom"
@@ -141,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     prediction.add_argument("--predict-batch-size", type=int, default=8, help="examples per prediction batch")
 
     advanced = parser.add_argument_group("Advanced")
-    advanced.add_argument("--show-config", type=_strtobool, default=True, help="log the arguments")
+    advanced.add_argument("--show-config", type=str_to_bool, default=True, help="log the arguments")
     add_amp_arguments(parser)
     return parser
 
@@ -168,10 +163,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         for name in custom_flags:
             if getattr(args, name) is not None:
                 parser.error(f"--{name.replace('_', '-')} is only used with --task-name custom")
-    if args.bert_model == "custom" and not args.config_file:
-        parser.error("--bert-model custom needs --config-file")
-    if args.config_file is None:
-        args.config_file = str(ROOT / "bert_configs" / f"{args.bert_model}.json")
+    try:
+        args.config_file = config_file_for(args.bert_model, args.config_file)
+    except ValueError as error:
+        parser.error(str(error))
     if args.max_steps is not None and args.max_steps <= 0:
         args.max_steps = None
     for name in ("epochs", "train_batch_size", "predict_batch_size", "gradient_merge_steps", "log_freq"):
@@ -214,21 +209,16 @@ def read_examples(args: argparse.Namespace, path: str, require_labels: bool) -> 
 
 
 def build_model(args: argparse.Namespace, num_labels: int, logger: DLLogger) -> BertForSequenceClassification:
-    config = BertConfig.from_json_file(args.config_file)
-    if args.max_seq_length > config.max_position_embeddings:
-        raise ValueError(f"--max-seq-length {args.max_seq_length} is longer than the {config.max_position_embeddings} "
-                         f"positions of {args.config_file}")
-    config.fuse_mha = args.fuse_mha
+    config = build_config(args.bert_model, args.config_file, fuse_mha=args.fuse_mha,
+                          max_seq_length=args.max_seq_length)
     model = BertForSequenceClassification(config, num_labels)
     if args.from_pretrained_params:
-        path = resolve_params_path(args.from_pretrained_params, args.model_prefix)
-        missing, unexpected = load_weights(model, paddle.load(path), source=path)
-        encoder_missing = [name for name in missing if not name.startswith("classifier.")]
-        if encoder_missing:
-            raise ValueError(f"{path}: lacks encoder parameters {encoder_missing[:5]} (and {len(encoder_missing)} "
-                             "in all); is it a BERT checkpoint for this --config-file?")
-        logger.log("PARAMETER", {"init_params": path, "newly_initialized": missing,
-                                 "unused_params": len(unexpected)})
+        # The classifier reads the pooler; a checkpoint without one (an MLM-only model) starts it at random.
+        report = load_pretrained(model, args.from_pretrained_params, required=("embeddings", "encoder"),
+                                 flag="--from-pretrained-params", model_prefix=args.model_prefix)
+        print(report.describe(), flush=True)
+        logger.log("PARAMETER", {"init_params": report.path, "newly_initialized": report.missing,
+                                 "unused_params": report.unused})
     return model
 
 
@@ -327,7 +317,7 @@ def write_predictions(path: str, examples: list[ClassificationExample], probabil
     for example, index, row in zip(examples, predicted, probabilities, strict=True):
         writer.writerow([example.guid, labels[index], f"{row[index]:.6f}"])
     content = text.getvalue()
-    _atomic_write(path, lambda temporary: Path(temporary).write_text(content, encoding="utf-8"))
+    atomic_write(path, lambda temporary: Path(temporary).write_text(content, encoding="utf-8"))
 
 
 def predict(model: BertForSequenceClassification, tokenizer: BertTokenizer, args: argparse.Namespace,
@@ -353,6 +343,7 @@ def predict(model: BertForSequenceClassification, tokenizer: BertTokenizer, args
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure_cpu_threads()
+    apply_cpu_tweaks()
     rank, world_size = init_data_parallel()
     logger = DLLogger(args.report_file, enabled=rank == 0)
     if args.show_config:

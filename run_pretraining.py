@@ -43,27 +43,19 @@ import numpy as np
 import paddle
 
 import checkpoint
+import cli
+from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check_amp_arguments, create_loss_scaler
+from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
+from cli import str_to_bool
 from dllog import DLLogger
 from loss import IGNORE_INDEX, BertPretrainingCriterion
 from lr_scheduler import create_lr_scheduler
-from modeling import BertConfig, BertForPretraining, load_weights
+from modeling import BertForPretraining
 from optimizer import OPTIMIZER_NAMES, create_optimizer
 from pretraining_dataset import PretrainingDataLoader
-from runtime import (
-    add_amp_arguments,
-    amp_autocast,
-    amp_decorate,
-    amp_policy,
-    check_amp_arguments,
-    configure_cpu_threads,
-    create_loss_scaler,
-    init_data_parallel,
-    set_cpu_affinity,
-    str_to_bool,
-)
+from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
+from weights import load_pretrained, load_state
 
-BERT_MODELS = ("bert-base-uncased", "bert-base-cased", "bert-large-uncased", "bert-large-cased", "custom")
-CONFIG_DIR = Path(__file__).resolve().parent / "bert_configs"
 # The reference pads the vocabulary to a multiple of 8 for tensor cores; load_weights handles either size.
 VOCAB_PAD_MULTIPLE = 8
 
@@ -152,21 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_positive(parser: argparse.ArgumentParser, args: argparse.Namespace, *names: str, minimum: int = 1):
-    for name in names:
-        value = getattr(args, name)
-        if value is not None and value < minimum:
-            parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse and check the command line; invalid input exits with a one-line error naming the flag."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    _check_positive(parser, args, "max_steps", "steps_this_run", "log_freq", "num_steps_per_checkpoint",
+    cli.check_at_least(parser, args, "max_steps", "steps_this_run", "log_freq", "num_steps_per_checkpoint",
                     "keep_checkpoint_max", "batch_size", "gradient_merge_steps", "max_seq_length",
                     "max_predictions_per_seq", "benchmark_steps")
-    _check_positive(parser, args, "benchmark_warmup_steps", "num_workers", "max_nonfinite_steps", minimum=0)
+    cli.check_at_least(parser, args, "benchmark_warmup_steps", "num_workers", "max_nonfinite_steps", minimum=0)
     if args.phase1 and args.phase2:
         parser.error("--phase1 and --phase2 cannot both be set")
     if args.from_checkpoint is not None and args.from_pretrained_params is not None:
@@ -208,10 +193,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--input-dir {args.input_dir}: no such folder")
     if not Path(args.vocab_file).is_file():
         parser.error(f"--vocab-file {args.vocab_file}: no such file")
-    if args.config_file is None:
-        if args.bert_model == "custom":
-            parser.error("--bert-model custom needs --config-file")
-        args.config_file = str(CONFIG_DIR / f"{args.bert_model}.json")
+    try:
+        args.config_file = config_file_for(args.bert_model, args.config_file)
+    except ValueError as error:
+        parser.error(str(error))
     if not Path(args.config_file).is_file():
         parser.error(f"--config-file {args.config_file}: no such file")
     for flag in ("from_pretrained_params", "from_phase1_final_params"):
@@ -229,14 +214,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def load_bert_config(args: argparse.Namespace) -> BertConfig:
-    config = BertConfig.from_json_file(args.config_file)
-    config.fuse_mha = args.fuse_mha
-    if config.pad_vocab_size_multiple == 1:
-        config.pad_vocab_size_multiple = VOCAB_PAD_MULTIPLE
-    if args.max_seq_length > config.max_position_embeddings:
-        raise SystemExit(f"--max-seq-length {args.max_seq_length} exceeds max_position_embeddings "
-                         f"{config.max_position_embeddings} of {args.config_file}")
-    return config
+    return build_config(args.bert_model, args.config_file, fuse_mha=args.fuse_mha,
+                        pad_vocab_size_multiple=VOCAB_PAD_MULTIPLE, max_seq_length=args.max_seq_length)
 
 
 @dataclasses.dataclass
@@ -431,17 +410,9 @@ def resolve_resume_folder(args: argparse.Namespace, phase: int) -> Path | None:
 
 def load_weights_only(model: paddle.nn.Layer, folder: str, prefix: str, flag: str) -> None:
     """Start from the weights in <folder>/<prefix>.pdparams. Pre-training heads the file lacks (an encoder-only
-    model) start from their initialisation; a missing encoder weight is an error."""
-    path = Path(folder) / (prefix + checkpoint.PARAMS_SUFFIX)
-    missing, unexpected = load_weights(model, paddle.load(str(path)), str(path))
-    missing_encoder = [name for name in missing if name.startswith("bert.")]
-    if missing_encoder:
-        raise SystemExit(f"{flag} {path}: encoder weights missing from the file: {', '.join(missing_encoder[:5])}")
-    if missing:
-        print(f"{flag} {path}: no weights for {', '.join(missing)}; they start from their initialisation",
-              flush=True)
-    if unexpected:
-        print(f"{flag} {path}: ignored {len(unexpected)} entries the model has no place for", flush=True)
+    model) start from their initialisation; a missing embedding or encoder weight is an error."""
+    report = load_pretrained(model, folder, required=("embeddings", "encoder"), flag=flag, model_prefix=prefix)
+    print(f"{flag} {report.describe()}", flush=True)
 
 
 def initialise_weights(trainer: Trainer, args: argparse.Namespace, phase: int, say) -> tuple[Path | None, dict]:
@@ -466,7 +437,7 @@ def initialise_weights(trainer: Trainer, args: argparse.Namespace, phase: int, s
     if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
         raise SystemExit(f"{resume_folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
                          "resume with the same setting, or start from its weights with --from-pretrained-params")
-    load_weights(trainer.model, model_state, str(resume_folder))
+    load_state(trainer.model, model_state, str(resume_folder))
     load_optimizer_state(trainer.model, trainer.optimizer, optimizer_state, str(resume_folder))
     if trainer.scaler and progress.get("loss_scaler"):
         trainer.scaler.load_state_dict(progress["loss_scaler"])
@@ -647,10 +618,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     process_info = {"cpu_affinity": set_cpu_affinity() if args.enable_cpu_affinity else None}
     process_info["cpu_threads"] = configure_cpu_threads()
+    process_info.update(apply_cpu_tweaks())
     # Fresh parameter-name counters, so that a run called from Python names everything as a new process would.
     with paddle.utils.unique_name.guard():
         return run(args, process_start, process_info)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run_main(main, "run_pretraining.py"))

@@ -16,12 +16,10 @@ runs in process (no --eval-script); --max-steps, when set, alone decides the tra
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -29,22 +27,24 @@ from pathlib import Path
 import numpy as np
 import paddle
 
-from dllog import DLLogger
-from loss import squad_span_loss
-from lr_scheduler import create_lr_scheduler
-from modeling import BertConfig, BertForQuestionAnswering, load_weights
-from optimizer import create_optimizer
-from runtime import (
+from amp import (
     AmpPolicy,
     add_amp_arguments,
     amp_autocast,
     amp_decorate,
     amp_policy,
     check_amp_arguments,
-    configure_cpu_threads,
     create_loss_scaler,
-    init_data_parallel,
 )
+from bert_config import BERT_MODELS, build_config, config_file_for
+from checkpoint import atomic_write
+from cli import str_to_bool
+from dllog import DLLogger
+from loss import squad_span_loss
+from lr_scheduler import create_lr_scheduler
+from modeling import BertForQuestionAnswering
+from optimizer import create_optimizer
+from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel
 from squad_evaluate import evaluate, load_dataset
 from squad_utils import (
     SquadFeature,
@@ -56,9 +56,9 @@ from squad_utils import (
     span_text,
 )
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
+from weights import load_pretrained
 
 ROOT = Path(__file__).resolve().parent
-BERT_MODELS = ("bert-base-uncased", "bert-base-cased", "bert-large-uncased", "bert-large-cased", "custom")
 MAX_GRAD_NORM = 1.0  # gradient clipping of Google's and NVIDIA's fine-tuning recipes
 PARAMS_SUFFIX = ".pdparams"
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
@@ -138,18 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     benchmark.add_argument("--benchmark-warmup-steps", type=int, default=20, help="untimed steps before them")
 
     advanced = parser.add_argument_group("Advanced")
-    advanced.add_argument("--show-config", type=_strtobool, default=True, help="log the arguments")
+    advanced.add_argument("--show-config", type=str_to_bool, default=True, help="log the arguments")
     add_amp_arguments(parser)
     return parser
-
-
-def _strtobool(value: str) -> bool:
-    lowered = value.lower()
-    if lowered in ("y", "yes", "t", "true", "on", "1"):
-        return True
-    if lowered in ("n", "no", "f", "false", "off", "0"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected a boolean, got {value!r}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -169,10 +160,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      "--from-pretrained-params")
     if args.inference_model_dir and not args.do_predict:
         parser.error("--inference-model-dir is only used with --do-predict")
-    if args.bert_model == "custom" and not args.config_file:
-        parser.error("--bert-model custom needs --config-file")
-    if args.config_file is None:
-        args.config_file = str(ROOT / "bert_configs" / f"{args.bert_model}.json")
+    try:
+        args.config_file = config_file_for(args.bert_model, args.config_file)
+    except ValueError as error:
+        parser.error(str(error))
     if args.max_steps is not None and args.max_steps <= 0:
         args.max_steps = None
     for name in ("epochs", "train_batch_size", "predict_batch_size", "gradient_merge_steps", "log_freq",
@@ -199,52 +190,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---------------------------------------------------------------------------------------------
 
 
-def resolve_params_path(path: str, model_prefix: str) -> str:
-    """A .pdparams file itself, or <folder>/<model_prefix>.pdparams (the layout of pretraining checkpoints)."""
-    if os.path.isdir(path):
-        path = os.path.join(path, model_prefix + PARAMS_SUFFIX)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: parameters file not found")
-    return path
-
-
 def build_model(args: argparse.Namespace, logger: DLLogger) -> BertForQuestionAnswering:
-    config = BertConfig.from_json_file(args.config_file)
-    config.fuse_mha = args.fuse_mha
+    config = build_config(args.bert_model, args.config_file, fuse_mha=args.fuse_mha,
+                          max_seq_length=args.max_seq_length)
     model = BertForQuestionAnswering(config)
     if args.from_pretrained_params:
-        path = resolve_params_path(args.from_pretrained_params, args.model_prefix)
-        missing, unexpected = load_weights(model, paddle.load(path), source=path)
-        encoder_missing = [name for name in missing if not name.startswith("qa_outputs.")]
-        if encoder_missing:
-            raise ValueError(f"{path}: lacks encoder parameters {encoder_missing[:5]} (and {len(encoder_missing)} "
-                             "in all); is it a BERT checkpoint for this --config-file?")
-        logger.log("PARAMETER", {"init_params": path, "newly_initialized": missing,
-                                 "unused_params": len(unexpected)})
+        # SQuAD reads every token's output and never the pooler, so a checkpoint without one still fine-tunes.
+        report = load_pretrained(model, args.from_pretrained_params, required=("embeddings", "encoder"),
+                                 flag="--from-pretrained-params", model_prefix=args.model_prefix)
+        print(report.describe(), flush=True)
+        logger.log("PARAMETER", {"init_params": report.path, "newly_initialized": report.missing,
+                                 "unused_params": report.unused})
     return model
-
-
-def _atomic_write(path: str, write: Callable[[str], None]) -> None:
-    """Write through a temporary file in the same folder, then rename it into place."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-    os.close(handle)
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(temporary)
-        raise
 
 
 def save_fine_tuned(model: BertForQuestionAnswering, output_dir: str, model_prefix: str) -> str:
     """<output_dir>/<model_prefix>.pdparams and the architecture as <model_prefix>_config.json."""
     params_path = os.path.join(output_dir, model_prefix + PARAMS_SUFFIX)
-    _atomic_write(params_path, lambda path: paddle.save(model.state_dict(), path))
+    atomic_write(params_path, lambda path: paddle.save(model.state_dict(), path))
     config_text = model.config.to_json_string()
-    _atomic_write(os.path.join(output_dir, model_prefix + "_config.json"),
+    atomic_write(os.path.join(output_dir, model_prefix + "_config.json"),
                   lambda path: Path(path).write_text(config_text, encoding="utf-8"))
     return params_path
 
@@ -440,7 +405,7 @@ def benchmark_inference(run: BatchPredictor, features: list[SquadFeature], args:
 
 def write_json(path: str, content: object) -> None:
     text = json.dumps(content, indent=4, ensure_ascii=False) + "\n"
-    _atomic_write(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"))
+    atomic_write(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"))
 
 
 def predict(run: BatchPredictor, tokenizer: BertTokenizer, args: argparse.Namespace, logger: DLLogger) -> None:
@@ -469,6 +434,7 @@ def predict(run: BatchPredictor, tokenizer: BertTokenizer, args: argparse.Namesp
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     num_threads = configure_cpu_threads()
+    apply_cpu_tweaks()
     rank, world_size = init_data_parallel()
     logger = DLLogger(args.report_file, enabled=rank == 0)
     if args.show_config:

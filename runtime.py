@@ -1,49 +1,36 @@
-"""Process-level setup shared by the entry scripts: CPU threads and affinity, data parallelism, mixed precision.
+"""Process setup shared by the entry scripts: CPU threads, CPU affinity, CPU library settings, data parallelism.
 
 Threads: `import paddle` sets OMP_NUM_THREADS=1 when it is unset, which silently leaves Paddle on
 one core. We therefore set Paddle's thread count explicitly in every process:
 PADDLEBERT_NUM_THREADS if it is set, otherwise the machine's cores divided evenly among the
 processes that `paddle.distributed.launch` started on this node (PADDLE_LOCAL_SIZE).
 
-Mixed precision (the same flags for run_pretraining.py, run_squad.py and run_glue.py):
-
-    parser = argparse.ArgumentParser(); add_amp_arguments(parser)
-    args = parser.parse_args(); check_amp_arguments(parser, args)
-    policy = amp_policy(args)                      # disabled, with one printed line, on a CPU
-    model, optimizer = amp_decorate(model, optimizer, policy)   # O2: low-precision weights + fp32 masters
-    scaler = create_loss_scaler(policy)            # None unless float16
-    with amp_autocast(policy):
-        loss = ...
-    (scaler.scale(loss) if scaler else loss).backward()
-    if scaler is None or not scaler.unscale_and_check(optimizer_parameters):
-        optimizer.step()
-    if scaler: scaler.update(found_inf)
-
-Level O1 runs white-listed ops (matmuls) in float16/bfloat16 and keeps weights in fp32; level O2
-(--use-pure-fp16) keeps the weights themselves in low precision and lets the optimizer update fp32
-master copies (Micikevicius et al. 2018, "Mixed Precision Training", arXiv:1710.03740).
+CPU library settings (the MKL code path, glibc's malloc thresholds; cpu_kernels.py says why) change the
+whole process, so only the entry scripts apply them, through `apply_cpu_tweaks`, and only when the run is
+on a CPU. Importing a module of the project changes nothing.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import dataclasses
 import os
-from collections.abc import Iterable
 
 import paddle
-from paddle import _C_ops
+
+import cpu_kernels
 
 
-def str_to_bool(text: str) -> bool:
-    """argparse type for NVIDIA's `--show-config true|false` style flags (distutils' strtobool is gone)."""
-    value = text.strip().lower()
-    if value in ("1", "true", "t", "yes", "y", "on"):
-        return True
-    if value in ("0", "false", "f", "no", "n", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+def apply_cpu_tweaks(device: str | None = None) -> dict[str, object]:
+    """On a CPU run, select MKL's fast kernels and keep freed memory for reuse; a no-op on a GPU.
+
+    Call it before the first matrix product of the process (MKL reads its setting once). Returns what was
+    set, for the run's report: {"mkl_cpu_type": ..., "malloc_keeps_freed_memory": ...}, or {} on a GPU.
+    """
+    device = device or paddle.get_device()
+    if not device.startswith("cpu"):
+        return {}
+    return {"mkl_cpu_type": cpu_kernels.use_fast_mkl_kernels(),
+            "malloc_keeps_freed_memory": cpu_kernels.keep_freed_memory()}
+
 
 
 def configure_cpu_threads() -> int:
@@ -96,190 +83,3 @@ def set_cpu_affinity() -> list[int]:
     cpus = available[start : start + per_rank]
     os.sched_setaffinity(0, cpus)
     return cpus
-
-
-# ---------------------------------------------------------------------------------------------
-# Mixed precision
-# ---------------------------------------------------------------------------------------------
-
-AMP_DTYPES = ("float16", "bfloat16")
-# As in NVIDIA's Paddle BERT recipe: these also run in low precision under O1, and embedding lookups stay in
-# fp32 under pure fp16.
-_AMP_WHITE_LIST = ["softmax", "layer_norm", "gelu"]
-_PURE_FP16_BLACK_LIST = ["lookup_table", "lookup_table_v2"]
-
-
-def add_amp_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --amp, --amp-dtype, --use-pure-fp16, --scale-loss and --use-dynamic-loss-scaling.
-
-    Names and defaults of --amp, --scale-loss, --use-dynamic-loss-scaling and --use-pure-fp16 are those of
-    NVIDIA's Paddle BERT (utils/config.py); its recipes pass `--amp --use-dynamic-loss-scaling
-    --scale-loss=1048576` (2^20) for pre-training.
-    """
-    group = parser.add_argument_group("Mixed precision (GPU only; a CPU run continues in fp32)")
-    group.add_argument("--amp", action="store_true", help="Enable automatic mixed precision training (AMP).")
-    group.add_argument(
-        "--amp-dtype", choices=AMP_DTYPES, default="float16",
-        help="Low-precision type for AMP. bfloat16 (A100/H100/H200) needs no loss scaling.",
-    )
-    group.add_argument(
-        "--use-pure-fp16", action="store_true",
-        help="AMP level O2: weights in --amp-dtype with fp32 master weights in the optimizer (default: O1).",
-    )
-    group.add_argument(
-        "--scale-loss", type=float, default=1.0,
-        help="Initial loss scale for float16 AMP (NVIDIA's recipes use 1048576 = 2^20).",
-    )
-    group.add_argument(
-        "--use-dynamic-loss-scaling", action="store_true",
-        help="float16 AMP: double the loss scale after 2000 overflow-free steps and halve it on every overflow; "
-        "without it the scale stays at --scale-loss. Overflowing steps are skipped either way.",
-    )
-
-
-def check_amp_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Exit through parser.error (one line naming the flag) for an invalid combination of AMP flags."""
-    if args.scale_loss <= 0:
-        parser.error(f"--scale-loss must be positive, got {args.scale_loss}")
-    for flag, value in (("--use-pure-fp16", args.use_pure_fp16),
-                        ("--use-dynamic-loss-scaling", args.use_dynamic_loss_scaling)):
-        if value and not args.amp:
-            parser.error(f"{flag} needs --amp")
-
-
-@dataclasses.dataclass(frozen=True)
-class AmpPolicy:
-    """What mixed precision a run uses. `enabled=False` means plain fp32."""
-
-    enabled: bool = False
-    dtype: str = "float16"
-    level: str = "O1"
-    init_loss_scale: float = 1.0
-    dynamic_loss_scaling: bool = False
-
-    @property
-    def uses_loss_scaling(self) -> bool:
-        # bfloat16 has fp32's exponent range, so its gradients do not underflow and need no scaling.
-        return self.enabled and self.dtype == "float16"
-
-    @property
-    def master_weights(self) -> bool:
-        return self.enabled and self.level == "O2"
-
-
-def amp_policy(args: argparse.Namespace, device: str | None = None) -> AmpPolicy:
-    """The AMP policy for these arguments on `device` (default: Paddle's current device).
-
-    AMP needs a GPU: on any other device this prints one line saying so and returns the fp32 policy.
-    """
-    if not args.amp:
-        return AmpPolicy()
-    device = device or paddle.get_device()
-    if not device.startswith("gpu"):
-        print(f"AMP needs a GPU; the device is {device}, so --amp is ignored and this run continues in fp32.",
-              flush=True)
-        return AmpPolicy()
-    if args.amp_dtype == "bfloat16" and not paddle.amp.is_bfloat16_supported():
-        raise SystemExit(f"--amp-dtype bfloat16: {device} does not support bfloat16 (it needs an A100 or newer)")
-    return AmpPolicy(
-        enabled=True,
-        dtype=args.amp_dtype,
-        level="O2" if args.use_pure_fp16 else "O1",
-        init_loss_scale=args.scale_loss,
-        dynamic_loss_scaling=args.use_dynamic_loss_scaling,
-    )
-
-
-def amp_autocast(policy: AmpPolicy) -> contextlib.AbstractContextManager:
-    """The context to run a forward pass (and the loss) in: paddle.amp.auto_cast, or nothing for fp32."""
-    if not policy.enabled:
-        return contextlib.nullcontext()
-    return paddle.amp.auto_cast(
-        enable=True,
-        custom_white_list=_AMP_WHITE_LIST,
-        custom_black_list=_PURE_FP16_BLACK_LIST if policy.level == "O2" else None,
-        level=policy.level,
-        dtype=policy.dtype,
-    )
-
-
-def amp_decorate(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, policy: AmpPolicy):
-    """For level O2: cast the model's weights to the AMP dtype and give the optimizer fp32 master weights.
-
-    Saved state dicts stay fp32 (save_dtype), so checkpoints load into fp32 and AMP runs alike. Returns
-    (model, optimizer), unchanged for O1 and fp32.
-    """
-    if not policy.master_weights:
-        return model, optimizer
-    return paddle.amp.decorate(
-        models=model, optimizers=optimizer, level="O2", dtype=policy.dtype, master_weight=True, save_dtype="float32"
-    )
-
-
-class LossScaler:
-    """Loss scaling for float16 training (Micikevicius et al. 2018, arXiv:1710.03740, section 3.2).
-
-    The loss is multiplied by `scale` before backward so that small gradients survive in float16; the
-    gradients are divided by it again before the optimizer step. A step whose gradients contain inf or NaN
-    is skipped. With dynamic scaling the scale is halved after every such overflow and doubled after
-    `growth_interval` consecutive good steps (2000, as in NVIDIA's recipes); otherwise it stays fixed.
-
-    Unlike paddle.amp.GradScaler this works on every device (so its rules are tested on CPU) and reports
-    each overflow to the caller, which skips and logs the step.
-    """
-
-    def __init__(self, init_scale: float, dynamic: bool, growth_interval: int = 2000,
-                 growth_factor: float = 2.0, backoff_factor: float = 0.5):
-        if init_scale <= 0:
-            raise ValueError(f"loss scale must be positive, got {init_scale}")
-        self.scale_value = float(init_scale)
-        self.dynamic = dynamic
-        self.growth_interval = growth_interval
-        self.growth_factor = growth_factor
-        self.backoff_factor = backoff_factor
-        self.good_steps = 0
-
-    def scale(self, loss: paddle.Tensor) -> paddle.Tensor:
-        return loss * self.scale_value
-
-    def unscale_and_check(self, parameters: Iterable[paddle.Tensor]) -> bool:
-        """Divide every gradient by the scale in place; True if any gradient holds inf or NaN."""
-        grads_by_dtype: dict[paddle.dtype, list[paddle.Tensor]] = {}
-        for parameter in parameters:
-            if parameter.grad is not None:
-                grads_by_dtype.setdefault(parameter.grad.dtype, []).append(parameter.grad)
-        scale = paddle.to_tensor([self.scale_value], dtype="float32")
-        found_inf = False
-        # One fused kernel per gradient dtype (the op paddle.amp.GradScaler uses), not a Python loop.
-        for grads in grads_by_dtype.values():
-            _, group_found_inf = _C_ops.check_finite_and_unscale_(grads, scale, paddle.to_tensor([False]))
-            found_inf = found_inf or bool(group_found_inf.item())
-        return found_inf
-
-    def update(self, found_inf: bool) -> None:
-        """Adjust the scale after a step: back off on overflow, grow after enough good steps."""
-        if not self.dynamic:
-            return
-        if found_inf:
-            self.scale_value *= self.backoff_factor
-            self.good_steps = 0
-            return
-        self.good_steps += 1
-        if self.good_steps == self.growth_interval:
-            self.scale_value *= self.growth_factor
-            self.good_steps = 0
-
-    def state_dict(self) -> dict:
-        return {"scale": self.scale_value, "good_steps": self.good_steps}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore the scale and the good-step count; whether scaling is dynamic stays this run's choice."""
-        self.scale_value = float(state["scale"])
-        self.good_steps = int(state["good_steps"])
-
-
-def create_loss_scaler(policy: AmpPolicy) -> LossScaler | None:
-    """A LossScaler for float16 AMP (initial scale --scale-loss, dynamic with --use-dynamic-loss-scaling)."""
-    if not policy.uses_loss_scaling:
-        return None
-    return LossScaler(policy.init_loss_scale, dynamic=policy.dynamic_loss_scaling)

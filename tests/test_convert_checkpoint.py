@@ -31,8 +31,8 @@ from modeling import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertModel,
-    load_weights,
 )
+from weights import load_state
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TINY_DIR = FIXTURES / "tiny_bert_torch"
@@ -103,9 +103,9 @@ def minilm_reference() -> dict[str, np.ndarray]:
 def run_minilm(minilm: ConvertedMiniLM, reference: dict, fuse_mha: bool) -> tuple[np.ndarray, np.ndarray]:
     """Our BertModel's (last hidden state, pooled output) on the reference inputs, eval mode."""
     config = BertConfig.from_json_file(str(minilm.config_path))
-    config.fuse_mha = fuse_mha
+    config = dataclasses.replace(config, fuse_mha=fuse_mha)
     model = BertModel(config)
-    missing, unexpected = load_weights(model, minilm.state, str(minilm.pdparams))
+    missing, unexpected = load_state(model, minilm.state, str(minilm.pdparams))
     assert missing == [] and unexpected == []
     model.eval()
     with paddle.no_grad():
@@ -173,7 +173,7 @@ def test_minilm_round_trip_reproduces_the_original_tensors(minilm, capsys, tmp_p
     hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert hf_config["architectures"] == ["BertModel"]
     written_config = BertConfig.from_json_file(str(minilm.config_path))
-    assert BertConfig.from_dict(hf_config, ignore_hf_metadata=True) == written_config
+    assert BertConfig.from_dict(hf_config) == written_config
 
 
 def test_require_heads_fails_naming_the_absent_heads_and_writes_nothing(tmp_path):
@@ -216,11 +216,11 @@ def test_tiny_bin_converts_for_pretraining_and_squad_models(capsys, tmp_path):
     vocab_size = reference["prediction_logits"].shape[-1]
     for pad_multiple in (1, 8):  # 27 -> 32 rows when padded; load_weights pads
         config = BertConfig.from_json_file(str(tmp_path / "tiny.json"))
-        config.pad_vocab_size_multiple = pad_multiple
+        config = dataclasses.replace(config, pad_vocab_size_multiple=pad_multiple)
         pretraining = BertForPretraining(config)
-        assert load_weights(pretraining, state, "tiny")[0] == []
+        assert load_state(pretraining, state, "tiny")[0] == []
         span = BertForQuestionAnswering(config)
-        assert load_weights(span, state, "tiny")[0] == []
+        assert load_state(span, state, "tiny")[0] == []
         pretraining.eval()
         span.eval()
         with paddle.no_grad():
@@ -268,9 +268,9 @@ def test_tiny_round_trip_reproduces_the_tensors(capsys, tmp_path):
 def test_paddle2hf_unfuses_and_unpads_a_trained_model_state():
     conversion = convert_checkpoint.hf_to_paddle(tiny_hf_state(), tiny_config(), "tiny")
     config = tiny_config()
-    config.fuse_mha, config.pad_vocab_size_multiple = True, 8
+    config = dataclasses.replace(config, fuse_mha=True, pad_vocab_size_multiple=8)
     model = BertForPretraining(config)
-    assert load_weights(model, conversion.state, "tiny")[0] == []
+    assert load_state(model, conversion.state, "tiny")[0] == []
     model_state = model.state_dict()
     assert "bert.encoder.0.attention.qkv.weight" in model_state
     assert model_state["bert.embeddings.word_embeddings.weight"].shape == [32, 8]
@@ -288,7 +288,7 @@ def test_classifier_head_converts_both_ways(capsys, tmp_path):
     conversion = convert_checkpoint.hf_to_paddle(hf_state, tiny_config(), "classifier")
     assert conversion.heads == {"pooler": True, "mlm": False, "nsp": False, "qa": False, "classifier": True}
     model = BertForSequenceClassification(tiny_config(), num_labels=3)
-    assert load_weights(model, conversion.state, "classifier") == ([], [])
+    assert load_state(model, conversion.state, "classifier") == ([], [])
     model.eval()
     reference = tiny_reference()
     with paddle.no_grad():
@@ -355,7 +355,7 @@ def tiny_hf_state() -> dict[str, np.ndarray]:
 
 
 def tiny_config() -> BertConfig:
-    return BertConfig.from_json_file(str(TINY_DIR / "config.json"), ignore_hf_metadata=True)
+    return BertConfig.from_json_file(str(TINY_DIR / "config.json"))
 
 
 def test_partial_head_is_an_error_naming_the_missing_tensor():
@@ -386,7 +386,7 @@ def test_untied_decoder_unknown_tensor_and_wrong_shape_are_errors():
     with pytest.raises(ValueError, match="encoder.layer.2.output.dense.bias has no place in a 2-layer BERT"):
         convert_checkpoint.hf_to_paddle(state, tiny_config(), "src")
     config = tiny_config()
-    config.intermediate_size = 32
+    config = dataclasses.replace(config, intermediate_size=32)
     with pytest.raises(ValueError, match=r"intermediate.dense.weight has shape \[8, 16\], the config implies"):
         convert_checkpoint.hf_to_paddle(tiny_hf_state(), config, "src")
 

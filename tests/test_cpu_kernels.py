@@ -89,9 +89,10 @@ def test_a_user_setting_wins(tmp_path, monkeypatch):
 
 
 # Reports the bytes glibc holds in mmap-ed blocks (mallinfo2().hblkhd) while a 64 MiB block is alive, before and
-# after importing modeling; a block served from the heap adds nothing there.
+# after running the code in sys.argv[1]; a block served from the heap adds nothing there. Then the environment
+# variables that code added or changed.
 _MMAP_PROBE = """
-import ctypes, os
+import ctypes, os, sys
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
                 ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
@@ -105,24 +106,36 @@ def mmapped_while_allocated():
     held = libc.mallinfo2().hblkhd
     libc.free(block)
     return held
+import paddle  # sets OMP_NUM_THREADS itself: not ours to report
+environment = dict(os.environ)
 before = mmapped_while_allocated()
-import modeling
-print(before >= 64 << 20, mmapped_while_allocated() >= 64 << 20)
+exec(sys.argv[1])
+changed = sorted(k for k, v in os.environ.items() if environment.get(k) != v)
+print(before >= 64 << 20, mmapped_while_allocated() >= 64 << 20, changed)
 """
+_PROJECT_MODULES = ("modeling", "optimizer", "cpu_kernels", "runtime", "amp", "weights", "bert_config", "checkpoint",
+                    "run_pretraining", "run_squad", "run_glue", "convert_checkpoint")
 
 
-def test_importing_modeling_selects_mkl_kernels_and_keeps_big_blocks_in_the_heap():
+def _probe(code: str) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("MKL_DEBUG_CPU_TYPE", "MALLOC_MMAP_THRESHOLD_",
                                                             "MALLOC_TRIM_THRESHOLD_")}
-    code = "import os, modeling; print(os.environ.get('MKL_DEBUG_CPU_TYPE'))"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                            check=True)
+    result = subprocess.run([sys.executable, "-c", _MMAP_PROBE, code], cwd=ROOT, env=env, capture_output=True,
+                            text=True, check=True)
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc malloc statistics")
+def test_importing_the_project_changes_no_process_setting():
+    assert _probe("import " + ", ".join(_PROJECT_MODULES)) == "True True []"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc malloc statistics")
+def test_cpu_tweaks_select_mkl_kernels_and_keep_big_blocks_in_the_heap_on_cpu_only():
     expected = cpu_kernels.mkl_cpu_type(*cpu_kernels._cpu_vendor_and_flags())
-    assert result.stdout.strip().splitlines()[-1] == str(expected)
-    if sys.platform == "linux":
-        result = subprocess.run([sys.executable, "-c", _MMAP_PROBE], cwd=ROOT, env=env, capture_output=True,
-                                text=True, check=True)
-        assert result.stdout.strip().splitlines()[-1] == "True False"
+    changed = "['MKL_DEBUG_CPU_TYPE']" if expected else "[]"
+    assert _probe("import runtime; runtime.apply_cpu_tweaks('cpu')") == f"True False {changed}"
+    assert _probe("import runtime; runtime.apply_cpu_tweaks('gpu:0')") == "True True []"
 
 
 def test_keep_freed_memory_respects_the_users_malloc_settings(monkeypatch):

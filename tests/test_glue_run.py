@@ -361,9 +361,9 @@ def test_amp_on_cpu_says_so_in_one_line_and_trains_in_fp32(workspace, two_steps_
 @pytest.fixture
 def gpu_amp_policy(monkeypatch):
     """Build the AMP policy as on a GPU, so that the loss-scaling flags act (autocast itself is a no-op on CPU)."""
-    import runtime
+    import amp
 
-    monkeypatch.setattr(run_glue, "amp_policy", lambda args: runtime.amp_policy(args, device="gpu:0"))
+    monkeypatch.setattr(run_glue, "amp_policy", lambda args: amp.amp_policy(args, device="gpu:0"))
 
 
 @pytest.mark.parametrize(("dynamic", "expected_scale"), [(False, 1e39), (True, 5e38)])
@@ -440,11 +440,11 @@ def test_checkpoint_without_the_encoder_is_refused(workspace, tmp_path):
     partial = tmp_path / "embeddings_only.pdparams"
     state = paddle.load(str(workspace / "pretrain" / "1000" / "bert_paddle.pdparams"))
     paddle.save({name: value for name, value in state.items() if ".embeddings." in name}, str(partial))
-    with pytest.raises(ValueError, match=f"{partial}: lacks encoder parameters"):
+    with pytest.raises(ValueError, match=f"{partial}: no complete encoder weights"):
         run(workspace, "partial", "--from-pretrained-params", partial, "--do-eval", "--predict-file",
             workspace / "dev.tsv")
 
 
 def test_max_seq_length_must_fit_the_position_embeddings(workspace):
-    with pytest.raises(ValueError, match=r"--max-seq-length 513 is longer than the 512 positions of .*config.json"):
+    with pytest.raises(ValueError, match=r"--max-seq-length 513 exceeds max_position_embeddings 512 of .*config"):
         run(workspace, "too_long", "--max-seq-length", 513, "--do-eval", "--predict-file", workspace / "dev.tsv")

@@ -13,6 +13,7 @@ import pytest
 import modeling
 from conftest import ROOT
 from loss import BertPretrainingCriterion
+from weights import load_state
 
 CONFIG_DIR = ROOT / "bert_configs"
 
@@ -109,13 +110,13 @@ def test_fused_and_unfused_layouts_load_into_each_other():
     unfused = modeling.BertForPretraining(tiny_config())
     fused = modeling.BertForPretraining(tiny_config(fuse_mha=True))
     assert "bert.encoder.0.attention.qkv.weight" in fused.state_dict()
-    missing, unexpected = modeling.load_weights(fused, unfused.state_dict(), "unfused")
+    missing, unexpected = load_state(fused, unfused.state_dict(), "unfused")
     assert (missing, unexpected) == ([], [])
     batch = random_batch(unfused.config)
     for a, b in zip(run_model(unfused, *batch), run_model(fused, *batch), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
     back = modeling.BertForPretraining(tiny_config())
-    modeling.load_weights(back, fused.state_dict(), "fused")
+    load_state(back, fused.state_dict(), "fused")
     for name, value in unfused.state_dict().items():
         np.testing.assert_array_equal(value.numpy(), back.state_dict()[name].numpy(), err_msg=name)
 
@@ -127,7 +128,7 @@ def test_vocab_padding_rounds_up_and_loads_unpadded_weights():
     assert padded.bert.embeddings.word_embeddings.weight.shape == [104, 32]
     assert padded.cls.decoder_bias.shape == [104]
     unpadded = modeling.BertForPretraining(tiny_config())
-    modeling.load_weights(padded, unpadded.state_dict(), "unpadded")
+    load_state(padded, unpadded.state_dict(), "unpadded")
     table = padded.bert.embeddings.word_embeddings.weight.numpy()
     np.testing.assert_array_equal(table[:99], unpadded.bert.embeddings.word_embeddings.weight.numpy())
     np.testing.assert_array_equal(table[99:], 0)

@@ -1,4 +1,4 @@
-"""runtime.py: thread count, CPU affinity, the AMP flags and the float16 loss scaler."""
+"""runtime.py, amp.py and cli.py: thread count, CPU affinity, the AMP flags, the float16 loss scaler, flag types."""
 
 from __future__ import annotations
 
@@ -11,18 +11,18 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import ROOT
-from runtime import (
+from amp import (
     AmpPolicy,
     LossScaler,
     add_amp_arguments,
     amp_autocast,
     amp_policy,
     check_amp_arguments,
-    configure_cpu_threads,
     create_loss_scaler,
-    str_to_bool,
 )
+from cli import str_to_bool
+from conftest import ROOT
+from runtime import configure_cpu_threads
 
 
 def amp_args(*argv: str) -> argparse.Namespace:

@@ -388,9 +388,9 @@ def test_amp_on_cpu_says_so_in_one_line_and_trains_in_fp32(workspace, capsys):
 @pytest.fixture
 def gpu_amp_policy(monkeypatch):
     """Build the AMP policy as on a GPU, so that the loss-scaling flags act (autocast itself is a no-op on CPU)."""
-    import runtime
+    import amp
 
-    monkeypatch.setattr(run_squad, "amp_policy", lambda args: runtime.amp_policy(args, device="gpu:0"))
+    monkeypatch.setattr(run_squad, "amp_policy", lambda args: amp.amp_policy(args, device="gpu:0"))
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")

@@ -1,0 +1,165 @@
+"""The BERT architecture's hyperparameters, and the one place that builds the config a run uses.
+
+    config = build_config("bert-large-uncased", None, fuse_mha=True, max_seq_length=512)
+
+`build_config` reads the JSON (ours, Google's bert_config.json or Hugging Face's config.json), applies the
+run's flags, and only then builds the frozen BertConfig, so that every check runs on the values the model
+is actually built with. Every entry script and the converter build their config through it.
+
+A Hugging Face config.json is read by the keys that define the architecture (the BertConfig field names,
+which Google and Hugging Face share); its bookkeeping (transformers_version, architectures, dtype, token
+ids, label maps, ...) is ignored, whatever new keys a future version adds. Values that would make
+transformers build a different network than ours are refused: relative position embeddings, a decoder,
+cross-attention, untied MLM decoder weights, another model type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+BERT_MODELS = ("bert-base-uncased", "bert-base-cased", "bert-large-uncased", "bert-large-cased", "custom")
+CONFIG_DIR = Path(__file__).resolve().parent / "bert_configs"
+ACTIVATIONS = ("gelu", "gelu_new", "relu")  # modeling.ACTIVATIONS implements each
+
+# Hugging Face values that change the network transformers builds, with the value our model corresponds to.
+_HF_ARCHITECTURE_VALUES = {
+    "model_type": "bert",
+    "position_embedding_type": "absolute",
+    "is_decoder": False,
+    "add_cross_attention": False,
+    "tie_word_embeddings": True,
+}
+# Keys that mark a config.json as Hugging Face's (each transformers version writes at least one).
+_HF_MARKERS = ("model_type", "architectures", "transformers_version")
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """Architecture hyperparameters. The field names are those of Google's bert_config.json."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    # Round the embedding table up to this multiple (8 suits tensor cores); 1 = no padding.
+    pad_vocab_size_multiple: int = 1
+    # Project Q, K and V with one [H, 3H] matrix instead of three [H, H] ones.
+    fuse_mha: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size", "pad_vocab_size_multiple"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act {self.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+
+    @property
+    def padded_vocab_size(self) -> int:
+        multiple = self.pad_vocab_size_multiple
+        return (self.vocab_size + multiple - 1) // multiple * multiple
+
+    @classmethod
+    def from_dict(cls, values: Mapping, source: str = "config") -> BertConfig:
+        """Our (or Google's) config: every key must be a field. A Hugging Face config goes to from_hf_dict."""
+        if any(key in values for key in _HF_MARKERS):
+            return cls.from_hf_dict(values, source)
+        unknown = sorted(set(values) - _FIELDS)
+        if unknown:
+            raise ValueError(f"{source}: unknown BERT config keys {unknown}")
+        return _build(dict(values), source)
+
+    @classmethod
+    def from_hf_dict(cls, values: Mapping, source: str = "config") -> BertConfig:
+        """A Hugging Face config.json: the architecture keys are read, the bookkeeping ignored."""
+        for key, ours in _HF_ARCHITECTURE_VALUES.items():
+            if key in values and values[key] != ours:
+                raise ValueError(f"{source}: {key} {values[key]!r} describes another architecture than BERT's "
+                                 f"(PaddleBERT builds {key} {ours!r})")
+        return _build({key: values[key] for key in _ARCHITECTURE_FIELDS if key in values}, source)
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: BERT config file not found") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path}: not valid JSON ({error})") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: a BERT config must be a JSON object")
+        return cls.from_dict(values, source=str(path))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+_FIELDS = {field.name for field in dataclasses.fields(BertConfig)}
+# Fields that are ours alone: how we lay out the same network, not what the network is.
+_LAYOUT_FIELDS = {"pad_vocab_size_multiple", "fuse_mha"}
+_ARCHITECTURE_FIELDS = _FIELDS - _LAYOUT_FIELDS
+
+
+def _build(values: dict, source: str) -> BertConfig:
+    try:
+        return BertConfig(**values)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{source}: {error}") from None
+
+
+def config_file_for(bert_model: str, config_file: str | None) -> str:
+    """--config-file if given, else bert_configs/<bert-model>.json; ValueError for `custom` without one."""
+    if config_file is not None:
+        return config_file
+    if bert_model == "custom":
+        raise ValueError("--bert-model custom needs --config-file")
+    return str(CONFIG_DIR / f"{bert_model}.json")
+
+
+def build_config(
+    bert_model: str,
+    config_file: str | None,
+    *,
+    fuse_mha: bool = False,
+    pad_vocab_size_multiple: int | None = None,
+    max_seq_length: int | None = None,
+) -> BertConfig:
+    """The config a run builds its model from: the JSON of --config-file (or --bert-model's), with the flags.
+
+    pad_vocab_size_multiple replaces the file's value when the file leaves it at 1 (no padding). A
+    --max-seq-length longer than the position table is refused, naming both.
+    """
+    path = config_file_for(bert_model, config_file)
+    config = BertConfig.from_json_file(path)
+    changes: dict[str, object] = {"fuse_mha": fuse_mha}
+    if pad_vocab_size_multiple is not None and config.pad_vocab_size_multiple == 1:
+        changes["pad_vocab_size_multiple"] = pad_vocab_size_multiple
+    config = _build({**config.to_dict(), **changes}, path)
+    if max_seq_length is not None and max_seq_length > config.max_position_embeddings:
+        raise ValueError(f"--max-seq-length {max_seq_length} exceeds max_position_embeddings "
+                         f"{config.max_position_embeddings} of {path}")
+    return config

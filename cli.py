@@ -1,0 +1,43 @@
+"""Command-line helpers shared by the entry scripts: argparse types and checks, and one-line errors.
+
+Every entry script ends with `sys.exit(cli.run_main(main, "script.py"))`: the project's own errors
+(ValueError, FileNotFoundError) print as one line naming the script, and PADDLEBERT_DEBUG=1 brings the
+traceback back. (A SystemExit with a message already prints as one line.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+
+def str_to_bool(text: str) -> bool:
+    """argparse type for NVIDIA's `--show-config true|false` style flags (distutils' strtobool is gone)."""
+    value = text.strip().lower()
+    if value in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if value in ("0", "false", "f", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def check_at_least(parser: argparse.ArgumentParser, args: argparse.Namespace, *names: str, minimum: int = 1) -> None:
+    """parser.error (one line naming the flag) unless each named option is unset (None) or >= minimum."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < minimum:
+            parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
+
+
+def run_main(main: Callable[[], int | None], script: str) -> int:
+    """Run an entry script's main(); the project's errors become `<script>: <message>` on stderr, exit 1."""
+    try:
+        return main() or 0
+    except (FileNotFoundError, ValueError) as error:
+        if os.environ.get("PADDLEBERT_DEBUG"):
+            traceback.print_exc()
+        print(f"{script}: {error}", file=sys.stderr)
+        return 1

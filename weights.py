@@ -1,0 +1,226 @@
+"""Pretrained weights by part: which part of BERT each parameter belongs to, and the one loader that puts a
+file's weights into a model.
+
+    report = load_pretrained(model, "results/phase2/7038", required=("embeddings", "encoder"),
+                             flag="--from-pretrained-params", model_prefix="bert_paddle")
+    print(report.describe())   # which parts came from the file, which start from their initialisation
+
+A task names the parts it cannot do without (SQuAD: embeddings and encoder; the pooler it never uses);
+a part the file lacks and the task does not require starts from its initialisation, and the report says
+so. Loading works whatever the file's QKV layout (fused or not), its `bert.` prefix, its vocabulary
+padding, and whatever dtype the model's parameters have (float16 under pure-fp16 AMP): each value is cast
+to the dtype of the parameter it goes into.
+
+Parameter names are those of modeling.py's models: `bert.`-prefixed encoder, `cls.` pretraining heads,
+`qa_outputs.`, `classifier.`; docs/data-format.md lists the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import paddle
+import paddle.nn as nn
+
+from checkpoint import PARAMS_SUFFIX
+
+# Each part, and the parameter-name prefixes that make it up.
+PARTS: dict[str, tuple[str, ...]] = {
+    "embeddings": ("bert.embeddings.",),
+    "encoder": ("bert.encoder.",),
+    "pooler": ("bert.pooler.",),
+    "mlm": ("cls.transform.", "cls.transform_layer_norm.", "cls.decoder_bias"),
+    "nsp": ("cls.seq_relationship.",),
+    "qa": ("qa_outputs.",),
+    "classifier": ("classifier.",),
+}
+_HEAD_PREFIXES = ("bert.", "cls.", "qa_outputs.", "classifier.")
+_QKV_PARTS = ("query", "key", "value")
+_VOCAB_ROWS = ("embeddings.word_embeddings.weight", "cls.decoder_bias")
+
+
+def part_of(name: str) -> str | None:
+    """The part a parameter belongs to ("encoder", "pooler", ...), or None for a name that is no BERT part."""
+    if not name.startswith(_HEAD_PREFIXES):
+        name = "bert." + name  # a bare BertModel's names have no prefix
+    for part, prefixes in PARTS.items():
+        if name.startswith(prefixes):
+            return part
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------
+
+
+def resolve_weights_file(path: str | os.PathLike, model_prefix: str, flag: str) -> Path:
+    """A weights file itself, or <folder>/<model_prefix>.pdparams; FileNotFoundError names the flag and path."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / (model_prefix + PARAMS_SUFFIX)
+    if not path.is_file():
+        raise FileNotFoundError(f"{flag} {path}: weights file not found")
+    return path
+
+
+def read_weights(path: str | os.PathLike) -> dict:
+    """The state dict stored in a .pdparams file, with errors that name the file."""
+    try:
+        state = paddle.load(str(path))
+    except Exception as error:  # paddle.load raises many kinds for a damaged file
+        raise ValueError(f"{path}: cannot be read as a Paddle parameter file ({type(error).__name__}: {error})"
+                         ) from None
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{path}: holds a {type(state).__name__}, not a dict of parameters")
+    return dict(state)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts
+# ---------------------------------------------------------------------------------------------
+
+
+def _as_numpy(value) -> np.ndarray:
+    if isinstance(value, paddle.Tensor):
+        # NumPy has no bfloat16; float32 holds every bfloat16 and float16 value exactly.
+        return (value.astype("float32") if value.dtype in (paddle.bfloat16, paddle.float16) else value).numpy()
+    return np.asarray(value)
+
+
+def convert_qkv_layout(state_dict: Mapping, fuse_mha: bool) -> dict:
+    """Rewrite attention weights into the fused (qkv) or unfused (query/key/value) layout.
+
+    Weights of the other layout are converted; everything else passes through unchanged, so a
+    checkpoint saved with either setting loads into a model built with either.
+    """
+    converted = dict(state_dict)
+    for name in list(state_dict):
+        for kind in ("weight", "bias"):
+            axis = 1 if kind == "weight" else 0  # Paddle Linear weights are [in, out]
+            if fuse_mha and name.endswith(f".attention.query.{kind}"):
+                prefix = name[: -len(f"query.{kind}")]
+                parts = [_as_numpy(converted.pop(f"{prefix}{part}.{kind}")) for part in _QKV_PARTS]
+                converted[f"{prefix}qkv.{kind}"] = np.concatenate(parts, axis=axis)
+            if not fuse_mha and name.endswith(f".attention.qkv.{kind}"):
+                prefix = name[: -len(f"qkv.{kind}")]
+                for part, value in zip(_QKV_PARTS, np.split(_as_numpy(converted.pop(name)), 3, axis=axis),
+                                       strict=True):
+                    converted[f"{prefix}{part}.{kind}"] = value
+    return converted
+
+
+def _fit_vocab_rows(array: np.ndarray, rows: int) -> np.ndarray:
+    """Cut or zero-pad the vocabulary axis to the model's (padded) vocabulary size."""
+    if array.shape[0] > rows:
+        return array[:rows]
+    return np.concatenate([array, np.zeros((rows - array.shape[0], *array.shape[1:]), array.dtype)])
+
+
+def load_state(model: nn.Layer, state_dict: Mapping, source: str) -> tuple[list[str], list[str]]:
+    """Load a state dict into model, whatever its QKV layout, prefix, vocabulary padding or dtype.
+
+    - fused and unfused attention weights convert into the model's layout;
+    - an encoder-only state (keys "embeddings...") loads into a model with a `bert` submodule, and back;
+    - word-embedding rows are cut or zero-padded to the model's padded vocabulary size;
+    - each value takes the dtype of the parameter itself, not of model.state_dict(), which reports float32
+      under pure-fp16 AMP (paddle.amp.decorate's save_dtype hook) while the parameter is float16.
+
+    Returns (missing, unexpected): model parameters the state did not provide, left as initialised, and
+    state entries the model has no place for. A shape mismatch raises ValueError naming `source`.
+    """
+    targets = dict(model.named_parameters())
+    targets.update((name, buffer) for name, buffer in model.named_buffers() if name not in targets)
+    has_bert_prefix = any(name.startswith("bert.") for name in targets)
+    state = {}
+    for name, value in state_dict.items():
+        if has_bert_prefix and not name.startswith(_HEAD_PREFIXES):
+            name = "bert." + name
+        if not has_bert_prefix and name.startswith("bert."):
+            name = name[len("bert."):]
+        state[name] = value
+    state = convert_qkv_layout(state, fuse_mha=any(name.endswith(".attention.qkv.weight") for name in targets))
+
+    loaded = []
+    for name, value in state.items():
+        target = targets.get(name)
+        if target is None:
+            continue
+        array = _as_numpy(value)
+        expected = list(target.shape)
+        if name.endswith(_VOCAB_ROWS) and list(array.shape[1:]) == expected[1:]:
+            array = _fit_vocab_rows(array, expected[0])
+        if list(array.shape) != expected:
+            raise ValueError(f"{source}: parameter {name} has shape {list(array.shape)}, the model expects {expected}")
+        target.set_value(paddle.to_tensor(array).astype(target.dtype))
+        loaded.append(name)
+    missing = sorted(set(targets) - set(loaded))
+    unexpected = sorted(set(state) - set(targets))
+    return missing, unexpected
+
+
+# ---------------------------------------------------------------------------------------------
+# Pretrained weights by part
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class LoadReport:
+    """What load_pretrained did: the file, the parts it filled, those left initialised (and their parameters),
+    and how many entries of the file the model had no place for."""
+
+    path: str
+    loaded: list[str]
+    initialised: list[str]
+    missing: list[str]
+    unused: int
+
+    def describe(self) -> str:
+        text = f"{self.path}: loaded {', '.join(self.loaded) or 'nothing'}"
+        if self.initialised:
+            text += f"; {', '.join(self.initialised)} not in the file, starting from random initialisation"
+        if self.unused:
+            text += f"; {self.unused} entries the model has no place for were ignored"
+        return text
+
+
+def load_pretrained(
+    model: nn.Layer,
+    path: str | os.PathLike,
+    *,
+    required: Sequence[str],
+    flag: str,
+    model_prefix: str = "bert_paddle",
+) -> LoadReport:
+    """Load the weights of `path` (a file, or a folder holding <model_prefix>.pdparams) into model.
+
+    Every part in `required` that the model has must come complete from the file, and any other part
+    either complete or not at all (a part with some of its weights means a damaged or foreign file):
+    otherwise ValueError names the flag, the file and the part. Parts the file lacks start from their
+    initialisation, and the report lists them.
+    """
+    unknown = sorted(set(required) - set(PARTS))
+    if unknown:
+        raise ValueError(f"unknown parts {unknown}; the parts are {list(PARTS)}")
+    file = resolve_weights_file(path, model_prefix, flag)
+    missing, unexpected = load_state(model, read_weights(file), str(file))
+    model_parts = {part_of(name) for name, _ in model.named_parameters()}
+    missing_parts = {part_of(name) for name in missing}
+    for part in sorted(missing_parts):
+        names = [name for name in missing if part_of(name) == part]
+        if part in required or len(names) < sum(part_of(name) == part for name, _ in model.named_parameters()):
+            absent = "incomplete" if part not in required else "no complete"
+            raise ValueError(f"{flag} {file}: {absent} {part} weights ({PARTS[part][0]}*: {len(names)} missing, "
+                             f"e.g. {names[0]}); is it a BERT checkpoint for this config?")
+    ordered = [part for part in PARTS if part in model_parts]
+    return LoadReport(
+        path=str(file),
+        loaded=[part for part in ordered if part not in missing_parts],
+        initialised=[part for part in ordered if part in missing_parts],
+        missing=missing,
+        unused=len(unexpected),
+    )
