@@ -204,13 +204,16 @@ def test_version_2_is_detected_by_is_impossible():
     assert not is_version_2(_dataset(("q1", ["a"])))
 
 
+def _write_v2_case(directory, na_probs):
+    """The hand-computed v2.0 case as the CLI's three files: dataset, predictions, no-answer probabilities."""
+    paths = [directory / name for name in ("dev-v2.json", "predictions.json", "null_odds.json")]
+    for path, content in zip(paths, ({"version": "v2.0", "data": V2_CASE}, V2_PREDICTIONS, na_probs), strict=True):
+        path.write_text(json.dumps(content))
+    return paths
+
+
 def test_cli_scores_v2_and_reads_na_prob_file(tmp_path):
-    dataset = tmp_path / "dev-v2.json"
-    dataset.write_text(json.dumps({"version": "v2.0", "data": V2_CASE}))
-    predictions = tmp_path / "predictions.json"
-    predictions.write_text(json.dumps(V2_PREDICTIONS))
-    na_probs = tmp_path / "null_odds.json"
-    na_probs.write_text(json.dumps(V2_NA_PROBS))
+    dataset, predictions, na_probs = _write_v2_case(tmp_path, V2_NA_PROBS)
     result = _run_cli(dataset, predictions, "--na-prob-file", na_probs)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""  # no version warning for a v2.0 file
@@ -235,12 +238,7 @@ def test_cli_v2_flag_forces_v2_rules_on_a_v1_file(tmp_path):
 
 
 def test_cli_reports_a_bad_na_prob_file_in_one_line(tmp_path):
-    dataset = tmp_path / "dev-v2.json"
-    dataset.write_text(json.dumps({"version": "v2.0", "data": V2_CASE}))
-    predictions = tmp_path / "predictions.json"
-    predictions.write_text(json.dumps(V2_PREDICTIONS))
-    na_probs = tmp_path / "null_odds.json"
-    na_probs.write_text(json.dumps({**V2_NA_PROBS, "a1": "high"}))
+    dataset, predictions, na_probs = _write_v2_case(tmp_path, {**V2_NA_PROBS, "a1": "high"})
     result = _run_cli(dataset, predictions, "--na-prob-file", na_probs)
     assert result.returncode == 1
     assert result.stderr.strip() == f"{na_probs}: probability for question a1 is not a number"

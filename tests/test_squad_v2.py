@@ -24,6 +24,7 @@ from squad_utils import (
     postprocess_predictions,
     read_squad_examples,
 )
+from test_squad_utils import numbered_windows
 from tokenizer import BertTokenizer
 
 NUM_QUESTIONS = 10570
@@ -207,11 +208,7 @@ def test_oracle_logits_predict_gold_and_null_answers(v1_path, v2_path, v2_traini
 
 
 def test_null_threshold_on_hand_made_logits(tokenizer):
-    context = " ".join(str(number) for number in range(1, 41))  # "1 2 ... 40": one word piece each
-    example = SquadExample("q", "which?", context, 0)
-    features = convert_examples_to_features([example], tokenizer, max_seq_length=32, doc_stride=8,
-                                            max_query_length=8)
-    assert len(features) > 2
+    example, features = numbered_windows(tokenizer)
     logits = {}
     for window, feature in enumerate(features):
         start_logits = np.full(len(feature.input_ids), -5.0)
