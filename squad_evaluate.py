@@ -43,7 +43,7 @@ import sys
 from collections.abc import Iterator, Mapping
 
 EXPECTED_VERSION = "1.1"
-DEFAULT_NA_PROB_THRESH = 1.0  # the official v2.0 script's default; a probability never exceeds it
+DEFAULT_NA_PROB_THRESH = 1.0  # the official v2.0 script's default (no probability exceeds it; a score diff may)
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
@@ -163,9 +163,10 @@ def evaluate_v2(
         golds = [text for text in texts if normalize_answer(text)] or [""]
         exact_raw[question_id] = max(exact_match_score(predictions[question_id], gold) for gold in golds)
         f1_raw[question_id] = max(f1_score_v2(predictions[question_id], gold) for gold in golds)
-    missing = [question_id for question_id in exact_raw if na_probs is not None and question_id not in na_probs]
-    if missing:
-        raise ValueError(f"{na_prob_source}: no probability for question {missing[0]}")
+    if na_probs is not None:
+        for question_id in exact_raw:
+            if question_id not in na_probs:
+                raise ValueError(f"{na_prob_source}: no probability for question {question_id}")
     probabilities = na_probs if na_probs is not None else dict.fromkeys(exact_raw, 0.0)
     exact = _apply_no_answer_threshold(exact_raw, probabilities, has_answer, na_prob_thresh)
     f1 = _apply_no_answer_threshold(f1_raw, probabilities, has_answer, na_prob_thresh)

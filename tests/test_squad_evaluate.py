@@ -185,6 +185,10 @@ def test_evaluate_v2_best_threshold_can_be_no_answer_everywhere():
     assert (scores["best_exact"], scores["best_exact_thresh"]) == (50.0, 0.0)
     assert (scores["best_f1"], scores["best_f1_thresh"]) == (50.0, 0.0)
     assert (scores["exact"], scores["NoAns_exact"]) == (50.0, 100.0)  # n1's 7.0 exceeds 1.0: counted as ""
+    # a1 now right, but n1 (0.2) comes first in the sweep: letting its "dog" through costs its point (1 -> 0),
+    # a1 (0.5) then brings back only 1, which does not beat the start.
+    scores = evaluate_v2(dataset, {"a1": "cat", "n1": "dog"}, {"a1": 0.5, "n1": 0.2})
+    assert (scores["best_exact"], scores["best_exact_thresh"]) == (50.0, 0.0)
 
 
 def test_evaluate_v2_gold_that_normalises_to_nothing_and_missing_prediction(capsys):
