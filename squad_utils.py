@@ -1,4 +1,4 @@
-"""SQuAD v1.1 data: JSON -> examples -> model features, and model logits -> answer texts.
+"""SQuAD v1.1 and v2.0 data: JSON -> examples -> model features, and model logits -> answer texts.
 
 The windowing and answer selection follow Google's BERT run_squad.py (Devlin et al. 2019, section 4.2):
 - a context longer than the window is cut into overlapping spans, each new span starting `doc_stride`
@@ -9,6 +9,14 @@ The windowing and answer selection follow Google's BERT run_squad.py (Devlin et 
 - candidate answers are the n_best highest start and end logits of each feature, kept when both ends lie
   in the context, end >= start, the answer is at most max_answer_length tokens and the start token has
   its maximum context here; they are ranked by start_logit + end_logit.
+
+SQuAD v2.0 (version_2_with_negative) adds unanswerable questions ("is_impossible"), handled as in Google's
+run_squad.py for v2.0:
+- every training feature of an unanswerable question points both labels at [CLS];
+- the null answer "" scores score_null = start_logit[0] + end_logit[0] of the question's feature where that
+  sum is lowest, and joins the candidates;
+- the prediction is "" when score_null - (start_logit + end_logit of the best non-null answer) exceeds
+  null_score_diff_threshold, else that best non-null answer; this difference is the question's null odds.
 
 Unlike the reference we do not split the context on whitespace and re-align detokenised word pieces:
 the tokenizer reports each token's character span in the context, so an answer's characters map to
@@ -22,10 +30,11 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from squad_evaluate import load_dataset, require_field
+from squad_evaluate import load_dataset, load_squad_json, require_field
 from tokenizer import BertTokenizer
 
 NO_CHARACTER = -1  # char offset stored for tokens outside the context ([CLS], question, [SEP], padding)
+NULL_ANSWER = ""  # SQuAD v2.0's answer to an unanswerable question
 
 
 @dataclasses.dataclass
@@ -38,6 +47,7 @@ class SquadExample:
     context_index: int  # which paragraph of the file; questions of one paragraph share its tokenization
     answer_text: str | None = None
     answer_start: int | None = None  # character index into context_text
+    is_impossible: bool = False  # SQuAD v2.0: the context holds no answer (and answer_* stay None)
 
 
 @dataclasses.dataclass
@@ -55,15 +65,16 @@ class SquadFeature:
     end_position: int = 0
 
 
-def read_squad_examples(path: str, is_training: bool) -> list[SquadExample]:
-    """Every question of a SQuAD v1.1 file, in file order.
+def read_squad_examples(path: str, is_training: bool, version_2_with_negative: bool = False) -> list[SquadExample]:
+    """Every question of a SQuAD v1.1 file (or v2.0 file, with version_2_with_negative), in file order.
 
-    Training needs an answer whose `answer_start` points at its text in the context; anything else is
-    a ValueError naming the file and the question.
+    Training needs an answer whose `answer_start` points at its text in the context, except for a v2.0
+    question marked "is_impossible"; anything else is a ValueError naming the file and the question.
     """
+    data = load_squad_json(path)["data"] if version_2_with_negative else load_dataset(path)
     examples = []
     context_index = 0
-    for article_index, article in enumerate(load_dataset(path)):
+    for article_index, article in enumerate(data):
         paragraphs = require_field(article, "paragraphs", path, f"article {article_index}")
         for paragraph_index, paragraph in enumerate(paragraphs):
             where = f"article {article_index} paragraph {paragraph_index}"
@@ -75,7 +86,11 @@ def read_squad_examples(path: str, is_training: bool) -> list[SquadExample]:
                 question_where = f"question {qas_id}"
                 question = require_field(qa, "question", path, question_where)
                 example = SquadExample(str(qas_id), question, context, context_index)
-                if is_training:
+                if version_2_with_negative:
+                    example.is_impossible = qa.get("is_impossible", False)
+                    if not isinstance(example.is_impossible, bool):
+                        raise ValueError(f"{path}: {question_where} has an is_impossible that is not true or false")
+                if is_training and not example.is_impossible:
                     example.answer_text, example.answer_start = _first_answer(qa, context, path, question_where)
                 examples.append(example)
             context_index += 1
@@ -85,7 +100,9 @@ def read_squad_examples(path: str, is_training: bool) -> list[SquadExample]:
 def _first_answer(qa: dict, context: str, path: str, where: str) -> tuple[str, int]:
     answers = require_field(qa, "answers", path, where)
     if not answers:
-        raise ValueError(f"{path}: {where} has no answer to train on")
+        unanswerable = qa.get("is_impossible") is True
+        hint = " (it is an unanswerable SQuAD v2.0 question: read with version_2_with_negative)" if unanswerable else ""
+        raise ValueError(f"{path}: {where} has no answer to train on{hint}")
     text = require_field(answers[0], "text", path, where)
     start = require_field(answers[0], "answer_start", path, where)
     if not isinstance(text, str) or not isinstance(start, int) or context[start:start + len(text)] != text:
@@ -173,8 +190,8 @@ def convert_examples_to_features(
         prefix = [tokenizer.cls_token_id, *query_ids, tokenizer.sep_token_id]
         spans = doc_spans(len(context.input_ids), max_seq_length - len(prefix) - 1, doc_stride)
         best_spans = max_context_spans(spans, len(context.input_ids))
-        answer_span = None
-        if is_training:
+        answer_span = None  # no answer in any window: every label points at [CLS]
+        if is_training and not example.is_impossible:
             answer_span = answer_token_span(
                 context.char_starts, context.char_ends,
                 example.answer_start, example.answer_start + len(example.answer_text),
@@ -253,11 +270,16 @@ def postprocess_predictions(
     logits: Mapping[int, tuple[np.ndarray, np.ndarray]],
     n_best_size: int = 20,
     max_answer_length: int = 30,
+    version_2_with_negative: bool = False,
+    null_score_diff_threshold: float = 0.0,
 ) -> tuple[dict[str, str], dict[str, list[dict]]]:
     """(predictions: qas_id -> answer text, nbest: qas_id -> ranked candidates) from per-feature logits.
 
     logits maps a feature's unique_id to its (start_logits, end_logits) over at least its own tokens.
     A candidate carries text, probability (softmax of start_logit + end_logit over the n-best), and both logits.
+    With version_2_with_negative the n-best also holds the null answer "" (ranked among the others, or
+    appended after the n_best_size best), a prediction is "" when the null odds exceed
+    null_score_diff_threshold, and `null_odds(nbest)` gives every question's null odds.
     """
     features_by_example: dict[int, list[SquadFeature]] = {}
     for feature in features:
@@ -265,11 +287,14 @@ def postprocess_predictions(
     predictions, nbest = {}, {}
     for example_index, example in enumerate(examples):
         candidates = []
+        null = None  # (start, end) logits at [CLS] of the feature where their sum is lowest
         for feature in features_by_example.get(example_index, []):
             if feature.unique_id not in logits:
                 raise ValueError(f"no logits for feature {feature.unique_id} of question {example.qas_id}")
             length = len(feature.input_ids)
             start_logits, end_logits = (np.asarray(values[:length], np.float64) for values in logits[feature.unique_id])
+            if version_2_with_negative and (null is None or start_logits[0] + end_logits[0] < sum(null)):
+                null = (start_logits[0], end_logits[0])
             best_starts = np.argsort(-start_logits, kind="stable")[:n_best_size]
             best_ends = np.argsort(-end_logits, kind="stable")[:n_best_size]
             for start in best_starts:
@@ -279,23 +304,45 @@ def postprocess_predictions(
                     if feature.char_starts[end] == NO_CHARACTER or end < start or end - start + 1 > max_answer_length:
                         continue
                     candidates.append((start_logits[start], end_logits[end], feature, int(start), int(end)))
+        if null is not None:
+            candidates.append((*null, None, 0, 0))  # after the spans, so that a tie ranks a span first
         candidates.sort(key=lambda candidate: candidate[0] + candidate[1], reverse=True)
         entries, seen_texts = [], set()
         for start_logit, end_logit, feature, start, end in candidates:
-            text = span_text(example, feature, start, end)
+            text = NULL_ANSWER if feature is None else span_text(example, feature, start, end)
             if text in seen_texts:
                 continue
             seen_texts.add(text)
             entries.append({"text": text, "start_logit": float(start_logit), "end_logit": float(end_logit)})
             if len(entries) == n_best_size:
                 break
-        if not entries:
+        if null is not None and NULL_ANSWER not in seen_texts:
+            entries.append({"text": NULL_ANSWER, "start_logit": float(null[0]), "end_logit": float(null[1])})
+        if all(entry["text"] == NULL_ANSWER for entry in entries):
             # As in BERT: a question with no valid span still gets an (always wrong) answer.
             entries.append({"text": "empty", "start_logit": 0.0, "end_logit": 0.0})
         probabilities = _softmax([entry["start_logit"] + entry["end_logit"] for entry in entries])
         for entry, probability in zip(entries, probabilities, strict=True):
             entry["probability"] = probability
-        predictions[example.qas_id] = entries[0]["text"]
+        if version_2_with_negative and _null_score_diff(entries, example.qas_id) > null_score_diff_threshold:
+            predictions[example.qas_id] = NULL_ANSWER
+        else:
+            predictions[example.qas_id] = next(entry["text"] for entry in entries if entry["text"] != NULL_ANSWER)
         nbest[example.qas_id] = entries
     return predictions, nbest
+
+
+def _null_score_diff(entries: Sequence[dict], qas_id: str) -> float:
+    """score_null - score of the best non-null answer, from a question's ranked n-best."""
+    scores = [(entry["text"] == NULL_ANSWER, entry["start_logit"] + entry["end_logit"]) for entry in entries]
+    null_scores = [score for is_null, score in scores if is_null]
+    if not null_scores:
+        raise ValueError(f"question {qas_id}: the n-best holds no null answer (not predicted for SQuAD v2.0)")
+    return null_scores[0] - next(score for is_null, score in scores if not is_null)
+
+
+def null_odds(nbest: Mapping[str, Sequence[dict]]) -> dict[str, float]:
+    """qas_id -> null odds (score_null - best non-null score) of a v2.0 n-best, as Google's null_odds.json holds:
+    the no-answer "probabilities" for squad_evaluate's best thresholds."""
+    return {qas_id: _null_score_diff(entries, qas_id) for qas_id, entries in nbest.items()}
 

@@ -192,12 +192,17 @@ def test_postprocess_recovers_original_text_and_applies_limits(tokenizer):
     assert predictions["q"] == "Denver Broncos"
 
 
-def test_postprocess_scores_a_token_only_in_its_max_context_window(tokenizer):
-    context = " ".join(str(number) for number in range(1, 41))  # "1 2 ... 40": one word piece each
-    example = SquadExample("q", "which?", context, 0)
+def numbered_windows(tokenizer: BertTokenizer) -> tuple[SquadExample, list]:
+    """Question "q" over the context "1 2 ... 40" (one word piece each), in more than two windows."""
+    example = SquadExample("q", "which?", " ".join(str(number) for number in range(1, 41)), 0)
     features = convert_examples_to_features([example], tokenizer, max_seq_length=32, doc_stride=8,
                                             max_query_length=8)
     assert len(features) > 2
+    return example, features
+
+
+def test_postprocess_scores_a_token_only_in_its_max_context_window(tokenizer):
+    example, features = numbered_windows(tokenizer)
     logits = {}
     for window, feature in enumerate(features):
         start_logits = np.zeros(len(feature.input_ids))
