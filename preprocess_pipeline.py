@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
 import math
 import os
 import random
@@ -644,3 +645,22 @@ def execute(args: argparse.Namespace, settings: PipelineSettings, shard_writer: 
                                 executor, args.num_workers)
     except (ValueError, OSError) as error:
         raise SystemExit(f"error: {error}") from None
+
+
+def print_summary(output_dir: str | Path, result: PipelineResult) -> None:
+    """The one-line JSON report both preprocessors print at the end: what was written, how much, how fast."""
+    print(json.dumps({
+        "output_dir": str(Path(output_dir)),
+        "files": len(result.rows_per_shard),
+        "documents": result.num_documents,
+        "sentences": result.num_sentences,
+        "tokens": result.num_tokens,
+        "samples": result.num_pairs,
+        "random_next_fraction": round(result.num_random_next / max(1, result.num_pairs), 4),
+        "seconds": round(result.seconds, 3),
+        "stage_seconds": {stage: round(seconds, 3) for stage, seconds in result.stage_seconds.items()},
+        "engine": result.engine,
+        "worker_processes": len(result.worker_pids),
+        "documents_per_second": round(result.num_documents / result.seconds, 2),
+        "samples_per_second": round(result.num_pairs / result.seconds, 2),
+    }))
