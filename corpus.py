@@ -1,8 +1,8 @@
 """Corpus text -> documents -> sentences: the corpus formats, the document reader and the sentence splitter.
 
 Both preprocessors (lddl_preprocess.py, create_pretraining_data.py) read their input through this module;
-pretraining_pairs.py then turns the tokenized sentences into NSP pairs. Format of the LDDL source layout written by
-convert_to_lddl_source: docs/data-format.md#lddl-source-text.
+pretraining_pairs.py then turns the tokenized sentences into NSP pairs.
+Format (the LDDL source layout convert_to_lddl_source writes): docs/data-format.md#lddl-source-text.
 
 Corpus formats (`INPUT_FORMATS`); a corpus is one file or a folder searched recursively (files in sorted path order):
 - "lines": one document per line; blank lines are skipped.

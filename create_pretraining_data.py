@@ -13,6 +13,7 @@ create_pretraining_data.py (names, dtypes and gzip compression as its files have
   next_sentence_labels int8  [N]  1 when B is a random next, 0 when it really follows A
 Pairs, masking (Google's rule, at most max_predictions_per_seq per sequence) and parallelism are the shared
 pipeline's (preprocess_pipeline.py): deterministic for a seed, shards differ in size by at most one row.
+Format: docs/data-format.md#nvidia-hdf5-shards.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ uint16 array of positions in `[CLS] A [SEP] B [SEP]`) and masked_lm_labels (the 
 and when binned bin_id (int64); pandas metadata as pandas/dask wrote it; one row group, Snappy. The output files
 are `shard-<i>.parquet` (binned: `shard-<i>.parquet_<bin>`), equal in rows within a bin up to one, and
 `.num_samples.json` maps each file name to its row count. Pairs, masking and parallelism: preprocess_pipeline.py.
+Format: docs/data-format.md#lddl-parquet-shards and #shard-file-names-and-sample-counts.
 """
 
 from __future__ import annotations

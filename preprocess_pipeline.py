@@ -19,6 +19,7 @@ that every worker sees, and this repository must be importable on every worker).
 3. Shards, one task per output file: the rows of a bin are numbered partition after partition and cut into
    num_shards consecutive runs whose sizes differ by at most one (LDDL's balance guarantee); each task writes one
    shard, in the writer's format (parquet or HDF5), to a temporary name that is renamed at the end.
+   Format: docs/data-format.md#shard-file-names-and-sample-counts and #binning.
 
 Determinism: every random draw comes from generators seeded by (seed, partition) and the partition of a document
 depends only on the seed and where the document is in the corpus, so the output is a function of the corpus, the

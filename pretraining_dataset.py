@@ -11,6 +11,7 @@ an error that names them. The format follows from the file names, and one folder
 - NVIDIA/Google HDF5 (`*.hdf5`, `*.h5`, the format of Google's create_pretraining_data.py as NVIDIA stores it):
   input_ids, input_mask, segment_ids [N, S]; masked_lm_positions, masked_lm_ids [N, P], 0-padded;
   next_sentence_labels [N] (1 = B is a random sentence).
+Format: docs/data-format.md#lddl-parquet-shards, #nvidia-hdf5-shards, #shard-file-names-and-sample-counts, #binning.
 
 Epoch order, a pure function of (seed, epoch), so every rank and every worker computes the same one. Each bin (an
 unbinned set is one bin) permutes its files, groups them in that order into shuffle windows of at least

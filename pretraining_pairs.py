@@ -2,7 +2,8 @@
 
 The logic shared by both preprocessors (lddl_preprocess.py writes LDDL parquet shards, create_pretraining_data.py
 writes NVIDIA/Google HDF5 shards); corpus.py reads the text and splits it into sentences before, and
-preprocess_pipeline.py runs both in parallel. Bins as the shard files name them: docs/data-format.md#binning.
+preprocess_pipeline.py runs both in parallel.
+Format (length bins): docs/data-format.md#binning.
 
 Pairs follow Google's create_pretraining_data.py (Devlin et al. 2018, section 3.1 "Task #2: NSP", and the
 `create_instances_from_document` function of google-research/bert), as LDDL runs it:
