@@ -122,6 +122,5 @@ launch_phase_with_named_args() {  # run_pretraining.py arguments...
   [[ "$fuse_mha" == true ]] && fuse_flags=(--fuse-mha)
   run_logged "" python -m paddle.distributed.launch --nproc_per_node "$gpus" \
     "$CODEDIR/run_pretraining.py" "${shared_flags[@]}" "${DEFAULT_FLAGS[@]}" "${PRECISION_FLAGS[@]}" \
-    "${fuse_flags[@]}" \
-    "${passed[@]}"
+    "${fuse_flags[@]}" "${passed[@]}"
 }
