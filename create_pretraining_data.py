@@ -13,12 +13,12 @@ create_pretraining_data.py (names, dtypes and gzip compression as its files have
   next_sentence_labels int8  [N]  1 when B is a random next, 0 when it really follows A
 Pairs, masking (Google's rule, at most max_predictions_per_seq per sequence) and parallelism are the shared
 pipeline's (preprocess_pipeline.py): deterministic for a seed, shards differ in size by at most one row.
+Format: docs/data-format.md#nvidia-hdf5-shards.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +30,7 @@ from preprocess_pipeline import (
     PipelineSettings,
     add_pipeline_arguments,
     execute,
+    print_summary,
     read_part_rows,
     settings_from_arguments,
 )
@@ -98,17 +99,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = settings_from_arguments(parser, args, masking=True,
                                        max_predictions_per_seq=args.max_predictions_per_seq)
     result = execute(args, settings, write_hdf5_shard, shard_name)
-    print(json.dumps({
-        "output_dir": str(Path(args.output_dir)),
-        "files": len(result.rows_per_shard),
-        "documents": result.num_documents,
-        "samples": result.num_pairs,
-        "random_next_fraction": round(result.num_random_next / max(1, result.num_pairs), 4),
-        "seconds": round(result.seconds, 3),
-        "stage_seconds": {stage: round(seconds, 3) for stage, seconds in result.stage_seconds.items()},
-        "engine": result.engine,
-        "worker_processes": len(result.worker_pids),
-    }))
+    print_summary(args.output_dir, result)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ uint16 array of positions in `[CLS] A [SEP] B [SEP]`) and masked_lm_labels (the 
 and when binned bin_id (int64); pandas metadata as pandas/dask wrote it; one row group, Snappy. The output files
 are `shard-<i>.parquet` (binned: `shard-<i>.parquet_<bin>`), equal in rows within a bin up to one, and
 `.num_samples.json` maps each file name to its row count. Pairs, masking and parallelism: preprocess_pipeline.py.
+Format: docs/data-format.md#lddl-parquet-shards and #shard-file-names-and-sample-counts.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from preprocess_pipeline import (
     add_pipeline_arguments,
     execute,
     load_tokenizer,
+    print_summary,
     read_part_rows,
     settings_from_arguments,
 )
@@ -161,21 +163,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     result = execute(args, settings, write_parquet_shard, _ShardNamer(args.bin_size is not None))
     output_dir = Path(args.output_dir)
     write_num_samples(output_dir, result.rows_per_shard)
-    print(json.dumps({
-        "output_dir": str(output_dir),
-        "files": len(result.rows_per_shard),
-        "documents": result.num_documents,
-        "sentences": result.num_sentences,
-        "tokens": result.num_tokens,
-        "samples": result.num_pairs,
-        "random_next_fraction": round(result.num_random_next / max(1, result.num_pairs), 4),
-        "seconds": round(result.seconds, 3),
-        "stage_seconds": {stage: round(seconds, 3) for stage, seconds in result.stage_seconds.items()},
-        "engine": result.engine,
-        "worker_processes": len(result.worker_pids),
-        "documents_per_second": round(result.num_documents / result.seconds, 2),
-        "samples_per_second": round(result.num_pairs / result.seconds, 2),
-    }))
+    print_summary(output_dir, result)
 
 
 if __name__ == "__main__":

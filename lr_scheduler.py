@@ -116,41 +116,28 @@ class LinearWarmupConstantPolyDecay(LRScheduler):
 
 class LinearWarmupPolyDecay(LinearWarmupConstantPolyDecay):
     """NVIDIA's BERT schedule: warmup_start_lr -> learning_rate over warmup_proportion * total_steps, then
-    polynomial decay to 0 (power 1.0 = linear), as the Paddle recipe's LinearWarmup(PolynomialDecay)."""
+    polynomial decay to 0 (power 1.0 = linear), as the Paddle recipe's LinearWarmup(PolynomialDecay).
 
-    def __init__(
-        self,
-        learning_rate: float,
-        total_steps: int,
-        warmup_proportion: float,
-        warmup_start_lr: float = 0.0,
-        power: float = 1.0,
-    ):
-        super().__init__(
-            learning_rate, total_steps, warmup_proportion, constant_proportion=0.0,
-            warmup_start_lr=warmup_start_lr, power=power,
-        )
+    It is the LANS schedule with no constant hold, and takes its arguments except constant_proportion.
+    """
+
+    def __init__(self, learning_rate: float, total_steps: int, warmup_proportion: float, **decay: float):
+        # decay: warmup_start_lr and power, as LinearWarmupConstantPolyDecay takes them
+        super().__init__(learning_rate, total_steps, warmup_proportion, constant_proportion=0.0, **decay)
 
 
-SCHEDULE_KINDS = ("poly", "constant_poly")
+SCHEDULES = {"poly": LinearWarmupPolyDecay, "constant_poly": LinearWarmupConstantPolyDecay}
 
 
-def create_lr_scheduler(
-    kind: str,
-    learning_rate: float,
-    total_steps: int,
-    warmup_proportion: float,
-    warmup_start_lr: float = 0.0,
-    power: float = 1.0,
-    constant_proportion: float = 0.0,
-) -> LRScheduler:
-    """Build a schedule by name: "poly" (LinearWarmupPolyDecay) or "constant_poly" (the LANS schedule)."""
-    if kind == "poly":
-        if constant_proportion:
-            raise ValueError("constant_proportion needs the 'constant_poly' schedule, not 'poly'")
-        return LinearWarmupPolyDecay(learning_rate, total_steps, warmup_proportion, warmup_start_lr, power)
-    if kind == "constant_poly":
-        return LinearWarmupConstantPolyDecay(
-            learning_rate, total_steps, warmup_proportion, constant_proportion, warmup_start_lr, power
-        )
-    raise ValueError(f"unknown learning-rate schedule {kind!r}; expected one of {SCHEDULE_KINDS}")
+def create_lr_scheduler(kind: str, learning_rate: float, total_steps: int, warmup_proportion: float,
+                        **shape: float) -> LRScheduler:
+    """Build a schedule by name: "poly" (LinearWarmupPolyDecay) or "constant_poly" (the LANS schedule).
+
+    shape: warmup_start_lr, power and constant_proportion, as LinearWarmupConstantPolyDecay takes them; "poly"
+    accepts only constant_proportion = 0.
+    """
+    if kind not in SCHEDULES:
+        raise ValueError(f"unknown learning-rate schedule {kind!r}; expected one of {tuple(SCHEDULES)}")
+    if kind == "poly" and shape.pop("constant_proportion", 0.0):
+        raise ValueError("constant_proportion needs the 'constant_poly' schedule, not 'poly'")
+    return SCHEDULES[kind](learning_rate, total_steps, warmup_proportion, **shape)

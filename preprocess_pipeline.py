@@ -6,7 +6,7 @@ distributed (`--dask` starts a LocalCluster, `--scheduler-address` joins a runni
 that every worker sees, and this repository must be importable on every worker).
 
 1. Read + tokenize, one task per byte range of an input file: documents whose first line starts in the range
-   (pretraining_pairs.read_documents); each document gets a 64-bit key, a hash of (seed, file index, byte offset
+   (corpus.read_documents); each document gets a 64-bit key, a hash of (seed, file index, byte offset
    of the document). With --sample-ratio R < 1 a document is kept when its sample draw u (SplitMix64 of the key,
    scaled to [0, 1)) is below R: each document independently with probability R, as LDDL's
    `Bag.random_sample(R, random_state=seed)`, and the documents kept at a smaller R are among those kept at a
@@ -19,6 +19,7 @@ that every worker sees, and this repository must be importable on every worker).
 3. Shards, one task per output file: the rows of a bin are numbered partition after partition and cut into
    num_shards consecutive runs whose sizes differ by at most one (LDDL's balance guarantee); each task writes one
    shard, in the writer's format (parquet or HDF5), to a temporary name that is renamed at the end.
+   Format: docs/data-format.md#shard-file-names-and-sample-counts and #binning.
 
 Determinism: every random draw comes from generators seeded by (seed, partition) and the partition of a document
 depends only on the seed and where the document is in the corpus, so the output is a function of the corpus, the
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
 import math
 import os
 import random
@@ -48,22 +50,18 @@ from typing import TextIO
 import numpy as np
 from tqdm import tqdm
 
+from corpus import INPUT_FORMATS, document_sentences, find_corpus_files, read_documents
 from masking import mask_batch
-from pretraining_pairs import (
-    INPUT_FORMATS,
-    MAX_SENTENCE_TOKENS,
-    bin_id,
-    create_pairs_from_document,
-    document_sentences,
-    find_corpus_files,
-    read_documents,
-)
+from pretraining_pairs import bin_id, create_pairs_from_document
 from tokenizer import BertTokenizer, load_vocab
 
 DEFAULT_BLOCK_BYTES = 16 * 2**20  # default partition size: --num-blocks = ceil(corpus bytes / this)
 MIN_RANGE_BYTES = 2**20  # read ranges are at least this long (they are cut finer only to feed idle workers)
 MAX_RANGE_BYTES = 64 * 2**20
 MASKING_CHUNK_ROWS = 4096  # rows masked per mask_batch call: bounds the padded [rows, max_seq_length] arrays
+# LDDL tokenizes every sentence with truncation at 512 tokens; a longer "sentence" is almost always a table or a
+# list, and anything past 512 tokens could never fit in a pair anyway.
+MAX_SENTENCE_TOKENS = 512
 
 DOCUMENT_DTYPE = np.dtype([("key", "<u8"), ("file_index", "<i4"), ("offset", "<i8"), ("partition", "<i4"),
                            ("num_sentences", "<i4"), ("sentence_start", "<i8"), ("token_start", "<i8")])
@@ -554,7 +552,7 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_flag: str)
     parser.add_argument("--input", required=True, nargs="+",
                         help="corpus file(s) or folder(s); folders are read recursively in sorted order")
     parser.add_argument("--input-format", default="auto", choices=INPUT_FORMATS,
-                        help="how documents are laid out in the corpus (see pretraining_pairs.py); default: auto")
+                        help="how documents are laid out in the corpus (see corpus.py); default: auto")
     parser.add_argument("--output-dir", required=True, help="folder for the shards; must be empty or absent")
     parser.add_argument("--vocab-file", required=True, help="WordPiece vocab, one token per line")
     parser.add_argument("--lower-case", action=argparse.BooleanOptionalAction, default=True,
@@ -648,3 +646,22 @@ def execute(args: argparse.Namespace, settings: PipelineSettings, shard_writer: 
                                 executor, args.num_workers)
     except (ValueError, OSError) as error:
         raise SystemExit(f"error: {error}") from None
+
+
+def print_summary(output_dir: str | Path, result: PipelineResult) -> None:
+    """The one-line JSON report both preprocessors print at the end: what was written, how much, how fast."""
+    print(json.dumps({
+        "output_dir": str(Path(output_dir)),
+        "files": len(result.rows_per_shard),
+        "documents": result.num_documents,
+        "sentences": result.num_sentences,
+        "tokens": result.num_tokens,
+        "samples": result.num_pairs,
+        "random_next_fraction": round(result.num_random_next / max(1, result.num_pairs), 4),
+        "seconds": round(result.seconds, 3),
+        "stage_seconds": {stage: round(seconds, 3) for stage, seconds in result.stage_seconds.items()},
+        "engine": result.engine,
+        "worker_processes": len(result.worker_pids),
+        "documents_per_second": round(result.num_documents / result.seconds, 2),
+        "samples_per_second": round(result.num_pairs / result.seconds, 2),
+    }))

@@ -11,6 +11,7 @@ an error that names them. The format follows from the file names, and one folder
 - NVIDIA/Google HDF5 (`*.hdf5`, `*.h5`, the format of Google's create_pretraining_data.py as NVIDIA stores it):
   input_ids, input_mask, segment_ids [N, S]; masked_lm_positions, masked_lm_ids [N, P], 0-padded;
   next_sentence_labels [N] (1 = B is a random sentence).
+Format: docs/data-format.md#lddl-parquet-shards, #nvidia-hdf5-shards, #shard-file-names-and-sample-counts, #binning.
 
 Epoch order, a pure function of (seed, epoch), so every rank and every worker computes the same one. Each bin (an
 unbinned set is one bin) permutes its files, groups them in that order into shuffle windows of at least
@@ -55,6 +56,7 @@ import os
 import queue
 import re
 import signal
+from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -137,44 +139,6 @@ def _list_files(input_dir: str) -> list[str]:
                   if not name.startswith(".") and os.path.isfile(os.path.join(input_dir, name)))
 
 
-def _read_parquet_metadata(path: str) -> tuple[int, bool]:
-    """(rows, statically masked) of a parquet shard, after checking that it is readable and has the columns."""
-    try:
-        metadata = pq.read_metadata(path)
-    except (OSError, pa.ArrowException) as error:
-        raise ValueError(f"{path}: not a readable parquet file ({error})") from None
-    names = set(metadata.schema.names)
-    missing = [column for column in PARQUET_COLUMNS if column not in names]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    masking = [column in names for column in PARQUET_MASK_COLUMNS]
-    if any(masking) and not all(masking):
-        present, absent = (PARQUET_MASK_COLUMNS if masking[0] else PARQUET_MASK_COLUMNS[::-1])
-        raise ValueError(f"{path}: has column {present} but not {absent}")
-    return metadata.num_rows, all(masking)
-
-
-def _read_hdf5_metadata(path: str) -> int:
-    """Rows of an HDF5 shard, after checking that it is readable and its datasets fit together."""
-    try:
-        with h5py.File(path, "r") as shard:
-            missing = [name for name in HDF5_DATASETS if name not in shard]
-            if missing:
-                raise ValueError(f"{path}: missing dataset(s) {', '.join(missing)}")
-            shapes = {name: shard[name].shape for name in HDF5_DATASETS}
-    except OSError as error:
-        raise ValueError(f"{path}: not a readable HDF5 file ({error})") from None
-    sequence_shape, slots_shape = shapes["input_ids"], shapes["masked_lm_positions"]
-    num_rows = sequence_shape[0] if sequence_shape else 0
-    fits = (len(sequence_shape) == 2 and len(slots_shape) == 2 and slots_shape[0] == num_rows
-            and shapes["input_mask"] == sequence_shape and shapes["segment_ids"] == sequence_shape
-            and shapes["masked_lm_ids"] == slots_shape and shapes["next_sentence_labels"] == (num_rows,))
-    if not fits:
-        listed = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
-        raise ValueError(f"{path}: dataset shapes do not fit [N, S] / [N, P] / [N]: {listed}")
-    return num_rows
-
-
 def _check_num_samples_files(shards: list[Shard]) -> None:
     """LDDL's .num_samples.json, where a shard folder has one, must agree with the files' own row counts."""
     for folder in sorted({os.path.dirname(shard.path) for shard in shards}):
@@ -211,13 +175,11 @@ def find_shards(input_dir: str) -> ShardSet:
     if len(found_kinds) > 1:
         raise ValueError(f"{input_dir}: mixes {' and '.join(found_kinds)} shards; use one kind per data set")
 
+    file_format = "hdf5" if found_kinds[0] == "hdf5" else "parquet"
     by_bin: dict[int, list[Shard]] = {}
     masked_first: tuple[str, bool] | None = None
     for path in shard_paths:
-        if found_kinds[0] == "hdf5":
-            num_rows, statically_masked = _read_hdf5_metadata(path), True
-        else:
-            num_rows, statically_masked = _read_parquet_metadata(path)
+        num_rows, statically_masked = SHARD_FORMATS[file_format].inspect(path)
         if masked_first is None:
             masked_first = (path, statically_masked)
         elif statically_masked != masked_first[1]:
@@ -226,9 +188,47 @@ def find_shards(input_dir: str) -> ShardSet:
                              "a data set is masked statically in every shard or in none")
         by_bin.setdefault(kinds[path][1], []).append(Shard(path, num_rows))
     _check_num_samples_files([shard for shards in by_bin.values() for shard in shards])
-    return ShardSet(file_format="hdf5" if found_kinds[0] == "hdf5" else "parquet",
-                    bins=tuple(tuple(by_bin[bin_id]) for bin_id in sorted(by_bin)),
+    return ShardSet(file_format=file_format, bins=tuple(tuple(by_bin[bin_id]) for bin_id in sorted(by_bin)),
                     statically_masked=masked_first[1])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What decides the batches besides the shards
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """The loader's settings that fix which samples each batch holds and how they are masked, validated once."""
+
+    batch_size: int
+    max_seq_length: int
+    max_predictions_per_seq: int
+    masked_lm_prob: float
+    seed: int
+    rank: int
+    world_size: int
+    shuffle_window_samples: int
+
+    def __post_init__(self):
+        for name, lowest in [("batch_size", 1), ("max_seq_length", 3), ("max_predictions_per_seq", 1), ("seed", 0),
+                             ("world_size", 1), ("shuffle_window_samples", 1)]:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < lowest:
+                raise ValueError(f"{name}={value!r}: must be a whole number of at least {lowest}")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank={self.rank!r}: must be in [0, world_size={self.world_size})")
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise ValueError(f"masked_lm_prob={self.masked_lm_prob!r}: must be between 0 and 1")
+
+
+class Vocab:
+    """The WordPiece vocab as the collators need it: token -> id, the special ids and where it came from."""
+
+    def __init__(self, vocab_file: str):
+        self.file = vocab_file
+        self.ids = load_vocab(vocab_file)
+        self.size = max(self.ids.values()) + 1
+        self.cls_id, self.sep_id, self.mask_id = self.ids["[CLS]"], self.ids["[SEP]"], self.ids["[MASK]"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -252,9 +252,9 @@ class EpochPlan:
     schedule: np.ndarray  # int64 [steps, 2]: (bin, batch index within the bin) served at each step
 
 
-def plan_epoch(shards: ShardSet, seed: int, epoch: int, rank: int, world_size: int, batch_size: int,
-               shuffle_window_samples: int) -> EpochPlan:
-    """The order of the module docstring for one epoch and one rank."""
+def plan_epoch(shards: ShardSet, settings: LoaderSettings, epoch: int) -> EpochPlan:
+    """The order of the module docstring for one epoch and settings.rank."""
+    seed, world_size, batch_size = settings.seed, settings.world_size, settings.batch_size
     streams = []
     for bin_index, bin_shards in enumerate(shards.bins):
         file_order = derived_rng(seed, _FILE_ORDER, epoch, bin_index).permutation(len(bin_shards))
@@ -262,7 +262,7 @@ def plan_epoch(shards: ShardSet, seed: int, epoch: int, rank: int, world_size: i
         for shard_index in file_order:
             current.append(shard_index)
             rows += bin_shards[shard_index].num_rows
-            if rows - starts[-1] >= shuffle_window_samples:
+            if rows - starts[-1] >= settings.shuffle_window_samples:
                 windows.append(np.array(current))
                 starts.append(rows)
                 current = []
@@ -270,7 +270,7 @@ def plan_epoch(shards: ShardSet, seed: int, epoch: int, rank: int, world_size: i
             windows.append(np.array(current))
             starts.append(rows)
         slice_size = rows // world_size
-        streams.append(BinStream(tuple(windows), np.array(starts), rank * slice_size, slice_size,
+        streams.append(BinStream(tuple(windows), np.array(starts), settings.rank * slice_size, slice_size,
                                  -(-slice_size // batch_size)))
     bin_of_batch = np.repeat(np.arange(len(streams)), [stream.num_batches for stream in streams])
     bin_of_step = derived_rng(seed, _BIN_ORDER, epoch).permutation(bin_of_batch)
@@ -282,7 +282,7 @@ def plan_epoch(shards: ShardSet, seed: int, epoch: int, rank: int, world_size: i
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Reading windows and building batches
+# Shard formats: how a format's files are checked, read into memory and turned into batch rows
 
 
 @dataclass(frozen=True)
@@ -299,10 +299,14 @@ class Window:
         return f"{self.paths[file_index]}: row {row - int(self.file_starts[file_index])}"
 
 
+# The rows of one batch: (window, rows of that window), in batch order.
+BatchParts = list[tuple[Window, np.ndarray]]
+
+
 class RowSources:
     """'file: row' of each row of a batch, worked out only when an error message needs one."""
 
-    def __init__(self, parts: list[tuple[Window, np.ndarray]]):
+    def __init__(self, parts: BatchParts):
         self.parts = parts
 
     def __getitem__(self, index: int) -> str:
@@ -336,81 +340,74 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-class BatchBuilder:
-    """Builds batch `step` of `epoch` for one rank; a pure function of those numbers, whichever process runs it."""
+class ShardFormat(ABC):
+    """One shard format: `inspect` a file when the loader starts, `read` a shard's columns, `collate` batch rows.
 
-    def __init__(self, shards: ShardSet, vocab: dict[str, int], vocab_file: str, batch_size: int,
-                 max_seq_length: int, max_predictions_per_seq: int, masked_lm_prob: float, seed: int, rank: int,
-                 world_size: int, shuffle_window_samples: int):
-        self.shards = shards
+    `collate(parts, masking_key)` returns the batch of the module docstring; masking_key = (epoch, bin, first
+    stream position) seeds the dynamic masking of a set without static masks.
+    """
+
+    def __init__(self, vocab: Vocab, settings: LoaderSettings, statically_masked: bool):
         self.vocab = vocab
-        self.vocab_file = vocab_file
-        self.vocab_size = max(vocab.values()) + 1
-        self.cls_id, self.sep_id, self.mask_id = vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"]
-        self.batch_size = batch_size
-        self.max_seq_length = max_seq_length
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.masked_lm_prob = masked_lm_prob
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.shuffle_window_samples = shuffle_window_samples
-        self._plans: OrderedDict[int, EpochPlan] = OrderedDict()
-        self._windows: OrderedDict[tuple[int, int, int], Window] = OrderedDict()
-        # the current window of each bin, plus one for a batch that straddles two windows
-        self._window_capacity = len(shards.bins) + 1
-
-    def plan(self, epoch: int) -> EpochPlan:
-        if epoch not in self._plans:
-            self._plans[epoch] = plan_epoch(self.shards, self.seed, epoch, self.rank, self.world_size,
-                                            self.batch_size, self.shuffle_window_samples)
-            if len(self._plans) > 2:
-                self._plans.popitem(last=False)
-        return self._plans[epoch]
-
-    def batch(self, epoch: int, step: int) -> dict[str, np.ndarray]:
-        plan = self.plan(epoch)
-        bin_index, batch_index = (int(value) for value in plan.schedule[step])
-        stream = plan.bins[bin_index]
-        first = stream.slice_start + batch_index * self.batch_size
-        last = min(first + self.batch_size, stream.slice_start + stream.slice_size)
-        positions = np.arange(first, last)
-        window_of = np.searchsorted(stream.window_starts, positions, side="right") - 1
-        parts = []
-        for window_index in np.unique(window_of):
-            window = self._window(epoch, bin_index, int(window_index), stream)
-            rows = window.order[positions[window_of == window_index] - stream.window_starts[window_index]]
-            parts.append((window, rows))
-        if self.shards.file_format == "hdf5":
-            return self._collate_hdf5(parts)
-        return self._collate_parquet(parts, (epoch, bin_index, first))
-
-    def _window(self, epoch: int, bin_index: int, window_index: int, stream: BinStream) -> Window:
-        key = (epoch, bin_index, window_index)
-        if key not in self._windows:
-            shards = [self.shards.bins[bin_index][i] for i in stream.window_shards[window_index]]
-            read = self._read_hdf5 if self.shards.file_format == "hdf5" else self._read_parquet
-            columns = [read(shard) for shard in shards]
-            merged = {name: self._concatenate([part[name] for part in columns]) for name in columns[0]}
-            file_starts = np.cumsum([0] + [shard.num_rows for shard in shards])
-            order = derived_rng(self.seed, _WINDOW_ORDER, epoch, bin_index, window_index).permutation(file_starts[-1])
-            self._windows[key] = Window(tuple(shard.path for shard in shards), file_starts, order, merged)
-            if len(self._windows) > self._window_capacity:
-                self._windows.popitem(last=False)
-        self._windows.move_to_end(key)  # least recently used goes first
-        return self._windows[key]
+        self.settings = settings
+        self.statically_masked = statically_masked
 
     @staticmethod
-    def _concatenate(parts: list) -> list | np.ndarray:
-        if isinstance(parts[0], list):
-            return [value for part in parts for value in part]
-        if parts[0].ndim == 1:
-            return np.concatenate(parts)
-        width = max(part.shape[1] for part in parts)  # HDF5 files of one set may differ in S or P
-        return np.concatenate([np.pad(part, ((0, 0), (0, width - part.shape[1]))) for part in parts])
+    @abstractmethod
+    def inspect(path: str) -> tuple[int, bool]:
+        """(rows, statically masked) of one file, after checking that the loader can read it."""
 
-    def _read_parquet(self, shard: Shard) -> dict:
-        names = PARQUET_COLUMNS + (PARQUET_MASK_COLUMNS if self.shards.statically_masked else ())
+    @abstractmethod
+    def read(self, shard: Shard) -> dict:
+        """The columns of one shard, checked against the row count `inspect` found."""
+
+    @abstractmethod
+    def collate(self, parts: BatchParts, masking_key: tuple[int, int, int]) -> dict[str, np.ndarray]:
+        """The batch made of `parts`."""
+
+    def _check_lengths(self, lengths: np.ndarray, sources: RowSources) -> None:
+        limit = self.settings.max_seq_length
+        too_long = np.flatnonzero(lengths > limit)
+        if too_long.size:
+            row = too_long[0]
+            raise ValueError(f"{sources[row]}: {lengths[row]} tokens, more than max_seq_length={limit}")
+
+    def _check_mask_count(self, counts: np.ndarray, sources: RowSources) -> None:
+        limit = self.settings.max_predictions_per_seq
+        too_many = np.flatnonzero(counts > limit)
+        if too_many.size:
+            row = too_many[0]
+            raise ValueError(f"{sources[row]}: {counts[row]} masked positions, more than "
+                             f"max_predictions_per_seq={limit}")
+
+    def _padded_length(self, lengths: np.ndarray) -> int:
+        return min(_round_up(int(lengths.max()), SEQUENCE_ALIGNMENT), self.settings.max_seq_length)
+
+
+class ParquetFormat(ShardFormat):
+    """LDDL parquet shards: rows of space-joined WordPiece tokens, masked statically or here.
+
+    Format: docs/data-format.md#lddl-parquet-shards
+    """
+
+    @staticmethod
+    def inspect(path: str) -> tuple[int, bool]:
+        try:
+            metadata = pq.read_metadata(path)
+        except (OSError, pa.ArrowException) as error:
+            raise ValueError(f"{path}: not a readable parquet file ({error})") from None
+        names = set(metadata.schema.names)
+        missing = [column for column in PARQUET_COLUMNS if column not in names]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+        masking = [column in names for column in PARQUET_MASK_COLUMNS]
+        if any(masking) and not all(masking):
+            present, absent = (PARQUET_MASK_COLUMNS if masking[0] else PARQUET_MASK_COLUMNS[::-1])
+            raise ValueError(f"{path}: has column {present} but not {absent}")
+        return metadata.num_rows, all(masking)
+
+    def read(self, shard: Shard) -> dict:
+        names = PARQUET_COLUMNS + (PARQUET_MASK_COLUMNS if self.statically_masked else ())
         try:
             table = pq.read_table(shard.path, columns=list(names), use_threads=False)
         except (OSError, pa.ArrowException) as error:
@@ -425,47 +422,7 @@ class BatchBuilder:
         columns["num_tokens"] = table.column("num_tokens").to_numpy().astype(np.int64)
         return columns
 
-    def _read_hdf5(self, shard: Shard) -> dict:
-        try:
-            with h5py.File(shard.path, "r") as source:
-                columns = {name: source[name][()] for name in HDF5_DATASETS}  # cast per batch: files can be big
-        except OSError as error:
-            raise ValueError(f"{shard.path}: cannot read the HDF5 data ({error})") from None
-        if len(columns["next_sentence_labels"]) != shard.num_rows:
-            raise ValueError(f"{shard.path}: has {len(columns['next_sentence_labels'])} rows, "
-                             f"{shard.num_rows} when the loader started")
-        return columns
-
-    def _token_ids(self, texts: list[str], sources: RowSources) -> tuple[np.ndarray, np.ndarray]:
-        """(ids of all tokens of all texts laid end to end, tokens per text) for space-joined token strings."""
-        lengths = np.fromiter(map(str.count, texts, repeat(" ")), dtype=np.int64, count=len(texts)) + 1
-        tokens = " ".join(texts).split(" ")
-        try:
-            ids = np.fromiter(map(self.vocab.__getitem__, tokens), dtype=np.int64, count=len(tokens))
-        except KeyError as error:
-            row = next(i for i, text in enumerate(texts) if error.args[0] in text.split(" "))
-            raise ValueError(f"{sources[row]}: token {error.args[0]!r} is not in the vocab {self.vocab_file} "
-                             "(were the shards made with another vocab?)") from None
-        return ids, lengths
-
-    def _check_lengths(self, lengths: np.ndarray, sources: RowSources) -> None:
-        too_long = np.flatnonzero(lengths > self.max_seq_length)
-        if too_long.size:
-            row = too_long[0]
-            raise ValueError(f"{sources[row]}: {lengths[row]} tokens, more than max_seq_length={self.max_seq_length}")
-
-    def _check_mask_count(self, counts: np.ndarray, sources: RowSources) -> None:
-        too_many = np.flatnonzero(counts > self.max_predictions_per_seq)
-        if too_many.size:
-            row = too_many[0]
-            raise ValueError(f"{sources[row]}: {counts[row]} masked positions, more than "
-                             f"max_predictions_per_seq={self.max_predictions_per_seq}")
-
-    def _padded_length(self, lengths: np.ndarray) -> int:
-        return min(_round_up(int(lengths.max()), SEQUENCE_ALIGNMENT), self.max_seq_length)
-
-    def _collate_parquet(self, parts: list[tuple[Window, np.ndarray]], masking_key: tuple[int, int, int]
-                         ) -> dict[str, np.ndarray]:
+    def collate(self, parts: BatchParts, masking_key: tuple[int, int, int]) -> dict[str, np.ndarray]:
         """[CLS] A [SEP] B [SEP] per row, padded; masks from the shards or drawn from `masking_key`."""
         sources = RowSources(parts)
         texts_a = [window.columns["A"][row] for window, rows in parts for row in rows]
@@ -484,33 +441,45 @@ class BatchBuilder:
         batch_size, length = lengths.size, self._padded_length(lengths)
         input_ids = np.zeros((batch_size, length), dtype=np.int64)
         every_row = np.arange(batch_size)
-        input_ids[:, 0] = self.cls_id
+        input_ids[:, 0] = self.vocab.cls_id
         rows, within = _ragged_layout(lengths_a)
         input_ids[rows, 1 + within] = ids_a
-        input_ids[every_row, lengths_a + 1] = self.sep_id
+        input_ids[every_row, lengths_a + 1] = self.vocab.sep_id
         rows, within = _ragged_layout(lengths_b)
         input_ids[rows, lengths_a[rows] + 2 + within] = ids_b
-        input_ids[every_row, lengths - 1] = self.sep_id
+        input_ids[every_row, lengths - 1] = self.vocab.sep_id
         columns = np.arange(length)[None, :]
         attention_mask = columns < lengths[:, None]
         token_type_ids = (columns >= (lengths_a + 2)[:, None]) & attention_mask
 
-        if self.shards.statically_masked:
+        if self.statically_masked:
             masked_lm_labels = self._static_labels(parts, sources, lengths_a, lengths, length)
         else:
             candidates = attention_mask & (columns > 0) & (columns != (lengths_a + 1)[:, None]) \
                 & (columns != (lengths - 1)[:, None])
-            rng = derived_rng(self.seed, _MASKING, *masking_key)
-            input_ids, masked_lm_labels = mask_batch(input_ids, candidates, lengths, rng, self.vocab_size,
-                                                     self.mask_id, self.masked_lm_prob,
-                                                     self.max_predictions_per_seq)
+            rng = derived_rng(self.settings.seed, _MASKING, *masking_key)
+            input_ids, masked_lm_labels = mask_batch(input_ids, candidates, lengths, rng, self.vocab.size,
+                                                     self.vocab.mask_id, self.settings.masked_lm_prob,
+                                                     self.settings.max_predictions_per_seq)
         next_sentence_labels = np.concatenate([window.columns["is_random_next"][rows] for window, rows in parts])
         return {"input_ids": input_ids, "token_type_ids": token_type_ids.astype(np.int64),
                 "attention_mask": attention_mask.astype(np.int64), "masked_lm_labels": masked_lm_labels,
                 "next_sentence_labels": next_sentence_labels}
 
-    def _static_labels(self, parts: list[tuple[Window, np.ndarray]], sources: RowSources, lengths_a: np.ndarray,
-                       lengths: np.ndarray, length: int) -> np.ndarray:
+    def _token_ids(self, texts: list[str], sources: RowSources) -> tuple[np.ndarray, np.ndarray]:
+        """(ids of all tokens of all texts laid end to end, tokens per text) for space-joined token strings."""
+        lengths = np.fromiter(map(str.count, texts, repeat(" ")), dtype=np.int64, count=len(texts)) + 1
+        tokens = " ".join(texts).split(" ")
+        try:
+            ids = np.fromiter(map(self.vocab.ids.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+        except KeyError as error:
+            row = next(i for i, text in enumerate(texts) if error.args[0] in text.split(" "))
+            raise ValueError(f"{sources[row]}: token {error.args[0]!r} is not in the vocab {self.vocab.file} "
+                             "(were the shards made with another vocab?)") from None
+        return ids, lengths
+
+    def _static_labels(self, parts: BatchParts, sources: RowSources, lengths_a: np.ndarray, lengths: np.ndarray,
+                       length: int) -> np.ndarray:
         positions = [_parse_positions(window.columns["masked_lm_positions"][row]) for window, rows in parts
                      for row in rows]
         counts = np.array([p.size for p in positions])
@@ -531,8 +500,46 @@ class BatchBuilder:
         masked_lm_labels[rows, flat_positions] = label_ids
         return masked_lm_labels
 
-    def _collate_hdf5(self, parts: list[tuple[Window, np.ndarray]]) -> dict[str, np.ndarray]:
-        """Rows of NVIDIA/Google HDF5 shards, re-padded to the batch length; labels scattered from positions."""
+
+class Hdf5Format(ShardFormat):
+    """NVIDIA/Google HDF5 shards: padded id arrays, always masked statically.
+
+    Format: docs/data-format.md#nvidia-hdf5-shards
+    """
+
+    @staticmethod
+    def inspect(path: str) -> tuple[int, bool]:
+        try:
+            with h5py.File(path, "r") as shard:
+                missing = [name for name in HDF5_DATASETS if name not in shard]
+                if missing:
+                    raise ValueError(f"{path}: missing dataset(s) {', '.join(missing)}")
+                shapes = {name: shard[name].shape for name in HDF5_DATASETS}
+        except OSError as error:
+            raise ValueError(f"{path}: not a readable HDF5 file ({error})") from None
+        sequence_shape, slots_shape = shapes["input_ids"], shapes["masked_lm_positions"]
+        num_rows = sequence_shape[0] if sequence_shape else 0
+        fits = (len(sequence_shape) == 2 and len(slots_shape) == 2 and slots_shape[0] == num_rows
+                and shapes["input_mask"] == sequence_shape and shapes["segment_ids"] == sequence_shape
+                and shapes["masked_lm_ids"] == slots_shape and shapes["next_sentence_labels"] == (num_rows,))
+        if not fits:
+            listed = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
+            raise ValueError(f"{path}: dataset shapes do not fit [N, S] / [N, P] / [N]: {listed}")
+        return num_rows, True
+
+    def read(self, shard: Shard) -> dict:
+        try:
+            with h5py.File(shard.path, "r") as source:
+                columns = {name: source[name][()] for name in HDF5_DATASETS}  # cast per batch: files can be big
+        except OSError as error:
+            raise ValueError(f"{shard.path}: cannot read the HDF5 data ({error})") from None
+        if len(columns["next_sentence_labels"]) != shard.num_rows:
+            raise ValueError(f"{shard.path}: has {len(columns['next_sentence_labels'])} rows, "
+                             f"{shard.num_rows} when the loader started")
+        return columns
+
+    def collate(self, parts: BatchParts, masking_key: tuple[int, int, int]) -> dict[str, np.ndarray]:
+        """Rows re-padded to the batch length; labels scattered from positions (masking_key: unused, static)."""
         sources = RowSources(parts)
         width = max(window.columns["input_ids"].shape[1] for window, _ in parts)
         slots = max(window.columns["masked_lm_positions"].shape[1] for window, _ in parts)
@@ -546,10 +553,10 @@ class BatchBuilder:
         self._check_lengths(lengths, sources)
         length = self._padded_length(lengths)
         input_ids = gather("input_ids", width)
-        bad_ids = np.flatnonzero(((input_ids < 0) | (input_ids >= self.vocab_size)).any(axis=1))
+        bad_ids = np.flatnonzero(((input_ids < 0) | (input_ids >= self.vocab.size)).any(axis=1))
         for row in bad_ids[:1]:
             raise ValueError(f"{sources[row]}: token id {input_ids[row].max()} is outside the vocab "
-                             f"{self.vocab_file} ({self.vocab_size} ids)")
+                             f"{self.vocab.file} ({self.vocab.size} ids)")
         positions, masked_ids = gather("masked_lm_positions", slots), gather("masked_lm_ids", slots)
         used = positions != 0  # position 0 is [CLS], never masked: 0 marks an unused slot
         self._check_mask_count(used.sum(axis=1), sources)
@@ -572,6 +579,73 @@ class BatchBuilder:
         return {"input_ids": crop(input_ids), "token_type_ids": crop(gather("segment_ids", width)),
                 "attention_mask": crop(input_mask), "masked_lm_labels": masked_lm_labels,
                 "next_sentence_labels": next_sentence_labels}
+
+
+SHARD_FORMATS: dict[str, type[ShardFormat]] = {"parquet": ParquetFormat, "hdf5": Hdf5Format}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Building batches
+
+
+class BatchBuilder:
+    """Builds batch `step` of `epoch` for one rank; a pure function of those numbers, whichever process runs it."""
+
+    def __init__(self, shards: ShardSet, vocab: Vocab, settings: LoaderSettings):
+        self.shards = shards
+        self.settings = settings
+        self.format = SHARD_FORMATS[shards.file_format](vocab, settings, shards.statically_masked)
+        self._plans: OrderedDict[int, EpochPlan] = OrderedDict()
+        self._windows: OrderedDict[tuple[int, int, int], Window] = OrderedDict()
+        # the current window of each bin, plus one for a batch that straddles two windows
+        self._window_capacity = len(shards.bins) + 1
+
+    def plan(self, epoch: int) -> EpochPlan:
+        if epoch not in self._plans:
+            self._plans[epoch] = plan_epoch(self.shards, self.settings, epoch)
+            if len(self._plans) > 2:
+                self._plans.popitem(last=False)
+        return self._plans[epoch]
+
+    def batch(self, epoch: int, step: int) -> dict[str, np.ndarray]:
+        plan = self.plan(epoch)
+        bin_index, batch_index = (int(value) for value in plan.schedule[step])
+        stream = plan.bins[bin_index]
+        first = stream.slice_start + batch_index * self.settings.batch_size
+        last = min(first + self.settings.batch_size, stream.slice_start + stream.slice_size)
+        positions = np.arange(first, last)
+        window_of = np.searchsorted(stream.window_starts, positions, side="right") - 1
+        parts = []
+        for window_index in np.unique(window_of):
+            window = self._window(epoch, bin_index, int(window_index), stream)
+            rows = window.order[positions[window_of == window_index] - stream.window_starts[window_index]]
+            parts.append((window, rows))
+        return self.format.collate(parts, (epoch, bin_index, first))
+
+    def _window(self, epoch: int, bin_index: int, window_index: int, stream: BinStream) -> Window:
+        key = (epoch, bin_index, window_index)
+        if key not in self._windows:
+            shards = [self.shards.bins[bin_index][i] for i in stream.window_shards[window_index]]
+            columns = [self.format.read(shard) for shard in shards]
+            merged = {name: _concatenate([part[name] for part in columns]) for name in columns[0]}
+            file_starts = np.cumsum([0] + [shard.num_rows for shard in shards])
+            order = derived_rng(self.settings.seed, _WINDOW_ORDER, epoch, bin_index,
+                                window_index).permutation(file_starts[-1])
+            self._windows[key] = Window(tuple(shard.path for shard in shards), file_starts, order, merged)
+            if len(self._windows) > self._window_capacity:
+                self._windows.popitem(last=False)
+        self._windows.move_to_end(key)  # least recently used goes first
+        return self._windows[key]
+
+
+def _concatenate(parts: list) -> list | np.ndarray:
+    """One column of a window from the same column of its files (lists, 1-D arrays, or 2-D arrays of any width)."""
+    if isinstance(parts[0], list):
+        return [value for part in parts for value in part]
+    if parts[0].ndim == 1:
+        return np.concatenate(parts)
+    width = max(part.shape[1] for part in parts)  # HDF5 files of one set may differ in S or P
+    return np.concatenate([np.pad(part, ((0, 0), (0, width - part.shape[1]))) for part in parts])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -649,27 +723,15 @@ class PretrainingDataLoader:
                  max_predictions_per_seq: int, seed: int, rank: int = 0, world_size: int = 1,
                  num_workers: int = 0, masked_lm_prob: float = 0.15,
                  shuffle_window_samples: int = SHUFFLE_WINDOW_SAMPLES):
-        for name, value, lowest in [("batch_size", batch_size, 1), ("max_seq_length", max_seq_length, 3),
-                                    ("max_predictions_per_seq", max_predictions_per_seq, 1), ("seed", seed, 0),
-                                    ("world_size", world_size, 1), ("num_workers", num_workers, 0),
-                                    ("shuffle_window_samples", shuffle_window_samples, 1)]:
-            if not isinstance(value, int) or value < lowest:
-                raise ValueError(f"{name}={value!r}: must be a whole number of at least {lowest}")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank={rank!r}: must be in [0, world_size={world_size})")
-        if not 0.0 < masked_lm_prob < 1.0:
-            raise ValueError(f"masked_lm_prob={masked_lm_prob!r}: must be between 0 and 1")
-        self.shards = find_shards(input_dir)
-        vocab = load_vocab(vocab_file)
-        self.ids_to_tokens = {index: token for token, index in vocab.items()}
-        self.batch_size = batch_size
-        self.seed = seed
-        self.world_size = world_size
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers={num_workers!r}: must be a whole number of at least 0")
+        self.settings = LoaderSettings(batch_size, max_seq_length, max_predictions_per_seq, masked_lm_prob, seed,
+                                       rank, world_size, shuffle_window_samples)
         self.num_workers = num_workers
-        self.shuffle_window_samples = shuffle_window_samples
-        self._builder = BatchBuilder(self.shards, vocab, vocab_file, batch_size, max_seq_length,
-                                     max_predictions_per_seq, masked_lm_prob, seed, rank, world_size,
-                                     shuffle_window_samples)
+        self.shards = find_shards(input_dir)
+        vocab = Vocab(vocab_file)
+        self.ids_to_tokens = {index: token for token, index in vocab.ids.items()}
+        self._builder = BatchBuilder(self.shards, vocab, self.settings)
         first_plan = self._builder.plan(0)
         self.steps_per_epoch = len(first_plan.schedule)
         self.num_samples = sum(stream.slice_size for stream in first_plan.bins)
@@ -681,8 +743,9 @@ class PretrainingDataLoader:
 
     def _identity(self) -> dict:
         """What fixes the order of batches; a saved position is only valid for a loader that agrees on all of it."""
-        return {"seed": self.seed, "world_size": self.world_size, "batch_size": self.batch_size,
-                "shuffle_window_samples": self.shuffle_window_samples,
+        settings = self.settings
+        return {"seed": settings.seed, "world_size": settings.world_size, "batch_size": settings.batch_size,
+                "shuffle_window_samples": settings.shuffle_window_samples,
                 "shards_per_bin": [len(shards) for shards in self.shards.bins],
                 "rows_per_bin": self.shards.rows_per_bin}
 

@@ -127,7 +127,7 @@ write_source() {  # the corpus files, as LDDL's source layout in SOURCE_DIR
   fi
   echo "corpus: ${inputs[*]}"
   rm -rf "$SOURCE_DIR.part"
-  "$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import pretraining_pairs as p
+  "$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import corpus as p
 p.convert_to_lddl_source(sys.argv[3:], sys.argv[2])' "$ROOT" "$SOURCE_DIR.part" "${inputs[@]}"
   mv "$SOURCE_DIR.part" "$SOURCE_DIR"
 }

@@ -9,6 +9,18 @@ die() {
   exit 1
 }
 
+# CODEDIR (the repository holding this scripts/ folder) and BERT_PREP_WORKING_DIR (default <repo>/data).
+set_recipe_dirs() {
+  CODEDIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  BERT_PREP_WORKING_DIR=${BERT_PREP_WORKING_DIR:-$CODEDIR/data}
+}
+
+require_at_most_args() {  # most arguments...
+  local most="$1"
+  shift
+  (( $# <= most )) || die "at most $most positional arguments, got $#"
+}
+
 require_choice() {  # name value choice...
   local name="$1" value="$2" choice
   shift 2
@@ -80,11 +92,15 @@ folder_is_empty() {  # folder: true when it is missing or holds nothing
   [[ ! -d "$1" ]] || [[ -z "$(ls -A "$1")" ]]
 }
 
-# scripts/run_pretraining_p1.sh and _p2.sh: run run_pretraining.py on this node with the phase defaults in the
-# array DEFAULT_FLAGS, then the caller's arguments, which override them (argparse keeps an option's last value).
-# The launcher options --gpus N (8), --precision P (amp) and --fuse-mha true|false (true) are taken out first.
+# scripts/run_pretraining_p1.sh and _p2.sh: run run_pretraining.py on this node with the defaults both phases
+# share (below), the phase's own defaults in the array DEFAULT_FLAGS, then the caller's arguments, which override
+# them (argparse keeps an option's last value). The launcher options --gpus N (8), --precision P (amp) and
+# --fuse-mha true|false (true) are taken out first. Needs set_recipe_dirs.
 launch_phase_with_named_args() {  # run_pretraining.py arguments...
   local gpus=8 precision=amp fuse_mha=true passed=()
+  local shared_flags=(--vocab-file "$CODEDIR/vocab/bert-uncased-vocab.txt" --output-dir "$CODEDIR/results"
+    --bert-model bert-large-uncased --last-step-of-checkpoint auto --optimizer Lamb --num-steps-per-checkpoint 200
+    --log-freq 1)
   while (( $# > 0 )); do
     case "$1" in
       --gpus|--precision|--fuse-mha)
@@ -105,6 +121,6 @@ launch_phase_with_named_args() {  # run_pretraining.py arguments...
   local fuse_flags=()
   [[ "$fuse_mha" == true ]] && fuse_flags=(--fuse-mha)
   run_logged "" python -m paddle.distributed.launch --nproc_per_node "$gpus" \
-    "$CODEDIR/run_pretraining.py" "${DEFAULT_FLAGS[@]}" "${PRECISION_FLAGS[@]}" "${fuse_flags[@]}" \
-    "${passed[@]}"
+    "$CODEDIR/run_pretraining.py" "${shared_flags[@]}" "${DEFAULT_FLAGS[@]}" "${PRECISION_FLAGS[@]}" \
+    "${fuse_flags[@]}" "${passed[@]}"
 }

@@ -33,12 +33,10 @@
 #   bash scripts/run_glue.sh $(source scripts/configs/glue_config.sh && mrpc_dgxa100-80g_8gpu_fp16)
 set -euo pipefail
 
-(( $# <= 16 )) || { echo "${0##*/}: at most 16 positional arguments, got $#" >&2; exit 1; }
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CODEDIR="$(dirname "$SCRIPT_DIR")"
 # shellcheck source=scripts/common.sh
-source "$SCRIPT_DIR/common.sh"
-BERT_PREP_WORKING_DIR=${BERT_PREP_WORKING_DIR:-$CODEDIR/data}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+require_at_most_args 16 "$@"
+set_recipe_dirs
 
 init_checkpoint=${1:-$CODEDIR/results/bert-large-uncased/phase2/1563}
 data_dir=${2:-$BERT_PREP_WORKING_DIR/download/glue/MRPC/}

@@ -11,29 +11,20 @@
 # $BERT_PREP_WORKING_DIR (<repo>/data) and <repo>/results.
 set -euo pipefail
 
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CODEDIR="$(dirname "$SCRIPT_DIR")"
 # shellcheck source=scripts/common.sh
-source "$SCRIPT_DIR/common.sh"
-BERT_PREP_WORKING_DIR=${BERT_PREP_WORKING_DIR:-$CODEDIR/data}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+set_recipe_dirs
 
 DEFAULT_FLAGS=(
   --input-dir "$BERT_PREP_WORKING_DIR/pretrain/phase1/unbinned/parquet"
-  --vocab-file "$CODEDIR/vocab/bert-uncased-vocab.txt"
-  --output-dir "$CODEDIR/results"
-  --bert-model bert-large-uncased
-  --last-step-of-checkpoint auto
   --phase1
   --batch-size 256
   --gradient-merge-steps 32
   --max-steps 7038
   --learning-rate 6e-3
   --warmup-proportion 0.2843
-  --optimizer Lamb
   --max-seq-length 128
   --max-predictions-per-seq 20
-  --num-steps-per-checkpoint 200
-  --log-freq 1
   --report-file "$CODEDIR/results/dllogger_p1.json"
 )
 launch_phase_with_named_args "$@"

@@ -12,18 +12,12 @@
 # are loaded only when phase 2 starts. Paths default to $BERT_PREP_WORKING_DIR (<repo>/data) and <repo>/results.
 set -euo pipefail
 
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CODEDIR="$(dirname "$SCRIPT_DIR")"
 # shellcheck source=scripts/common.sh
-source "$SCRIPT_DIR/common.sh"
-BERT_PREP_WORKING_DIR=${BERT_PREP_WORKING_DIR:-$CODEDIR/data}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+set_recipe_dirs
 
 DEFAULT_FLAGS=(
   --input-dir "$BERT_PREP_WORKING_DIR/pretrain/phase2/bin_size_64/parquet"
-  --vocab-file "$CODEDIR/vocab/bert-uncased-vocab.txt"
-  --output-dir "$CODEDIR/results"
-  --bert-model bert-large-uncased
-  --last-step-of-checkpoint auto
   --from-phase1-final-params "$CODEDIR/results/bert-large-uncased/phase1/7038"
   --phase2
   --batch-size 32
@@ -31,11 +25,8 @@ DEFAULT_FLAGS=(
   --max-steps 1563
   --learning-rate 4e-3
   --warmup-proportion 0.128
-  --optimizer Lamb
   --max-seq-length 512
   --max-predictions-per-seq 80
-  --num-steps-per-checkpoint 200
-  --log-freq 1
   --report-file "$CODEDIR/results/dllogger_p2.json"
 )
 launch_phase_with_named_args "$@"

@@ -29,12 +29,10 @@
 # run_squad.py checks the files (checkpoint, vocab, SQuAD json) and names any that is missing.
 set -euo pipefail
 
-(( $# <= 18 )) || { echo "${0##*/}: at most 18 positional arguments, got $#" >&2; exit 1; }
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CODEDIR="$(dirname "$SCRIPT_DIR")"
 # shellcheck source=scripts/common.sh
-source "$SCRIPT_DIR/common.sh"
-BERT_PREP_WORKING_DIR=${BERT_PREP_WORKING_DIR:-$CODEDIR/data}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+require_at_most_args 18 "$@"
+set_recipe_dirs
 
 init_checkpoint=${1:-checkpoints/squad}
 epochs=${2:-2}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from conftest import ROOT, require_shared
-from test_preprocessing import documents_kept
+from helpers import documents_kept
 
 SCRIPT = ROOT / "data" / "create_datasets_from_start.sh"
 # NVIDIA's layout under BERT_PREP_WORKING_DIR, as scripts/run_pretraining.sh and run.sub read it.

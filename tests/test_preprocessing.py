@@ -23,6 +23,7 @@ import create_pretraining_data
 import lddl_preprocess
 import preprocess_pipeline
 from conftest import require_shared
+from helpers import documents_kept
 from preprocess_pipeline import run_pipeline, run_tasks
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -54,6 +55,12 @@ def corpus(tmp_path_factory) -> dict[str, Path]:
     (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
     (root / "docs.txt").write_text("\n".join(lines) + "\n")
     return {"vocab": root / "vocab.txt", "text": root / "docs.txt"}
+
+
+def cli_argv(corpus: dict[str, Path], output: Path, *flags: str) -> list[str]:
+    """The preprocessors' required flags for the test corpus (two shards), then `flags`, which override them."""
+    return ["--input", str(corpus["text"]), "--vocab-file", str(corpus["vocab"]), "--output-dir", str(output),
+            "--num-shards", "2", *flags]
 
 
 def run_cli(module, corpus: dict[str, Path], output: Path, *flags: str, text: Path | None = None) -> dict:
@@ -94,31 +101,6 @@ def sequence_of(row: dict) -> list[str]:
 def owner(token: str) -> int:
     """The document a corpus word belongs to (see document_words)."""
     return SYLLABLES.index(token[:2]) * len(SYLLABLES) + SYLLABLES.index(token[2:4])
-
-
-UINT64 = 2**64 - 1
-
-
-def splitmix64(value: int) -> int:
-    """SplitMix64's output function (Steele, Lea & Flood 2014, as in Vigna's splitmix64.c), in Python integers."""
-    value = (value + 0x9E3779B97F4A7C15) & UINT64
-    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & UINT64
-    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & UINT64
-    return value ^ (value >> 31)
-
-
-def documents_kept(corpus_file: Path, seed: int, sample_ratio: float) -> set[int]:
-    """The documents (line numbers of a one-document-per-line file, the only file of its corpus) that the rule in
-    preprocess_pipeline's docstring keeps: the key of the document at byte offset o of file 0 is
-    SplitMix64(SplitMix64(SplitMix64(seed) ^ 0) ^ o); it is kept when the top 53 bits of SplitMix64(key), over
-    2**53, are below the ratio."""
-    kept, offset = set(), 0
-    for line_number, line in enumerate(corpus_file.read_bytes().splitlines(keepends=True)):
-        key = splitmix64(splitmix64(splitmix64(seed) ^ 0) ^ offset)
-        if (splitmix64(key) >> 11) / 2**53 < sample_ratio:
-            kept.add(line_number)
-        offset += len(line)
-    return kept
 
 
 def documents_in(rows: list[dict]) -> set[int]:
@@ -218,9 +200,8 @@ def test_flag_sample_ratio_keeps_the_seeded_documents(corpus, tmp_path, capsys):
     assert everything["documents"] == NUM_DOCUMENTS
     assert folder_bytes(tmp_path / "one") == folder_bytes(tmp_path / "all")
 
-    message = expect_exit(capsys, lddl_preprocess, [
-        "--input", str(corpus["text"]), "--vocab-file", str(corpus["vocab"]), "--output-dir", str(tmp_path / "none"),
-        "--num-shards", "2", "--num-workers", "1", "--sample-ratio", "1e-9"])
+    message = expect_exit(capsys, lddl_preprocess,
+                          cli_argv(corpus, tmp_path / "none", "--num-workers", "1", "--sample-ratio", "1e-9"))
     assert message.endswith("no documents with text found (--sample-ratio 1e-09 kept none)")
 
 # ------------------------------------------------------------------------------------------ LDDL compatibility
@@ -552,9 +533,7 @@ def expect_exit(capsys, module, argv) -> str:
 ])
 def test_bad_flag_values_name_the_flag(corpus, tmp_path, capsys, module, flag, value, message):
     extra = ["--dask"] if flag == "--scheduler-address" else []
-    argv = ["--input", str(corpus["text"]), "--vocab-file", str(corpus["vocab"]), "--output-dir",
-            str(tmp_path / "out"), "--num-shards", "2", flag, value, *extra]
-    assert message in expect_exit(capsys, module, argv)
+    assert message in expect_exit(capsys, module, cli_argv(corpus, tmp_path / "out", flag, value, *extra))
 
 
 @pytest.mark.parametrize("module, flag, value", [
@@ -562,9 +541,7 @@ def test_bad_flag_values_name_the_flag(corpus, tmp_path, capsys, module, flag, v
     (lddl_preprocess, "--masked-lm-ratio", "0"), (create_pretraining_data, "--masked-lm-prob", "1.5"),
     (create_pretraining_data, "--max-predictions-per-seq", "0")])
 def test_bad_writer_flags(corpus, tmp_path, capsys, module, flag, value):
-    argv = ["--input", str(corpus["text"]), "--vocab-file", str(corpus["vocab"]), "--output-dir",
-            str(tmp_path / "out"), "--num-shards", "2", flag, value]
-    assert f"{flag} {value}" in expect_exit(capsys, module, argv)
+    assert f"{flag} {value}" in expect_exit(capsys, module, cli_argv(corpus, tmp_path / "out", flag, value))
 
 
 def test_bad_vocab_names_the_file(corpus, tmp_path, capsys):

@@ -1,0 +1,276 @@
+"""Corpus text -> documents -> sentences: the corpus formats, the document reader and the sentence splitter.
+
+Both preprocessors (lddl_preprocess.py, create_pretraining_data.py) read their input through this module;
+pretraining_pairs.py then turns the tokenized sentences into NSP pairs.
+Format (the LDDL source layout convert_to_lddl_source writes): docs/data-format.md#lddl-source-text.
+
+Corpus formats (`INPUT_FORMATS`); a corpus is one file or a folder searched recursively (files in sorted path order):
+- "lines": one document per line; blank lines are skipped.
+- "lddl": LDDL's source layout: one document per line written as `<doc_id> <text>`; the first whitespace-separated
+  word is the id and is dropped. A folder holding an `en/` subfolder (LDDL's `--wikipedia` layout) reads `en/` only.
+- "wikiextractor": WikiExtractor output: `<doc id=... title=...>`, the title line, the paragraphs, `</doc>`.
+  The title is dropped (as LDDL's Wikipedia downloader does); each paragraph line is split into sentences.
+- "wikitext": the WikiText format: an article starts at a title line matching `^ = [^=].* = $`; the title and the
+  section heading lines (` = = ... = = `, any depth) are dropped; every other non-blank line is a paragraph.
+- "auto": per file: a name ending in .raw or .tokens, or a first non-blank line that is a WikiText title, means
+  "wikitext"; a first non-blank line starting with `<doc` means "wikiextractor"; a folder holding `en/` means
+  "lddl"; anything else is "lines".
+Paragraph boundaries are always sentence boundaries. Every file must be UTF-8.
+
+Sentence splitting (`split_sentences`) is rule based and works offline. A sentence ends after a run of `.`, `?` or
+`!`, optionally followed by closing quotes or brackets, when whitespace follows, except when
+- the next sentence would start with a lowercase letter (e.g. "approx. three", "e.g. the") or with one of
+  `. ? ! , ; :` (WikiText's spaced ellipsis ". . ."), or
+- the period ends a known abbreviation (`ABBREVIATIONS`: titles like "Dr.", "Mr.", "St.", "Gen.", "Jan.", "No.",
+  "vs.", "etc.") or a single-letter initial ("J. R. R. Tolkien", "H. americanus"), or a dotted acronym
+  ("U.S.", "e.g.", "i.e."), or
+- the punctuation run is `...` or longer directly after a word (an ellipsis inside a sentence).
+A straight double quote standing alone after the end (WikiText's spaced `. " `) closes the sentence when an odd
+number of `"` precede it in the paragraph. WikiText's other spaced punctuation (" . ") needs no special case.
+NLTK's Punkt (used by LDDL) learns abbreviations from data instead; LDDL run offline has no trained model and
+splits after every `.`, `?` or `!` followed by whitespace.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+INPUT_FORMATS = ("auto", "lines", "lddl", "wikiextractor", "wikitext")
+
+WIKITEXT_TITLE = re.compile(r"^ = [^=].* = $")
+WIKITEXT_HEADING = re.compile(r"^ (= )+[^=].*( =)+ $")
+
+ABBREVIATIONS = frozenset(
+    """
+    mr mrs ms dr prof st sr jr mt ft fr rev gen col lt sgt capt cmdr adm maj gov pres sen rep hon messrs mme mlle
+    jan feb mar apr jun jul aug sep sept oct nov dec no nos vol vols fig figs pp ch sec art ed eds op cf vs etc
+    approx ca est inc ltd co corp bros dept univ assn
+    """.split()
+)
+_SENTENCE_END = re.compile(r"[.?!]+[\"'”’)\]]*(?=\s)")
+_CLOSERS = "\"'”’)]"
+_CONTINUATIONS = ".?!,;:"  # a sentence never starts with these: ". . ." or "?!" keeps going
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """Sentences of one paragraph by the rules in the module docstring, each stripped, none empty."""
+    sentences = []
+    start = 0
+    counted_to, quotes_before = 0, 0
+    for match in _SENTENCE_END.finditer(paragraph):
+        end = match.end()
+        next_start = _skip_spaces(paragraph, end)
+        quotes_before += paragraph.count('"', counted_to, end)
+        counted_to = end
+        if quotes_before % 2 == 1 and paragraph.startswith('"', next_start) and (
+                next_start + 1 == len(paragraph) or paragraph[next_start + 1].isspace()):
+            # A spaced closing quote (WikiText writes `. " `): an odd count of quotes so far means it closes.
+            end = next_start + 1
+            next_start = _skip_spaces(paragraph, end)
+        if next_start >= len(paragraph):
+            break
+        following = paragraph[next_start]
+        if following.islower() or following in _CONTINUATIONS or _is_sentence_internal(
+                paragraph, match.start(), match.group()):
+            continue
+        sentence = paragraph[start:end].strip()
+        if sentence:
+            sentences.append(sentence)
+        start = next_start
+    last = paragraph[start:].strip()
+    if last:
+        sentences.append(last)
+    return sentences
+
+
+def _skip_spaces(text: str, index: int) -> int:
+    while index < len(text) and text[index].isspace():
+        index += 1
+    return index
+
+
+def _is_sentence_internal(text: str, punct_start: int, punct: str) -> bool:
+    """True when the punctuation at text[punct_start:] belongs to an abbreviation, initial or ellipsis."""
+    word_start = punct_start
+    while word_start > 0 and not text[word_start - 1].isspace():
+        word_start -= 1
+    word = text[word_start:punct_start].lstrip("\"'“‘([")
+    terminal = punct.rstrip(_CLOSERS)
+    if not word:
+        return False
+    if terminal.startswith("..."):
+        return True
+    if terminal != ".":
+        return False
+    if word.lower() in ABBREVIATIONS:
+        return True
+    if len(word) == 1 and word.isalpha() and word.isupper():
+        return True
+    # Dotted acronyms: "U.S", "e.g", "Ph.D" -- letters separated by periods.
+    return "." in word and all(len(part) <= 2 and part.isalpha() for part in word.split("."))
+
+
+@dataclass(frozen=True)
+class RawDocument:
+    """One document as read from the corpus: where it starts and its paragraphs (untokenized)."""
+
+    file_index: int
+    offset: int  # byte offset of the document's first line in its file: its identity, independent of chunking
+    paragraphs: list[str]
+
+
+def find_corpus_files(path: str | Path, input_format: str) -> list[tuple[Path, str]]:
+    """(file, format) for every file of the corpus, in sorted path order; raises on a missing or empty corpus."""
+    if input_format not in INPUT_FORMATS:
+        raise ValueError(f"input format {input_format!r} is not one of {', '.join(INPUT_FORMATS)}")
+    root = Path(path)
+    if not root.exists():
+        raise FileNotFoundError(f"{root}: corpus not found")
+    if root.is_dir() and (root / "en").is_dir() and input_format in ("auto", "lddl"):
+        root, input_format = root / "en", "lddl"
+    if root.is_dir():
+        files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+        if input_format == "lddl":
+            files = [p for p in files if p.suffix == ".txt"]
+    else:
+        files = [root]
+    files = [p for p in files if p.stat().st_size > 0]
+    if not files:
+        raise ValueError(f"{Path(path)}: corpus has no non-empty files")
+    return [(file, detect_format(file) if input_format == "auto" else input_format) for file in files]
+
+
+def detect_format(file: Path) -> str:
+    """The format of one file by the "auto" rules in the module docstring."""
+    if file.suffix in (".raw", ".tokens"):
+        return "wikitext"
+    with open(file, "rb") as reader:
+        for raw_line in reader:
+            line = raw_line.decode("utf-8", errors="replace").rstrip("\r\n")
+            if not line.strip():
+                continue
+            if WIKITEXT_TITLE.match(line):
+                return "wikitext"
+            if line.startswith("<doc"):
+                return "wikiextractor"
+            return "lines"
+    return "lines"
+
+
+def _starts_document(line: str, input_format: str) -> bool:
+    if input_format == "wikitext":
+        return WIKITEXT_TITLE.match(line) is not None
+    if input_format == "wikiextractor":
+        return line.startswith("<doc")
+    return True  # "lines" and "lddl": every line is a document
+
+
+def read_documents(file: Path, file_index: int, input_format: str, start: int = 0,
+                   end: int | None = None) -> Iterator[RawDocument]:
+    """The documents whose first line starts at a byte offset in [start, end) of `file`.
+
+    A document may run past `end`; lines before the first document start inside the range belong to the
+    previous range. So consecutive ranges read every document exactly once, whatever the range boundaries.
+    """
+    end = file.stat().st_size if end is None else end
+    with open(file, "rb") as reader:
+        if start > 0:
+            reader.seek(start - 1)
+            reader.readline()  # finish the line that began before `start`
+        offset = reader.tell()
+        current: list[str] | None = None
+        current_offset = 0
+        in_first_lines = True  # lines at the very start of a file belong to no title: they form a document
+        for raw_line in reader:
+            try:
+                line = raw_line.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                raise ValueError(f"{file}: byte {offset}: not UTF-8 text") from None
+            if _starts_document(line, input_format):
+                if current is not None:
+                    document = _parse_document(current, input_format, file_index, current_offset)
+                    if document is not None:
+                        yield document
+                if offset >= end:
+                    return
+                current, current_offset = [line], offset
+                in_first_lines = False
+            elif current is not None:
+                current.append(line)
+            elif in_first_lines and start == 0 and offset < end:
+                current, current_offset, in_first_lines = [line], offset, False
+            offset += len(raw_line)
+        if current is not None:
+            document = _parse_document(current, input_format, file_index, current_offset)
+            if document is not None:
+                yield document
+
+
+def _parse_document(lines: list[str], input_format: str, file_index: int, offset: int) -> RawDocument | None:
+    if input_format == "lines":
+        paragraphs = [lines[0].strip()]
+    elif input_format == "lddl":
+        parts = lines[0].strip().split(maxsplit=1)
+        paragraphs = parts[1:]
+    elif input_format == "wikitext":
+        body = lines[1:] if WIKITEXT_TITLE.match(lines[0]) else lines
+        paragraphs = [line.strip() for line in body if not WIKITEXT_HEADING.match(line)]
+    elif input_format == "wikiextractor":
+        body = [line for line in lines[1:] if line.strip()]
+        if lines[0].startswith("<doc"):
+            body = body[1:]  # the title, which WikiExtractor repeats as the first line
+        paragraphs = []
+        for line in body:
+            if line.startswith("</doc>"):
+                break
+            paragraphs.append(line.strip())
+    else:
+        raise ValueError(f"input format {input_format!r} is not one of {', '.join(INPUT_FORMATS)}")
+    paragraphs = [paragraph for paragraph in paragraphs if paragraph]
+    return RawDocument(file_index, offset, paragraphs) if paragraphs else None
+
+
+def document_sentences(document: RawDocument) -> list[str]:
+    """All sentences of a document, paragraph after paragraph."""
+    return [sentence for paragraph in document.paragraphs for sentence in split_sentences(paragraph)]
+
+
+def convert_to_lddl_source(corpora: Sequence[str | Path], lddl_source_dir: str | Path,
+                           input_format: str = "auto") -> list[Path]:
+    """Write corpora as LDDL's `--wikipedia` input (what LDDL's Wikipedia downloader makes): `<dir>/en/<i>.txt` for
+    the i-th corpus file (find_corpus_files order), one `wiki-<n> <text>` line per document, n = 0, 1, ... over all
+    files.
+
+    The text of a document is its paragraphs, stripped and joined by single spaces (for WikiText: without the title
+    and the headings; for WikiExtractor output: without the title); lines are joined by "\\n" with no trailing
+    newline, as ../shared/data/lddl-sample/README.md (section 1) describes. Each file is written to a temporary
+    name and renamed. Returns the written files.
+    """
+    files = [entry for corpus in corpora for entry in find_corpus_files(corpus, input_format)]
+    output_dir = Path(lddl_source_dir) / "en"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    written, document_id = [], 0
+    for file_index, (path, file_format) in enumerate(files):
+        output = output_dir / f"{file_index}.txt"
+        temporary = output.with_name(output.name + ".tmp")
+        with open(temporary, "w", encoding="utf-8", newline="\n") as writer:
+            separator = ""
+            for document in read_documents(path, file_index, file_format):
+                writer.write(f"{separator}wiki-{document_id} {' '.join(document.paragraphs)}")
+                separator = "\n"
+                document_id += 1
+        os.replace(temporary, output)
+        written.append(output)
+    return written
+
+
+def convert_wikitext_to_lddl(wikitext_file: str | Path, lddl_source_dir: str | Path) -> Path:
+    """Write one WikiText file as LDDL's `--wikipedia` input, `<dir>/en/0.txt` (convert_to_lddl_source)."""
+    wikitext_file = Path(wikitext_file)
+    if not wikitext_file.is_file():
+        raise FileNotFoundError(f"{wikitext_file}: WikiText file not found")
+    return convert_to_lddl_source([wikitext_file], lddl_source_dir, "wikitext")[0]

@@ -1,0 +1,146 @@
+"""Tests for corpus.py: the corpus formats, the document reader and the offline sentence splitter."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from conftest import require_shared
+from corpus import (
+    convert_to_lddl_source,
+    convert_wikitext_to_lddl,
+    detect_format,
+    document_sentences,
+    find_corpus_files,
+    read_documents,
+    split_sentences,
+)
+
+
+@pytest.mark.parametrize("paragraph, expected", [
+    ("One. Two? Three! Four", ["One.", "Two?", "Three!", "Four"]),
+    ("Dr. Smith met Mr. Jones in St. Louis. They talked.", ["Dr. Smith met Mr. Jones in St. Louis.", "They talked."]),
+    ("J. R. R. Tolkien wrote it. H. americanus is a lobster.",
+     ["J. R. R. Tolkien wrote it.", "H. americanus is a lobster."]),
+    ("The U.S. Army came, e.g. in May. Next.", ["The U.S. Army came, e.g. in May.", "Next."]),
+    ("It costs approx. three euros. Fine.", ["It costs approx. three euros.", "Fine."]),
+    ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."]),
+    ("Wait... what happened? Nothing.", ["Wait... what happened?", "Nothing."]),
+    # WikiText spacing: a lone period ends a sentence; a spaced ellipsis and a spaced closing quote stay inside.
+    ("He won in 2000 . The end . . . Really .", ["He won in 2000 .", "The end . . .", "Really ."]),
+    ('He said , " Stop . " Then he left .', ['He said , " Stop . "', "Then he left ."]),
+    ("The census recorded 52 @.@ 9 million people . Ten years later .",
+     ["The census recorded 52 @.@ 9 million people .", "Ten years later ."]),
+    ("No terminal punctuation", ["No terminal punctuation"]),
+    ("   ", []),
+])
+def test_split_sentences(paragraph, expected):
+    assert split_sentences(paragraph) == expected
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+WIKITEXT = (" \n = First Title = \n \n Alpha one . Alpha two . \n \n = = Section = = \n \n Alpha three . \n"
+            " = = = Deeper = = = \n Alpha four . \n \n = Second Title = \n \n Beta one . \n")
+WIKIEXTRACTOR = ('<doc id="1" url="u" title="First">\nFirst\n\nAlpha one. Alpha two.\nAlpha three.\n</doc>\n'
+                 '<doc id="2" url="u" title="Second">\nSecond\n\nBeta one.\n</doc>\n')
+
+
+@pytest.mark.parametrize("input_format, text, expected", [
+    ("lines", "Alpha one. Alpha two.\n\nBeta one.\n", [["Alpha one. Alpha two."], ["Beta one."]]),
+    ("lddl", "wiki-0 Alpha one. Alpha two.\nwiki-1 Beta one.", [["Alpha one. Alpha two."], ["Beta one."]]),
+    ("wikitext", WIKITEXT, [["Alpha one . Alpha two .", "Alpha three .", "Alpha four ."], ["Beta one ."]]),
+    ("wikiextractor", WIKIEXTRACTOR, [["Alpha one. Alpha two.", "Alpha three."], ["Beta one."]]),
+])
+def test_read_documents_formats(tmp_path, input_format, text, expected):
+    file = write(tmp_path / "corpus.txt", text)
+    assert [document.paragraphs for document in read_documents(file, 0, input_format)] == expected
+
+
+def test_document_sentences_treat_paragraphs_as_boundaries(tmp_path):
+    file = write(tmp_path / "a.txt", WIKIEXTRACTOR)
+    document = next(read_documents(file, 0, "wikiextractor"))
+    assert document_sentences(document) == ["Alpha one.", "Alpha two.", "Alpha three."]
+
+
+def test_auto_detection_and_lddl_layout(tmp_path):
+    assert detect_format(write(tmp_path / "w.raw", "x\n")) == "wikitext"
+    assert detect_format(write(tmp_path / "w.txt", WIKITEXT)) == "wikitext"
+    assert detect_format(write(tmp_path / "e.txt", WIKIEXTRACTOR)) == "wikiextractor"
+    assert detect_format(write(tmp_path / "l.txt", "\nplain text.\n")) == "lines"
+    source = tmp_path / "source"
+    write(source / "en" / "0.txt", "wiki-0 Alpha.\nwiki-1 Beta.")
+    write(source / "README", "ignored: not under en/")
+    files = find_corpus_files(source, "auto")
+    assert files == [(source / "en" / "0.txt", "lddl")]
+
+
+@pytest.mark.parametrize("input_format, text", [
+    ("lines", "".join(f"document {i} has text.\n" + ("\n" if i % 3 == 0 else "") for i in range(40))),
+    ("wikitext", WIKITEXT * 12),
+    ("wikiextractor", WIKIEXTRACTOR * 12),
+])
+def test_read_ranges_cover_every_document_once(tmp_path, input_format, text):
+    file = write(tmp_path / "corpus.txt", text)
+    whole = [(d.offset, d.paragraphs) for d in read_documents(file, 0, input_format)]
+    size = file.stat().st_size
+    rng = random.Random(3)
+    for _ in range(20):
+        cuts = sorted({0, size, *(rng.randrange(1, size) for _ in range(rng.randint(1, 8)))})
+        pieces = [(d.offset, d.paragraphs) for start, end in zip(cuts[:-1], cuts[1:], strict=True)
+                  for d in read_documents(file, 0, input_format, start, end)]
+        assert pieces == whole
+
+
+def test_non_utf8_file_names_the_file(tmp_path):
+    file = tmp_path / "bad.txt"
+    file.write_bytes(b"good line\n\xff\xfe bad line\n")
+    with pytest.raises(ValueError, match=r"bad\.txt: byte 10: not UTF-8"):
+        list(read_documents(file, 0, "lines"))
+
+
+def test_missing_and_empty_corpus(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        find_corpus_files(tmp_path / "nowhere", "auto")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "a.txt").write_text("")
+    with pytest.raises(ValueError, match="empty: corpus has no non-empty files"):
+        find_corpus_files(tmp_path / "empty", "auto")
+
+
+def test_convert_wikitext_reproduces_the_lddl_sample_source(tmp_path):
+    """The README's conversion, run on wiki.test.raw, gives byte for byte the input the LDDL sample was made from."""
+    wikitext = require_shared("data", "wikitext-2", "wiki.test.raw")
+    reference = require_shared("data", "lddl-sample", "wikitext2-test-source", "en", "0.txt")
+    written = convert_wikitext_to_lddl(wikitext, tmp_path / "source")
+    assert written.read_bytes() == reference.read_bytes()
+
+
+def test_convert_to_lddl_source_writes_one_file_per_corpus_file(tmp_path):
+    corpus = tmp_path / "corpus"
+    (corpus / "AA").mkdir(parents=True)
+    (corpus / "AA" / "wiki_00").write_text('<doc id="7" title="Lobster">\nLobster\n\nA crustacean.  \n'
+                                           'It lives in the sea.\n</doc>\n<doc id="9" title="Crab">\nCrab\n'
+                                           'Crabs walk sideways.\n</doc>\n')
+    (corpus / "AA" / "wiki_01").write_text('<doc id="12" title="Empty">\nEmpty\n</doc>\n'
+                                           '<doc id="13" title="Shrimp">\nShrimp\nSmall.\n</doc>\n')
+    lines = tmp_path / "lines.txt"
+    lines.write_text("first document\n\nsecond document\n")
+    written = convert_to_lddl_source([corpus, lines], tmp_path / "source")
+    assert written == [tmp_path / "source" / "en" / f"{i}.txt" for i in range(3)]
+    assert [path.read_text() for path in written] == [
+        "wiki-0 A crustacean. It lives in the sea.\nwiki-1 Crabs walk sideways.",
+        "wiki-2 Small.",
+        "wiki-3 first document\nwiki-4 second document",
+    ]
+    # LDDL's reader (the "lddl" format, chosen for a folder holding en/) gets the same documents back.
+    assert [(path.name, fmt) for path, fmt in find_corpus_files(tmp_path / "source", "auto")] == [
+        ("0.txt", "lddl"), ("1.txt", "lddl"), ("2.txt", "lddl")]
+    assert [document.paragraphs for document in read_documents(written[0], 0, "lddl")] == [
+        ["A crustacean. It lives in the sea."], ["Crabs walk sideways."]]
