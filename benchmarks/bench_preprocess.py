@@ -3,7 +3,7 @@
     python benchmarks/bench_preprocess.py [--rounds 3] [--repeat 1] [--workers 2] [--bin-size 64]
 
 The corpus is WikiText-2's wiki.test.raw converted to LDDL's `--wikipedia` layout exactly as
-../shared/data/lddl-sample/README.md describes (pretraining_pairs.convert_wikitext_to_lddl); `--repeat N` writes
+../shared/data/lddl-sample/README.md describes (corpus.convert_wikitext_to_lddl); `--repeat N` writes
 the articles N times (with new ids) for a longer run. Both tools get the same settings (seq 128, 4 partitions,
 duplicate factor 2, static masking, 4 balanced shards) and are timed end to end as a user runs them (process
 start, preprocessing and balancing), alternating in each round, so both see the same machine load. LDDL runs
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pretraining_pairs import convert_wikitext_to_lddl  # noqa: E402
+from corpus import convert_wikitext_to_lddl  # noqa: E402
 
 LDDL_SCRIPT = ROOT / "benchmarks" / "run_real_lddl.sh"
 NUM_SHARDS = 4
