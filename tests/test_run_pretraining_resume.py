@@ -19,12 +19,11 @@ import pytest
 
 import checkpoint
 import lddl_preprocess
-from conftest import ROOT
+from conftest import ROOT, require_shared
 from dllog import read_report
-from test_run_pretraining_cli import (
+from helpers import (
     checkpoint_params,
     pretraining_argv,
-    require_shared,
     step_folders,
     step_records,
     summaries,
