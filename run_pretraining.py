@@ -60,87 +60,112 @@ from weights import load_pretrained, load_state
 VOCAB_PAD_MULTIPLE = 8
 
 
+def _add_data_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Data and outputs")
+    group.add_argument("--input-dir", required=True,
+                       help="Folder of LDDL parquet shards (binned or not, static or dynamic masking) or NVIDIA "
+                       "HDF5 shards, e.g. pretrain/phase1/unbinned/parquet.")
+    group.add_argument("--vocab-file", required=True, help="WordPiece vocabulary the shards were made with.")
+    group.add_argument("--max-seq-length", type=int, default=512,
+                       help="Longest sequence allowed in the shards (phase 1: 128, phase 2: 512).")
+    group.add_argument("--max-predictions-per-seq", type=int, default=80,
+                       help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
+    group.add_argument("--num-workers", type=int, default=4, help="Data-loader worker processes per rank.")
+    group.add_argument("--output-dir", required=True,
+                       help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
+    group.add_argument("--report-file", default="./report.json", help="DLLogger JSON-lines report, appended to.")
+    group.add_argument("--log-freq", type=int, default=10, help="Report the loss every this many steps.")
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Model")
+    group.add_argument("--bert-model", default="bert-large-uncased", choices=BERT_MODELS,
+                       help="Model size; its config is bert_configs/<bert-model>.json unless --config-file is "
+                       "given (required for custom).")
+    group.add_argument("--config-file", default=None, help="BERT config JSON (overrides --bert-model's).")
+    group.add_argument("--fuse-mha", action="store_true",
+                       help="One [H, 3H] projection for Q, K and V (weights load into either layout).")
+
+
+def _add_schedule_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Schedule and length")
+    group.add_argument("--phase1", action="store_true", help="Phase 1 of pre-training (not with --phase2).")
+    group.add_argument("--phase2", action="store_true",
+                       help="Phase 2 of pre-training (not with --phase1; also the default without either).")
+    group.add_argument("--max-steps", type=int, required=True,
+                       help="Optimizer steps of this phase; the learning-rate schedule spans them.")
+    group.add_argument("--steps-this-run", type=int, default=None,
+                       help="Stop after this many steps (checkpointing), e.g. to fit a cluster time limit.")
+    group.add_argument("--batch-size", type=int, default=32, help="Sequences per micro-batch per rank.")
+    group.add_argument("--gradient-merge-steps", type=int, default=1,
+                       help="Micro-batches per optimizer step (gradient accumulation).")
+    group.add_argument("--learning-rate", type=float, default=1e-4, help="Peak learning rate.")
+    group.add_argument("--warmup-start-lr", type=float, default=0.0, help="Learning rate at the start of warmup.")
+    group.add_argument("--warmup-proportion", type=float, default=0.01,
+                       help="Fraction of --max-steps spent in linear warmup.")
+    group.add_argument("--constant-proportion", type=float, default=0.0,
+                       help="Fraction of --max-steps held at the peak after warmup (LANS schedule).")
+    group.add_argument("--lr-decay-power", type=float, default=1.0,
+                       help="Exponent of the polynomial decay to 0 (1.0 = linear).")
+
+
+def _add_optimizer_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Optimizer")
+    group.add_argument("--optimizer", default="Lamb", choices=OPTIMIZER_NAMES, help="Optimizer.")
+    group.add_argument("--beta1", type=float, default=0.9, help="First-moment decay rate.")
+    group.add_argument("--beta2", type=float, default=0.999, help="Second-moment decay rate.")
+    group.add_argument("--epsilon", type=float, default=1e-6, help="Optimizer epsilon.")
+    group.add_argument("--weight-decay", type=float, default=0.01,
+                       help="Decoupled weight decay (not applied to biases and LayerNorm).")
+    group.add_argument("--max-grad-norm", type=float, default=1.0, help="Clip gradients to this global norm.")
+    group.add_argument("--max-nonfinite-steps", type=int, default=100,
+                       help="Stop when the loss is non-finite in more than this many steps in a row.")
+
+
+def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Checkpoints and resume")
+    group.add_argument("--num-steps-per-checkpoint", type=int, default=100, help="Save a checkpoint every N steps.")
+    group.add_argument("--keep-checkpoint-max", type=int, default=3,
+                       help="Keep only the newest N checkpoints of the phase, counting those of earlier runs.")
+    group.add_argument("--model-prefix", default="bert_paddle", help="File-name prefix of checkpoint files.")
+    group.add_argument("--from-checkpoint", default=None,
+                       help="Resume from checkpoints: a phase folder of <step>/ folders with "
+                       "--last-step-of-checkpoint auto|N, or one checkpoint folder without it. With auto and "
+                       "no --from-checkpoint the run's own phase folder is searched.")
+    group.add_argument("--last-step-of-checkpoint", default=None,
+                       help="None, auto (the newest complete checkpoint; start fresh if there is none) or a step.")
+    group.add_argument("--from-pretrained-params", default=None,
+                       help="Folder holding <model-prefix>.pdparams: start from these weights (nothing else).")
+    group.add_argument("--from-phase1-final-params", default=None,
+                       help="Phase 2: folder of phase 1's final <model-prefix>.pdparams, loaded only when phase 2 "
+                       "starts (not when it resumes from its own checkpoint).")
+
+
+def _add_process_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Process")
+    group.add_argument("--seed", type=int, default=42, help="Random seed (rank r uses seed + r for dropout).")
+    group.add_argument("--show-config", type=str_to_bool, default=True, help="Print and report the arguments.")
+    group.add_argument("--enable-cpu-affinity", type=str_to_bool, default=True,
+                       help="Pin each local rank to its own block of CPUs.")
+
+
+def _add_benchmark_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Benchmark")
+    group.add_argument("--benchmark", action="store_true",
+                       help="Run --benchmark-warmup-steps, then time --benchmark-steps; no checkpoints are written.")
+    group.add_argument("--benchmark-steps", type=int, default=20, help="Timed steps of a benchmark run.")
+    group.add_argument("--benchmark-warmup-steps", type=int, default=20, help="Untimed steps before them.")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """All options of run_pretraining.py, grouped as in NVIDIA's utils/config.py, with the additions."""
+    """All options of run_pretraining.py: NVIDIA's names and defaults, with the additions."""
     parser = argparse.ArgumentParser(
         description="PaddleBERT pre-training (masked LM + next sentence prediction) on LDDL parquet shards",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    data = parser.add_argument_group("Global")
-    data.add_argument("--input-dir", required=True,
-                      help="Folder of LDDL parquet shards (binned or not, static or dynamic masking) or NVIDIA "
-                      "HDF5 shards, e.g. pretrain/phase1/unbinned/parquet.")
-    data.add_argument("--vocab-file", required=True, help="WordPiece vocabulary the shards were made with.")
-    data.add_argument("--output-dir", required=True,
-                      help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
-    data.add_argument("--bert-model", default="bert-large-uncased", choices=BERT_MODELS,
-                      help="Model size; its config is bert_configs/<bert-model>.json unless --config-file is given "
-                      "(required for custom).")
-    data.add_argument("--config-file", default=None, help="BERT config JSON (overrides --bert-model's).")
-    data.add_argument("--max-steps", type=int, required=True,
-                      help="Optimizer steps of this phase; the learning-rate schedule spans them.")
-    data.add_argument("--steps-this-run", type=int, default=None,
-                      help="Stop after this many steps (checkpointing), e.g. to fit a cluster time limit.")
-    data.add_argument("--log-freq", type=int, default=10, help="Report the loss every this many steps.")
-    data.add_argument("--num-steps-per-checkpoint", type=int, default=100, help="Save a checkpoint every N steps.")
-    data.add_argument("--keep-checkpoint-max", type=int, default=3,
-                      help="Keep only the newest N checkpoints of the phase, counting those of earlier runs.")
-    data.add_argument("--from-pretrained-params", default=None,
-                      help="Folder holding <model-prefix>.pdparams: start from these weights (nothing else).")
-    data.add_argument("--from-checkpoint", default=None,
-                      help="Resume from checkpoints: a phase folder of <step>/ folders with "
-                      "--last-step-of-checkpoint auto|N, or one checkpoint folder without it. With auto and "
-                      "no --from-checkpoint the run's own phase folder is searched.")
-    data.add_argument("--last-step-of-checkpoint", default=None,
-                      help="None, auto (the newest complete checkpoint; start fresh if there is none) or a step.")
-    data.add_argument("--from-phase1-final-params", default=None,
-                      help="Phase 2: folder of phase 1's final <model-prefix>.pdparams, loaded only when phase 2 "
-                      "starts (not when it resumes from its own checkpoint).")
-    data.add_argument("--seed", type=int, default=42, help="Random seed (rank r uses seed + r for dropout).")
-    data.add_argument("--report-file", default="./report.json", help="DLLogger JSON-lines report, appended to.")
-    data.add_argument("--model-prefix", default="bert_paddle", help="File-name prefix of checkpoint files.")
-    data.add_argument("--show-config", type=str_to_bool, default=True, help="Print and report the arguments.")
-    data.add_argument("--enable-cpu-affinity", type=str_to_bool, default=True,
-                      help="Pin each local rank to its own block of CPUs.")
-    data.add_argument("--num-workers", type=int, default=4, help="Data-loader worker processes per rank.")
-    data.add_argument("--benchmark", action="store_true",
-                      help="Run --benchmark-warmup-steps, then time --benchmark-steps; no checkpoints are written.")
-    data.add_argument("--benchmark-steps", type=int, default=20, help="Timed steps of a benchmark run.")
-    data.add_argument("--benchmark-warmup-steps", type=int, default=20, help="Untimed steps before them.")
-    data.add_argument("--max-nonfinite-steps", type=int, default=100,
-                      help="Stop when the loss is non-finite in more than this many steps in a row.")
-
-    training = parser.add_argument_group("Training")
-    training.add_argument("--optimizer", default="Lamb", choices=OPTIMIZER_NAMES, help="Optimizer.")
-    training.add_argument("--gradient-merge-steps", type=int, default=1,
-                          help="Micro-batches per optimizer step (gradient accumulation).")
-    training.add_argument("--learning-rate", type=float, default=1e-4, help="Peak learning rate.")
-    training.add_argument("--warmup-start-lr", type=float, default=0.0, help="Learning rate at the start of warmup.")
-    training.add_argument("--warmup-proportion", type=float, default=0.01,
-                          help="Fraction of --max-steps spent in linear warmup.")
-    training.add_argument("--constant-proportion", type=float, default=0.0,
-                          help="Fraction of --max-steps held at the peak after warmup (LANS schedule).")
-    training.add_argument("--lr-decay-power", type=float, default=1.0,
-                          help="Exponent of the polynomial decay to 0 (1.0 = linear).")
-    training.add_argument("--beta1", type=float, default=0.9, help="First-moment decay rate.")
-    training.add_argument("--beta2", type=float, default=0.999, help="Second-moment decay rate.")
-    training.add_argument("--epsilon", type=float, default=1e-6, help="Optimizer epsilon.")
-    training.add_argument("--weight-decay", type=float, default=0.01,
-                          help="Decoupled weight decay (not applied to biases and LayerNorm).")
-    training.add_argument("--max-grad-norm", type=float, default=1.0, help="Clip gradients to this global norm.")
-    training.add_argument("--max-seq-length", type=int, default=512,
-                          help="Longest sequence allowed in the shards (phase 1: 128, phase 2: 512).")
-    training.add_argument("--batch-size", type=int, default=32, help="Sequences per micro-batch per rank.")
-    training.add_argument("--phase1", action="store_true", help="Phase 1 of pre-training (not with --phase2).")
-    training.add_argument("--phase2", action="store_true",
-                          help="Phase 2 of pre-training (not with --phase1; also the default without either).")
-    training.add_argument("--max-predictions-per-seq", type=int, default=80,
-                          help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
-
-    add_amp_arguments(parser)
-    advanced = parser.add_argument_group("Advanced Training")
-    advanced.add_argument("--fuse-mha", action="store_true",
-                          help="One [H, 3H] projection for Q, K and V (weights load into either layout).")
+    for add_options in (_add_data_options, _add_model_options, _add_schedule_options, _add_optimizer_options,
+                        _add_checkpoint_options, _add_process_options, add_amp_arguments, _add_benchmark_options):
+        add_options(parser)
     return parser
 
 
