@@ -366,47 +366,6 @@ class Trainer:
 # ---------------------------------------------------------------------------------------------
 
 
-def _rename_optimizer_state(state: dict, renames: dict[str, str]) -> dict:
-    """Optimizer state with each parameter name in its keys replaced through `renames`.
-
-    Paddle keys accumulators "<param.name>_<accumulator>_<n>" and master weights "<param.name>", where
-    param.name is a counter-based name such as "linear_5.w_0" that depends on construction order.
-    """
-    renamed = {}
-    # Longest names first, so that "linear_1.w_0" never claims the keys of "linear_1.w_0_x" style names.
-    ordered = sorted(renames, key=len, reverse=True)
-    for key, value in state.items():
-        if key == "LR_Scheduler":
-            renamed[key] = value
-        elif key == "master_weights":
-            renamed[key] = {renames[name]: weight for name, weight in value.items()}
-        else:
-            old = next((name for name in ordered if key.startswith(name + "_")), None)
-            if old is None:
-                raise ValueError(f"optimizer state entry {key!r} belongs to no parameter of the model")
-            renamed[renames[old] + key[len(old):]] = value
-    return renamed
-
-
-def optimizer_state_for_saving(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer) -> dict:
-    """The optimizer's state keyed by structured parameter names ("bert.encoder.0.output.weight_moment1_0").
-
-    Saved this way, a checkpoint's moments can only ever be loaded into the parameter they belong to, even if
-    the model is built in another order and Paddle's counter-based names shift.
-    """
-    return _rename_optimizer_state(optimizer.state_dict(), {p.name: n for n, p in model.named_parameters()})
-
-
-def load_optimizer_state(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, state: dict,
-                         source: str) -> None:
-    """Inverse of optimizer_state_for_saving."""
-    try:
-        renamed = _rename_optimizer_state(state, {n: p.name for n, p in model.named_parameters()})
-    except (KeyError, ValueError) as error:
-        raise SystemExit(f"{source}: optimizer state does not match this model ({error})") from None
-    optimizer.set_state_dict(renamed)
-
-
 def gather_from_ranks(value, world_size: int) -> list:
     """Every rank's `value` (any picklable object), in rank order."""
     if world_size == 1:
@@ -414,23 +373,6 @@ def gather_from_ranks(value, world_size: int) -> list:
     gathered: list = []
     paddle.distributed.all_gather_object(gathered, value)
     return gathered
-
-
-def resolve_resume_folder(args: argparse.Namespace, phase: int) -> Path | None:
-    """The checkpoint folder to resume from, or None to start fresh (see --from-checkpoint's help)."""
-    if args.from_checkpoint is None and args.last_step_of_checkpoint is None:
-        return None
-    if args.last_step_of_checkpoint is None:
-        folder = Path(args.from_checkpoint)
-        try:
-            checkpoint.read_progress(folder, args.model_prefix)
-        except (FileNotFoundError, ValueError) as error:
-            raise SystemExit(f"--from-checkpoint: {error} (for a folder of <step>/ checkpoints add "
-                             "--last-step-of-checkpoint auto or a step)") from None
-        return folder
-    search = Path(args.from_checkpoint) if args.from_checkpoint else checkpoint.phase_dir(
-        args.output_dir, args.bert_model, phase)
-    return checkpoint.find_checkpoint(search, args.last_step_of_checkpoint, args.model_prefix)
 
 
 def load_weights_only(model: paddle.nn.Layer, folder: str, prefix: str, flag: str) -> None:
@@ -443,7 +385,9 @@ def load_weights_only(model: paddle.nn.Layer, folder: str, prefix: str, flag: st
 def initialise_weights(trainer: Trainer, args: argparse.Namespace, phase: int, say) -> tuple[Path | None, dict]:
     """Load the checkpoint to resume from (weights, optimizer, schedule, loss scale), or else the starting
     weights of --from-phase1-final-params / --from-pretrained-params. Returns (folder, progress), ({}) if fresh."""
-    resume_folder = resolve_resume_folder(args, phase)
+    resume_folder = checkpoint.resolve_resume_folder(args.from_checkpoint, args.last_step_of_checkpoint,
+                                                     checkpoint.phase_dir(args.output_dir, args.bert_model, phase),
+                                                     args.model_prefix)
     if resume_folder is None:
         if args.last_step_of_checkpoint == "auto":
             say("No checkpoint to resume from; starting at step 1", flush=True)
@@ -457,13 +401,13 @@ def initialise_weights(trainer: Trainer, args: argparse.Namespace, phase: int, s
     model_state, optimizer_state, progress = checkpoint.load_checkpoint(resume_folder, args.model_prefix)
     if progress.get("phase", phase) != phase:
         # Resuming phase 2 from phase 1's optimizer state would also take over its finished schedule (LR 0).
-        raise SystemExit(f"{resume_folder}: a phase-{progress['phase']} checkpoint cannot resume phase {phase}; "
+        raise ValueError(f"{resume_folder}: a phase-{progress['phase']} checkpoint cannot resume phase {phase}; "
                          "start phase 2 from its weights with --from-phase1-final-params")
     if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
-        raise SystemExit(f"{resume_folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
+        raise ValueError(f"{resume_folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
                          "resume with the same setting, or start from its weights with --from-pretrained-params")
     load_state(trainer.model, model_state, str(resume_folder))
-    load_optimizer_state(trainer.model, trainer.optimizer, optimizer_state, str(resume_folder))
+    checkpoint.load_optimizer_state(trainer.model, trainer.optimizer, optimizer_state, str(resume_folder))
     if trainer.scaler and progress.get("loss_scaler"):
         trainer.scaler.load_state_dict(progress["loss_scaler"])
     say(f"Resuming from {resume_folder} at step {progress['global_step']}", flush=True)
@@ -561,8 +505,9 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
             "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,
         }
         checkpoint.save_checkpoint(
-            folder, step, trainer.model.state_dict(), optimizer_state_for_saving(trainer.model, trainer.optimizer),
-            record, rank=rank, prefix=args.model_prefix, keep_max=args.keep_checkpoint_max,
+            folder, step, trainer.model.state_dict(),
+            checkpoint.optimizer_state_for_saving(trainer.model, trainer.optimizer), record,
+            config=trainer.config, rank=rank, prefix=args.model_prefix, keep_max=args.keep_checkpoint_max,
         )
 
     say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)

@@ -188,7 +188,7 @@ def test_log_freq_model_prefix_checkpoint_frequency_and_report_file(tmp_path, ca
     assert all(" ETA " in line for line in progress_lines)
     assert step_folders(tmp_path / "out") == [2, 4, 5]
     assert sorted(p.name for p in (tmp_path / "out" / "custom" / "phase1" / "5").iterdir()) == [
-        "tiny.pdopt", "tiny.pdparams", "tiny_progress.json"]
+        "tiny.pdopt", "tiny.pdparams", "tiny_config.json", "tiny_progress.json"]
 
 
 @pytest.mark.parametrize("folder", ["wikitext2-test-seq128-unbinned", "wikitext2-test-seq128-bin64",
@@ -332,7 +332,7 @@ def test_fuse_mha_checkpoints_load_into_unfused_models_and_back(tmp_path):
                                   dropout=0.0)) == 0
     assert "bert.encoder.0.attention.query.weight" in checkpoint_params(unfused_out, 1)
     # A full resume (optimizer moments included) needs the layout the checkpoint was saved with.
-    with pytest.raises(SystemExit, match="saved with --fuse-mha; resume with the same setting"):
+    with pytest.raises(ValueError, match="phase1/1: saved with --fuse-mha; resume with the same setting"):
         train(pretraining_argv(tmp_path, "--from-checkpoint", str(fused_out / "custom" / "phase1" / "1")))
     assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--output-dir", str(tmp_path / "refused"),
                                   "--fuse-mha", "--from-pretrained-params",
@@ -380,5 +380,5 @@ def test_pretrained_params_may_lack_the_heads_but_not_encoder_weights(tmp_path, 
     assert "mlm, nsp not in the file, starting from random initialisation" in capsys.readouterr().out
     with pytest.raises(ValueError, match="incomplete pooler weights .*bert.pooler.dense.weight"):
         train(pretraining_argv(tmp_path, "--max-steps", "1", "--from-pretrained-params", str(incomplete)))
-    with pytest.raises(SystemExit, match="add --last-step-of-checkpoint auto"):
+    with pytest.raises(FileNotFoundError, match="phase1: incomplete .*add --last-step-of-checkpoint auto"):
         train(pretraining_argv(tmp_path, "--from-checkpoint", str(tmp_path / "out" / "custom" / "phase1")))
