@@ -21,8 +21,8 @@ One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W
      (--max-grad-norm) and the optimizer steps. The learning-rate schedule advances either way.
 
 Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/ every --num-steps-per-checkpoint steps, at the
-end of the run and on SIGTERM (which then exits with status 0). They hold the model, the optimizer with its
-schedule, and a progress file with every rank's data position and random-generator states, so a run resumed
+end of the run and on SIGTERM (which then exits with status 0). They hold the model and its config, the optimizer
+with its schedule, and a progress file with every rank's data position and random-generator states, so a run resumed
 with --last-step-of-checkpoint auto continues exactly as if it had never stopped (bitwise on CPU).
 """
 
@@ -362,7 +362,7 @@ class Trainer:
 
 
 # ---------------------------------------------------------------------------------------------
-# Checkpoints
+# Checkpoints: what this run saves, and the resume from one
 # ---------------------------------------------------------------------------------------------
 
 
@@ -382,36 +382,75 @@ def load_weights_only(model: paddle.nn.Layer, folder: str, prefix: str, flag: st
     print(f"{flag} {report.describe()}", flush=True)
 
 
-def initialise_weights(trainer: Trainer, args: argparse.Namespace, phase: int, say) -> tuple[Path | None, dict]:
-    """Load the checkpoint to resume from (weights, optimizer, schedule, loss scale), or else the starting
-    weights of --from-phase1-final-params / --from-pretrained-params. Returns (folder, progress), ({}) if fresh."""
-    resume_folder = checkpoint.resolve_resume_folder(args.from_checkpoint, args.last_step_of_checkpoint,
-                                                     checkpoint.phase_dir(args.output_dir, args.bert_model, phase),
-                                                     args.model_prefix)
-    if resume_folder is None:
-        if args.last_step_of_checkpoint == "auto":
-            say("No checkpoint to resume from; starting at step 1", flush=True)
-        if args.from_phase1_final_params is not None:
-            load_weights_only(trainer.model, args.from_phase1_final_params, args.model_prefix,
-                              "--from-phase1-final-params")
-        elif args.from_pretrained_params is not None:
-            load_weights_only(trainer.model, args.from_pretrained_params, args.model_prefix,
-                              "--from-pretrained-params")
-        return None, {}
-    model_state, optimizer_state, progress = checkpoint.load_checkpoint(resume_folder, args.model_prefix)
-    if progress.get("phase", phase) != phase:
-        # Resuming phase 2 from phase 1's optimizer state would also take over its finished schedule (LR 0).
-        raise ValueError(f"{resume_folder}: a phase-{progress['phase']} checkpoint cannot resume phase {phase}; "
-                         "start phase 2 from its weights with --from-phase1-final-params")
-    if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
-        raise ValueError(f"{resume_folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
-                         "resume with the same setting, or start from its weights with --from-pretrained-params")
-    load_state(trainer.model, model_state, str(resume_folder))
-    checkpoint.load_optimizer_state(trainer.model, trainer.optimizer, optimizer_state, str(resume_folder))
-    if trainer.scaler and progress.get("loss_scaler"):
-        trainer.scaler.load_state_dict(progress["loss_scaler"])
-    say(f"Resuming from {resume_folder} at step {progress['global_step']}", flush=True)
-    return resume_folder, progress
+class RunCheckpoints:
+    """This run's checkpoints: the progress record it saves with every rank's data position and random
+    streams, and the resume that reads the same record back."""
+
+    def __init__(self, args: argparse.Namespace, phase: int, rank: int, world_size: int):
+        self.args, self.phase, self.rank, self.world_size = args, phase, rank, world_size
+        self.folder = checkpoint.phase_dir(args.output_dir, args.bert_model, phase)
+        self.resumed_from: Path | None = None
+
+    def restore(self, trainer: Trainer, say) -> dict:
+        """Load the checkpoint to resume from (weights, optimizer, schedule, loss scale), or else the starting
+        weights of --from-phase1-final-params / --from-pretrained-params. Returns its progress ({} if fresh)."""
+        args = self.args
+        resume_folder = checkpoint.resolve_resume_folder(args.from_checkpoint, args.last_step_of_checkpoint,
+                                                         self.folder, args.model_prefix)
+        if resume_folder is None:
+            if args.last_step_of_checkpoint == "auto":
+                say("No checkpoint to resume from; starting at step 1", flush=True)
+            if args.from_phase1_final_params is not None:
+                load_weights_only(trainer.model, args.from_phase1_final_params, args.model_prefix,
+                                  "--from-phase1-final-params")
+            elif args.from_pretrained_params is not None:
+                load_weights_only(trainer.model, args.from_pretrained_params, args.model_prefix,
+                                  "--from-pretrained-params")
+            return {}
+        model_state, optimizer_state, progress = checkpoint.load_checkpoint(resume_folder, args.model_prefix)
+        if progress.get("phase", self.phase) != self.phase:
+            # Resuming phase 2 from phase 1's optimizer state would also take over its finished schedule (LR 0).
+            raise ValueError(f"{resume_folder}: a phase-{progress['phase']} checkpoint cannot resume phase "
+                             f"{self.phase}; start phase 2 from its weights with --from-phase1-final-params")
+        if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
+            raise ValueError(f"{resume_folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
+                             "resume with the same setting, or start from its weights with --from-pretrained-params")
+        load_state(trainer.model, model_state, str(resume_folder))
+        checkpoint.load_optimizer_state(trainer.model, trainer.optimizer, optimizer_state, str(resume_folder))
+        if trainer.scaler and progress.get("loss_scaler"):
+            trainer.scaler.load_state_dict(progress["loss_scaler"])
+        say(f"Resuming from {resume_folder} at step {progress['global_step']}", flush=True)
+        self.resumed_from = resume_folder
+        return progress
+
+    def continue_streams(self, loader: PretrainingDataLoader, progress: dict, say) -> None:
+        """Put this rank's data position and random generators back where the checkpoint left them."""
+        if not progress:
+            return
+        if progress.get("world_size") == self.world_size:
+            loader.load_state_dict(progress["data_positions"][self.rank])
+            checkpoint.restore_rng_state(progress["rng_states"][self.rank])
+        else:
+            say(f"Warning: {self.resumed_from} was written by {progress.get('world_size')} ranks, this run has "
+                f"{self.world_size}; the data order and random streams restart instead of continuing exactly",
+                flush=True)
+
+    def save(self, step: int, trainer: Trainer, loader: PretrainingDataLoader, nonfinite_streak: int) -> None:
+        """Every rank gathers its streams to rank 0, which writes <phase folder>/<step>/."""
+        rng_states = gather_from_ranks(checkpoint.capture_rng_state(), self.world_size)
+        positions = gather_from_ranks(loader.state_dict(), self.world_size)
+        record = {
+            "phase": self.phase, "world_size": self.world_size, "fuse_mha": self.args.fuse_mha,
+            "epoch": loader.epoch, "data_positions": positions, "rng_states": rng_states,
+            "nonfinite_streak": nonfinite_streak,
+            "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,
+        }
+        checkpoint.save_checkpoint(
+            self.folder, step, trainer.model.state_dict(),
+            checkpoint.optimizer_state_for_saving(trainer.model, trainer.optimizer), record,
+            config=trainer.config, rank=self.rank, prefix=self.args.model_prefix,
+            keep_max=self.args.keep_checkpoint_max,
+        )
 
 
 class StopSignal:
@@ -433,7 +472,7 @@ class StopSignal:
 
 
 # ---------------------------------------------------------------------------------------------
-# The run
+# Progress reports
 # ---------------------------------------------------------------------------------------------
 
 
@@ -442,143 +481,172 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def declare_report_metrics(logger: DLLogger) -> None:
-    for name, meta in {
-        "loss": {"format": ":.4f"}, "mlm_loss": {"format": ":.4f"}, "nsp_loss": {"format": ":.4f"},
-        "learning_rate": {"format": ":.6e"}, "loss_scale": {"format": ":.1f"},
-        "sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
-        "e2e_train_time": {"unit": "s", "format": ":.2f"}, "raw_train_time": {"unit": "s", "format": ":.2f"},
-        "training_sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
-        "final_loss": {"format": ":.4f"},
-    }.items():
-        logger.metadata(name, meta)
+REPORT_METRICS = {
+    "loss": {"format": ":.4f"}, "mlm_loss": {"format": ":.4f"}, "nsp_loss": {"format": ":.4f"},
+    "learning_rate": {"format": ":.6e"}, "loss_scale": {"format": ":.1f"},
+    "sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
+    "e2e_train_time": {"unit": "s", "format": ":.2f"}, "raw_train_time": {"unit": "s", "format": ":.2f"},
+    "training_sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
+    "final_loss": {"format": ":.4f"},
+}
 
 
-def run(args: argparse.Namespace, process_start: float, process_info: dict) -> int:
-    rank, world_size = init_data_parallel()
-    phase = 1 if args.phase1 else 2
-    # The report file gets every record; stdout gets the shorter progress lines printed below instead.
-    logger = DLLogger(args.report_file, enabled=rank == 0, stdout=False)
-    say = print if rank == 0 else (lambda *a, **k: None)
+class ProgressReporter:
+    """The loss and throughput of each --log-freq interval (DLLogger records and a printed line with the ETA),
+    the skipped updates, and the run's summary over its timed steps (all of them, or a benchmark's)."""
+
+    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int):
+        self.logger, self.say = logger, say
+        self.start_step, self.last_step, self.log_freq = start_step, last_step, log_freq
+        for name, meta in REPORT_METRICS.items():
+            logger.metadata(name, meta)
+        self.loop_start = time.perf_counter()
+        self.final_loss = float("nan")
+        self._start_interval(self.loop_start)
+        self.start_timing(self.loop_start)
+
+    def _start_interval(self, now: float) -> None:
+        self.interval = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "steps": 0, "sequences": 0}
+        self.interval_start = now
+
+    def start_timing(self, now: float | None = None) -> None:
+        """The summary's throughput counts the steps from here (a benchmark calls this after its warmup)."""
+        self.timed_start = time.perf_counter() if now is None else now
+        self.timed_sequences = self.timed_steps = 0
+
+    def record(self, step: int, result: StepResult, stopping: bool) -> None:
+        self.timed_sequences += result.sequences
+        self.timed_steps += 1
+        self.interval["sequences"] += result.sequences
+        if result.skipped:
+            self.say(f"Step {step}: non-finite loss or float16 overflow; update skipped "
+                     f"(loss scale {result.loss_scale:g})", flush=True)
+            self.logger.log(step, {"skipped_update": 1, "loss": result.loss, "loss_scale": result.loss_scale})
+        else:
+            for key in ("loss", "mlm_loss", "nsp_loss"):
+                self.interval[key] += getattr(result, key)
+            self.interval["steps"] += 1
+        if step % self.log_freq == 0 or step == self.last_step or stopping:
+            self._report_interval(step, result)
+
+    def _report_interval(self, step: int, result: StepResult) -> None:
+        now = time.perf_counter()
+        interval = self.interval
+        if interval["steps"]:
+            self.final_loss = interval["loss"] / interval["steps"]
+            sequences_per_second = interval["sequences"] / (now - self.interval_start)
+            self.logger.log(step, {
+                "loss": self.final_loss,
+                "mlm_loss": interval["mlm_loss"] / interval["steps"],
+                "nsp_loss": interval["nsp_loss"] / interval["steps"],
+                "learning_rate": result.learning_rate,
+                "loss_scale": result.loss_scale,
+                "sequences_per_second": sequences_per_second,
+            })
+            eta = (now - self.loop_start) / (step - self.start_step) * (self.last_step - step)
+            self.say(f"step {step}/{self.last_step} ({100 * step / self.last_step:.1f}%)  loss {self.final_loss:.4f}"
+                     f"  lr {result.learning_rate:.3e}  {sequences_per_second:.1f} seq/s  ETA {format_duration(eta)}",
+                     flush=True)
+        self._start_interval(now)
+
+    def summarise(self, process_start: float, world_size: int) -> dict:
+        train_time = time.perf_counter() - self.timed_start
+        summary = {
+            "e2e_train_time": time.time() - process_start,
+            "training_sequences_per_second": self.timed_sequences / train_time if train_time > 0 else 0.0,
+            "final_loss": self.final_loss,
+            "raw_train_time": train_time,
+            "timed_steps": self.timed_steps,
+            "world_size": world_size,
+        }
+        self.logger.log((), summary)
+        self.say("Summary: " + json.dumps(summary), flush=True)
+        return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+
+def count_nonfinite(streak: int, step: int, result: StepResult, limit: int) -> int:
+    """The number of non-finite steps in a row after this one; stops the run once it exceeds --max-nonfinite-steps."""
+    if not result.skipped:
+        return 0
+    streak += 1
+    if streak > limit:
+        raise SystemExit(f"step {step}: the loss has been non-finite for {streak} steps in a row, more than "
+                         f"--max-nonfinite-steps {limit}; stopping")
+    return streak
+
+
+def last_step_of_run(args: argparse.Namespace, start_step: int) -> int:
+    if args.benchmark:
+        return start_step + args.benchmark_warmup_steps + args.benchmark_steps
+    if args.steps_this_run is not None:
+        return min(args.max_steps, start_step + args.steps_this_run)
+    return args.max_steps
+
+
+def build_loader(args: argparse.Namespace, rank: int, world_size: int) -> PretrainingDataLoader:
+    return PretrainingDataLoader(
+        args.input_dir, args.vocab_file, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+        max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, rank=rank, world_size=world_size,
+        num_workers=args.num_workers,
+    )
+
+
+def announce(args: argparse.Namespace, logger: DLLogger, say, rank: int, world_size: int,
+             process_info: dict) -> None:
+    """Print this rank's CPUs; with --show-config, print and report the arguments (once, from rank 0)."""
     print(f"Rank {rank} of {world_size}: CPUs {process_info['cpu_affinity'] or 'not pinned'}, "
           f"{process_info['cpu_threads']} threads", flush=True)
     if args.show_config:
         config_record = vars(args) | process_info | {"world_size": world_size}
         logger.log("PARAMETER", config_record)
         say("Configuration: " + json.dumps(config_record, sort_keys=True), flush=True)
-    declare_report_metrics(logger)
 
+
+def run(args: argparse.Namespace, process_start: float, process_info: dict) -> int:
+    rank, world_size = init_data_parallel()
+    phase = 1 if args.phase1 else 2
+    # The report file gets every record; stdout gets the shorter progress lines of ProgressReporter instead.
+    logger = DLLogger(args.report_file, enabled=rank == 0, stdout=False)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    announce(args, logger, say, rank, world_size, process_info)
     trainer = Trainer(args, rank, world_size)
-
-    resume_folder, progress = initialise_weights(trainer, args, phase, say)
+    checkpoints = RunCheckpoints(args, phase, rank, world_size)
+    progress = checkpoints.restore(trainer, say)
     trainer.wrap_data_parallel()
-
-    loader = PretrainingDataLoader(
-        args.input_dir, args.vocab_file, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
-        max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, rank=rank, world_size=world_size,
-        num_workers=args.num_workers,
-    )
-    start_step = progress.get("global_step", 0)
+    loader = build_loader(args, rank, world_size)
+    checkpoints.continue_streams(loader, progress, say)
+    step = start_step = progress.get("global_step", 0)
     nonfinite_streak = progress.get("nonfinite_streak", 0)
-    if progress:
-        if progress.get("world_size") == world_size:
-            loader.load_state_dict(progress["data_positions"][rank])
-            checkpoint.restore_rng_state(progress["rng_states"][rank])
-        else:
-            say(f"Warning: {resume_folder} was written by {progress.get('world_size')} ranks, this run has "
-                f"{world_size}; the data order and random streams restart instead of continuing exactly", flush=True)
-
-    if args.benchmark:
-        last_step = start_step + args.benchmark_warmup_steps + args.benchmark_steps
-    elif args.steps_this_run is not None:
-        last_step = min(args.max_steps, start_step + args.steps_this_run)
-    else:
-        last_step = args.max_steps
-    folder = checkpoint.phase_dir(args.output_dir, args.bert_model, phase)
-
-    def save(step: int) -> None:
-        rng_states = gather_from_ranks(checkpoint.capture_rng_state(), world_size)
-        positions = gather_from_ranks(loader.state_dict(), world_size)
-        record = {
-            "phase": phase, "world_size": world_size, "fuse_mha": args.fuse_mha, "epoch": loader.epoch,
-            "data_positions": positions, "rng_states": rng_states, "nonfinite_streak": nonfinite_streak,
-            "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,
-        }
-        checkpoint.save_checkpoint(
-            folder, step, trainer.model.state_dict(),
-            checkpoint.optimizer_state_for_saving(trainer.model, trainer.optimizer), record,
-            config=trainer.config, rank=rank, prefix=args.model_prefix, keep_max=args.keep_checkpoint_max,
-        )
-
+    last_step = last_step_of_run(args, start_step)
     say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
-    interval = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "steps": 0, "sequences": 0}
-    interval_start = loop_start = time.perf_counter()
-    timed_start, timed_sequences, timed_steps = loop_start, 0, 0
-    final_loss = float("nan")
-    step = start_step
+    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq)
     batches = iter(loader)
     with StopSignal() as stop_signal:
         while step < last_step:
             if args.benchmark and step == start_step + args.benchmark_warmup_steps:
-                timed_start, timed_sequences, timed_steps = time.perf_counter(), 0, 0
-            micro_batches = [next(batches) for _ in range(args.gradient_merge_steps)]
-            result, stop = trainer.step(micro_batches, stop_signal.requested)
+                reporter.start_timing()
+            result, stop = trainer.step([next(batches) for _ in range(args.gradient_merge_steps)],
+                                        stop_signal.requested)
             step += 1
-            timed_sequences += result.sequences
-            timed_steps += 1
-            interval["sequences"] += result.sequences
-            if result.skipped:
-                nonfinite_streak += 1
-                say(f"Step {step}: non-finite loss or float16 overflow; update skipped "
-                    f"(loss scale {result.loss_scale:g})", flush=True)
-                logger.log(step, {"skipped_update": 1, "loss": result.loss, "loss_scale": result.loss_scale})
-                if nonfinite_streak > args.max_nonfinite_steps:
-                    raise SystemExit(f"step {step}: the loss has been non-finite for {nonfinite_streak} steps in a "
-                                     f"row, more than --max-nonfinite-steps {args.max_nonfinite_steps}; stopping")
-            else:
-                nonfinite_streak = 0
-                for key in ("loss", "mlm_loss", "nsp_loss"):
-                    interval[key] += getattr(result, key)
-                interval["steps"] += 1
-            if step % args.log_freq == 0 or step == last_step or stop:
-                now = time.perf_counter()
-                if interval["steps"]:
-                    final_loss = interval["loss"] / interval["steps"]
-                    logger.log(step, {
-                        "loss": final_loss,
-                        "mlm_loss": interval["mlm_loss"] / interval["steps"],
-                        "nsp_loss": interval["nsp_loss"] / interval["steps"],
-                        "learning_rate": result.learning_rate,
-                        "loss_scale": result.loss_scale,
-                        "sequences_per_second": interval["sequences"] / (now - interval_start),
-                    })
-                    eta = (now - loop_start) / (step - start_step) * (last_step - step)
-                    say(f"step {step}/{last_step} ({100 * step / last_step:.1f}%)  loss {final_loss:.4f}  "
-                        f"lr {result.learning_rate:.3e}  {interval['sequences'] / (now - interval_start):.1f} seq/s  "
-                        f"ETA {format_duration(eta)}", flush=True)
-                interval = dict.fromkeys(interval, 0)
-                interval_start = now
+            reporter.record(step, result, stopping=stop)
+            nonfinite_streak = count_nonfinite(nonfinite_streak, step, result, args.max_nonfinite_steps)
             checkpoint_due = step % args.num_steps_per_checkpoint == 0 or step == last_step or stop
             if checkpoint_due and not args.benchmark:
-                save(step)
+                checkpoints.save(step, trainer, loader, nonfinite_streak)
             if stop:
-                where = "no checkpoint in benchmark mode" if args.benchmark else f"checkpoint in {folder / str(step)}"
-                say(f"SIGTERM: stopped after step {step} ({where})", flush=True)
+                where = checkpoints.folder / str(step)
+                saved = "no checkpoint in benchmark mode" if args.benchmark else f"checkpoint in {where}"
+                say(f"SIGTERM: stopped after step {step} ({saved})", flush=True)
                 break
-    train_time = time.perf_counter() - timed_start
-    summary = {
-        "e2e_train_time": time.time() - process_start,
-        "training_sequences_per_second": timed_sequences / train_time if train_time > 0 else 0.0,
-        "final_loss": final_loss,
-        "raw_train_time": train_time,
-        "timed_steps": timed_steps,
-        "world_size": world_size,
-    }
-    logger.log((), summary)
-    say("Summary: " + json.dumps(summary), flush=True)
+    summary = reporter.summarise(process_start, world_size)
     if args.benchmark:
-        say(f"Benchmark: {summary['training_sequences_per_second']:.2f} sequences/s over {timed_steps} steps "
-            f"after {args.benchmark_warmup_steps} warmup steps", flush=True)
+        say(f"Benchmark: {summary['training_sequences_per_second']:.2f} sequences/s over {summary['timed_steps']} "
+            f"steps after {args.benchmark_warmup_steps} warmup steps", flush=True)
     logger.close()
     return 0
 
