@@ -1,11 +1,17 @@
-"""Training checkpoints: folder layout, atomic saves, rotation, discovery, loading and RNG state capture.
+"""Training checkpoints: the step-folder format, atomic saves, rotation, resume resolution, loading, the
+optimizer-state naming, RNG state capture, and the project's one atomic file writer.
 
 Layout (the one NVIDIA's PaddlePaddle BERT uses):
 
     <output-dir>/<bert-model>/phase1|phase2/<global-step>/
         <prefix>.pdparams        model state dict (paddle.save)
-        <prefix>.pdopt           optimizer state dict, including its LR scheduler (absent if none was given)
+        <prefix>.pdopt           optimizer state dict, including its LR scheduler (absent if none was given),
+                                 keyed by structured parameter names (see optimizer_state_for_saving)
+        <prefix>_config.json     the BertConfig of the model (absent in folders written before it was added)
         <prefix>_progress.json   whatever the trainer needs to resume exactly; always has "global_step"
+
+The config file makes a step folder self-describing: `read_config` rebuilds the model without the run's
+--config-file.
 
 A checkpoint is *complete* when its progress file exists and parses. Saves are atomic with respect to
 a kill at any moment: every file is written (and fsynced) into `.tmp-<step>-<pid>/` beside the step
@@ -38,10 +44,13 @@ from typing import Any
 import numpy as np
 import paddle
 
+from bert_config import BertConfig
+
 DEFAULT_PREFIX = "bert_paddle"
 PARAMS_SUFFIX = ".pdparams"
 OPTIMIZER_SUFFIX = ".pdopt"
 PROGRESS_SUFFIX = "_progress.json"
+CONFIG_SUFFIX = "_config.json"
 _TEMP_PREFIX = ".tmp-"
 _REPLACED_PATTERN = re.compile(r"\.replaced-(\d+)-\d+")
 
@@ -136,6 +145,89 @@ def load_checkpoint(step_dir: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -
     return model_state, optimizer_state, progress
 
 
+def read_config(step_dir: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -> BertConfig | None:
+    """The BertConfig saved in a checkpoint folder, or None for a folder written before configs were saved."""
+    path = Path(step_dir) / (prefix + CONFIG_SUFFIX)
+    if not path.is_file():
+        return None
+    return BertConfig.from_json_file(path)
+
+
+def resolve_resume_folder(
+    from_checkpoint: str | os.PathLike | None,
+    last_step_of_checkpoint: None | str | int,
+    default_phase_folder: str | os.PathLike,
+    prefix: str = DEFAULT_PREFIX,
+) -> Path | None:
+    """The checkpoint folder to resume from (--from-checkpoint, --last-step-of-checkpoint), or None to start fresh.
+
+    With a last step ("auto" or a step number, as for `find_checkpoint`) the phase folder searched is
+    from_checkpoint, or default_phase_folder (the run's own) without it. Without one, from_checkpoint names a
+    single checkpoint folder, which must be complete.
+    """
+    if last_step_of_checkpoint is None:
+        if from_checkpoint is None:
+            return None
+        folder = Path(from_checkpoint)
+        try:
+            read_progress(folder, prefix)
+        except (FileNotFoundError, ValueError) as error:
+            raise type(error)(f"{error} (for a folder of <step>/ checkpoints add --last-step-of-checkpoint "
+                              "auto or a step)") from None
+        return folder
+    search = Path(from_checkpoint) if from_checkpoint is not None else Path(default_phase_folder)
+    return find_checkpoint(search, last_step_of_checkpoint, prefix)
+
+
+def _rename_optimizer_state(state: Mapping[str, Any], renames: Mapping[str, str]) -> dict:
+    """Optimizer state with each parameter name in its keys replaced through `renames`.
+
+    Paddle keys accumulators "<param.name>_<accumulator>_<n>" and master weights "<param.name>", where
+    param.name is a counter-based name such as "linear_5.w_0" that depends on construction order.
+    """
+    renamed = {}
+    # Longest names first, so that "linear_1.w_0" never claims the keys of "linear_1.w_0_x" style names.
+    ordered = sorted(renames, key=len, reverse=True)
+    for key, value in state.items():
+        if key == "LR_Scheduler":
+            renamed[key] = value
+        elif key == "master_weights":
+            renamed[key] = {renames[name]: weight for name, weight in value.items()}
+        else:
+            old = next((name for name in ordered if key.startswith(name + "_")), None)
+            if old is None:
+                raise ValueError(f"optimizer state entry {key!r} belongs to no parameter of the model")
+            renamed[renames[old] + key[len(old):]] = value
+    return renamed
+
+
+def optimizer_state_for_saving(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer) -> dict:
+    """The optimizer's state keyed by structured parameter names ("bert.encoder.0.output.weight_moment1_0").
+
+    Saved this way, a checkpoint's moments can only ever be loaded into the parameter they belong to, even if
+    the model is built in another order and Paddle's counter-based names shift.
+    """
+    return _rename_optimizer_state(optimizer.state_dict(), {p.name: n for n, p in model.named_parameters()})
+
+
+def load_optimizer_state(
+    model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, state: Mapping[str, Any] | None, source: str
+) -> None:
+    """Inverse of optimizer_state_for_saving; ValueError/FileNotFoundError name `source` (the folder)."""
+    if state is None:
+        raise FileNotFoundError(f"{source}: checkpoint has no optimizer state to resume from")
+    try:
+        renamed = _rename_optimizer_state(state, {n: p.name for n, p in model.named_parameters()})
+    except (KeyError, ValueError) as error:
+        raise ValueError(f"{source}: optimizer state does not match this model ({error})") from None
+    optimizer.set_state_dict(renamed)
+
+
+def _temp_beside(path: Path, label: str | None = None) -> Path:
+    """`.tmp-<label>-<pid>` beside path (label defaults to its name): hidden from discovery, one per process."""
+    return path.with_name(f"{_TEMP_PREFIX}{label or path.name}-{os.getpid()}")
+
+
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as written:
         os.fsync(written.fileno())
@@ -149,22 +241,27 @@ def _fsync_dir(path: Path) -> None:
         os.close(descriptor)
 
 
+def _write_synced(path: Path, write: Callable[[str], None]) -> None:
+    """write(path), then give the file the usual permissions (0666 less the umask; paddle.save and
+    safetensors create files 0600) and fsync it: the file is on disk before anything refers to it."""
+    write(str(path))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+    _fsync_file(path)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     """The project's one way to write an output file: write(temp) beside path, fsync, rename over path.
 
-    A kill at any moment leaves either the old file or the complete new one, never a torn file. The file
-    gets the usual permissions (0666 less the umask) even when `write` creates it 0600, as paddle.save and
-    safetensors do. Returns the path written.
+    A kill at any moment leaves either the old file or the complete new one, never a torn file. Returns the
+    path written.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f"{_TEMP_PREFIX}{path.name}-{os.getpid()}")
+    temp = _temp_beside(path)
     try:
-        write(str(temp))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)
-        _fsync_file(temp)
+        _write_synced(temp, write)
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -174,9 +271,13 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     return path
 
 
+def _text_writer(text: str) -> Callable[[str], None]:
+    return lambda path: Path(path).write_text(text, encoding="utf-8")
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """atomic_write of a UTF-8 text file."""
-    return atomic_write(path, lambda temp: Path(temp).write_text(text, encoding="utf-8"))
+    return atomic_write(path, _text_writer(text))
 
 
 def _json_default(value: Any) -> Any:
@@ -188,7 +289,7 @@ def _json_default(value: Any) -> Any:
 
 def _remove_folder(folder: Path) -> None:
     """Delete a folder so that no kill can leave a half-deleted step folder that still looks complete."""
-    doomed = folder.with_name(f"{_TEMP_PREFIX}deleting-{folder.name}-{os.getpid()}")
+    doomed = _temp_beside(folder, f"deleting-{folder.name}")
     os.rename(folder, doomed)
     shutil.rmtree(doomed)
 
@@ -224,12 +325,14 @@ def save_checkpoint(
     optimizer_state: Mapping[str, Any] | None,
     progress: Mapping[str, Any],
     *,
+    config: BertConfig,
     rank: int,
     prefix: str = DEFAULT_PREFIX,
     keep_max: int | None = None,
 ) -> Path | None:
     """Atomically write `<phase_folder>/<global_step>/` and rotate; returns the folder (None on rank != 0).
 
+    config: the BertConfig the model was built from, saved beside it.
     progress: JSON-serialisable resume information (epoch, phase, data position, loss-scaler state,
     `capture_rng_state()`, ...). "global_step" is added; if present it must equal global_step.
     keep_max: how many complete checkpoints to keep (None keeps all).
@@ -248,20 +351,19 @@ def save_checkpoint(
     phase_folder.mkdir(parents=True, exist_ok=True)
     _recover_interrupted_saves(phase_folder, prefix)
     final = phase_folder / str(global_step)
-    temp = phase_folder / f"{_TEMP_PREFIX}{global_step}-{os.getpid()}"
+    temp = _temp_beside(final)
     temp.mkdir()
     try:
-        writes: list[tuple[str, Callable[[Path], None]]] = [
-            (PARAMS_SUFFIX, lambda path: paddle.save(dict(model_state), str(path))),
+        writes: list[tuple[str, Callable[[str], None]]] = [
+            (PARAMS_SUFFIX, lambda path: paddle.save(dict(model_state), path)),
         ]
         if optimizer_state is not None:
-            writes.append((OPTIMIZER_SUFFIX, lambda path: paddle.save(dict(optimizer_state), str(path))))
+            writes.append((OPTIMIZER_SUFFIX, lambda path: paddle.save(dict(optimizer_state), path)))
+        writes.append((CONFIG_SUFFIX, _text_writer(config.to_json_string())))
         # The progress file goes last: its presence is what marks the checkpoint complete.
-        writes.append((PROGRESS_SUFFIX, lambda path: path.write_text(progress_text, encoding="utf-8")))
+        writes.append((PROGRESS_SUFFIX, _text_writer(progress_text)))
         for suffix, write in writes:
-            path = temp / (prefix + suffix)
-            write(path)
-            _fsync_file(path)
+            _write_synced(temp / (prefix + suffix), write)
         _fsync_dir(temp)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)

@@ -21,8 +21,8 @@ One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W
      (--max-grad-norm) and the optimizer steps. The learning-rate schedule advances either way.
 
 Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/ every --num-steps-per-checkpoint steps, at the
-end of the run and on SIGTERM (which then exits with status 0). They hold the model, the optimizer with its
-schedule, and a progress file with every rank's data position and random-generator states, so a run resumed
+end of the run and on SIGTERM (which then exits with status 0). They hold the model and its config, the optimizer
+with its schedule, and a progress file with every rank's data position and random-generator states, so a run resumed
 with --last-step-of-checkpoint auto continues exactly as if it had never stopped (bitwise on CPU).
 """
 
@@ -60,87 +60,112 @@ from weights import load_pretrained, load_state
 VOCAB_PAD_MULTIPLE = 8
 
 
+def _add_data_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Data and outputs")
+    group.add_argument("--input-dir", required=True,
+                       help="Folder of LDDL parquet shards (binned or not, static or dynamic masking) or NVIDIA "
+                       "HDF5 shards, e.g. pretrain/phase1/unbinned/parquet.")
+    group.add_argument("--vocab-file", required=True, help="WordPiece vocabulary the shards were made with.")
+    group.add_argument("--max-seq-length", type=int, default=512,
+                       help="Longest sequence allowed in the shards (phase 1: 128, phase 2: 512).")
+    group.add_argument("--max-predictions-per-seq", type=int, default=80,
+                       help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
+    group.add_argument("--num-workers", type=int, default=4, help="Data-loader worker processes per rank.")
+    group.add_argument("--output-dir", required=True,
+                       help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
+    group.add_argument("--report-file", default="./report.json", help="DLLogger JSON-lines report, appended to.")
+    group.add_argument("--log-freq", type=int, default=10, help="Report the loss every this many steps.")
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Model")
+    group.add_argument("--bert-model", default="bert-large-uncased", choices=BERT_MODELS,
+                       help="Model size; its config is bert_configs/<bert-model>.json unless --config-file is "
+                       "given (required for custom).")
+    group.add_argument("--config-file", default=None, help="BERT config JSON (overrides --bert-model's).")
+    group.add_argument("--fuse-mha", action="store_true",
+                       help="One [H, 3H] projection for Q, K and V (weights load into either layout).")
+
+
+def _add_schedule_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Schedule and length")
+    group.add_argument("--phase1", action="store_true", help="Phase 1 of pre-training (not with --phase2).")
+    group.add_argument("--phase2", action="store_true",
+                       help="Phase 2 of pre-training (not with --phase1; also the default without either).")
+    group.add_argument("--max-steps", type=int, required=True,
+                       help="Optimizer steps of this phase; the learning-rate schedule spans them.")
+    group.add_argument("--steps-this-run", type=int, default=None,
+                       help="Stop after this many steps (checkpointing), e.g. to fit a cluster time limit.")
+    group.add_argument("--batch-size", type=int, default=32, help="Sequences per micro-batch per rank.")
+    group.add_argument("--gradient-merge-steps", type=int, default=1,
+                       help="Micro-batches per optimizer step (gradient accumulation).")
+    group.add_argument("--learning-rate", type=float, default=1e-4, help="Peak learning rate.")
+    group.add_argument("--warmup-start-lr", type=float, default=0.0, help="Learning rate at the start of warmup.")
+    group.add_argument("--warmup-proportion", type=float, default=0.01,
+                       help="Fraction of --max-steps spent in linear warmup.")
+    group.add_argument("--constant-proportion", type=float, default=0.0,
+                       help="Fraction of --max-steps held at the peak after warmup (LANS schedule).")
+    group.add_argument("--lr-decay-power", type=float, default=1.0,
+                       help="Exponent of the polynomial decay to 0 (1.0 = linear).")
+
+
+def _add_optimizer_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Optimizer")
+    group.add_argument("--optimizer", default="Lamb", choices=OPTIMIZER_NAMES, help="Optimizer.")
+    group.add_argument("--beta1", type=float, default=0.9, help="First-moment decay rate.")
+    group.add_argument("--beta2", type=float, default=0.999, help="Second-moment decay rate.")
+    group.add_argument("--epsilon", type=float, default=1e-6, help="Optimizer epsilon.")
+    group.add_argument("--weight-decay", type=float, default=0.01,
+                       help="Decoupled weight decay (not applied to biases and LayerNorm).")
+    group.add_argument("--max-grad-norm", type=float, default=1.0, help="Clip gradients to this global norm.")
+    group.add_argument("--max-nonfinite-steps", type=int, default=100,
+                       help="Stop when the loss is non-finite in more than this many steps in a row.")
+
+
+def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Checkpoints and resume")
+    group.add_argument("--num-steps-per-checkpoint", type=int, default=100, help="Save a checkpoint every N steps.")
+    group.add_argument("--keep-checkpoint-max", type=int, default=3,
+                       help="Keep only the newest N checkpoints of the phase, counting those of earlier runs.")
+    group.add_argument("--model-prefix", default="bert_paddle", help="File-name prefix of checkpoint files.")
+    group.add_argument("--from-checkpoint", default=None,
+                       help="Resume from checkpoints: a phase folder of <step>/ folders with "
+                       "--last-step-of-checkpoint auto|N, or one checkpoint folder without it. With auto and "
+                       "no --from-checkpoint the run's own phase folder is searched.")
+    group.add_argument("--last-step-of-checkpoint", default=None,
+                       help="None, auto (the newest complete checkpoint; start fresh if there is none) or a step.")
+    group.add_argument("--from-pretrained-params", default=None,
+                       help="Folder holding <model-prefix>.pdparams: start from these weights (nothing else).")
+    group.add_argument("--from-phase1-final-params", default=None,
+                       help="Phase 2: folder of phase 1's final <model-prefix>.pdparams, loaded only when phase 2 "
+                       "starts (not when it resumes from its own checkpoint).")
+
+
+def _add_process_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Process")
+    group.add_argument("--seed", type=int, default=42, help="Random seed (rank r uses seed + r for dropout).")
+    group.add_argument("--show-config", type=str_to_bool, default=True, help="Print and report the arguments.")
+    group.add_argument("--enable-cpu-affinity", type=str_to_bool, default=True,
+                       help="Pin each local rank to its own block of CPUs.")
+
+
+def _add_benchmark_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Benchmark")
+    group.add_argument("--benchmark", action="store_true",
+                       help="Run --benchmark-warmup-steps, then time --benchmark-steps; no checkpoints are written.")
+    group.add_argument("--benchmark-steps", type=int, default=20, help="Timed steps of a benchmark run.")
+    group.add_argument("--benchmark-warmup-steps", type=int, default=20, help="Untimed steps before them.")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """All options of run_pretraining.py, grouped as in NVIDIA's utils/config.py, with the additions."""
+    """All options of run_pretraining.py: NVIDIA's names and defaults, with the additions."""
     parser = argparse.ArgumentParser(
         description="PaddleBERT pre-training (masked LM + next sentence prediction) on LDDL parquet shards",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    data = parser.add_argument_group("Global")
-    data.add_argument("--input-dir", required=True,
-                      help="Folder of LDDL parquet shards (binned or not, static or dynamic masking) or NVIDIA "
-                      "HDF5 shards, e.g. pretrain/phase1/unbinned/parquet.")
-    data.add_argument("--vocab-file", required=True, help="WordPiece vocabulary the shards were made with.")
-    data.add_argument("--output-dir", required=True,
-                      help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
-    data.add_argument("--bert-model", default="bert-large-uncased", choices=BERT_MODELS,
-                      help="Model size; its config is bert_configs/<bert-model>.json unless --config-file is given "
-                      "(required for custom).")
-    data.add_argument("--config-file", default=None, help="BERT config JSON (overrides --bert-model's).")
-    data.add_argument("--max-steps", type=int, required=True,
-                      help="Optimizer steps of this phase; the learning-rate schedule spans them.")
-    data.add_argument("--steps-this-run", type=int, default=None,
-                      help="Stop after this many steps (checkpointing), e.g. to fit a cluster time limit.")
-    data.add_argument("--log-freq", type=int, default=10, help="Report the loss every this many steps.")
-    data.add_argument("--num-steps-per-checkpoint", type=int, default=100, help="Save a checkpoint every N steps.")
-    data.add_argument("--keep-checkpoint-max", type=int, default=3,
-                      help="Keep only the newest N checkpoints of the phase, counting those of earlier runs.")
-    data.add_argument("--from-pretrained-params", default=None,
-                      help="Folder holding <model-prefix>.pdparams: start from these weights (nothing else).")
-    data.add_argument("--from-checkpoint", default=None,
-                      help="Resume from checkpoints: a phase folder of <step>/ folders with "
-                      "--last-step-of-checkpoint auto|N, or one checkpoint folder without it. With auto and "
-                      "no --from-checkpoint the run's own phase folder is searched.")
-    data.add_argument("--last-step-of-checkpoint", default=None,
-                      help="None, auto (the newest complete checkpoint; start fresh if there is none) or a step.")
-    data.add_argument("--from-phase1-final-params", default=None,
-                      help="Phase 2: folder of phase 1's final <model-prefix>.pdparams, loaded only when phase 2 "
-                      "starts (not when it resumes from its own checkpoint).")
-    data.add_argument("--seed", type=int, default=42, help="Random seed (rank r uses seed + r for dropout).")
-    data.add_argument("--report-file", default="./report.json", help="DLLogger JSON-lines report, appended to.")
-    data.add_argument("--model-prefix", default="bert_paddle", help="File-name prefix of checkpoint files.")
-    data.add_argument("--show-config", type=str_to_bool, default=True, help="Print and report the arguments.")
-    data.add_argument("--enable-cpu-affinity", type=str_to_bool, default=True,
-                      help="Pin each local rank to its own block of CPUs.")
-    data.add_argument("--num-workers", type=int, default=4, help="Data-loader worker processes per rank.")
-    data.add_argument("--benchmark", action="store_true",
-                      help="Run --benchmark-warmup-steps, then time --benchmark-steps; no checkpoints are written.")
-    data.add_argument("--benchmark-steps", type=int, default=20, help="Timed steps of a benchmark run.")
-    data.add_argument("--benchmark-warmup-steps", type=int, default=20, help="Untimed steps before them.")
-    data.add_argument("--max-nonfinite-steps", type=int, default=100,
-                      help="Stop when the loss is non-finite in more than this many steps in a row.")
-
-    training = parser.add_argument_group("Training")
-    training.add_argument("--optimizer", default="Lamb", choices=OPTIMIZER_NAMES, help="Optimizer.")
-    training.add_argument("--gradient-merge-steps", type=int, default=1,
-                          help="Micro-batches per optimizer step (gradient accumulation).")
-    training.add_argument("--learning-rate", type=float, default=1e-4, help="Peak learning rate.")
-    training.add_argument("--warmup-start-lr", type=float, default=0.0, help="Learning rate at the start of warmup.")
-    training.add_argument("--warmup-proportion", type=float, default=0.01,
-                          help="Fraction of --max-steps spent in linear warmup.")
-    training.add_argument("--constant-proportion", type=float, default=0.0,
-                          help="Fraction of --max-steps held at the peak after warmup (LANS schedule).")
-    training.add_argument("--lr-decay-power", type=float, default=1.0,
-                          help="Exponent of the polynomial decay to 0 (1.0 = linear).")
-    training.add_argument("--beta1", type=float, default=0.9, help="First-moment decay rate.")
-    training.add_argument("--beta2", type=float, default=0.999, help="Second-moment decay rate.")
-    training.add_argument("--epsilon", type=float, default=1e-6, help="Optimizer epsilon.")
-    training.add_argument("--weight-decay", type=float, default=0.01,
-                          help="Decoupled weight decay (not applied to biases and LayerNorm).")
-    training.add_argument("--max-grad-norm", type=float, default=1.0, help="Clip gradients to this global norm.")
-    training.add_argument("--max-seq-length", type=int, default=512,
-                          help="Longest sequence allowed in the shards (phase 1: 128, phase 2: 512).")
-    training.add_argument("--batch-size", type=int, default=32, help="Sequences per micro-batch per rank.")
-    training.add_argument("--phase1", action="store_true", help="Phase 1 of pre-training (not with --phase2).")
-    training.add_argument("--phase2", action="store_true",
-                          help="Phase 2 of pre-training (not with --phase1; also the default without either).")
-    training.add_argument("--max-predictions-per-seq", type=int, default=80,
-                          help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
-
-    add_amp_arguments(parser)
-    advanced = parser.add_argument_group("Advanced Training")
-    advanced.add_argument("--fuse-mha", action="store_true",
-                          help="One [H, 3H] projection for Q, K and V (weights load into either layout).")
+    for add_options in (_add_data_options, _add_model_options, _add_schedule_options, _add_optimizer_options,
+                        _add_checkpoint_options, _add_process_options, add_amp_arguments, _add_benchmark_options):
+        add_options(parser)
     return parser
 
 
@@ -337,49 +362,8 @@ class Trainer:
 
 
 # ---------------------------------------------------------------------------------------------
-# Checkpoints
+# Checkpoints: what this run saves, and the resume from one
 # ---------------------------------------------------------------------------------------------
-
-
-def _rename_optimizer_state(state: dict, renames: dict[str, str]) -> dict:
-    """Optimizer state with each parameter name in its keys replaced through `renames`.
-
-    Paddle keys accumulators "<param.name>_<accumulator>_<n>" and master weights "<param.name>", where
-    param.name is a counter-based name such as "linear_5.w_0" that depends on construction order.
-    """
-    renamed = {}
-    # Longest names first, so that "linear_1.w_0" never claims the keys of "linear_1.w_0_x" style names.
-    ordered = sorted(renames, key=len, reverse=True)
-    for key, value in state.items():
-        if key == "LR_Scheduler":
-            renamed[key] = value
-        elif key == "master_weights":
-            renamed[key] = {renames[name]: weight for name, weight in value.items()}
-        else:
-            old = next((name for name in ordered if key.startswith(name + "_")), None)
-            if old is None:
-                raise ValueError(f"optimizer state entry {key!r} belongs to no parameter of the model")
-            renamed[renames[old] + key[len(old):]] = value
-    return renamed
-
-
-def optimizer_state_for_saving(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer) -> dict:
-    """The optimizer's state keyed by structured parameter names ("bert.encoder.0.output.weight_moment1_0").
-
-    Saved this way, a checkpoint's moments can only ever be loaded into the parameter they belong to, even if
-    the model is built in another order and Paddle's counter-based names shift.
-    """
-    return _rename_optimizer_state(optimizer.state_dict(), {p.name: n for n, p in model.named_parameters()})
-
-
-def load_optimizer_state(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, state: dict,
-                         source: str) -> None:
-    """Inverse of optimizer_state_for_saving."""
-    try:
-        renamed = _rename_optimizer_state(state, {n: p.name for n, p in model.named_parameters()})
-    except (KeyError, ValueError) as error:
-        raise SystemExit(f"{source}: optimizer state does not match this model ({error})") from None
-    optimizer.set_state_dict(renamed)
 
 
 def gather_from_ranks(value, world_size: int) -> list:
@@ -391,23 +375,6 @@ def gather_from_ranks(value, world_size: int) -> list:
     return gathered
 
 
-def resolve_resume_folder(args: argparse.Namespace, phase: int) -> Path | None:
-    """The checkpoint folder to resume from, or None to start fresh (see --from-checkpoint's help)."""
-    if args.from_checkpoint is None and args.last_step_of_checkpoint is None:
-        return None
-    if args.last_step_of_checkpoint is None:
-        folder = Path(args.from_checkpoint)
-        try:
-            checkpoint.read_progress(folder, args.model_prefix)
-        except (FileNotFoundError, ValueError) as error:
-            raise SystemExit(f"--from-checkpoint: {error} (for a folder of <step>/ checkpoints add "
-                             "--last-step-of-checkpoint auto or a step)") from None
-        return folder
-    search = Path(args.from_checkpoint) if args.from_checkpoint else checkpoint.phase_dir(
-        args.output_dir, args.bert_model, phase)
-    return checkpoint.find_checkpoint(search, args.last_step_of_checkpoint, args.model_prefix)
-
-
 def load_weights_only(model: paddle.nn.Layer, folder: str, prefix: str, flag: str) -> None:
     """Start from the weights in <folder>/<prefix>.pdparams. Pre-training heads the file lacks (an encoder-only
     model) start from their initialisation; a missing embedding or encoder weight is an error."""
@@ -415,34 +382,75 @@ def load_weights_only(model: paddle.nn.Layer, folder: str, prefix: str, flag: st
     print(f"{flag} {report.describe()}", flush=True)
 
 
-def initialise_weights(trainer: Trainer, args: argparse.Namespace, phase: int, say) -> tuple[Path | None, dict]:
-    """Load the checkpoint to resume from (weights, optimizer, schedule, loss scale), or else the starting
-    weights of --from-phase1-final-params / --from-pretrained-params. Returns (folder, progress), ({}) if fresh."""
-    resume_folder = resolve_resume_folder(args, phase)
-    if resume_folder is None:
-        if args.last_step_of_checkpoint == "auto":
-            say("No checkpoint to resume from; starting at step 1", flush=True)
-        if args.from_phase1_final_params is not None:
-            load_weights_only(trainer.model, args.from_phase1_final_params, args.model_prefix,
-                              "--from-phase1-final-params")
-        elif args.from_pretrained_params is not None:
-            load_weights_only(trainer.model, args.from_pretrained_params, args.model_prefix,
-                              "--from-pretrained-params")
-        return None, {}
-    model_state, optimizer_state, progress = checkpoint.load_checkpoint(resume_folder, args.model_prefix)
-    if progress.get("phase", phase) != phase:
-        # Resuming phase 2 from phase 1's optimizer state would also take over its finished schedule (LR 0).
-        raise SystemExit(f"{resume_folder}: a phase-{progress['phase']} checkpoint cannot resume phase {phase}; "
-                         "start phase 2 from its weights with --from-phase1-final-params")
-    if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
-        raise SystemExit(f"{resume_folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
-                         "resume with the same setting, or start from its weights with --from-pretrained-params")
-    load_state(trainer.model, model_state, str(resume_folder))
-    load_optimizer_state(trainer.model, trainer.optimizer, optimizer_state, str(resume_folder))
-    if trainer.scaler and progress.get("loss_scaler"):
-        trainer.scaler.load_state_dict(progress["loss_scaler"])
-    say(f"Resuming from {resume_folder} at step {progress['global_step']}", flush=True)
-    return resume_folder, progress
+class RunCheckpoints:
+    """This run's checkpoints: the progress record it saves with every rank's data position and random
+    streams, and the resume that reads the same record back."""
+
+    def __init__(self, args: argparse.Namespace, phase: int, rank: int, world_size: int):
+        self.args, self.phase, self.rank, self.world_size = args, phase, rank, world_size
+        self.folder = checkpoint.phase_dir(args.output_dir, args.bert_model, phase)
+        self.resumed_from: Path | None = None
+
+    def restore(self, trainer: Trainer, say) -> dict:
+        """Load the checkpoint to resume from (weights, optimizer, schedule, loss scale), or else the starting
+        weights of --from-phase1-final-params / --from-pretrained-params. Returns its progress ({} if fresh)."""
+        args = self.args
+        resume_folder = checkpoint.resolve_resume_folder(args.from_checkpoint, args.last_step_of_checkpoint,
+                                                         self.folder, args.model_prefix)
+        if resume_folder is None:
+            if args.last_step_of_checkpoint == "auto":
+                say("No checkpoint to resume from; starting at step 1", flush=True)
+            if args.from_phase1_final_params is not None:
+                load_weights_only(trainer.model, args.from_phase1_final_params, args.model_prefix,
+                                  "--from-phase1-final-params")
+            elif args.from_pretrained_params is not None:
+                load_weights_only(trainer.model, args.from_pretrained_params, args.model_prefix,
+                                  "--from-pretrained-params")
+            return {}
+        model_state, optimizer_state, progress = checkpoint.load_checkpoint(resume_folder, args.model_prefix)
+        if progress.get("phase", self.phase) != self.phase:
+            # Resuming phase 2 from phase 1's optimizer state would also take over its finished schedule (LR 0).
+            raise ValueError(f"{resume_folder}: a phase-{progress['phase']} checkpoint cannot resume phase "
+                             f"{self.phase}; start phase 2 from its weights with --from-phase1-final-params")
+        if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
+            raise ValueError(f"{resume_folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
+                             "resume with the same setting, or start from its weights with --from-pretrained-params")
+        load_state(trainer.model, model_state, str(resume_folder))
+        checkpoint.load_optimizer_state(trainer.model, trainer.optimizer, optimizer_state, str(resume_folder))
+        if trainer.scaler and progress.get("loss_scaler"):
+            trainer.scaler.load_state_dict(progress["loss_scaler"])
+        say(f"Resuming from {resume_folder} at step {progress['global_step']}", flush=True)
+        self.resumed_from = resume_folder
+        return progress
+
+    def continue_streams(self, loader: PretrainingDataLoader, progress: dict, say) -> None:
+        """Put this rank's data position and random generators back where the checkpoint left them."""
+        if not progress:
+            return
+        if progress.get("world_size") == self.world_size:
+            loader.load_state_dict(progress["data_positions"][self.rank])
+            checkpoint.restore_rng_state(progress["rng_states"][self.rank])
+        else:
+            say(f"Warning: {self.resumed_from} was written by {progress.get('world_size')} ranks, this run has "
+                f"{self.world_size}; the data order and random streams restart instead of continuing exactly",
+                flush=True)
+
+    def save(self, step: int, trainer: Trainer, loader: PretrainingDataLoader, nonfinite_streak: int) -> None:
+        """Every rank gathers its streams to rank 0, which writes <phase folder>/<step>/."""
+        rng_states = gather_from_ranks(checkpoint.capture_rng_state(), self.world_size)
+        positions = gather_from_ranks(loader.state_dict(), self.world_size)
+        record = {
+            "phase": self.phase, "world_size": self.world_size, "fuse_mha": self.args.fuse_mha,
+            "epoch": loader.epoch, "data_positions": positions, "rng_states": rng_states,
+            "nonfinite_streak": nonfinite_streak,
+            "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,
+        }
+        checkpoint.save_checkpoint(
+            self.folder, step, trainer.model.state_dict(),
+            checkpoint.optimizer_state_for_saving(trainer.model, trainer.optimizer), record,
+            config=trainer.config, rank=self.rank, prefix=self.args.model_prefix,
+            keep_max=self.args.keep_checkpoint_max,
+        )
 
 
 class StopSignal:
@@ -464,7 +472,7 @@ class StopSignal:
 
 
 # ---------------------------------------------------------------------------------------------
-# The run
+# Progress reports
 # ---------------------------------------------------------------------------------------------
 
 
@@ -473,142 +481,172 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def declare_report_metrics(logger: DLLogger) -> None:
-    for name, meta in {
-        "loss": {"format": ":.4f"}, "mlm_loss": {"format": ":.4f"}, "nsp_loss": {"format": ":.4f"},
-        "learning_rate": {"format": ":.6e"}, "loss_scale": {"format": ":.1f"},
-        "sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
-        "e2e_train_time": {"unit": "s", "format": ":.2f"}, "raw_train_time": {"unit": "s", "format": ":.2f"},
-        "training_sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
-        "final_loss": {"format": ":.4f"},
-    }.items():
-        logger.metadata(name, meta)
+REPORT_METRICS = {
+    "loss": {"format": ":.4f"}, "mlm_loss": {"format": ":.4f"}, "nsp_loss": {"format": ":.4f"},
+    "learning_rate": {"format": ":.6e"}, "loss_scale": {"format": ":.1f"},
+    "sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
+    "e2e_train_time": {"unit": "s", "format": ":.2f"}, "raw_train_time": {"unit": "s", "format": ":.2f"},
+    "training_sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
+    "final_loss": {"format": ":.4f"},
+}
 
 
-def run(args: argparse.Namespace, process_start: float, process_info: dict) -> int:
-    rank, world_size = init_data_parallel()
-    phase = 1 if args.phase1 else 2
-    # The report file gets every record; stdout gets the shorter progress lines printed below instead.
-    logger = DLLogger(args.report_file, enabled=rank == 0, stdout=False)
-    say = print if rank == 0 else (lambda *a, **k: None)
+class ProgressReporter:
+    """The loss and throughput of each --log-freq interval (DLLogger records and a printed line with the ETA),
+    the skipped updates, and the run's summary over its timed steps (all of them, or a benchmark's)."""
+
+    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int):
+        self.logger, self.say = logger, say
+        self.start_step, self.last_step, self.log_freq = start_step, last_step, log_freq
+        for name, meta in REPORT_METRICS.items():
+            logger.metadata(name, meta)
+        self.loop_start = time.perf_counter()
+        self.final_loss = float("nan")
+        self._start_interval(self.loop_start)
+        self.start_timing(self.loop_start)
+
+    def _start_interval(self, now: float) -> None:
+        self.interval = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "steps": 0, "sequences": 0}
+        self.interval_start = now
+
+    def start_timing(self, now: float | None = None) -> None:
+        """The summary's throughput counts the steps from here (a benchmark calls this after its warmup)."""
+        self.timed_start = time.perf_counter() if now is None else now
+        self.timed_sequences = self.timed_steps = 0
+
+    def record(self, step: int, result: StepResult, stopping: bool) -> None:
+        self.timed_sequences += result.sequences
+        self.timed_steps += 1
+        self.interval["sequences"] += result.sequences
+        if result.skipped:
+            self.say(f"Step {step}: non-finite loss or float16 overflow; update skipped "
+                     f"(loss scale {result.loss_scale:g})", flush=True)
+            self.logger.log(step, {"skipped_update": 1, "loss": result.loss, "loss_scale": result.loss_scale})
+        else:
+            for key in ("loss", "mlm_loss", "nsp_loss"):
+                self.interval[key] += getattr(result, key)
+            self.interval["steps"] += 1
+        if step % self.log_freq == 0 or step == self.last_step or stopping:
+            self._report_interval(step, result)
+
+    def _report_interval(self, step: int, result: StepResult) -> None:
+        now = time.perf_counter()
+        interval = self.interval
+        if interval["steps"]:
+            self.final_loss = interval["loss"] / interval["steps"]
+            sequences_per_second = interval["sequences"] / (now - self.interval_start)
+            self.logger.log(step, {
+                "loss": self.final_loss,
+                "mlm_loss": interval["mlm_loss"] / interval["steps"],
+                "nsp_loss": interval["nsp_loss"] / interval["steps"],
+                "learning_rate": result.learning_rate,
+                "loss_scale": result.loss_scale,
+                "sequences_per_second": sequences_per_second,
+            })
+            eta = (now - self.loop_start) / (step - self.start_step) * (self.last_step - step)
+            self.say(f"step {step}/{self.last_step} ({100 * step / self.last_step:.1f}%)  loss {self.final_loss:.4f}"
+                     f"  lr {result.learning_rate:.3e}  {sequences_per_second:.1f} seq/s  ETA {format_duration(eta)}",
+                     flush=True)
+        self._start_interval(now)
+
+    def summarise(self, process_start: float, world_size: int) -> dict:
+        train_time = time.perf_counter() - self.timed_start
+        summary = {
+            "e2e_train_time": time.time() - process_start,
+            "training_sequences_per_second": self.timed_sequences / train_time if train_time > 0 else 0.0,
+            "final_loss": self.final_loss,
+            "raw_train_time": train_time,
+            "timed_steps": self.timed_steps,
+            "world_size": world_size,
+        }
+        self.logger.log((), summary)
+        self.say("Summary: " + json.dumps(summary), flush=True)
+        return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+
+def count_nonfinite(streak: int, step: int, result: StepResult, limit: int) -> int:
+    """The number of non-finite steps in a row after this one; stops the run once it exceeds --max-nonfinite-steps."""
+    if not result.skipped:
+        return 0
+    streak += 1
+    if streak > limit:
+        raise SystemExit(f"step {step}: the loss has been non-finite for {streak} steps in a row, more than "
+                         f"--max-nonfinite-steps {limit}; stopping")
+    return streak
+
+
+def last_step_of_run(args: argparse.Namespace, start_step: int) -> int:
+    if args.benchmark:
+        return start_step + args.benchmark_warmup_steps + args.benchmark_steps
+    if args.steps_this_run is not None:
+        return min(args.max_steps, start_step + args.steps_this_run)
+    return args.max_steps
+
+
+def build_loader(args: argparse.Namespace, rank: int, world_size: int) -> PretrainingDataLoader:
+    return PretrainingDataLoader(
+        args.input_dir, args.vocab_file, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+        max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, rank=rank, world_size=world_size,
+        num_workers=args.num_workers,
+    )
+
+
+def announce(args: argparse.Namespace, logger: DLLogger, say, rank: int, world_size: int,
+             process_info: dict) -> None:
+    """Print this rank's CPUs; with --show-config, print and report the arguments (once, from rank 0)."""
     print(f"Rank {rank} of {world_size}: CPUs {process_info['cpu_affinity'] or 'not pinned'}, "
           f"{process_info['cpu_threads']} threads", flush=True)
     if args.show_config:
         config_record = vars(args) | process_info | {"world_size": world_size}
         logger.log("PARAMETER", config_record)
         say("Configuration: " + json.dumps(config_record, sort_keys=True), flush=True)
-    declare_report_metrics(logger)
 
+
+def run(args: argparse.Namespace, process_start: float, process_info: dict) -> int:
+    rank, world_size = init_data_parallel()
+    phase = 1 if args.phase1 else 2
+    # The report file gets every record; stdout gets the shorter progress lines of ProgressReporter instead.
+    logger = DLLogger(args.report_file, enabled=rank == 0, stdout=False)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    announce(args, logger, say, rank, world_size, process_info)
     trainer = Trainer(args, rank, world_size)
-
-    resume_folder, progress = initialise_weights(trainer, args, phase, say)
+    checkpoints = RunCheckpoints(args, phase, rank, world_size)
+    progress = checkpoints.restore(trainer, say)
     trainer.wrap_data_parallel()
-
-    loader = PretrainingDataLoader(
-        args.input_dir, args.vocab_file, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
-        max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, rank=rank, world_size=world_size,
-        num_workers=args.num_workers,
-    )
-    start_step = progress.get("global_step", 0)
+    loader = build_loader(args, rank, world_size)
+    checkpoints.continue_streams(loader, progress, say)
+    step = start_step = progress.get("global_step", 0)
     nonfinite_streak = progress.get("nonfinite_streak", 0)
-    if progress:
-        if progress.get("world_size") == world_size:
-            loader.load_state_dict(progress["data_positions"][rank])
-            checkpoint.restore_rng_state(progress["rng_states"][rank])
-        else:
-            say(f"Warning: {resume_folder} was written by {progress.get('world_size')} ranks, this run has "
-                f"{world_size}; the data order and random streams restart instead of continuing exactly", flush=True)
-
-    if args.benchmark:
-        last_step = start_step + args.benchmark_warmup_steps + args.benchmark_steps
-    elif args.steps_this_run is not None:
-        last_step = min(args.max_steps, start_step + args.steps_this_run)
-    else:
-        last_step = args.max_steps
-    folder = checkpoint.phase_dir(args.output_dir, args.bert_model, phase)
-
-    def save(step: int) -> None:
-        rng_states = gather_from_ranks(checkpoint.capture_rng_state(), world_size)
-        positions = gather_from_ranks(loader.state_dict(), world_size)
-        record = {
-            "phase": phase, "world_size": world_size, "fuse_mha": args.fuse_mha, "epoch": loader.epoch,
-            "data_positions": positions, "rng_states": rng_states, "nonfinite_streak": nonfinite_streak,
-            "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,
-        }
-        checkpoint.save_checkpoint(
-            folder, step, trainer.model.state_dict(), optimizer_state_for_saving(trainer.model, trainer.optimizer),
-            record, rank=rank, prefix=args.model_prefix, keep_max=args.keep_checkpoint_max,
-        )
-
+    last_step = last_step_of_run(args, start_step)
     say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
-    interval = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "steps": 0, "sequences": 0}
-    interval_start = loop_start = time.perf_counter()
-    timed_start, timed_sequences, timed_steps = loop_start, 0, 0
-    final_loss = float("nan")
-    step = start_step
+    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq)
     batches = iter(loader)
     with StopSignal() as stop_signal:
         while step < last_step:
             if args.benchmark and step == start_step + args.benchmark_warmup_steps:
-                timed_start, timed_sequences, timed_steps = time.perf_counter(), 0, 0
-            micro_batches = [next(batches) for _ in range(args.gradient_merge_steps)]
-            result, stop = trainer.step(micro_batches, stop_signal.requested)
+                reporter.start_timing()
+            result, stop = trainer.step([next(batches) for _ in range(args.gradient_merge_steps)],
+                                        stop_signal.requested)
             step += 1
-            timed_sequences += result.sequences
-            timed_steps += 1
-            interval["sequences"] += result.sequences
-            if result.skipped:
-                nonfinite_streak += 1
-                say(f"Step {step}: non-finite loss or float16 overflow; update skipped "
-                    f"(loss scale {result.loss_scale:g})", flush=True)
-                logger.log(step, {"skipped_update": 1, "loss": result.loss, "loss_scale": result.loss_scale})
-                if nonfinite_streak > args.max_nonfinite_steps:
-                    raise SystemExit(f"step {step}: the loss has been non-finite for {nonfinite_streak} steps in a "
-                                     f"row, more than --max-nonfinite-steps {args.max_nonfinite_steps}; stopping")
-            else:
-                nonfinite_streak = 0
-                for key in ("loss", "mlm_loss", "nsp_loss"):
-                    interval[key] += getattr(result, key)
-                interval["steps"] += 1
-            if step % args.log_freq == 0 or step == last_step or stop:
-                now = time.perf_counter()
-                if interval["steps"]:
-                    final_loss = interval["loss"] / interval["steps"]
-                    logger.log(step, {
-                        "loss": final_loss,
-                        "mlm_loss": interval["mlm_loss"] / interval["steps"],
-                        "nsp_loss": interval["nsp_loss"] / interval["steps"],
-                        "learning_rate": result.learning_rate,
-                        "loss_scale": result.loss_scale,
-                        "sequences_per_second": interval["sequences"] / (now - interval_start),
-                    })
-                    eta = (now - loop_start) / (step - start_step) * (last_step - step)
-                    say(f"step {step}/{last_step} ({100 * step / last_step:.1f}%)  loss {final_loss:.4f}  "
-                        f"lr {result.learning_rate:.3e}  {interval['sequences'] / (now - interval_start):.1f} seq/s  "
-                        f"ETA {format_duration(eta)}", flush=True)
-                interval = dict.fromkeys(interval, 0)
-                interval_start = now
+            reporter.record(step, result, stopping=stop)
+            nonfinite_streak = count_nonfinite(nonfinite_streak, step, result, args.max_nonfinite_steps)
             checkpoint_due = step % args.num_steps_per_checkpoint == 0 or step == last_step or stop
             if checkpoint_due and not args.benchmark:
-                save(step)
+                checkpoints.save(step, trainer, loader, nonfinite_streak)
             if stop:
-                where = "no checkpoint in benchmark mode" if args.benchmark else f"checkpoint in {folder / str(step)}"
-                say(f"SIGTERM: stopped after step {step} ({where})", flush=True)
+                where = checkpoints.folder / str(step)
+                saved = "no checkpoint in benchmark mode" if args.benchmark else f"checkpoint in {where}"
+                say(f"SIGTERM: stopped after step {step} ({saved})", flush=True)
                 break
-    train_time = time.perf_counter() - timed_start
-    summary = {
-        "e2e_train_time": time.time() - process_start,
-        "training_sequences_per_second": timed_sequences / train_time if train_time > 0 else 0.0,
-        "final_loss": final_loss,
-        "raw_train_time": train_time,
-        "timed_steps": timed_steps,
-        "world_size": world_size,
-    }
-    logger.log((), summary)
-    say("Summary: " + json.dumps(summary), flush=True)
+    summary = reporter.summarise(process_start, world_size)
     if args.benchmark:
-        say(f"Benchmark: {summary['training_sequences_per_second']:.2f} sequences/s over {timed_steps} steps "
-            f"after {args.benchmark_warmup_steps} warmup steps", flush=True)
+        say(f"Benchmark: {summary['training_sequences_per_second']:.2f} sequences/s over {summary['timed_steps']} "
+            f"steps after {args.benchmark_warmup_steps} warmup steps", flush=True)
     logger.close()
     return 0
 

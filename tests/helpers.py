@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import numpy as np
+import paddle
+
+import run_pretraining
+from conftest import require_shared
+from dllog import read_report
 
 # ---------------------------------------------------------------------------------------------------------------
 # Preprocessing and data
@@ -30,3 +38,69 @@ def documents_kept(corpus_file: Path, seed: int, sample_ratio: float) -> set[int
             kept.add(line_number)
         offset += len(line)
     return kept
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pretraining runs: a 1-layer, hidden-32 BERT (the uncased vocab, so the LDDL sample shards fit) trained for a few
+# steps by run_pretraining.main() in this process.
+
+UNBINNED = ("data", "lddl-sample", "wikitext2-test-seq128-unbinned")
+BINNED = ("data", "lddl-sample", "wikitext2-test-seq128-bin64")
+
+
+def write_config(folder: Path, dropout: float = 0.1, name: str = "bert-test.json", positions: int = 128) -> Path:
+    """A 1-layer, hidden-32 BERT config with the uncased vocabulary."""
+    config = {
+        "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "intermediate_size": 64, "max_position_embeddings": positions, "hidden_dropout_prob": dropout,
+        "attention_probs_dropout_prob": dropout,
+    }
+    path = folder / name
+    path.write_text(json.dumps(config))
+    return path
+
+
+def pretraining_argv(tmp_path: Path, *extra: str, dropout: float = 0.1, shards: tuple | Path = UNBINNED,
+                     positions: int = 128) -> list[str]:
+    """Arguments for a short phase-1 run writing to tmp_path/out and tmp_path/report.json; `extra` overrides.
+
+    shards: a folder under ../shared (as a tuple of parts) or any folder (a Path)."""
+    argv = [
+        "--input-dir", str(shards if isinstance(shards, Path) else require_shared(*shards)),
+        "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")),
+        "--output-dir", str(tmp_path / "out"), "--report-file", str(tmp_path / "report.json"),
+        "--bert-model", "custom", "--config-file", str(write_config(tmp_path, dropout, positions=positions)),
+        "--max-steps", "4", "--batch-size", "4", "--max-seq-length", "128", "--max-predictions-per-seq", "20",
+        "--learning-rate", "5e-3", "--warmup-proportion", "0.25", "--log-freq", "1", "--num-workers", "0",
+        "--show-config", "false", "--enable-cpu-affinity", "false",
+    ]
+    if "--phase2" not in extra:
+        argv.append("--phase1")
+    return argv + list(extra)
+
+
+def train(argv: list[str]) -> int:
+    return run_pretraining.main(argv)
+
+
+def step_records(report: Path) -> list[dict]:
+    """The per-step LOG records of a report (integer steps), in order."""
+    return [r for r in read_report(report) if r["type"] == "LOG" and isinstance(r["step"], int)]
+
+
+def summaries(report: Path) -> list[dict]:
+    return [r["data"] for r in read_report(report) if r["type"] == "LOG" and r["step"] == []]
+
+
+def step_folder(out: Path, step: int, phase: int = 1) -> Path:
+    """The checkpoint folder of `step` in a run of the test's custom model."""
+    return out / "custom" / f"phase{phase}" / str(step)
+
+
+def checkpoint_params(out: Path, step: int, phase: int = 1, prefix: str = "bert_paddle") -> dict[str, np.ndarray]:
+    state = paddle.load(str(step_folder(out, step, phase) / f"{prefix}.pdparams"))
+    return {name: value.numpy() for name, value in state.items()}
+
+
+def step_folders(out: Path, phase: int = 1) -> list[int]:
+    return sorted(int(p.name) for p in (out / "custom" / f"phase{phase}").iterdir() if p.name.isdigit())

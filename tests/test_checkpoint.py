@@ -16,17 +16,24 @@ import paddle
 import pytest
 
 import checkpoint
+from bert_config import BertConfig
 from checkpoint import (
     capture_rng_state,
     find_checkpoint,
     list_checkpoints,
     load_checkpoint,
     phase_dir,
+    read_config,
     read_progress,
+    resolve_resume_folder,
     restore_rng_state,
     save_checkpoint,
 )
 from conftest import ROOT
+
+# The architecture saved beside the states (save_checkpoint requires one); any valid config will do.
+CONFIG = BertConfig(vocab_size=4, hidden_size=3, num_hidden_layers=1, num_attention_heads=1, intermediate_size=8,
+                    pad_vocab_size_multiple=8)
 
 
 def states(step: int) -> tuple[dict, dict]:
@@ -44,7 +51,8 @@ def states(step: int) -> tuple[dict, dict]:
 
 def save(folder, step: int, **kwargs):
     model_state, optimizer_state = states(step)
-    return save_checkpoint(folder, step, model_state, optimizer_state, {"epoch": 0}, rank=0, **kwargs)
+    return save_checkpoint(folder, step, model_state, optimizer_state, {"epoch": 0}, config=CONFIG, rank=0,
+                           **kwargs)
 
 
 def saved_steps(folder) -> list[int]:
@@ -67,13 +75,16 @@ def test_save_load_round_trip(tmp_path):
         "loss_scaler": {"scale": 32768.0, "incr_count": 5},
         "rng": capture_rng_state(),
     }
-    path = save_checkpoint(folder, 7, model_state, optimizer_state, progress, rank=0, prefix="bert_paddle")
+    path = save_checkpoint(folder, 7, model_state, optimizer_state, progress, config=CONFIG, rank=0,
+                           prefix="bert_paddle")
     assert path == folder / "7"
     assert sorted(p.name for p in path.iterdir()) == [
         "bert_paddle.pdopt",
         "bert_paddle.pdparams",
+        "bert_paddle_config.json",
         "bert_paddle_progress.json",
     ]
+    assert read_config(path) == CONFIG
     loaded_model, loaded_optimizer, loaded_progress = load_checkpoint(path)
     for name, tensor in model_state.items():
         np.testing.assert_array_equal(loaded_model[name].numpy(), tensor.numpy())
@@ -86,7 +97,7 @@ def test_save_load_round_trip(tmp_path):
 
 def test_without_optimizer_state(tmp_path):
     model_state, _ = states(1)
-    path = save_checkpoint(tmp_path, 1, model_state, None, {}, rank=0, prefix="squad")
+    path = save_checkpoint(tmp_path, 1, model_state, None, {}, config=CONFIG, rank=0, prefix="squad")
     assert not (path / "squad.pdopt").exists()
     _, optimizer_state, progress = load_checkpoint(path, prefix="squad")
     assert optimizer_state is None and progress == {"global_step": 1}
@@ -95,14 +106,14 @@ def test_without_optimizer_state(tmp_path):
 def test_progress_must_agree_with_step(tmp_path):
     model_state, _ = states(1)
     with pytest.raises(ValueError, match="global_step 5 differs"):
-        save_checkpoint(tmp_path, 6, model_state, None, {"global_step": 5}, rank=0)
+        save_checkpoint(tmp_path, 6, model_state, None, {"global_step": 5}, config=CONFIG, rank=0)
     assert not list(tmp_path.iterdir())
 
 
 def test_only_rank_zero_writes(tmp_path):
     folder = tmp_path / "phase1"
     model_state, optimizer_state = states(3)
-    assert save_checkpoint(folder, 3, model_state, optimizer_state, {}, rank=1) is None
+    assert save_checkpoint(folder, 3, model_state, optimizer_state, {}, config=CONFIG, rank=1) is None
     assert not folder.exists()
 
 
@@ -129,6 +140,7 @@ KILLED_SAVER = """
 import sys, time
 import paddle
 import checkpoint
+from bert_config import BertConfig
 
 real_save = paddle.save
 
@@ -141,7 +153,7 @@ def stalling_save(obj, path, *args, **kwargs):
 
 checkpoint.paddle.save = stalling_save
 state = {"w": paddle.full([256, 256], 20.0)}
-checkpoint.save_checkpoint(sys.argv[1], 20, state, state, {"epoch": 0}, rank=0, keep_max=1)
+checkpoint.save_checkpoint(sys.argv[1], 20, state, state, {"epoch": 0}, config=BertConfig(), rank=0, keep_max=1)
 """
 
 
@@ -178,7 +190,7 @@ def test_sigkill_during_save_leaves_previous_checkpoint(tmp_path):
 def test_resave_of_existing_step_replaces_it(tmp_path):
     save(tmp_path, 10)
     model_state, _ = states(99)
-    save_checkpoint(tmp_path, 10, model_state, None, {"epoch": 5}, rank=0)
+    save_checkpoint(tmp_path, 10, model_state, None, {"epoch": 5}, config=CONFIG, rank=0)
     loaded_model, loaded_optimizer, progress = load_checkpoint(tmp_path / "10")
     assert progress == {"epoch": 5, "global_step": 10} and loaded_optimizer is None
     assert loaded_model["cls.predictions.bias"].numpy()[0] == 99.0
@@ -254,6 +266,103 @@ def test_load_checkpoint_without_params_names_folder(tmp_path):
     (tmp_path / "3" / "bert_paddle.pdparams").unlink()
     with pytest.raises(FileNotFoundError, match=r"/3: checkpoint has no bert_paddle.pdparams"):
         load_checkpoint(tmp_path / "3")
+
+
+def test_config_is_written_before_the_progress_file(tmp_path, monkeypatch):
+    written = []
+    real_write = checkpoint._write_synced
+    monkeypatch.setattr(checkpoint, "_write_synced", lambda path, write: (written.append(path.name),
+                                                                          real_write(path, write)))
+    save(tmp_path, 5)
+    assert written == ["bert_paddle.pdparams", "bert_paddle.pdopt", "bert_paddle_config.json",
+                       "bert_paddle_progress.json"]
+    assert json.loads((tmp_path / "5" / "bert_paddle_config.json").read_text()) == CONFIG.to_dict()
+
+
+def test_a_failed_config_write_leaves_no_step_folder(tmp_path, monkeypatch):
+    save(tmp_path, 10)
+
+    def refuse(self):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(BertConfig, "to_json_string", refuse)
+    with pytest.raises(OSError, match="disk full"):
+        save(tmp_path, 20)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["10"]
+
+
+def test_folder_without_config_still_loads(tmp_path):
+    # Checkpoints written before the config file was added to the format.
+    save(tmp_path, 4)
+    (tmp_path / "4" / "bert_paddle_config.json").unlink()
+    assert read_config(tmp_path / "4") is None
+    assert find_checkpoint(tmp_path, "auto") == tmp_path / "4"
+    model_state, optimizer_state, progress = load_checkpoint(tmp_path / "4")
+    assert progress["global_step"] == 4 and optimizer_state["LR_Scheduler"]["last_epoch"] == 4
+    assert model_state["cls.predictions.bias"].numpy()[0] == 4.0
+
+
+def test_unreadable_config_names_the_file(tmp_path):
+    save(tmp_path, 4)
+    (tmp_path / "4" / "bert_paddle_config.json").write_text('{"hidden_size": ', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"4/bert_paddle_config.json: not valid JSON"):
+        read_config(tmp_path / "4")
+
+
+def test_resolve_resume_folder(tmp_path):
+    own, other = tmp_path / "own", tmp_path / "other"
+    assert resolve_resume_folder(None, None, own) is None  # neither flag: start fresh
+    assert resolve_resume_folder(None, "auto", own) is None  # auto in an empty phase folder: start fresh
+    for step in (2, 4):
+        save(own, step)
+        save(other, step + 10)
+    assert resolve_resume_folder(None, "auto", own) == own / "4"  # the run's own phase folder
+    assert resolve_resume_folder(None, 2, own) == own / "2"
+    assert resolve_resume_folder(other, "auto", own) == other / "14"  # --from-checkpoint's phase folder
+    assert resolve_resume_folder(other, 12, own) == other / "12"
+    assert resolve_resume_folder(other / "12", None, own) == other / "12"  # one checkpoint folder
+    with pytest.raises(FileNotFoundError, match=r"other/13: no checkpoint folder for step 13"):
+        resolve_resume_folder(other, 13, own)
+    # A phase folder without a last step is not a checkpoint: the error says what to add.
+    with pytest.raises(FileNotFoundError, match=r"other: incomplete or missing .*add --last-step-of-checkpoint auto"):
+        resolve_resume_folder(other, None, own)
+    (other / "12" / "bert_paddle_progress.json").write_text("[]", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"12/bert_paddle_progress.json: progress file has no integer global_step"):
+        resolve_resume_folder(other / "12", None, own)
+
+
+def trained_adamw(model: paddle.nn.Layer, scale: float) -> paddle.optimizer.Optimizer:
+    optimizer = paddle.optimizer.AdamW(learning_rate=0.1, parameters=model.parameters())
+    (model(paddle.full([2, 3], scale)) ** 2).sum().backward()
+    optimizer.step()
+    optimizer.clear_grad()
+    return optimizer
+
+
+def test_optimizer_state_follows_the_structured_parameter_names(tmp_path):
+    paddle.seed(0)
+    saved_model = paddle.nn.Sequential(paddle.nn.Linear(3, 4), paddle.nn.Linear(4, 2))
+    saved_optimizer = trained_adamw(saved_model, 1.0)
+    state = checkpoint.optimizer_state_for_saving(saved_model, saved_optimizer)
+    assert "0.weight_moment1_0" in state and "1.bias_moment2_0" in state
+
+    paddle.nn.Linear(5, 5)  # shifts Paddle's counter-based parameter names of the model built next
+    loaded_model = paddle.nn.Sequential(paddle.nn.Linear(3, 4), paddle.nn.Linear(4, 2))
+    assert loaded_model[0].weight.name != saved_model[0].weight.name
+    loaded_optimizer = trained_adamw(loaded_model, -3.0)  # its own moments, which the load must replace
+    checkpoint.load_optimizer_state(loaded_model, loaded_optimizer, state, "ckpt/7")
+    saved, loaded = saved_optimizer.state_dict(), loaded_optimizer.state_dict()
+    for layer in (0, 1):
+        for parameter in ("weight", "bias"):
+            for moment in ("moment1_0", "moment2_0"):
+                expected = saved[f"{getattr(saved_model[layer], parameter).name}_{moment}"]
+                actual = loaded[f"{getattr(loaded_model[layer], parameter).name}_{moment}"]
+                np.testing.assert_array_equal(actual.numpy(), expected.numpy())
+
+    with pytest.raises(ValueError, match=r"ckpt/7: optimizer state does not match this model .*'2.weight_moment1_0'"):
+        checkpoint.load_optimizer_state(loaded_model, loaded_optimizer, {"2.weight_moment1_0": 0}, "ckpt/7")
+    with pytest.raises(FileNotFoundError, match="ckpt/7: checkpoint has no optimizer state"):
+        checkpoint.load_optimizer_state(loaded_model, loaded_optimizer, None, "ckpt/7")
 
 
 def draws() -> dict:

@@ -2,14 +2,12 @@
 
 Training runs here call run_pretraining.main() in this process on a 1-layer, hidden-32 BERT (the uncased vocab,
 so the LDDL sample shards fit) for a few steps: the options' effects do not depend on model size, and a fresh
-process would cost more than the run. The helpers at the top are shared with the other test_run_pretraining_*
-files.
+process would cost more than the run (see the pretraining helpers in helpers.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
@@ -21,66 +19,19 @@ import run_pretraining
 from amp import LossScaler
 from conftest import ROOT, require_shared
 from dllog import read_report
+from helpers import (
+    UNBINNED,
+    checkpoint_params,
+    pretraining_argv,
+    step_folders,
+    step_records,
+    summaries,
+    train,
+)
 from modeling import BertConfig, BertForPretraining
 from optimizer import create_optimizer
 from pretraining_dataset import PretrainingDataLoader
 from weights import load_state
-
-UNBINNED = ("data", "lddl-sample", "wikitext2-test-seq128-unbinned")
-BINNED = ("data", "lddl-sample", "wikitext2-test-seq128-bin64")
-
-
-def write_config(folder: Path, dropout: float = 0.1, name: str = "bert-test.json", positions: int = 128) -> Path:
-    """A 1-layer, hidden-32 BERT config with the uncased vocabulary."""
-    config = {
-        "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-        "intermediate_size": 64, "max_position_embeddings": positions, "hidden_dropout_prob": dropout,
-        "attention_probs_dropout_prob": dropout,
-    }
-    path = folder / name
-    path.write_text(json.dumps(config))
-    return path
-
-
-def pretraining_argv(tmp_path: Path, *extra: str, dropout: float = 0.1, shards: tuple | Path = UNBINNED,
-                     positions: int = 128) -> list[str]:
-    """Arguments for a short phase-1 run writing to tmp_path/out and tmp_path/report.json; `extra` overrides.
-
-    shards: a folder under ../shared (as a tuple of parts) or any folder (a Path)."""
-    argv = [
-        "--input-dir", str(shards if isinstance(shards, Path) else require_shared(*shards)),
-        "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")),
-        "--output-dir", str(tmp_path / "out"), "--report-file", str(tmp_path / "report.json"),
-        "--bert-model", "custom", "--config-file", str(write_config(tmp_path, dropout, positions=positions)),
-        "--max-steps", "4", "--batch-size", "4", "--max-seq-length", "128", "--max-predictions-per-seq", "20",
-        "--learning-rate", "5e-3", "--warmup-proportion", "0.25", "--log-freq", "1", "--num-workers", "0",
-        "--show-config", "false", "--enable-cpu-affinity", "false",
-    ]
-    if "--phase2" not in extra:
-        argv.append("--phase1")
-    return argv + list(extra)
-
-
-def train(argv: list[str]) -> int:
-    return run_pretraining.main(argv)
-
-
-def step_records(report: Path) -> list[dict]:
-    """The per-step LOG records of a report (integer steps), in order."""
-    return [r for r in read_report(report) if r["type"] == "LOG" and isinstance(r["step"], int)]
-
-
-def summaries(report: Path) -> list[dict]:
-    return [r["data"] for r in read_report(report) if r["type"] == "LOG" and r["step"] == []]
-
-
-def checkpoint_params(out: Path, step: int, phase: int = 1, prefix: str = "bert_paddle") -> dict[str, np.ndarray]:
-    state = paddle.load(str(out / "custom" / f"phase{phase}" / str(step) / f"{prefix}.pdparams"))
-    return {name: value.numpy() for name, value in state.items()}
-
-
-def step_folders(out: Path, phase: int = 1) -> list[int]:
-    return sorted(int(p.name) for p in (out / "custom" / f"phase{phase}").iterdir() if p.name.isdigit())
 
 
 def parse_error(argv: list[str], capsys) -> str:
@@ -237,7 +188,7 @@ def test_log_freq_model_prefix_checkpoint_frequency_and_report_file(tmp_path, ca
     assert all(" ETA " in line for line in progress_lines)
     assert step_folders(tmp_path / "out") == [2, 4, 5]
     assert sorted(p.name for p in (tmp_path / "out" / "custom" / "phase1" / "5").iterdir()) == [
-        "tiny.pdopt", "tiny.pdparams", "tiny_progress.json"]
+        "tiny.pdopt", "tiny.pdparams", "tiny_config.json", "tiny_progress.json"]
 
 
 @pytest.mark.parametrize("folder", ["wikitext2-test-seq128-unbinned", "wikitext2-test-seq128-bin64",
@@ -381,7 +332,7 @@ def test_fuse_mha_checkpoints_load_into_unfused_models_and_back(tmp_path):
                                   dropout=0.0)) == 0
     assert "bert.encoder.0.attention.query.weight" in checkpoint_params(unfused_out, 1)
     # A full resume (optimizer moments included) needs the layout the checkpoint was saved with.
-    with pytest.raises(SystemExit, match="saved with --fuse-mha; resume with the same setting"):
+    with pytest.raises(ValueError, match="phase1/1: saved with --fuse-mha; resume with the same setting"):
         train(pretraining_argv(tmp_path, "--from-checkpoint", str(fused_out / "custom" / "phase1" / "1")))
     assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--output-dir", str(tmp_path / "refused"),
                                   "--fuse-mha", "--from-pretrained-params",
@@ -429,5 +380,5 @@ def test_pretrained_params_may_lack_the_heads_but_not_encoder_weights(tmp_path, 
     assert "mlm, nsp not in the file, starting from random initialisation" in capsys.readouterr().out
     with pytest.raises(ValueError, match="incomplete pooler weights .*bert.pooler.dense.weight"):
         train(pretraining_argv(tmp_path, "--max-steps", "1", "--from-pretrained-params", str(incomplete)))
-    with pytest.raises(SystemExit, match="add --last-step-of-checkpoint auto"):
+    with pytest.raises(FileNotFoundError, match="phase1: incomplete .*add --last-step-of-checkpoint auto"):
         train(pretraining_argv(tmp_path, "--from-checkpoint", str(tmp_path / "out" / "custom" / "phase1")))

@@ -18,10 +18,10 @@ import paddle
 import pytest
 
 import run_pretraining
-from conftest import ROOT
+from conftest import ROOT, require_shared
 from dllog import read_report
+from helpers import checkpoint_params, pretraining_argv, summaries
 from pretraining_dataset import PretrainingDataLoader
-from test_run_pretraining_cli import checkpoint_params, pretraining_argv, require_shared, summaries
 
 SCRIPT = str(ROOT / "run_pretraining.py")
 STEPS, MERGE, BATCH = 3, 2, 4

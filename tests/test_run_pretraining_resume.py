@@ -19,17 +19,20 @@ import pytest
 
 import checkpoint
 import lddl_preprocess
-from conftest import ROOT
+from bert_config import BertConfig
+from conftest import ROOT, require_shared
 from dllog import read_report
-from test_run_pretraining_cli import (
+from helpers import (
     checkpoint_params,
     pretraining_argv,
-    require_shared,
+    step_folder,
     step_folders,
     step_records,
     summaries,
     train,
 )
+from modeling import BertForPretraining
+from weights import load_state
 
 SCRIPT = str(ROOT / "run_pretraining.py")
 # Dropout on and two merged micro-batches per step: the resumed run must continue every random stream exactly.
@@ -88,6 +91,31 @@ def test_sigkill_at_a_step_then_the_same_command_resumes_exactly(uninterrupted, 
     steps = [r["step"] for r in step_records(tmp_path / "report.json")]
     assert steps[:3] == [1, 2, 3] and steps[-(6 - saved[-1]):] == list(range(saved[-1] + 1, 7))
     assert len(summaries(tmp_path / "report.json")) == 1  # the killed run never got to its summary
+
+
+def test_every_step_folder_holds_its_config_and_loads_without_the_config_file(uninterrupted):
+    # The run's config: pretraining_argv's 1-layer, hidden-32 BERT, with the vocabulary padded to a multiple of 8.
+    expected = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                          intermediate_size=64, max_position_embeddings=128, pad_vocab_size_multiple=8)
+    for step in step_folders(uninterrupted / "out"):
+        folder = step_folder(uninterrupted / "out", step)
+        config = checkpoint.read_config(folder)
+        assert config == expected
+        model = BertForPretraining(config)
+        saved = checkpoint.load_checkpoint(folder)[0]
+        assert load_state(model, saved, str(folder)) == ([], [])
+        loaded = {name: value.numpy() for name, value in model.state_dict().items()}
+        assert_bitwise_equal(loaded, checkpoint_params(uninterrupted / "out", step))
+
+
+def test_a_folder_without_a_config_file_still_resumes_exactly(uninterrupted, tmp_path):
+    # Checkpoints written before the config file was part of the format.
+    argv = resumable_argv(tmp_path)
+    assert train([*argv, "--steps-this-run", "2"]) == 0
+    (step_folder(tmp_path / "out", 2) / "bert_paddle_config.json").unlink()
+    assert train(argv) == 0
+    assert_bitwise_equal(checkpoint_params(tmp_path / "out", 6), checkpoint_params(uninterrupted / "out", 6))
+    assert checkpoint.read_config(step_folder(tmp_path / "out", 6)) is not None
 
 
 # Runs run_pretraining.main() with paddle.save wrapped so that the process kills itself right after writing the
@@ -158,7 +186,7 @@ def test_explicit_step_and_single_folder_resume(uninterrupted, tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint folder for step 3"):
         train(missing)
     # Phase 2 must not continue phase 1's optimizer and finished schedule.
-    with pytest.raises(SystemExit, match="a phase-1 checkpoint cannot resume phase 2"):
+    with pytest.raises(ValueError, match="phase1/4: a phase-1 checkpoint cannot resume phase 2"):
         train(pretraining_argv(tmp_path, "--phase2", "--from-checkpoint", str(phase_folder / "4")))
 
 
