@@ -45,6 +45,7 @@ import numpy as np
 import paddle
 
 from bert_config import BertConfig
+from paddle_files import read_paddle_file
 
 DEFAULT_PREFIX = "bert_paddle"
 PARAMS_SUFFIX = ".pdparams"
@@ -139,9 +140,9 @@ def load_checkpoint(step_dir: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -
     params_path = step_dir / (prefix + PARAMS_SUFFIX)
     if not params_path.is_file():
         raise FileNotFoundError(f"{step_dir}: checkpoint has no {params_path.name}")
-    model_state = paddle.load(str(params_path))
+    model_state = read_paddle_file(params_path)
     optimizer_path = step_dir / (prefix + OPTIMIZER_SUFFIX)
-    optimizer_state = paddle.load(str(optimizer_path)) if optimizer_path.is_file() else None
+    optimizer_state = read_paddle_file(optimizer_path) if optimizer_path.is_file() else None
     return model_state, optimizer_state, progress
 
 

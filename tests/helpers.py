@@ -11,6 +11,8 @@ import paddle
 import run_pretraining
 from conftest import require_shared
 from dllog import read_report
+from squad_utils import SquadExample, convert_examples_to_features
+from tokenizer import BertTokenizer
 
 # ---------------------------------------------------------------------------------------------------------------
 # Preprocessing and data
@@ -104,3 +106,16 @@ def checkpoint_params(out: Path, step: int, phase: int = 1, prefix: str = "bert_
 
 def step_folders(out: Path, phase: int = 1) -> list[int]:
     return sorted(int(p.name) for p in (out / "custom" / f"phase{phase}").iterdir() if p.name.isdigit())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SQuAD features
+
+
+def numbered_windows(tokenizer: BertTokenizer) -> tuple[SquadExample, list]:
+    """Question "q" over the context "1 2 ... 40" (one word piece each), in more than two windows."""
+    example = SquadExample("q", "which?", " ".join(str(number) for number in range(1, 41)), 0)
+    features = convert_examples_to_features([example], tokenizer, max_seq_length=32, doc_stride=8,
+                                            max_query_length=8)
+    assert len(features) > 2
+    return example, features

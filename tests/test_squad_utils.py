@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import require_shared
+from helpers import numbered_windows
 from squad_evaluate import load_dataset
 from squad_utils import (
     SquadExample,
@@ -190,15 +191,6 @@ def test_postprocess_recovers_original_text_and_applies_limits(tokenizer):
     # answers longer than max_answer_length tokens are dropped: denver..broncos is 2 tokens
     predictions, _ = postprocess_predictions([example], [feature], logits, n_best_size=3, max_answer_length=2)
     assert predictions["q"] == "Denver Broncos"
-
-
-def numbered_windows(tokenizer: BertTokenizer) -> tuple[SquadExample, list]:
-    """Question "q" over the context "1 2 ... 40" (one word piece each), in more than two windows."""
-    example = SquadExample("q", "which?", " ".join(str(number) for number in range(1, 41)), 0)
-    features = convert_examples_to_features([example], tokenizer, max_seq_length=32, doc_stride=8,
-                                            max_query_length=8)
-    assert len(features) > 2
-    return example, features
 
 
 def test_postprocess_scores_a_token_only_in_its_max_context_window(tokenizer):

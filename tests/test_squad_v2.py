@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, require_shared
+from helpers import numbered_windows
 from squad_evaluate import evaluate_v2, load_dataset, load_squad_json
 from squad_utils import (
     SquadExample,
@@ -24,7 +25,6 @@ from squad_utils import (
     postprocess_predictions,
     read_squad_examples,
 )
-from test_squad_utils import numbered_windows
 from tokenizer import BertTokenizer
 
 NUM_QUESTIONS = 10570
