@@ -42,7 +42,7 @@ import paddle
 import safetensors
 from safetensors.numpy import save_file
 
-from bert_config import BertConfig
+from bert_config import HF_ARCHITECTURE_VALUES, BertConfig
 from checkpoint import atomic_write, atomic_write_text
 from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification
 from weights import (
@@ -420,8 +420,7 @@ def hf_config_dict(config: BertConfig, heads: Mapping[str, bool], num_labels: in
         architectures.append("BertForSequenceClassification")
         values["id2label"] = {str(label): f"LABEL_{label}" for label in range(num_labels)}
     values["architectures"] = architectures or ["BertModel"]
-    values["model_type"] = "bert"
-    values["position_embedding_type"] = "absolute"
+    values.update(HF_ARCHITECTURE_VALUES)
     return values
 
 

@@ -361,14 +361,16 @@ def tiny_config() -> BertConfig:
 def test_partial_head_is_an_error_naming_the_missing_tensor():
     state = tiny_hf_state()
     del state["cls.predictions.transform.LayerNorm.weight"]
-    with pytest.raises(ValueError, match=r"src: incomplete mlm weights \(1 of 5 missing, e\.g\. cls\.predictions\.transform\.LayerNorm"):
+    missing = r"\(1 of 5 missing, e\.g\. cls\.predictions\.transform\.LayerNorm"
+    with pytest.raises(ValueError, match=r"src: incomplete mlm weights " + missing):
         convert_checkpoint.hf_to_paddle(state, tiny_config(), "src")
 
 
 def test_missing_encoder_tensor_is_an_error_naming_it():
     state = tiny_hf_state()
     del state["bert.encoder.layer.1.intermediate.dense.bias"]
-    with pytest.raises(ValueError, match=r"src: no complete encoder weights \(1 of \d+ missing, e\.g\. encoder\.layer\.1\.intermediate"):
+    missing = r"\(1 of \d+ missing, e\.g\. encoder\.layer\.1\.intermediate"
+    with pytest.raises(ValueError, match=r"src: no complete encoder weights " + missing):
         convert_checkpoint.hf_to_paddle(state, tiny_config(), "src")
 
 
@@ -443,8 +445,8 @@ def test_bad_paddle_input_gives_one_line_naming_the_file(tmp_path):
     assert "absent.pdparams: Paddle parameter file not found" in message
     damaged = tmp_path / "damaged.pdparams"
     damaged.write_bytes(b"not a pickle")
-    assert "damaged.pdparams: cannot be read as a Paddle parameter file" in cli_error("paddle2hf", str(damaged), str(config),
-                                                                          str(tmp_path / "hf"))
+    message = cli_error("paddle2hf", str(damaged), str(config), str(tmp_path / "hf"))
+    assert "damaged.pdparams: cannot be read as a Paddle parameter file" in message
     wrong_config = tmp_path / "wrong.pdparams"
     paddle.save({"embeddings.word_embeddings.weight": np.zeros((5, 128), np.float32)}, str(wrong_config))
     message = cli_error("paddle2hf", str(wrong_config), str(config), str(tmp_path / "hf"))
