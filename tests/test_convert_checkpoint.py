@@ -1,8 +1,9 @@
 """convert_checkpoint.py against transformers' own outputs, the source tensors and its error contract.
 
-The expectations come from outside the code under test: tests/fixtures/minilm_reference.npz and
-tests/fixtures/tiny_bert_torch/reference.npz were written once by transformers and torch (see the
-make_*.py scripts beside them); these tests need neither library.
+The expectations come from outside the code under test: tests/fixtures/minilm_reference.npz,
+tests/fixtures/tiny_bert_torch/reference.npz and tests/fixtures/tiny_bert_tf5/ (saved by transformers 5)
+were written once by transformers and torch (see the make_*.py scripts beside them); these tests need
+neither library.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from pathlib import Path
 import numpy as np
 import paddle
 import pytest
+import safetensors
 from safetensors.numpy import load_file
 
 import convert_checkpoint
+from bert_config import HF_ARCHITECTURE_VALUES
 from conftest import ROOT, require_shared
 from modeling import (
     BertConfig,
@@ -36,6 +39,7 @@ from weights import load_state
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TINY_DIR = FIXTURES / "tiny_bert_torch"
+TF5_DIR = FIXTURES / "tiny_bert_tf5"
 TOLERANCE = 1e-4  # the issue's parity bar: max abs diff, fp32 on CPU
 
 
@@ -317,6 +321,69 @@ def test_bare_bert_model_state_converts_without_prefix():
     query = model.state_dict()["encoder.1.attention.query.weight"].numpy()
     assert np.array_equal(hf_state["encoder.layer.1.attention.self.query.weight"], query.T)
     assert heads["pooler"] and not heads["mlm"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A checkpoint as transformers 5 saves it (save_pretrained), both ways
+# ---------------------------------------------------------------------------------------------
+
+
+def tf5_reference() -> dict[str, np.ndarray]:
+    with np.load(TF5_DIR / "reference.npz") as npz:
+        return dict(npz)
+
+
+@pytest.fixture(scope="module")
+def tf5_converted(tmp_path_factory) -> tuple[Path, Path]:
+    """(pdparams, our config JSON) of hf2paddle on the transformers-5 fixture."""
+    out = tmp_path_factory.mktemp("tf5")
+    with contextlib.redirect_stdout(io.StringIO()):
+        convert_checkpoint.main(["hf2paddle", str(TF5_DIR), str(out / "tf5.pdparams"), "--config-out",
+                                 str(out / "tf5.json"), "--require-heads", "pretraining"])
+    return out / "tf5.pdparams", out / "tf5.json"
+
+
+@pytest.mark.parametrize("fuse_mha, pad_multiple", [(False, 1), (True, 8)])
+def test_transformers5_checkpoint_gives_its_logits(tf5_converted, fuse_mha, pad_multiple):
+    pdparams, config_path = tf5_converted
+    reference = tf5_reference()
+    assert str(reference["versions"]).startswith("transformers 5.")
+    assert reference["attention_mask"].min() == 0, "the fixture must contain padding"
+    config = dataclasses.replace(BertConfig.from_json_file(str(config_path)), fuse_mha=fuse_mha,
+                                 pad_vocab_size_multiple=pad_multiple)
+    model = BertForPretraining(config)
+    assert load_state(model, paddle.load(str(pdparams)), "tf5") == ([], [])
+    model.eval()
+    with paddle.no_grad():
+        prediction_scores, seq_relationship = model(*tiny_inputs(reference))
+    vocab_size = reference["prediction_logits"].shape[-1]
+    prediction_scores = prediction_scores.numpy().reshape(reference["prediction_logits"].shape[:2] + (-1,))
+    assert prediction_scores.shape[-1] == config.padded_vocab_size
+    print(f"\ntransformers-5 checkpoint (fuse_mha={fuse_mha}, pad {pad_multiple}): max |logit diff| "
+          f"{max_diff(prediction_scores[..., :vocab_size], reference['prediction_logits']):.2e}")
+    assert max_diff(prediction_scores[..., :vocab_size], reference["prediction_logits"]) <= 1e-5
+    assert max_diff(seq_relationship.numpy(), reference["seq_relationship_logits"]) <= 1e-5
+
+
+def test_paddle2hf_reproduces_the_transformers5_files(tf5_converted, capsys, tmp_path):
+    pdparams, config_path = tf5_converted
+    convert(capsys, "paddle2hf", str(pdparams), str(config_path), str(tmp_path / "hf"))
+    original = load_file(TF5_DIR / "model.safetensors")
+    written = load_file(tmp_path / "hf" / "model.safetensors")
+    assert sorted(written) == sorted(original)
+    for name, value in original.items():
+        assert written[name].dtype == value.dtype and written[name].shape == value.shape, name
+        assert np.array_equal(written[name], value), name
+    with safetensors.safe_open(tmp_path / "hf" / "model.safetensors", "np") as f:
+        assert f.metadata() == {"format": "pt"}  # transformers refuses a file without it
+
+    fixture_config = json.loads((TF5_DIR / "config.json").read_text())
+    written_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    architecture_keys = ({field.name for field in dataclasses.fields(BertConfig)} | set(HF_ARCHITECTURE_VALUES)
+                         | {"architectures"})
+    compared = architecture_keys & set(fixture_config)
+    assert {"model_type", "architectures", "vocab_size", "tie_word_embeddings", "is_decoder"} <= compared
+    assert {key: written_config[key] for key in compared} == {key: fixture_config[key] for key in compared}
 
 
 # ---------------------------------------------------------------------------------------------
