@@ -4,13 +4,14 @@
 
 `build_config` reads the JSON (ours, Google's bert_config.json or Hugging Face's config.json), applies the
 run's flags, and only then builds the frozen BertConfig, so that every check runs on the values the model
-is actually built with. Every entry script and the converter build their config through it.
+is actually built with. Every entry script builds its config through it; the converter, which has no such
+flags, reads its JSON with the same reader (BertConfig.from_json_file).
 
 A Hugging Face config.json is read by the keys that define the architecture (the BertConfig field names,
 which Google and Hugging Face share); its bookkeeping (transformers_version, architectures, dtype, token
 ids, label maps, ...) is ignored, whatever new keys a future version adds. Values that would make
 transformers build a different network than ours are refused: relative position embeddings, a decoder,
-cross-attention, untied MLM decoder weights, another model type.
+cross-attention, untied MLM decoder weights, pruned attention heads, another model type.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ BERT_MODELS = ("bert-base-uncased", "bert-base-cased", "bert-large-uncased", "be
 CONFIG_DIR = Path(__file__).resolve().parent / "bert_configs"
 ACTIVATIONS = ("gelu", "gelu_new", "relu")  # modeling.ACTIVATIONS implements each
 
-# Hugging Face values that change the network transformers builds, with the value our model corresponds to.
-_HF_ARCHITECTURE_VALUES = {
+# Hugging Face values that change the network transformers builds, with the value our model corresponds to
+# (the converter writes them, so that any transformers version builds our network).
+HF_ARCHITECTURE_VALUES = {
     "model_type": "bert",
     "position_embedding_type": "absolute",
     "is_decoder": False,
     "add_cross_attention": False,
     "tie_word_embeddings": True,
+    "pruned_heads": {},
 }
 # Keys that mark a config.json as Hugging Face's (each transformers version writes at least one).
 _HF_MARKERS = ("model_type", "architectures", "transformers_version")
@@ -68,6 +71,8 @@ class BertConfig:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"
             )
+        if not isinstance(self.fuse_mha, bool):
+            raise ValueError(f"fuse_mha must be true or false, got {self.fuse_mha!r}")
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"hidden_act {self.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
@@ -81,35 +86,12 @@ class BertConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping, source: str = "config") -> BertConfig:
-        """Our (or Google's) config: every key must be a field. A Hugging Face config goes to from_hf_dict."""
-        if any(key in values for key in _HF_MARKERS):
-            return cls.from_hf_dict(values, source)
-        unknown = sorted(set(values) - _FIELDS)
-        if unknown:
-            raise ValueError(f"{source}: unknown BERT config keys {unknown}")
-        return _build(dict(values), source)
-
-    @classmethod
-    def from_hf_dict(cls, values: Mapping, source: str = "config") -> BertConfig:
-        """A Hugging Face config.json: the architecture keys are read, the bookkeeping ignored."""
-        for key, ours in _HF_ARCHITECTURE_VALUES.items():
-            if key in values and values[key] != ours:
-                raise ValueError(f"{source}: {key} {values[key]!r} describes another architecture than BERT's "
-                                 f"(PaddleBERT builds {key} {ours!r})")
-        return _build({key: values[key] for key in _ARCHITECTURE_FIELDS if key in values}, source)
+        """Our, Google's or Hugging Face's config as a dict (see config_values); errors name `source`."""
+        return _build(config_values(values, source), source)
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
-        try:
-            with open(path, encoding="utf-8") as f:
-                values = json.load(f)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: BERT config file not found") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise ValueError(f"{path}: not valid JSON ({error})") from None
-        if not isinstance(values, dict):
-            raise ValueError(f"{path}: a BERT config must be a JSON object")
-        return cls.from_dict(values, source=str(path))
+        return cls.from_dict(_read_json(path), source=str(path))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -122,6 +104,35 @@ _FIELDS = {field.name for field in dataclasses.fields(BertConfig)}
 # Fields that are ours alone: how we lay out the same network, not what the network is.
 _LAYOUT_FIELDS = {"pad_vocab_size_multiple", "fuse_mha"}
 _ARCHITECTURE_FIELDS = _FIELDS - _LAYOUT_FIELDS
+
+
+def config_values(values: Mapping, source: str) -> dict:
+    """The BertConfig fields a config dict gives: from ours or Google's every key, which must be a field;
+    from a Hugging Face config (one with a marker key) its architecture keys, after refusing any value
+    that makes transformers build another network."""
+    if not any(key in values for key in _HF_MARKERS):
+        unknown = sorted(set(values) - _FIELDS)
+        if unknown:
+            raise ValueError(f"{source}: unknown BERT config keys {unknown}")
+        return dict(values)
+    for key, ours in HF_ARCHITECTURE_VALUES.items():
+        if key in values and values[key] != ours:
+            raise ValueError(f"{source}: {key} {values[key]!r} describes another architecture than BERT's "
+                             f"(PaddleBERT builds {key} {ours!r})")
+    return {key: values[key] for key in _ARCHITECTURE_FIELDS if key in values}
+
+
+def _read_json(path: str | os.PathLike) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: BERT config file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: a BERT config must be a JSON object")
+    return values
 
 
 def _build(values: dict, source: str) -> BertConfig:
@@ -154,11 +165,11 @@ def build_config(
     --max-seq-length longer than the position table is refused, naming both.
     """
     path = config_file_for(bert_model, config_file)
-    config = BertConfig.from_json_file(path)
-    changes: dict[str, object] = {"fuse_mha": fuse_mha}
-    if pad_vocab_size_multiple is not None and config.pad_vocab_size_multiple == 1:
-        changes["pad_vocab_size_multiple"] = pad_vocab_size_multiple
-    config = _build({**config.to_dict(), **changes}, path)
+    values = config_values(_read_json(path), path)
+    values["fuse_mha"] = fuse_mha
+    if pad_vocab_size_multiple is not None and values.get("pad_vocab_size_multiple", 1) == 1:
+        values["pad_vocab_size_multiple"] = pad_vocab_size_multiple
+    config = _build(values, path)
     if max_seq_length is not None and max_seq_length > config.max_position_embeddings:
         raise ValueError(f"--max-seq-length {max_seq_length} exceeds max_position_embeddings "
                          f"{config.max_position_embeddings} of {path}")

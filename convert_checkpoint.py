@@ -9,7 +9,7 @@ hf2paddle reads HF_DIR/config.json and HF_DIR/model.safetensors, else HF_DIR/pyt
 zip's data/ entries, so a restricted unpickler that knows only the few globals torch.save writes
 rebuilds every tensor as a NumPy array. OUT.pdparams is a paddle.save'd dict of float32 arrays under
 the names of BertForPretraining / BertForQuestionAnswering / BertForSequenceClassification
-(`bert.`-prefixed encoder, `cls.`, `qa_outputs.`, `classifier.`); modeling.load_weights loads it
+(`bert.`-prefixed encoder, `cls.`, `qa_outputs.`, `classifier.`); weights.load_state loads it
 into any of them or into a bare BertModel, fused or unfused, with or without a padded vocabulary.
 
 The encoder (embeddings and every layer) must be complete. Each head -- pooler, mlm, nsp, qa,
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import json
 import os
 import pickle
@@ -41,10 +42,21 @@ import paddle
 import safetensors
 from safetensors.numpy import save_file
 
-from bert_config import BertConfig
+from bert_config import HF_ARCHITECTURE_VALUES, BertConfig
 from checkpoint import atomic_write, atomic_write_text
 from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification
-from weights import convert_qkv_layout
+from weights import (
+    ENCODER_PARTS,
+    HEADS,
+    VOCAB_ROWS,
+    as_numpy,
+    check_parts,
+    convert_qkv_layout,
+    fit_vocab_rows,
+    part_of,
+    read_weights,
+    with_bert_prefix,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Reading tensors without torch
@@ -228,8 +240,6 @@ _PARAMETER_NAMES = [("cls.predictions.bias", "cls.decoder_bias")]
 _HF_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 _HF_TIED_DECODER_WEIGHT = "cls.predictions.decoder.weight"  # the word embeddings again
 _HF_DECODER_BIAS_ALIAS = "cls.predictions.decoder.bias"  # cls.predictions.bias again
-# Encoder module names start alike in both namings (before any `bert.` prefix).
-_ENCODER_PREFIXES = ("embeddings.", "encoder.", "pooler.")
 
 
 def _rename_rules(module_pairs, parameter_pairs) -> list[tuple[re.Pattern, str]]:
@@ -267,35 +277,11 @@ def _is_linear_weight(paddle_name: str, value: np.ndarray) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Heads
+# Heads: weights' parts other than the encoder's
 # ---------------------------------------------------------------------------------------------
 
-ENCODER = "encoder"
-# Each head, with the HF name it is recognised by in messages.
-HEADS = {
-    "pooler": "pooler.dense",
-    "mlm": "cls.predictions",
-    "nsp": "cls.seq_relationship",
-    "qa": "qa_outputs",
-    "classifier": "classifier",
-}
 # What --require-heads accepts: a head, or what a model class needs.
 HEAD_GROUPS = {**{head: (head,) for head in HEADS}, "pretraining": ("pooler", "mlm", "nsp")}
-
-
-def _part_of(paddle_name: str) -> str:
-    """The head a Paddle parameter belongs to, or ENCODER."""
-    if paddle_name.startswith("bert.pooler."):
-        return "pooler"
-    if paddle_name.startswith("cls.seq_relationship."):
-        return "nsp"
-    if paddle_name.startswith("cls."):
-        return "mlm"
-    if paddle_name.startswith("qa_outputs."):
-        return "qa"
-    if paddle_name.startswith("classifier."):
-        return "classifier"
-    return ENCODER
 
 
 def _expected_shapes(config: BertConfig, num_labels: int) -> dict[str, list[int]]:
@@ -308,12 +294,25 @@ def _expected_shapes(config: BertConfig, num_labels: int) -> dict[str, list[int]
     return {name: list(value.shape) for model in models for name, value in model.state_dict().items()}
 
 
+@functools.cache
+def hf_head_prefixes() -> dict[str, str]:
+    """Each head's Hugging Face module (the dotted prefix its HF parameter names share), for messages."""
+    smallest = BertConfig(vocab_size=1, hidden_size=1, num_hidden_layers=1, num_attention_heads=1,
+                          intermediate_size=1, max_position_embeddings=1, type_vocab_size=1)
+    hf_names: dict[str, list[list[str]]] = {head: [] for head in HEADS}
+    for name in _expected_shapes(smallest, num_labels=1):
+        if part_of(name) in hf_names:
+            hf_names[part_of(name)].append(_rename(name, _PADDLE_TO_HF_RULES).split("."))
+    # os.path.commonprefix compares any sequences element by element, here lists of dotted components.
+    return {head: ".".join(os.path.commonprefix(names)) for head, names in hf_names.items()}
+
+
 def check_parameters(state: Mapping[str, np.ndarray], config: BertConfig, source: str,
                      display_name: Callable[[str], str] = str) -> dict[str, bool]:
     """Validate Paddle-named parameters against config; return {head: present} for every head.
 
     Raises ValueError naming `source` (and parameters by display_name) if a parameter has no place
-    or the wrong shape, the encoder is incomplete, or a head is only partly there.
+    or the wrong shape, the encoder is incomplete, or a head is only partly there (weights.check_parts).
     """
     num_labels = state["classifier.bias"].shape[0] if "classifier.bias" in state else 2
     expected = _expected_shapes(config, num_labels)
@@ -324,15 +323,8 @@ def check_parameters(state: Mapping[str, np.ndarray], config: BertConfig, source
         if list(value.shape) != expected[name]:
             raise ValueError(f"{source}: {display_name(name)} has shape {list(value.shape)}, "
                              f"the config implies {expected[name]}")
-    heads = {}
-    for part in (ENCODER, *HEADS):
-        wanted = sorted(name for name in expected if _part_of(name) == part)
-        missing = [display_name(name) for name in wanted if name not in state]
-        if missing and (part == ENCODER or len(missing) < len(wanted)):
-            raise ValueError(f"{source}: incomplete {part}, missing {', '.join(missing)}")
-        heads[part] = not missing
-    del heads[ENCODER]
-    return heads
+    present = check_parts(expected, state, required=ENCODER_PARTS, source=source, display=display_name)
+    return {head: present[head] for head in HEADS}
 
 
 @dataclasses.dataclass
@@ -394,21 +386,19 @@ def paddle_to_hf(
     """
     state = {}
     for name, value in paddle_state.items():
-        array = value.astype("float32").numpy() if isinstance(value, paddle.Tensor) else np.asarray(value)
-        if name.startswith(_ENCODER_PREFIXES):
-            name = "bert." + name  # a bare BertModel's state has no prefix
-        state[name] = array.astype(np.float32) if np.issubdtype(array.dtype, np.floating) else array
+        array = as_numpy(value)
+        state[with_bert_prefix(name)] = array.astype(np.float32) if np.issubdtype(array.dtype, np.floating) else array
     state = convert_qkv_layout(state, fuse_mha=False)
     heads = check_parameters(state, config, source)
     with_prefix = any(heads[head] for head in HEADS if head != "pooler")
     hf_state = {}
     for name, array in sorted(state.items()):
-        if name in ("bert.embeddings.word_embeddings.weight", "cls.decoder_bias"):
-            array = array[: config.vocab_size]  # drop the rows added by pad_vocab_size_multiple
+        if name in VOCAB_ROWS:
+            array = fit_vocab_rows(array, config.vocab_size)  # drop the rows added by pad_vocab_size_multiple
         if _is_linear_weight(name, array):
             array = array.T
         hf_name = _rename(name, _PADDLE_TO_HF_RULES)
-        if with_prefix and hf_name.startswith(_ENCODER_PREFIXES):
+        if with_prefix and name.startswith("bert."):
             hf_name = "bert." + hf_name
         hf_state[hf_name] = np.ascontiguousarray(array)
     return hf_state, heads
@@ -430,8 +420,7 @@ def hf_config_dict(config: BertConfig, heads: Mapping[str, bool], num_labels: in
         architectures.append("BertForSequenceClassification")
         values["id2label"] = {str(label): f"LABEL_{label}" for label in range(num_labels)}
     values["architectures"] = architectures or ["BertModel"]
-    values["model_type"] = "bert"
-    values["position_embedding_type"] = "absolute"
+    values.update(HF_ARCHITECTURE_VALUES)
     return values
 
 
@@ -440,22 +429,10 @@ def hf_config_dict(config: BertConfig, heads: Mapping[str, bool], num_labels: in
 # ---------------------------------------------------------------------------------------------
 
 
-def load_paddle_state(path: str | os.PathLike) -> dict:
-    """The dict paddle.save wrote to path, with errors that name the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: Paddle parameter file not found")
-    try:
-        state = paddle.load(str(path))
-    except Exception as error:  # paddle.load raises many kinds for a damaged file
-        raise ValueError(f"{path}: cannot be read by paddle.load ({type(error).__name__}: {error})") from None
-    if not isinstance(state, Mapping):
-        raise ValueError(f"{path}: holds a {type(state).__name__}, not a dict of parameters")
-    return dict(state)
-
-
 def _describe_heads(heads: Mapping[str, bool]) -> list[str]:
-    return [f"  {head:<10} {'present' if present else 'absent'} ({HEADS[head]}.*)" for head, present in heads.items()]
+    prefixes = hf_head_prefixes()
+    return [f"  {head:<10} {'present' if present else 'absent'} ({prefixes[head]}.*)"
+            for head, present in heads.items()]
 
 
 def run_hf2paddle(args: argparse.Namespace) -> None:
@@ -470,7 +447,7 @@ def run_hf2paddle(args: argparse.Namespace) -> None:
     absent = [head for head in required if not conversion.heads[head]]
     if absent:
         raise ValueError(f"{weights_path}: required head(s) absent: "
-                         + ", ".join(f"{head} ({HEADS[head]}.*)" for head in absent))
+                         + ", ".join(f"{head} ({hf_head_prefixes()[head]}.*)" for head in absent))
     out_path = Path(args.out_pdparams)
     atomic_write(out_path, lambda temp_path: paddle.save(conversion.state, temp_path))
     print(f"wrote {len(conversion.state)} parameters to {out_path}")
@@ -484,7 +461,7 @@ def run_hf2paddle(args: argparse.Namespace) -> None:
 
 def run_paddle2hf(args: argparse.Namespace) -> None:
     config = BertConfig.from_json_file(args.config)
-    hf_state, heads = paddle_to_hf(load_paddle_state(args.pdparams), config, args.pdparams)
+    hf_state, heads = paddle_to_hf(read_weights(args.pdparams), config, args.pdparams)
     out_dir = Path(args.out_dir)
     # transformers refuses safetensors files without format metadata.
     atomic_write(out_dir / "model.safetensors",

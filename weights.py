@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -38,19 +38,51 @@ PARTS: dict[str, tuple[str, ...]] = {
     "qa": ("qa_outputs.",),
     "classifier": ("classifier.",),
 }
+# The parts every task needs from a pretrained file; the others are heads a task may start without.
+ENCODER_PARTS = ("embeddings", "encoder")
+HEADS = tuple(part for part in PARTS if part not in ENCODER_PARTS)
 _HEAD_PREFIXES = ("bert.", "cls.", "qa_outputs.", "classifier.")
 _QKV_PARTS = ("query", "key", "value")
-_VOCAB_ROWS = ("embeddings.word_embeddings.weight", "cls.decoder_bias")
+# Parameters with a row per vocabulary entry (padded to pad_vocab_size_multiple in the model).
+VOCAB_ROWS = ("bert.embeddings.word_embeddings.weight", "cls.decoder_bias")
+
+
+def with_bert_prefix(name: str) -> str:
+    """name as a model with heads calls it: a bare BertModel's names lack the `bert.` of its submodule."""
+    return name if name.startswith(_HEAD_PREFIXES) else "bert." + name
 
 
 def part_of(name: str) -> str | None:
     """The part a parameter belongs to ("encoder", "pooler", ...), or None for a name that is no BERT part."""
-    if not name.startswith(_HEAD_PREFIXES):
-        name = "bert." + name  # a bare BertModel's names have no prefix
+    name = with_bert_prefix(name)
     for part, prefixes in PARTS.items():
         if name.startswith(prefixes):
             return part
     return None
+
+
+def check_parts(expected: Iterable[str], provided: Collection[str], *, required: Sequence[str], source: str,
+                display: Callable[[str], str] = str) -> dict[str, bool]:
+    """{part: provided in full} for each part that has names in `expected` (a model's parameter names).
+
+    A part in `required` must be provided in full, any other part in full or not at all (some of a part's
+    weights mean a damaged or foreign file): otherwise ValueError naming `source`, the part and a missing
+    parameter (shown by `display`, e.g. under a file's own naming).
+    """
+    by_part: dict[str, list[str]] = {}
+    for name in expected:
+        by_part.setdefault(part_of(name), []).append(name)
+    present = {}
+    for part in PARTS:
+        if part not in by_part:
+            continue
+        missing = sorted(name for name in by_part[part] if name not in provided)
+        if missing and (part in required or len(missing) < len(by_part[part])):
+            absent = "no complete" if part in required else "incomplete"
+            raise ValueError(f"{source}: {absent} {part} weights ({len(missing)} of {len(by_part[part])} missing, "
+                             f"e.g. {display(missing[0])}); is it a BERT checkpoint for this config?")
+        present[part] = not missing
+    return present
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,6 +102,8 @@ def resolve_weights_file(path: str | os.PathLike, model_prefix: str, flag: str) 
 
 def read_weights(path: str | os.PathLike) -> dict:
     """The state dict stored in a .pdparams file, with errors that name the file."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: Paddle parameter file not found")
     try:
         state = paddle.load(str(path))
     except Exception as error:  # paddle.load raises many kinds for a damaged file
@@ -85,7 +119,8 @@ def read_weights(path: str | os.PathLike) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def _as_numpy(value) -> np.ndarray:
+def as_numpy(value) -> np.ndarray:
+    """A state-dict value (Paddle tensor or array) as a NumPy array; a half-precision tensor becomes float32."""
     if isinstance(value, paddle.Tensor):
         # NumPy has no bfloat16; float32 holds every bfloat16 and float16 value exactly.
         return (value.astype("float32") if value.dtype in (paddle.bfloat16, paddle.float16) else value).numpy()
@@ -104,17 +139,17 @@ def convert_qkv_layout(state_dict: Mapping, fuse_mha: bool) -> dict:
             axis = 1 if kind == "weight" else 0  # Paddle Linear weights are [in, out]
             if fuse_mha and name.endswith(f".attention.query.{kind}"):
                 prefix = name[: -len(f"query.{kind}")]
-                parts = [_as_numpy(converted.pop(f"{prefix}{part}.{kind}")) for part in _QKV_PARTS]
+                parts = [as_numpy(converted.pop(f"{prefix}{part}.{kind}")) for part in _QKV_PARTS]
                 converted[f"{prefix}qkv.{kind}"] = np.concatenate(parts, axis=axis)
             if not fuse_mha and name.endswith(f".attention.qkv.{kind}"):
                 prefix = name[: -len(f"qkv.{kind}")]
-                for part, value in zip(_QKV_PARTS, np.split(_as_numpy(converted.pop(name)), 3, axis=axis),
+                for part, value in zip(_QKV_PARTS, np.split(as_numpy(converted.pop(name)), 3, axis=axis),
                                        strict=True):
                     converted[f"{prefix}{part}.{kind}"] = value
     return converted
 
 
-def _fit_vocab_rows(array: np.ndarray, rows: int) -> np.ndarray:
+def fit_vocab_rows(array: np.ndarray, rows: int) -> np.ndarray:
     """Cut or zero-pad the vocabulary axis to the model's (padded) vocabulary size."""
     if array.shape[0] > rows:
         return array[:rows]
@@ -138,8 +173,8 @@ def load_state(model: nn.Layer, state_dict: Mapping, source: str) -> tuple[list[
     has_bert_prefix = any(name.startswith("bert.") for name in targets)
     state = {}
     for name, value in state_dict.items():
-        if has_bert_prefix and not name.startswith(_HEAD_PREFIXES):
-            name = "bert." + name
+        if has_bert_prefix:
+            name = with_bert_prefix(name)
         if not has_bert_prefix and name.startswith("bert."):
             name = name[len("bert."):]
         state[name] = value
@@ -150,10 +185,10 @@ def load_state(model: nn.Layer, state_dict: Mapping, source: str) -> tuple[list[
         target = targets.get(name)
         if target is None:
             continue
-        array = _as_numpy(value)
+        array = as_numpy(value)
         expected = list(target.shape)
-        if name.endswith(_VOCAB_ROWS) and list(array.shape[1:]) == expected[1:]:
-            array = _fit_vocab_rows(array, expected[0])
+        if with_bert_prefix(name) in VOCAB_ROWS and list(array.shape[1:]) == expected[1:]:
+            array = fit_vocab_rows(array, expected[0])
         if list(array.shape) != expected:
             raise ValueError(f"{source}: parameter {name} has shape {list(array.shape)}, the model expects {expected}")
         target.set_value(paddle.to_tensor(array).astype(target.dtype))
@@ -208,19 +243,12 @@ def load_pretrained(
         raise ValueError(f"unknown parts {unknown}; the parts are {list(PARTS)}")
     file = resolve_weights_file(path, model_prefix, flag)
     missing, unexpected = load_state(model, read_weights(file), str(file))
-    model_parts = {part_of(name) for name, _ in model.named_parameters()}
-    missing_parts = {part_of(name) for name in missing}
-    for part in sorted(missing_parts):
-        names = [name for name in missing if part_of(name) == part]
-        if part in required or len(names) < sum(part_of(name) == part for name, _ in model.named_parameters()):
-            absent = "incomplete" if part not in required else "no complete"
-            raise ValueError(f"{flag} {file}: {absent} {part} weights ({PARTS[part][0]}*: {len(names)} missing, "
-                             f"e.g. {names[0]}); is it a BERT checkpoint for this config?")
-    ordered = [part for part in PARTS if part in model_parts]
+    parameters = [name for name, _ in model.named_parameters()]
+    present = check_parts(parameters, set(parameters) - set(missing), required=required, source=f"{flag} {file}")
     return LoadReport(
         path=str(file),
-        loaded=[part for part in ordered if part not in missing_parts],
-        initialised=[part for part in ordered if part in missing_parts],
+        loaded=[part for part, complete in present.items() if complete],
+        initialised=[part for part, complete in present.items() if not complete],
         missing=missing,
         unused=len(unexpected),
     )

@@ -1,8 +1,9 @@
 """convert_checkpoint.py against transformers' own outputs, the source tensors and its error contract.
 
-The expectations come from outside the code under test: tests/fixtures/minilm_reference.npz and
-tests/fixtures/tiny_bert_torch/reference.npz were written once by transformers and torch (see the
-make_*.py scripts beside them); these tests need neither library.
+The expectations come from outside the code under test: tests/fixtures/minilm_reference.npz,
+tests/fixtures/tiny_bert_torch/reference.npz and tests/fixtures/tiny_bert_tf5/ (saved by transformers 5)
+were written once by transformers and torch (see the make_*.py scripts beside them); these tests need
+neither library.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from pathlib import Path
 import numpy as np
 import paddle
 import pytest
+import safetensors
 from safetensors.numpy import load_file
 
 import convert_checkpoint
+from bert_config import HF_ARCHITECTURE_VALUES
 from conftest import ROOT, require_shared
 from modeling import (
     BertConfig,
@@ -36,6 +39,7 @@ from weights import load_state
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TINY_DIR = FIXTURES / "tiny_bert_torch"
+TF5_DIR = FIXTURES / "tiny_bert_tf5"
 TOLERANCE = 1e-4  # the issue's parity bar: max abs diff, fp32 on CPU
 
 
@@ -320,6 +324,69 @@ def test_bare_bert_model_state_converts_without_prefix():
 
 
 # ---------------------------------------------------------------------------------------------
+# A checkpoint as transformers 5 saves it (save_pretrained), both ways
+# ---------------------------------------------------------------------------------------------
+
+
+def tf5_reference() -> dict[str, np.ndarray]:
+    with np.load(TF5_DIR / "reference.npz") as npz:
+        return dict(npz)
+
+
+@pytest.fixture(scope="module")
+def tf5_converted(tmp_path_factory) -> tuple[Path, Path]:
+    """(pdparams, our config JSON) of hf2paddle on the transformers-5 fixture."""
+    out = tmp_path_factory.mktemp("tf5")
+    with contextlib.redirect_stdout(io.StringIO()):
+        convert_checkpoint.main(["hf2paddle", str(TF5_DIR), str(out / "tf5.pdparams"), "--config-out",
+                                 str(out / "tf5.json"), "--require-heads", "pretraining"])
+    return out / "tf5.pdparams", out / "tf5.json"
+
+
+@pytest.mark.parametrize("fuse_mha, pad_multiple", [(False, 1), (True, 8)])
+def test_transformers5_checkpoint_gives_its_logits(tf5_converted, fuse_mha, pad_multiple):
+    pdparams, config_path = tf5_converted
+    reference = tf5_reference()
+    assert str(reference["versions"]).startswith("transformers 5.")
+    assert reference["attention_mask"].min() == 0, "the fixture must contain padding"
+    config = dataclasses.replace(BertConfig.from_json_file(str(config_path)), fuse_mha=fuse_mha,
+                                 pad_vocab_size_multiple=pad_multiple)
+    model = BertForPretraining(config)
+    assert load_state(model, paddle.load(str(pdparams)), "tf5") == ([], [])
+    model.eval()
+    with paddle.no_grad():
+        prediction_scores, seq_relationship = model(*tiny_inputs(reference))
+    vocab_size = reference["prediction_logits"].shape[-1]
+    prediction_scores = prediction_scores.numpy().reshape(reference["prediction_logits"].shape[:2] + (-1,))
+    assert prediction_scores.shape[-1] == config.padded_vocab_size
+    print(f"\ntransformers-5 checkpoint (fuse_mha={fuse_mha}, pad {pad_multiple}): max |logit diff| "
+          f"{max_diff(prediction_scores[..., :vocab_size], reference['prediction_logits']):.2e}")
+    assert max_diff(prediction_scores[..., :vocab_size], reference["prediction_logits"]) <= 1e-5
+    assert max_diff(seq_relationship.numpy(), reference["seq_relationship_logits"]) <= 1e-5
+
+
+def test_paddle2hf_reproduces_the_transformers5_files(tf5_converted, capsys, tmp_path):
+    pdparams, config_path = tf5_converted
+    convert(capsys, "paddle2hf", str(pdparams), str(config_path), str(tmp_path / "hf"))
+    original = load_file(TF5_DIR / "model.safetensors")
+    written = load_file(tmp_path / "hf" / "model.safetensors")
+    assert sorted(written) == sorted(original)
+    for name, value in original.items():
+        assert written[name].dtype == value.dtype and written[name].shape == value.shape, name
+        assert np.array_equal(written[name], value), name
+    with safetensors.safe_open(tmp_path / "hf" / "model.safetensors", "np") as f:
+        assert f.metadata() == {"format": "pt"}  # transformers refuses a file without it
+
+    fixture_config = json.loads((TF5_DIR / "config.json").read_text())
+    written_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    architecture_keys = ({field.name for field in dataclasses.fields(BertConfig)} | set(HF_ARCHITECTURE_VALUES)
+                         | {"architectures"})
+    compared = architecture_keys & set(fixture_config)
+    assert {"model_type", "architectures", "vocab_size", "tie_word_embeddings", "is_decoder"} <= compared
+    assert {key: written_config[key] for key in compared} == {key: fixture_config[key] for key in compared}
+
+
+# ---------------------------------------------------------------------------------------------
 # Dtypes, damaged heads and bad input
 # ---------------------------------------------------------------------------------------------
 
@@ -361,14 +428,16 @@ def tiny_config() -> BertConfig:
 def test_partial_head_is_an_error_naming_the_missing_tensor():
     state = tiny_hf_state()
     del state["cls.predictions.transform.LayerNorm.weight"]
-    with pytest.raises(ValueError, match=r"src: incomplete mlm, missing cls\.predictions\.transform\.LayerNorm"):
+    missing = r"\(1 of 5 missing, e\.g\. cls\.predictions\.transform\.LayerNorm"
+    with pytest.raises(ValueError, match=r"src: incomplete mlm weights " + missing):
         convert_checkpoint.hf_to_paddle(state, tiny_config(), "src")
 
 
 def test_missing_encoder_tensor_is_an_error_naming_it():
     state = tiny_hf_state()
     del state["bert.encoder.layer.1.intermediate.dense.bias"]
-    with pytest.raises(ValueError, match=r"src: incomplete encoder, missing encoder\.layer\.1\.intermediate"):
+    missing = r"\(1 of \d+ missing, e\.g\. encoder\.layer\.1\.intermediate"
+    with pytest.raises(ValueError, match=r"src: no complete encoder weights " + missing):
         convert_checkpoint.hf_to_paddle(state, tiny_config(), "src")
 
 
@@ -443,8 +512,8 @@ def test_bad_paddle_input_gives_one_line_naming_the_file(tmp_path):
     assert "absent.pdparams: Paddle parameter file not found" in message
     damaged = tmp_path / "damaged.pdparams"
     damaged.write_bytes(b"not a pickle")
-    assert "damaged.pdparams: cannot be read by paddle.load" in cli_error("paddle2hf", str(damaged), str(config),
-                                                                          str(tmp_path / "hf"))
+    message = cli_error("paddle2hf", str(damaged), str(config), str(tmp_path / "hf"))
+    assert "damaged.pdparams: cannot be read as a Paddle parameter file" in message
     wrong_config = tmp_path / "wrong.pdparams"
     paddle.save({"embeddings.word_embeddings.weight": np.zeros((5, 128), np.float32)}, str(wrong_config))
     message = cli_error("paddle2hf", str(wrong_config), str(config), str(tmp_path / "hf"))
