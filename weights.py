@@ -27,6 +27,9 @@ import paddle
 import paddle.nn as nn
 
 from checkpoint import PARAMS_SUFFIX
+from paddle_files import read_paddle_file, read_safetensors_state
+
+SAFETENSORS_SUFFIX = ".safetensors"
 
 # Each part, and the parameter-name prefixes that make it up.
 PARTS: dict[str, tuple[str, ...]] = {
@@ -91,24 +94,25 @@ def check_parts(expected: Iterable[str], provided: Collection[str], *, required:
 
 
 def resolve_weights_file(path: str | os.PathLike, model_prefix: str, flag: str) -> Path:
-    """A weights file itself, or <folder>/<model_prefix>.pdparams; FileNotFoundError names the flag and path."""
+    """A weights file itself, or the <model_prefix>.pdparams or <model_prefix>.safetensors of a folder (the
+    Paddle file first, as in a checkpoint folder that holds both); FileNotFoundError names the flag and path."""
     path = Path(path)
     if path.is_dir():
-        path = path / (model_prefix + PARAMS_SUFFIX)
+        candidates = [path / (model_prefix + suffix) for suffix in (PARAMS_SUFFIX, SAFETENSORS_SUFFIX)]
+        path = next((candidate for candidate in candidates if candidate.is_file()), candidates[0])
     if not path.is_file():
         raise FileNotFoundError(f"{flag} {path}: weights file not found")
     return path
 
 
 def read_weights(path: str | os.PathLike) -> dict:
-    """The state dict stored in a .pdparams file, with errors that name the file."""
+    """The state dict stored in a .pdparams or .safetensors file, read without running any code from it
+    (paddle_files.py); errors name the file."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: Paddle parameter file not found")
-    try:
-        state = paddle.load(str(path))
-    except Exception as error:  # paddle.load raises many kinds for a damaged file
-        raise ValueError(f"{path}: cannot be read as a Paddle parameter file ({type(error).__name__}: {error})"
-                         ) from None
+    if str(path).endswith(SAFETENSORS_SUFFIX):
+        return read_safetensors_state(path)
+    state = read_paddle_file(path)
     if not isinstance(state, Mapping):
         raise ValueError(f"{path}: holds a {type(state).__name__}, not a dict of parameters")
     return dict(state)

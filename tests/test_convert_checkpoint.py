@@ -513,7 +513,7 @@ def test_bad_paddle_input_gives_one_line_naming_the_file(tmp_path):
     damaged = tmp_path / "damaged.pdparams"
     damaged.write_bytes(b"not a pickle")
     message = cli_error("paddle2hf", str(damaged), str(config), str(tmp_path / "hf"))
-    assert "damaged.pdparams: cannot be read as a Paddle parameter file" in message
+    assert "damaged.pdparams: not a readable Paddle pickle" in message
     wrong_config = tmp_path / "wrong.pdparams"
     paddle.save({"embeddings.word_embeddings.weight": np.zeros((5, 128), np.float32)}, str(wrong_config))
     message = cli_error("paddle2hf", str(wrong_config), str(config), str(tmp_path / "hf"))

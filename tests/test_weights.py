@@ -159,7 +159,7 @@ def test_missing_file_and_unknown_part_are_refused(tmp_path):
         load_pretrained(make(BertModel), tmp_path, required=("encoder", "decoder"), flag=FLAG)
     damaged = tmp_path / "damaged.pdparams"
     damaged.write_bytes(b"not a pickle")
-    with pytest.raises(ValueError, match=f"^{damaged}: cannot be read as a Paddle parameter file"):
+    with pytest.raises(ValueError, match=f"^{damaged}: not a readable Paddle pickle"):
         load_pretrained(make(BertModel), damaged, required=ENCODER_PARTS, flag=FLAG)
 
 
