@@ -3,9 +3,7 @@ parallelism, named-column tables, and the effect of every command-line flag."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import json
 import os
 import subprocess
 import sys
@@ -19,9 +17,18 @@ from conftest import ROOT, require_shared
 from dllog import read_report
 from glue_data import read_glue_examples
 from glue_metrics import accuracy, binary_f1, roc_auc
-from modeling import BertConfig, BertForPretraining
+from helpers import (
+    TINY_CONFIG,
+    logged,
+    parameter,
+    params,
+    record_amp_policies,
+    record_optimizer_options,
+    use_gpu_amp_policy,
+    write_tiny_model,
+)
+from modeling import BertConfig
 
-TINY_CONFIG = ROOT / "bert_configs" / "bert-tiny-uncased.json"
 TRAIN_ROWS, DEV_ROWS = 32, 24
 
 
@@ -39,13 +46,7 @@ def workspace(tmp_path_factory):
         writer.writerow(["y", "pair", "first", "second"])
         for fields in list(csv.reader(source, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]:
             writer.writerow([fields[0], f"{fields[1]}-{fields[2]}", fields[3], fields[4]])
-    config = json.loads(TINY_CONFIG.read_text())
-    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # deterministic training
-    (folder / "config.json").write_text(json.dumps(config))
-    paddle.seed(1)
-    pretrained = BertForPretraining(BertConfig.from_dict(config))
-    (folder / "pretrain" / "1000").mkdir(parents=True)
-    paddle.save(pretrained.state_dict(), str(folder / "pretrain" / "1000" / "bert_paddle.pdparams"))
+    write_tiny_model(folder)
     return folder
 
 
@@ -60,20 +61,6 @@ def run(workspace, output_name, *args, task="mrpc"):
     output_dir = workspace / output_name
     run_glue.main([*_common(workspace, output_dir, task), *map(str, args)])
     return output_dir, read_report(output_dir / "report.json")
-
-
-def logged(records, name):
-    """Values of a metric in the report's step and summary records (not the PARAMETER ones)."""
-    return [record["data"][name] for record in records
-            if record["type"] == "LOG" and record["step"] != "PARAMETER" and name in record["data"]]
-
-
-def parameter(records, name):
-    return [record["data"][name] for record in records if record.get("step") == "PARAMETER" and name in record["data"]]
-
-
-def params(output_dir, prefix="bert_paddle"):
-    return {name: np.asarray(value) for name, value in paddle.load(str(output_dir / f"{prefix}.pdparams")).items()}
 
 
 def predictions(output_dir):
@@ -262,27 +249,20 @@ def test_eval_alone_scores_without_writing_predictions(workspace):
 
 def test_predict_batch_size_and_max_seq_length_shape_the_batches(workspace, monkeypatch):
     shapes = []
-    original = run_glue.collate_classification
+    original = run_glue.collate
 
-    def recording(features, pad_token_id):
-        batch = original(features, pad_token_id)
+    def recording(features, pad_token_id, max_seq_length):
+        batch = original(features, pad_token_id, max_seq_length)
         shapes.append(batch["input_ids"].shape)
         return batch
-    monkeypatch.setattr(run_glue, "collate_classification", recording)
+    monkeypatch.setattr(run_glue, "collate", recording)
     run(workspace, "shapes", *predict_args(workspace, "--predict-batch-size", 5, "--max-seq-length", 20))
     assert [shape[0] for shape in shapes] == [5] * (DEV_ROWS // 5) + [DEV_ROWS % 5]
     assert {shape[1] for shape in shapes} == {20}  # every MRPC pair is longer, so each batch is cut to 20
 
 
 def test_optimizer_receives_the_adamw_options(workspace, monkeypatch):
-    received = {}
-    original = run_glue.create_optimizer
-
-    def recording(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm):
-        received.update(name=name, weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
-                        max_grad_norm=max_grad_norm)
-        return original(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm)
-    monkeypatch.setattr(run_glue, "create_optimizer", recording)
+    received = record_optimizer_options(monkeypatch)
     run(workspace, "adamw", *train_args(workspace, "--max-steps", 1, "--beta1", 0.8, "--beta2", 0.99,
                                         "--epsilon", 1e-7, "--weight-decay", 0.02))
     assert received == {"name": "AdamW", "weight_decay": 0.02, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-7,
@@ -358,16 +338,9 @@ def test_amp_on_cpu_says_so_in_one_line_and_trains_in_fp32(workspace, two_steps_
     _assert_same_params(amp_dir, two_steps_batch_8, atol=0.0)
 
 
-@pytest.fixture
-def gpu_amp_policy(monkeypatch):
-    """Build the AMP policy as on a GPU, so that the loss-scaling flags act (autocast itself is a no-op on CPU)."""
-    import amp
-
-    monkeypatch.setattr(run_glue, "amp_policy", lambda args: amp.amp_policy(args, device="gpu:0"))
-
-
 @pytest.mark.parametrize(("dynamic", "expected_scale"), [(False, 1e39), (True, 5e38)])
-def test_loss_scale_flags(workspace, gpu_amp_policy, dynamic, expected_scale):
+def test_loss_scale_flags(workspace, monkeypatch, dynamic, expected_scale):
+    use_gpu_amp_policy(monkeypatch)
     # A scale beyond float32's range (3.4e38) makes the scaled loss inf: the update is skipped, and a dynamic
     # scale halves.
     flags = ["--amp", "--scale-loss", 1e39, *(["--use-dynamic-loss-scaling"] if dynamic else [])]
@@ -380,12 +353,9 @@ def test_loss_scale_flags(workspace, gpu_amp_policy, dynamic, expected_scale):
                                   pretrained["bert.encoder.1.output.weight"])
 
 
-def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, gpu_amp_policy, monkeypatch):
-    policies = []
-    monkeypatch.setattr(run_glue, "amp_decorate", lambda model, optimizer, policy: (
-        policies.append(policy), (model, optimizer))[1])
-    monkeypatch.setattr(paddle.amp, "is_bfloat16_supported", lambda *args: True)
-    monkeypatch.setattr(run_glue, "amp_autocast", lambda policy: contextlib.nullcontext())
+def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, monkeypatch):
+    use_gpu_amp_policy(monkeypatch)
+    policies = record_amp_policies(monkeypatch, run_glue)
     run(workspace, "pure", *train_args(workspace, "--max-steps", 1, "--amp", "--use-pure-fp16",
                                        "--amp-dtype", "bfloat16"))
     assert [(p.level, p.dtype, p.enabled) for p in policies] == [("O2", "bfloat16", True)]

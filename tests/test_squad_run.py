@@ -3,7 +3,6 @@ export to Paddle Inference, data parallelism, and the effect of every command-li
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -16,12 +15,20 @@ import pytest
 import run_squad
 from conftest import ROOT, require_shared
 from dllog import read_report
-from modeling import BertConfig, BertForPretraining
+from helpers import (
+    TINY_CONFIG,
+    logged,
+    parameter,
+    params,
+    record_amp_policies,
+    record_optimizer_options,
+    use_gpu_amp_policy,
+    write_tiny_model,
+)
+from modeling import BertConfig
 from squad_evaluate import evaluate, load_dataset
 from squad_utils import convert_examples_to_features, read_squad_examples
 from tokenizer import BertTokenizer
-
-TINY_CONFIG = ROOT / "bert_configs" / "bert-tiny-uncased.json"
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +41,7 @@ def workspace(tmp_path_factory):
     (folder / "slice.json").write_text(json.dumps(squad_slice))
     first = dict(article["paragraphs"][0], qas=article["paragraphs"][0]["qas"][:6])
     (folder / "small.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [first]}]}))
-    config = json.loads(TINY_CONFIG.read_text())
-    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # deterministic training
-    (folder / "config.json").write_text(json.dumps(config))
-    paddle.seed(1)
-    pretrained = BertForPretraining(BertConfig.from_dict(config))
-    (folder / "pretrain" / "1000").mkdir(parents=True)
-    paddle.save(pretrained.state_dict(), str(folder / "pretrain" / "1000" / "bert_paddle.pdparams"))
+    write_tiny_model(folder)
     return folder
 
 
@@ -58,21 +59,6 @@ def run(workspace, output_name, *args):
     output_dir = workspace / output_name
     run_squad.main([*_common(workspace, output_dir), *map(str, args)])
     return output_dir, read_report(output_dir / "report.json")
-
-
-def logged(records, name):
-    """Values of a metric in the report's step and summary records (not the PARAMETER ones)."""
-    return [record["data"][name] for record in records
-            if record["type"] == "LOG" and record["step"] != "PARAMETER" and name in record["data"]]
-
-
-def parameter(records, name):
-    """Values of `name` in the report's PARAMETER records."""
-    return [record["data"][name] for record in records if record.get("step") == "PARAMETER" and name in record["data"]]
-
-
-def params(output_dir, prefix="bert_paddle"):
-    return {name: np.asarray(value) for name, value in paddle.load(str(output_dir / f"{prefix}.pdparams")).items()}
 
 
 def train_args(workspace, *extra, data="small.json"):
@@ -298,14 +284,7 @@ def test_training_benchmark_runs_warmup_plus_timed_steps_and_saves_nothing(works
 
 
 def test_optimizer_receives_the_adamw_options(workspace, monkeypatch):
-    received = {}
-    original = run_squad.create_optimizer
-
-    def recording(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm):
-        received.update(name=name, weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
-                        max_grad_norm=max_grad_norm)
-        return original(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm)
-    monkeypatch.setattr(run_squad, "create_optimizer", recording)
+    received = record_optimizer_options(monkeypatch)
     run(workspace, "adamw", *train_args(workspace, "--max-steps", 1, "--beta1", 0.8, "--beta2", 0.99,
                                         "--epsilon", 1e-7, "--weight-decay", 0.02))
     assert received == {"name": "AdamW", "weight_decay": 0.02, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-7,
@@ -385,17 +364,10 @@ def test_amp_on_cpu_says_so_in_one_line_and_trains_in_fp32(workspace, capsys):
         np.testing.assert_array_equal(params(amp_dir)[name], value, err_msg=name)
 
 
-@pytest.fixture
-def gpu_amp_policy(monkeypatch):
-    """Build the AMP policy as on a GPU, so that the loss-scaling flags act (autocast itself is a no-op on CPU)."""
-    import amp
-
-    monkeypatch.setattr(run_squad, "amp_policy", lambda args: amp.amp_policy(args, device="gpu:0"))
-
-
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 @pytest.mark.parametrize(("dynamic", "expected_scale"), [(False, 1e39), (True, 5e38)])
-def test_loss_scale_flags(workspace, gpu_amp_policy, dynamic, expected_scale):
+def test_loss_scale_flags(workspace, monkeypatch, dynamic, expected_scale):
+    use_gpu_amp_policy(monkeypatch)
     # A scale beyond float32's range (3.4e38) makes the scaled loss inf: the update is skipped, and a dynamic
     # scale halves.
     flags = ["--amp", "--scale-loss", 1e39, *(["--use-dynamic-loss-scaling"] if dynamic else [])]
@@ -408,12 +380,9 @@ def test_loss_scale_flags(workspace, gpu_amp_policy, dynamic, expected_scale):
     np.testing.assert_array_equal(saved["bert.encoder.1.output.weight"], pretrained["bert.encoder.1.output.weight"])
 
 
-def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, gpu_amp_policy, monkeypatch):
-    policies = []
-    monkeypatch.setattr(run_squad, "amp_decorate", lambda model, optimizer, policy: (
-        policies.append(policy), (model, optimizer))[1])
-    monkeypatch.setattr(paddle.amp, "is_bfloat16_supported", lambda *args: True)
-    monkeypatch.setattr(run_squad, "amp_autocast", lambda policy: contextlib.nullcontext())
+def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, monkeypatch):
+    use_gpu_amp_policy(monkeypatch)
+    policies = record_amp_policies(monkeypatch, run_squad)
     run(workspace, "pure", *train_args(workspace, "--max-steps", 1, "--amp", "--use-pure-fp16",
                                        "--amp-dtype", "bfloat16"))
     assert [(p.level, p.dtype, p.enabled) for p in policies] == [("O2", "bfloat16", True)]
