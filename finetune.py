@@ -312,7 +312,7 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
             scaler.update(found_inf)
         if step % args.log_freq == 0 or step == total_steps:
             if world_size > 1:  # every rank logs at the same steps, so all take part in this all-reduce
-                step_loss = float(all_reduce_sum(paddle.to_tensor([step_loss], dtype="float64")))
+                step_loss = all_reduce_sum(paddle.to_tensor([step_loss], dtype="float64")).item()
             metrics = {"loss": step_loss, "learning_rate": learning_rate}
             if scaler:
                 metrics.update(loss_scale=scaler.scale_value, skipped_steps=skipped_steps)

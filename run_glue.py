@@ -16,9 +16,11 @@ Outputs in --output-dir: <model-prefix>.pdparams and <model-prefix>_config.json 
 --do-predict, and the DLLogger report with the loss, learning rate and, with --do-eval, the metrics: accuracy,
 F1 of label 1 (MRPC, QQP), Matthews correlation (CoLA) and ROC AUC (binary tasks).
 
-The options are those of run_squad.py (Adam with decoupled weight decay, linear warmup then linear decay
-to 0, --max-steps overriding --epochs, gradient merge, AMP flags); the defaults of --learning-rate (5e-5),
---warmup-proportion (0.1) and --max-seq-length (128) are those of NVIDIA's run_glue.py.
+The model, training and AMP options are run_squad.py's, defined once in finetune.py (Adam with decoupled weight
+decay, linear warmup then linear decay to 0, --max-steps overriding --epochs, gradient merge, AMP flags); the
+defaults of --learning-rate (5e-5), --warmup-proportion (0.1) and --max-seq-length (128) are those of NVIDIA's
+run_glue.py. A checkpoint without the pooler (a masked-LM-only model) loads, and the pooler starts from random
+initialisation, which the run prints.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ Each process trains on its share of every global batch (train_batch_size per pro
 The options keep the names and defaults of NVIDIA's PaddlePaddle BERT run_squad.py where they exist, with
 these differences: --warmup-proportion takes effect (linear warmup, then linear decay to 0); the evaluation
 runs in process (no --eval-script); --max-steps, when set, alone decides the training length; and
---max-seq-length defaults to 384, the value the reference's run_squad.sh passes.
+--max-seq-length defaults to 384, the value the reference's run_squad.sh passes. The training core is
+finetune.py's. With --inference-model-dir the predictor runs on Paddle's device: a CPU with oneDNN, a GPU in
+--inference-precision, through TensorRT with --use-tensorrt.
 """
 
 from __future__ import annotations

@@ -88,3 +88,37 @@ def record_amp_policies(monkeypatch, script) -> list:
     for module in (finetune, script):
         monkeypatch.setattr(module, "amp_autocast", lambda policy: contextlib.nullcontext())
     return policies
+
+
+def common_argv(workspace: Path, output_dir: Path) -> list[str]:
+    """The options every test run of run_squad.py and run_glue.py has: the tiny model of write_tiny_model, the
+    uncased vocabulary, batches of 8 (training) and 16 (prediction), and the output folder."""
+    from conftest import require_shared
+
+    return ["--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")), "--bert-model", "custom",
+            "--config-file", str(workspace / "config.json"), "--train-batch-size", "8", "--predict-batch-size", "16",
+            "--output-dir", str(output_dir)]
+
+
+def run_in_process(main, argv: list, output_dir: Path) -> tuple[Path, list[dict]]:
+    """main(argv) of an entry script; returns the output folder and the records of its report."""
+    from dllog import read_report
+
+    main([str(arg) for arg in argv])
+    return output_dir, read_report(output_dir / "report.json")
+
+
+def run_script(script: str, argv: list, timeout: float = 120, launch_ranks: int = 0, log_dir: Path | None = None):
+    """Run an entry script of the project in a new process (under paddle.distributed.launch with launch_ranks
+    ranks, if given) with one CPU thread per process; returns the CompletedProcess."""
+    import os
+    import subprocess
+    import sys
+
+    launcher = ["-m", "paddle.distributed.launch", "--nproc_per_node", str(launch_ranks), "--log_dir",
+                str(log_dir)] if launch_ranks else []
+    # The project root on the path, so that a test module run as a launched worker imports the project too.
+    env = {**os.environ, "PADDLEBERT_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, *launcher, str(ROOT / script), *map(str, argv)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
