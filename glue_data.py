@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from squad_utils import pad_token_rows
 from tokenizer import BertTokenizer
 
 NO_LABEL = -1  # label_id of an example read without a label
@@ -219,17 +220,10 @@ def convert_examples_to_features(
     return features
 
 
-def collate_classification(features: Sequence[ClassificationFeature], pad_token_id: int) -> dict[str, np.ndarray]:
-    """Pad a batch to its longest feature: int64 input_ids, token_type_ids, attention_mask [B, S] and labels [B]."""
-    seq_length = max(len(feature.input_ids) for feature in features)
-    input_ids = np.full((len(features), seq_length), pad_token_id, dtype=np.int64)
-    token_type_ids = np.zeros((len(features), seq_length), dtype=np.int64)
-    attention_mask = np.zeros((len(features), seq_length), dtype=np.int64)
-    for row, feature in enumerate(features):
-        length = len(feature.input_ids)
-        input_ids[row, :length] = feature.input_ids
-        token_type_ids[row, :length] = feature.token_type_ids
-        attention_mask[row, :length] = 1
-    labels = np.array([feature.label_id for feature in features], dtype=np.int64)
-    return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
-            "labels": labels}
+def collate_classification(features: Sequence[ClassificationFeature], pad_token_id: int, multiple: int = 1,
+                           max_length: int | None = None) -> dict[str, np.ndarray]:
+    """A batch padded by squad_utils.pad_token_rows (input_ids, token_type_ids, attention_mask [B, S]) with the
+    int64 labels [B]."""
+    batch = pad_token_rows(features, pad_token_id, multiple, max_length)
+    batch["labels"] = np.array([feature.label_id for feature in features], dtype=np.int64)
+    return batch

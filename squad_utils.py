@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -223,9 +224,26 @@ def span_text(example: SquadExample, feature: SquadFeature, start: int, end: int
     return example.context_text[feature.char_starts[start]:feature.char_ends[end]]
 
 
-def collate_features(features: Sequence[SquadFeature], pad_token_id: int, is_training: bool) -> dict[str, np.ndarray]:
-    """Pad a batch to its longest feature; numpy only (Paddle tensors must not be built in loader workers)."""
-    seq_length = max(len(feature.input_ids) for feature in features)
+class TokenRow(Protocol):
+    """What pad_token_rows needs of a feature: its unpadded token ids and segment ids."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+
+
+def pad_token_rows(features: Sequence[TokenRow], pad_token_id: int, multiple: int = 1,
+                   max_length: int | None = None) -> dict[str, np.ndarray]:
+    """int64 input_ids, token_type_ids and attention_mask [B, S] of a batch; numpy only (Paddle tensors must not
+    be built in loader workers).
+
+    S is the longest feature rounded up to a multiple of `multiple`, but not past max_length (nor below the
+    longest feature). Padding has input id pad_token_id, segment 0 and attention mask 0, so the model's
+    outputs at the real tokens do not depend on it.
+    """
+    longest = max(len(feature.input_ids) for feature in features)
+    seq_length = longest + -longest % multiple
+    if max_length is not None:
+        seq_length = max(longest, min(seq_length, max_length))
     input_ids = np.full((len(features), seq_length), pad_token_id, dtype=np.int64)
     token_type_ids = np.zeros((len(features), seq_length), dtype=np.int64)
     attention_mask = np.zeros((len(features), seq_length), dtype=np.int64)
@@ -234,8 +252,14 @@ def collate_features(features: Sequence[SquadFeature], pad_token_id: int, is_tra
         input_ids[row, :length] = feature.input_ids
         token_type_ids[row, :length] = feature.token_type_ids
         attention_mask[row, :length] = 1
-    batch = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
-             "unique_ids": np.array([feature.unique_id for feature in features], dtype=np.int64)}
+    return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+
+
+def collate_features(features: Sequence[SquadFeature], pad_token_id: int, is_training: bool, multiple: int = 1,
+                     max_length: int | None = None) -> dict[str, np.ndarray]:
+    """A batch padded by pad_token_rows, with each feature's unique_id and, for training, its answer span."""
+    batch = pad_token_rows(features, pad_token_id, multiple, max_length)
+    batch["unique_ids"] = np.array([feature.unique_id for feature in features], dtype=np.int64)
     if is_training:
         batch["start_positions"] = np.array([feature.start_position for feature in features], dtype=np.int64)
         batch["end_positions"] = np.array([feature.end_position for feature in features], dtype=np.int64)

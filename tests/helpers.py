@@ -1,4 +1,4 @@
-"""Helpers shared by several test files."""
+"""Helpers shared by several test modules (tests never import each other's test modules)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import numpy as np
 import paddle
 
 import run_pretraining
-from conftest import require_shared
+from conftest import ROOT, require_shared
 from dllog import read_report
+from modeling import BertConfig, BertForPretraining
 from squad_utils import SquadExample, convert_examples_to_features
 from tokenizer import BertTokenizer
 
@@ -119,3 +120,116 @@ def numbered_windows(tokenizer: BertTokenizer) -> tuple[SquadExample, list]:
                                             max_query_length=8)
     assert len(features) > 2
     return example, features
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fine-tuning
+# run_squad.py and run_glue.py runs: a dropout-free tiny model, a pretraining checkpoint, the report's records.
+
+TINY_CONFIG = ROOT / "bert_configs" / "bert-tiny-uncased.json"
+
+
+def tiny_config(dropout: float = 0.0) -> dict:
+    """bert-tiny's config, by default without dropout so that training is deterministic."""
+    config = json.loads(TINY_CONFIG.read_text())
+    config.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    return config
+
+
+def write_tiny_model(folder: Path) -> None:
+    """<folder>/config.json (tiny_config) and a pretraining checkpoint of it with random weights (seed 1),
+    <folder>/pretrain/1000/bert_paddle.pdparams."""
+    config = tiny_config()
+    (folder / "config.json").write_text(json.dumps(config))
+    paddle.seed(1)
+    pretrained = BertForPretraining(BertConfig.from_dict(config))
+    (folder / "pretrain" / "1000").mkdir(parents=True)
+    paddle.save(pretrained.state_dict(), str(folder / "pretrain" / "1000" / "bert_paddle.pdparams"))
+
+
+def logged(records: list[dict], name: str) -> list:
+    """Values of a metric in the report's step and summary records (not the PARAMETER ones)."""
+    return [record["data"][name] for record in records
+            if record["type"] == "LOG" and record["step"] != "PARAMETER" and name in record["data"]]
+
+
+def parameter(records: list[dict], name: str) -> list:
+    """Values of `name` in the report's PARAMETER records."""
+    return [record["data"][name] for record in records if record.get("step") == "PARAMETER" and name in record["data"]]
+
+
+def params(output_dir: Path, prefix: str = "bert_paddle") -> dict[str, np.ndarray]:
+    """The saved fine-tuned weights of a run."""
+    return {name: np.asarray(value) for name, value in paddle.load(str(output_dir / f"{prefix}.pdparams")).items()}
+
+
+def use_gpu_amp_policy(monkeypatch) -> None:
+    """Build the AMP policy as on a GPU, so that the loss-scaling flags act (autocast itself is a no-op on CPU)."""
+    import amp
+    import finetune
+
+    monkeypatch.setattr(finetune, "amp_policy", lambda args: amp.amp_policy(args, device="gpu:0"))
+
+
+def record_optimizer_options(monkeypatch) -> dict:
+    """The options finetune.train gives create_optimizer, filled in when it is called."""
+    import finetune
+
+    received = {}
+    original = finetune.create_optimizer
+
+    def recording(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm):
+        received.update(name=name, weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
+                        max_grad_norm=max_grad_norm)
+        return original(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm)
+    monkeypatch.setattr(finetune, "create_optimizer", recording)
+    return received
+
+
+def record_amp_policies(monkeypatch, script) -> list:
+    """The AMP policies finetune.train decorates the model with; autocast becomes a no-op (bfloat16 on CPU)."""
+    import contextlib
+
+    import finetune
+
+    policies = []
+    monkeypatch.setattr(finetune, "amp_decorate", lambda model, optimizer, policy: (
+        policies.append(policy), (model, optimizer))[1])
+    monkeypatch.setattr(paddle.amp, "is_bfloat16_supported", lambda *args: True)
+    for module in (finetune, script):
+        monkeypatch.setattr(module, "amp_autocast", lambda policy: contextlib.nullcontext())
+    return policies
+
+
+def common_argv(workspace: Path, output_dir: Path) -> list[str]:
+    """The options every test run of run_squad.py and run_glue.py has: the tiny model of write_tiny_model, the
+    uncased vocabulary, batches of 8 (training) and 16 (prediction), and the output folder."""
+    from conftest import require_shared
+
+    return ["--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")), "--bert-model", "custom",
+            "--config-file", str(workspace / "config.json"), "--train-batch-size", "8", "--predict-batch-size", "16",
+            "--output-dir", str(output_dir)]
+
+
+def run_in_process(main, argv: list, output_dir: Path) -> tuple[Path, list[dict]]:
+    """main(argv) of an entry script; returns the output folder and the records of its report."""
+    from dllog import read_report
+
+    main([str(arg) for arg in argv])
+    return output_dir, read_report(output_dir / "report.json")
+
+
+def run_script(script: str, argv: list, timeout: float = 120, launch_ranks: int = 0, log_dir: Path | None = None):
+    """Run an entry script of the project in a new process (under paddle.distributed.launch with launch_ranks
+    ranks, if given) with one CPU thread per process; returns the CompletedProcess."""
+    import os
+    import subprocess
+    import sys
+
+    launcher = ["-m", "paddle.distributed.launch", "--nproc_per_node", str(launch_ranks), "--log_dir",
+                str(log_dir)] if launch_ranks else []
+    # The project root on the path, so that a test module run as a launched worker imports the project too.
+    env = {**os.environ, "PADDLEBERT_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, *launcher, str(ROOT / script), *map(str, argv)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)

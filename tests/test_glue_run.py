@@ -3,12 +3,7 @@ parallelism, named-column tables, and the effect of every command-line flag."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import paddle
@@ -19,9 +14,9 @@ from conftest import ROOT, require_shared
 from dllog import read_report
 from glue_data import read_glue_examples
 from glue_metrics import accuracy, binary_f1, roc_auc
-from modeling import BertConfig, BertForPretraining
+from helpers import TINY_CONFIG, common_argv, logged, parameter, params, run_in_process, run_script, write_tiny_model
+from modeling import BertConfig
 
-TINY_CONFIG = ROOT / "bert_configs" / "bert-tiny-uncased.json"
 TRAIN_ROWS, DEV_ROWS = 32, 24
 
 
@@ -39,41 +34,18 @@ def workspace(tmp_path_factory):
         writer.writerow(["y", "pair", "first", "second"])
         for fields in list(csv.reader(source, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]:
             writer.writerow([fields[0], f"{fields[1]}-{fields[2]}", fields[3], fields[4]])
-    config = json.loads(TINY_CONFIG.read_text())
-    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # deterministic training
-    (folder / "config.json").write_text(json.dumps(config))
-    paddle.seed(1)
-    pretrained = BertForPretraining(BertConfig.from_dict(config))
-    (folder / "pretrain" / "1000").mkdir(parents=True)
-    paddle.save(pretrained.state_dict(), str(folder / "pretrain" / "1000" / "bert_paddle.pdparams"))
+    write_tiny_model(folder)
     return folder
 
 
 def _common(workspace, output_dir, task="mrpc"):
-    return ["--task-name", task, "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")),
-            "--bert-model", "custom", "--config-file", str(workspace / "config.json"),
-            "--train-batch-size", "8", "--predict-batch-size", "16", "--output-dir", str(output_dir)]
+    return ["--task-name", task, *common_argv(workspace, output_dir)]
 
 
 def run(workspace, output_name, *args, task="mrpc"):
     """run_glue.main in process; returns the output folder and the report's records."""
-    output_dir = workspace / output_name
-    run_glue.main([*_common(workspace, output_dir, task), *map(str, args)])
-    return output_dir, read_report(output_dir / "report.json")
-
-
-def logged(records, name):
-    """Values of a metric in the report's step and summary records (not the PARAMETER ones)."""
-    return [record["data"][name] for record in records
-            if record["type"] == "LOG" and record["step"] != "PARAMETER" and name in record["data"]]
-
-
-def parameter(records, name):
-    return [record["data"][name] for record in records if record.get("step") == "PARAMETER" and name in record["data"]]
-
-
-def params(output_dir, prefix="bert_paddle"):
-    return {name: np.asarray(value) for name, value in paddle.load(str(output_dir / f"{prefix}.pdparams")).items()}
+    return run_in_process(run_glue.main, [*_common(workspace, workspace / output_name, task), *args],
+                          workspace / output_name)
 
 
 def predictions(output_dir):
@@ -90,7 +62,6 @@ def train_args(workspace, *extra, data="train.tsv"):
 
 def predict_args(workspace, *extra, data="dev.tsv"):
     return ["--do-predict", "--predict-file", workspace / data, *extra]
-
 
 
 @pytest.fixture(scope="module")
@@ -128,12 +99,6 @@ def test_fine_tunes_predicts_and_evaluates(workspace, fine_tuned):
     saved = params(output_dir)
     assert saved["classifier.weight"].shape == (128, 2) and not any(name.startswith("cls.") for name in saved)
     assert BertConfig.from_json_file(str(output_dir / "bert_paddle_config.json")).hidden_size == 128
-
-
-def test_learning_rate_follows_linear_warmup_then_linear_decay(fine_tuned):
-    # 30 updates, warmup 0.1 -> W = 3; from 1e-4 up to 2e-3, then down to 0 at update 30
-    expected = [1e-4 + (2e-3 - 1e-4) * k / 3 if k < 3 else 2e-3 * (1 - (k - 3) / 27) for k in range(1, 31)]
-    assert logged(fine_tuned[1], "learning_rate") == pytest.approx(expected)
 
 
 def test_saved_model_reloads_through_init_checkpoint(workspace, fine_tuned):
@@ -181,14 +146,11 @@ def test_seed_changes_initialisation_and_data_order(workspace, two_steps_batch_8
 
 def test_data_parallel_matches_a_single_process_with_the_global_batch(workspace, two_steps_batch_8):
     output_dir = workspace / "data_parallel"
-    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
-               "--log_dir", str(workspace / "launch_logs"), str(ROOT / "run_glue.py"),
-               *_common(workspace, output_dir), "--train-batch-size", "4",
-               *map(str, train_args(workspace, "--from-pretrained-params", workspace / "pretrain" / "1000",
-                                    "--max-steps", 2, "--learning-rate", 1e-3)),
-               *map(str, predict_args(workspace))]
-    env = {**os.environ, "PADDLEBERT_NUM_THREADS": "1"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    result = run_script("run_glue.py", [*_common(workspace, output_dir), "--train-batch-size", "4",
+                                        *train_args(workspace, "--from-pretrained-params",
+                                                    workspace / "pretrain" / "1000", "--max-steps", 2,
+                                                    "--learning-rate", 1e-3), *predict_args(workspace)],
+                        timeout=300, launch_ranks=2, log_dir=workspace / "launch_logs")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert parameter(read_report(output_dir / "report.json"), "world_size") == [2]
     _assert_same_params(output_dir, two_steps_batch_8, atol=1e-5)
@@ -262,46 +224,23 @@ def test_eval_alone_scores_without_writing_predictions(workspace):
 
 def test_predict_batch_size_and_max_seq_length_shape_the_batches(workspace, monkeypatch):
     shapes = []
-    original = run_glue.collate_classification
+    original = run_glue.collate
 
-    def recording(features, pad_token_id):
-        batch = original(features, pad_token_id)
+    def recording(features, pad_token_id, max_seq_length):
+        batch = original(features, pad_token_id, max_seq_length)
         shapes.append(batch["input_ids"].shape)
         return batch
-    monkeypatch.setattr(run_glue, "collate_classification", recording)
+    monkeypatch.setattr(run_glue, "collate", recording)
     run(workspace, "shapes", *predict_args(workspace, "--predict-batch-size", 5, "--max-seq-length", 20))
     assert [shape[0] for shape in shapes] == [5] * (DEV_ROWS // 5) + [DEV_ROWS % 5]
     assert {shape[1] for shape in shapes} == {20}  # every MRPC pair is longer, so each batch is cut to 20
 
 
-def test_optimizer_receives_the_adamw_options(workspace, monkeypatch):
-    received = {}
-    original = run_glue.create_optimizer
-
-    def recording(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm):
-        received.update(name=name, weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
-                        max_grad_norm=max_grad_norm)
-        return original(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm)
-    monkeypatch.setattr(run_glue, "create_optimizer", recording)
-    run(workspace, "adamw", *train_args(workspace, "--max-steps", 1, "--beta1", 0.8, "--beta2", 0.99,
-                                        "--epsilon", 1e-7, "--weight-decay", 0.02))
-    assert received == {"name": "AdamW", "weight_decay": 0.02, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-7,
-                        "max_grad_norm": 1.0}
+def test_defaults():
     defaults = run_glue.parse_args(["--task-name", "MRPC", "--vocab-file", str(TINY_CONFIG), "--output-dir", "x",
                                     "--do-train", "--train-file", str(TINY_CONFIG)])
     assert (defaults.task_name, defaults.learning_rate, defaults.warmup_proportion, defaults.max_seq_length,
             defaults.epsilon, defaults.weight_decay) == ("mrpc", 5e-5, 0.1, 128, 1e-6, 0.01)
-
-
-def test_report_file_show_config_and_model_prefix(workspace):
-    report = workspace / "elsewhere" / "log.json"
-    output_dir = workspace / "prefixed"
-    run_glue.main([*_common(workspace, output_dir), *map(str, train_args(workspace, "--max-steps", 1)),
-                   "--report-file", str(report), "--show-config", "false", "--model-prefix", "mine"])
-    records = read_report(report)
-    assert not (output_dir / "report.json").exists()
-    assert not parameter(records, "vocab_file")
-    assert (output_dir / "mine.pdparams").is_file() and (output_dir / "mine_config.json").is_file()
 
 
 def test_bert_model_names_a_bundled_config_and_max_steps_minus_one_means_unset():
@@ -342,56 +281,10 @@ def test_malformed_row_is_a_one_line_error_naming_file_and_line(workspace, tmp_p
     lines = (workspace / "train.tsv").read_text(encoding="utf-8").split("\n")
     lines[3] = lines[3].rsplit("\t", 1)[0]  # data row 3 loses its second sentence
     broken.write_text("\n".join(lines), encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "run_glue.py"), *_common(workspace, tmp_path / "out"),
-         "--do-train", "--train-file", str(broken)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )
+    result = run_script("run_glue.py", [*_common(workspace, tmp_path / "out"), "--do-train", "--train-file", broken])
     assert result.returncode == 1
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line == f"run_glue.py: {broken}:4: expected 5 tab-separated fields, found 4"
-
-
-def test_amp_on_cpu_says_so_in_one_line_and_trains_in_fp32(workspace, two_steps_batch_8, capsys):
-    amp_dir = _two_steps(workspace, "amp_cpu", "--amp")
-    assert "--amp is ignored and this run continues in fp32" in capsys.readouterr().out
-    _assert_same_params(amp_dir, two_steps_batch_8, atol=0.0)
-
-
-@pytest.fixture
-def gpu_amp_policy(monkeypatch):
-    """Build the AMP policy as on a GPU, so that the loss-scaling flags act (autocast itself is a no-op on CPU)."""
-    import amp
-
-    monkeypatch.setattr(run_glue, "amp_policy", lambda args: amp.amp_policy(args, device="gpu:0"))
-
-
-@pytest.mark.parametrize(("dynamic", "expected_scale"), [(False, 1e39), (True, 5e38)])
-def test_loss_scale_flags(workspace, gpu_amp_policy, dynamic, expected_scale):
-    # A scale beyond float32's range (3.4e38) makes the scaled loss inf: the update is skipped, and a dynamic
-    # scale halves.
-    flags = ["--amp", "--scale-loss", 1e39, *(["--use-dynamic-loss-scaling"] if dynamic else [])]
-    output_dir, records = run(workspace, f"scale_{dynamic}", *train_args(
-        workspace, "--max-steps", 1, "--from-pretrained-params", workspace / "pretrain" / "1000", *flags))
-    assert logged(records, "skipped_steps") == [1]
-    assert logged(records, "loss_scale") == [pytest.approx(expected_scale)]
-    pretrained = paddle.load(str(workspace / "pretrain" / "1000" / "bert_paddle.pdparams"))
-    np.testing.assert_array_equal(params(output_dir)["bert.encoder.1.output.weight"],
-                                  pretrained["bert.encoder.1.output.weight"])
-
-
-def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, gpu_amp_policy, monkeypatch):
-    policies = []
-    monkeypatch.setattr(run_glue, "amp_decorate", lambda model, optimizer, policy: (
-        policies.append(policy), (model, optimizer))[1])
-    monkeypatch.setattr(paddle.amp, "is_bfloat16_supported", lambda *args: True)
-    monkeypatch.setattr(run_glue, "amp_autocast", lambda policy: contextlib.nullcontext())
-    run(workspace, "pure", *train_args(workspace, "--max-steps", 1, "--amp", "--use-pure-fp16",
-                                       "--amp-dtype", "bfloat16"))
-    assert [(p.level, p.dtype, p.enabled) for p in policies] == [("O2", "bfloat16", True)]
-    with pytest.raises(SystemExit):
-        run_glue.parse_args(["--task-name", "mrpc", "--vocab-file", str(TINY_CONFIG), "--output-dir", "x",
-                             "--do-eval", "--predict-file", str(TINY_CONFIG), "--use-pure-fp16"])  # needs --amp
 
 
 @pytest.mark.parametrize(("task", "folder", "metrics"), [("cola", "CoLA", {"accuracy", "mcc", "auc"}),

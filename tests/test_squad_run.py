@@ -3,11 +3,8 @@ export to Paddle Inference, data parallelism, and the effect of every command-li
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import paddle
@@ -16,12 +13,11 @@ import pytest
 import run_squad
 from conftest import ROOT, require_shared
 from dllog import read_report
-from modeling import BertConfig, BertForPretraining
+from helpers import TINY_CONFIG, common_argv, logged, parameter, params, run_in_process, run_script, write_tiny_model
+from modeling import BertConfig
 from squad_evaluate import evaluate, load_dataset
 from squad_utils import convert_examples_to_features, read_squad_examples
 from tokenizer import BertTokenizer
-
-TINY_CONFIG = ROOT / "bert_configs" / "bert-tiny-uncased.json"
 
 
 @pytest.fixture(scope="module")
@@ -34,45 +30,19 @@ def workspace(tmp_path_factory):
     (folder / "slice.json").write_text(json.dumps(squad_slice))
     first = dict(article["paragraphs"][0], qas=article["paragraphs"][0]["qas"][:6])
     (folder / "small.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [first]}]}))
-    config = json.loads(TINY_CONFIG.read_text())
-    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # deterministic training
-    (folder / "config.json").write_text(json.dumps(config))
-    paddle.seed(1)
-    pretrained = BertForPretraining(BertConfig.from_dict(config))
-    (folder / "pretrain" / "1000").mkdir(parents=True)
-    paddle.save(pretrained.state_dict(), str(folder / "pretrain" / "1000" / "bert_paddle.pdparams"))
+    write_tiny_model(folder)
     return folder
 
 
 def _common(workspace, output_dir):
-    return [
-        "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")),
-        "--bert-model", "custom", "--config-file", str(workspace / "config.json"),
-        "--max-seq-length", "128", "--doc-stride", "64", "--max-query-length", "32",
-        "--train-batch-size", "8", "--predict-batch-size", "16", "--output-dir", str(output_dir),
-    ]
+    return [*common_argv(workspace, output_dir), "--max-seq-length", "128", "--doc-stride", "64",
+            "--max-query-length", "32"]
 
 
 def run(workspace, output_name, *args):
     """run_squad.main in process; returns the output folder and the report's records."""
-    output_dir = workspace / output_name
-    run_squad.main([*_common(workspace, output_dir), *map(str, args)])
-    return output_dir, read_report(output_dir / "report.json")
-
-
-def logged(records, name):
-    """Values of a metric in the report's step and summary records (not the PARAMETER ones)."""
-    return [record["data"][name] for record in records
-            if record["type"] == "LOG" and record["step"] != "PARAMETER" and name in record["data"]]
-
-
-def parameter(records, name):
-    """Values of `name` in the report's PARAMETER records."""
-    return [record["data"][name] for record in records if record.get("step") == "PARAMETER" and name in record["data"]]
-
-
-def params(output_dir, prefix="bert_paddle"):
-    return {name: np.asarray(value) for name, value in paddle.load(str(output_dir / f"{prefix}.pdparams")).items()}
+    return run_in_process(run_squad.main, [*_common(workspace, workspace / output_name), *args],
+                          workspace / output_name)
 
 
 def train_args(workspace, *extra, data="small.json"):
@@ -129,12 +99,6 @@ def test_eval_mode_from_pretraining_checkpoint_scores_lower(workspace, fine_tune
     assert logged(records, "F1")[0] < 0.5 * logged(fine_tuned[1], "F1")[0]
 
 
-def test_learning_rate_follows_linear_warmup_then_linear_decay(fine_tuned):
-    # 30 updates, warmup 0.1 -> W = 3; from 1e-4 up to 2e-3, then down to 0 at update 30
-    expected = [1e-4 + (2e-3 - 1e-4) * k / 3 if k < 3 else 2e-3 * (1 - (k - 3) / 27) for k in range(1, 31)]
-    assert logged(fine_tuned[1], "learning_rate") == pytest.approx(expected)
-
-
 def test_exported_model_predicts_the_same_answers(workspace, fine_tuned):
     output_dir, _ = fine_tuned
     assert (output_dir / "export" / "bert_paddle.pdiparams").is_file()
@@ -183,12 +147,10 @@ def test_seed_changes_initialisation_and_data_order(workspace, two_steps_batch_8
 
 def test_data_parallel_matches_a_single_process_with_the_global_batch(workspace, two_steps_batch_8):
     output_dir = workspace / "data_parallel"
-    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
-               "--log_dir", str(workspace / "launch_logs"), str(ROOT / "run_squad.py"),
-               *_common(workspace, output_dir), "--train-batch-size", "4",
-               *map(str, train_args(workspace, "--max-steps", 2, "--learning-rate", 1e-3, data="slice.json"))]
-    env = {**os.environ, "PADDLEBERT_NUM_THREADS": "1"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    result = run_script("run_squad.py", [*_common(workspace, output_dir), "--train-batch-size", "4",
+                                         *train_args(workspace, "--max-steps", 2, "--learning-rate", 1e-3,
+                                                     data="slice.json")],
+                        timeout=240, launch_ranks=2, log_dir=workspace / "launch_logs")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     records = read_report(output_dir / "report.json")
     assert parameter(records, "world_size") == [2]
@@ -297,34 +259,6 @@ def test_training_benchmark_runs_warmup_plus_timed_steps_and_saves_nothing(works
     assert not (output_dir / "bert_paddle.pdparams").exists()
 
 
-def test_optimizer_receives_the_adamw_options(workspace, monkeypatch):
-    received = {}
-    original = run_squad.create_optimizer
-
-    def recording(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm):
-        received.update(name=name, weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
-                        max_grad_norm=max_grad_norm)
-        return original(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm)
-    monkeypatch.setattr(run_squad, "create_optimizer", recording)
-    run(workspace, "adamw", *train_args(workspace, "--max-steps", 1, "--beta1", 0.8, "--beta2", 0.99,
-                                        "--epsilon", 1e-7, "--weight-decay", 0.02))
-    assert received == {"name": "AdamW", "weight_decay": 0.02, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-7,
-                        "max_grad_norm": 1.0}
-    defaults = run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--export-dir", "y"])
-    assert (defaults.epsilon, defaults.weight_decay, defaults.max_seq_length) == (1e-6, 0.01, 384)
-
-
-def test_report_file_show_config_and_model_prefix(workspace):
-    report = workspace / "elsewhere" / "log.json"
-    output_dir = workspace / "prefixed"
-    run_squad.main([*_common(workspace, output_dir), *map(str, train_args(workspace, "--max-steps", 1)),
-                    "--report-file", str(report), "--show-config", "false", "--model-prefix", "mine"])
-    records = read_report(report)
-    assert not (output_dir / "report.json").exists()
-    assert not parameter(records, "vocab_file")
-    assert (output_dir / "mine.pdparams").is_file() and (output_dir / "mine_config.json").is_file()
-
-
 def test_verbose_logging_lists_answers_that_cut_a_word(workspace, capsys):
     _, records = run(workspace, "verbose", *train_args(workspace, "--max-steps", 1, "--verbose-logging"))
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("answer of question")]
@@ -332,6 +266,12 @@ def test_verbose_logging_lists_answers_that_cut_a_word(workspace, capsys):
     assert len(lines) == count > 0
     # "gold" is annotated inside "golden" (question 56be4db0acb8001400a502f0)
     assert any("56be4db0acb8001400a502f0" in line and "'golden'" in line for line in lines)
+
+
+def test_defaults():
+    defaults = run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--export-dir", "y"])
+    assert (defaults.learning_rate, defaults.warmup_proportion, defaults.max_seq_length) == (1e-4, 0.01, 384)
+    assert (defaults.epsilon, defaults.weight_decay, defaults.inference_precision) == (1e-6, 0.01, "fp32")
 
 
 def test_bert_model_names_a_bundled_config_and_max_steps_minus_one_means_unset():
@@ -367,59 +307,10 @@ def test_bad_training_file_is_a_one_line_error_naming_file_and_question(workspac
     question_id = content["data"][0]["paragraphs"][1]["qas"][2]["id"]
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(content))
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "run_squad.py"), *_common(workspace, tmp_path / "out"),
-         "--do-train", "--train-file", str(broken)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )
+    result = run_script("run_squad.py", [*_common(workspace, tmp_path / "out"), "--do-train", "--train-file", broken])
     assert result.returncode == 1
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line == f"run_squad.py: {broken}: question {question_id} lacks the field \"answer_start\""
-
-
-def test_amp_on_cpu_says_so_in_one_line_and_trains_in_fp32(workspace, capsys):
-    fp32_dir, _ = run(workspace, "fp32", *train_args(workspace, "--max-steps", 2))
-    amp_dir, _ = run(workspace, "amp_cpu", *train_args(workspace, "--max-steps", 2, "--amp"))
-    assert "--amp is ignored and this run continues in fp32" in capsys.readouterr().out
-    for name, value in params(fp32_dir).items():
-        np.testing.assert_array_equal(params(amp_dir)[name], value, err_msg=name)
-
-
-@pytest.fixture
-def gpu_amp_policy(monkeypatch):
-    """Build the AMP policy as on a GPU, so that the loss-scaling flags act (autocast itself is a no-op on CPU)."""
-    import amp
-
-    monkeypatch.setattr(run_squad, "amp_policy", lambda args: amp.amp_policy(args, device="gpu:0"))
-
-
-@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
-@pytest.mark.parametrize(("dynamic", "expected_scale"), [(False, 1e39), (True, 5e38)])
-def test_loss_scale_flags(workspace, gpu_amp_policy, dynamic, expected_scale):
-    # A scale beyond float32's range (3.4e38) makes the scaled loss inf: the update is skipped, and a dynamic
-    # scale halves.
-    flags = ["--amp", "--scale-loss", 1e39, *(["--use-dynamic-loss-scaling"] if dynamic else [])]
-    output_dir, records = run(workspace, f"scale_{dynamic}", *train_args(
-        workspace, "--max-steps", 1, "--from-pretrained-params", workspace / "pretrain" / "1000", *flags))
-    assert logged(records, "skipped_steps") == [1]
-    assert logged(records, "loss_scale") == [pytest.approx(expected_scale)]
-    pretrained = paddle.load(str(workspace / "pretrain" / "1000" / "bert_paddle.pdparams"))
-    saved = params(output_dir)
-    np.testing.assert_array_equal(saved["bert.encoder.1.output.weight"], pretrained["bert.encoder.1.output.weight"])
-
-
-def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, gpu_amp_policy, monkeypatch):
-    policies = []
-    monkeypatch.setattr(run_squad, "amp_decorate", lambda model, optimizer, policy: (
-        policies.append(policy), (model, optimizer))[1])
-    monkeypatch.setattr(paddle.amp, "is_bfloat16_supported", lambda *args: True)
-    monkeypatch.setattr(run_squad, "amp_autocast", lambda policy: contextlib.nullcontext())
-    run(workspace, "pure", *train_args(workspace, "--max-steps", 1, "--amp", "--use-pure-fp16",
-                                       "--amp-dtype", "bfloat16"))
-    assert [(p.level, p.dtype, p.enabled) for p in policies] == [("O2", "bfloat16", True)]
-    with pytest.raises(SystemExit):
-        run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--export-dir", "y",
-                              "--use-pure-fp16"])  # needs --amp
 
 
 def test_starts_from_a_converted_hugging_face_checkpoint(workspace, tmp_path):
@@ -437,3 +328,71 @@ def test_starts_from_a_converted_hugging_face_checkpoint(workspace, tmp_path):
     assert parameter(records, "newly_initialized") == [["qa_outputs.bias", "qa_outputs.weight"]]
     assert parameter(records, "unused_params") == [0]
     assert len(json.loads((output_dir / "predictions.json").read_text())) == 6
+
+
+# ---------------------------------------------------------------------------------------------
+# The Paddle Inference predictor's device settings
+# ---------------------------------------------------------------------------------------------
+
+
+def test_predictor_settings_follow_the_device_and_flags():
+    half, full = paddle.inference.PrecisionType.Half, paddle.inference.PrecisionType.Float32
+    sizes = {"max_batch_size": 16, "max_seq_length": 128}
+    for precision, use_tensorrt in (("fp32", False), ("fp16", False), ("fp16", True)):
+        assert run_squad.predictor_settings("cpu", precision, use_tensorrt, **sizes) == {
+            "disable_gpu": {}, "enable_onednn": {}}
+    assert run_squad.predictor_settings("gpu:1", "fp32", False, **sizes) == {
+        "enable_use_gpu": {"memory_pool_init_size_mb": 1024, "device_id": 1, "precision_mode": full}}
+    assert run_squad.predictor_settings("gpu:0", "fp16", False, **sizes) == {
+        "enable_use_gpu": {"memory_pool_init_size_mb": 1024, "device_id": 0, "precision_mode": half}}
+    tensorrt = run_squad.predictor_settings("gpu:0", "fp16", True, **sizes)
+    assert list(tensorrt) == ["enable_use_gpu", "enable_tensorrt_engine", "set_trt_dynamic_shape_info"]
+    assert tensorrt["enable_use_gpu"] == {"memory_pool_init_size_mb": 1024, "device_id": 0}
+    assert tensorrt["enable_tensorrt_engine"]["precision_mode"] == half
+    assert tensorrt["enable_tensorrt_engine"]["max_batch_size"] == 16
+    assert tensorrt["set_trt_dynamic_shape_info"]["max_input_shape"] == dict.fromkeys(run_squad.INPUT_NAMES,
+                                                                                      [16, 128])
+    # every call names a method, and every argument a parameter, of this build's Config
+    for settings in (tensorrt, run_squad.predictor_settings("cpu", "fp32", False, **sizes)):
+        for method, arguments in settings.items():
+            signature = getattr(paddle.inference.Config, method).__doc__.split("\n")[0]
+            assert all(f"{name}:" in signature for name in arguments), (method, signature)
+
+
+class RecordingConfig:
+    """Stands in for paddle.inference.Config: records the calls made on it."""
+
+    calls: list = []
+
+    def __init__(self, program, params):
+        RecordingConfig.calls = [("Config", (os.path.basename(program), os.path.basename(params)), {})]
+
+    def __getattr__(self, method):
+        return lambda *args, **kwargs: RecordingConfig.calls.append((method, args, kwargs))
+
+
+@pytest.mark.parametrize(("device", "expected"), [
+    ("cpu", [("disable_gpu", (), {}), ("enable_onednn", (), {})]),
+    ("gpu:0", [("enable_use_gpu", (), {"memory_pool_init_size_mb": 1024, "device_id": 0,
+                                       "precision_mode": paddle.inference.PrecisionType.Half})]),
+])
+def test_the_config_receives_the_settings_and_a_cpu_says_it_runs_fp32(tmp_path, monkeypatch, capsys, device,
+                                                                       expected):
+    for suffix in (".json", ".pdiparams"):
+        (tmp_path / f"qa{suffix}").write_text("")
+    monkeypatch.setattr(paddle.inference, "Config", RecordingConfig)
+    args = run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--do-predict",
+                                 "--predict-file", str(TINY_CONFIG), "--inference-model-dir", str(tmp_path),
+                                 "--inference-precision", "fp16"])
+    run_squad.inference_config(str(tmp_path), "qa", 3, run_squad.settings_for(args, device))
+    assert RecordingConfig.calls == [("Config", ("qa.json", "qa.pdiparams"), {}), *expected,
+                                     ("disable_glog_info", (), {}), ("set_cpu_math_library_num_threads", (3,), {})]
+    notice = [line for line in capsys.readouterr().out.splitlines() if "need a GPU" in line]
+    assert len(notice) == (device == "cpu")
+
+
+def test_inference_flags_need_an_inference_model(capsys):
+    with pytest.raises(SystemExit):
+        run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--export-dir", "y",
+                              "--use-tensorrt"])
+    assert "only used with --inference-model-dir" in capsys.readouterr().err

@@ -1,0 +1,331 @@
+"""The fine-tuning core that run_squad.py and run_glue.py share: their common options and checks, the run's
+set-up, the model with its pretrained weights, data-parallel batches, the training loop and the saved model.
+
+A task script adds only its data, its loss, its predictions and its metrics:
+
+    parser = argparse.ArgumentParser(...)
+    data = parser.add_argument_group("Data and outputs"); ...task's data options...
+    add_shared_data_arguments(data, max_seq_length=384, max_seq_length_help="...")
+    add_model_arguments(parser); add_training_arguments(parser, unit="features", learning_rate=1e-4, ...)
+    ...task's prediction options...; add_advanced_arguments(parser)
+    args = parser.parse_args(); check_shared_arguments(parser, args, actions=("do_train", "do_predict", ...))
+
+    session = start_session(args)                 # threads, data parallel, report, tokenizer, AMP policy
+    model = build_model(args, BertForQuestionAnswering, session)
+    model = train(model, features, collate, loss, args, session, unit="features")
+    save_fine_tuned(model, args, session)
+
+Training: AdamW with decoupled weight decay, gradients clipped to a global norm of 1.0, linear warmup from
+--warmup-start-lr to --learning-rate over --warmup-proportion of the updates and then linear decay to 0
+(Devlin et al. 2019, appendix A.3). Each update merges --gradient-merge-steps micro-batches of
+--train-batch-size sequences per rank with gradient_merge.merged_backward, so that k micro-batches on W ranks
+give exactly the update of one batch of all their sequences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import math
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
+
+import numpy as np
+import paddle
+
+from amp import (
+    AmpPolicy,
+    add_amp_arguments,
+    amp_autocast,
+    amp_decorate,
+    amp_policy,
+    check_amp_arguments,
+    create_loss_scaler,
+)
+from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
+from checkpoint import PARAMS_SUFFIX, atomic_write, atomic_write_text
+from cli import check_at_least, str_to_bool
+from dllog import DLLogger
+from gradient_merge import all_reduce_sum, merged_backward
+from lr_scheduler import create_lr_scheduler
+from optimizer import create_optimizer
+from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel
+from squad_utils import batch_indices
+from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
+from weights import load_pretrained
+
+MAX_GRAD_NORM = 1.0  # gradient clipping of Google's and NVIDIA's fine-tuning recipes
+INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
+# Batches are padded to a multiple of 8 tokens, the granularity of tensor-core matrix tiles; the padding is masked.
+SEQUENCE_MULTIPLE = 8
+# Both tasks need the embeddings and the encoder. SQuAD never reads the pooler; GLUE's classifier does, and a
+# checkpoint without one (a masked-LM-only model) starts it from random initialisation, which the load reports.
+REQUIRED_PARTS = ("embeddings", "encoder")
+
+Feature = TypeVar("Feature")
+Batch = dict[str, np.ndarray]
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+# ---------------------------------------------------------------------------------------------
+
+
+def add_shared_data_arguments(group: argparse._ArgumentGroup, *, max_seq_length: int, max_seq_length_help: str) -> None:
+    """--vocab-file, --do-lower-case, --output-dir, --report-file, --model-prefix and --max-seq-length."""
+    group.add_argument("--vocab-file", required=True, help="WordPiece vocabulary the model was pretrained with")
+    group.add_argument("--do-lower-case", action=argparse.BooleanOptionalAction, default=None,
+                       help="lowercase and strip accents (uncased models); default: from the vocabulary's case")
+    group.add_argument("--output-dir", required=True,
+                       help="where the fine-tuned model, predictions and report are written")
+    group.add_argument("--report-file", help="DLLogger JSON report; default <output-dir>/report.json")
+    group.add_argument("--model-prefix", default="bert_paddle", help="file name prefix of saved models")
+    group.add_argument("--max-seq-length", type=int, default=max_seq_length, help=max_seq_length_help)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Model group: --bert-model, --config-file, --from-pretrained-params (--init-checkpoint), --fuse-mha."""
+    model = parser.add_argument_group("Model")
+    model.add_argument("--bert-model", default="bert-large-uncased", choices=BERT_MODELS,
+                       help="architecture; its bert_configs/<name>.json unless --config-file is given")
+    model.add_argument("--config-file", help="BERT config JSON (needed for --bert-model custom)")
+    model.add_argument("--from-pretrained-params", "--init-checkpoint", dest="from_pretrained_params",
+                       help="initial weights: a .pdparams file (pretraining, converted Hugging Face or fine-tuned) "
+                            "or a folder holding <model-prefix>.pdparams")
+    model.add_argument("--fuse-mha", action="store_true", help="one fused QKV projection per attention layer")
+
+
+def add_training_arguments(parser: argparse.ArgumentParser, *, unit: str, learning_rate: float,
+                           warmup_proportion: float) -> None:
+    """The Training group; `unit` names what the task trains on ("features", "examples") in the help."""
+    training = parser.add_argument_group("Training")
+    training.add_argument("--do-train", action="store_true", help="fine-tune on --train-file")
+    training.add_argument("--epochs", type=int, default=3, help=f"passes over the training {unit}")
+    training.add_argument("--max-steps", type=int, default=None,
+                          help="optimizer updates to run instead of --epochs (<= 0 means not set)")
+    training.add_argument("--train-batch-size", type=int, default=32, help=f"{unit} per process per micro-batch")
+    training.add_argument("--gradient-merge-steps", type=int, default=1,
+                          help="micro-batches whose gradients are accumulated into one update")
+    training.add_argument("--learning-rate", type=float, default=learning_rate, help="peak learning rate")
+    training.add_argument("--warmup-start-lr", type=float, default=0.0, help="learning rate at the first step")
+    training.add_argument("--warmup-proportion", type=float, default=warmup_proportion,
+                          help="fraction of the updates spent in linear warmup; then linear decay to 0")
+    training.add_argument("--beta1", type=float, default=0.9, help="AdamW first-moment decay")
+    training.add_argument("--beta2", type=float, default=0.999, help="AdamW second-moment decay")
+    training.add_argument("--epsilon", type=float, default=1e-6, help="AdamW epsilon")
+    training.add_argument("--weight-decay", type=float, default=0.01,
+                          help="decoupled weight decay (not on biases and LayerNorm)")
+    training.add_argument("--seed", type=int, default=42, help="seed of weights, dropout and data order")
+    training.add_argument("--log-freq", type=int, default=10, help="log the loss every this many updates")
+
+
+def add_advanced_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Advanced group (--show-config) and the mixed-precision flags of amp.py."""
+    advanced = parser.add_argument_group("Advanced")
+    advanced.add_argument("--show-config", type=str_to_bool, default=True, help="log the arguments")
+    add_amp_arguments(parser)
+
+
+def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                           actions: Sequence[str]) -> None:
+    """Exit through parser.error for invalid shared options; resolve --config-file, unset --max-steps <= 0 and
+    default --report-file. `actions` are the destinations of the flags that give the run something to do."""
+    check_amp_arguments(parser, args)
+    if not any(getattr(args, action) for action in actions):
+        flags = [f"--{action.replace('_', '-')}" for action in actions]
+        parser.error(f"nothing to do: give {', '.join(flags[:-1])} and/or {flags[-1]}")
+    if args.do_train and not args.train_file:
+        parser.error("--do-train needs --train-file")
+    if (args.do_predict or args.do_eval) and not args.predict_file:
+        parser.error("--do-predict and --do-eval need --predict-file")
+    try:
+        args.config_file = config_file_for(args.bert_model, args.config_file)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.max_steps is not None and args.max_steps <= 0:
+        args.max_steps = None
+    check_at_least(parser, args, "epochs", "train_batch_size", "predict_batch_size", "gradient_merge_steps",
+                   "log_freq")
+    if not 0.0 <= args.warmup_proportion <= 1.0:
+        parser.error("--warmup-proportion must be in [0, 1]")
+    for name in ("train_file", "predict_file", "vocab_file", "config_file"):
+        path = getattr(args, name)
+        if path and not os.path.isfile(path):
+            parser.error(f"--{name.replace('_', '-')} {path}: file not found")
+    if args.report_file is None:
+        args.report_file = os.path.join(args.output_dir, "report.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# The run, the model and its weights
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """What a fine-tuning process sets up before it reads data: its place in the data-parallel job, its CPU
+    threads, the report (written by rank 0), the tokenizer and the AMP policy."""
+
+    rank: int
+    world_size: int
+    num_threads: int
+    logger: DLLogger
+    tokenizer: BertTokenizer
+    policy: AmpPolicy
+
+
+def start_session(args: argparse.Namespace) -> Session:
+    num_threads = configure_cpu_threads()
+    apply_cpu_tweaks()
+    rank, world_size = init_data_parallel()
+    logger = DLLogger(args.report_file, enabled=rank == 0)
+    if args.show_config:
+        logger.log("PARAMETER", vars(args))
+    do_lower_case = args.do_lower_case
+    if do_lower_case is None:
+        do_lower_case = not vocab_looks_cased(load_vocab(args.vocab_file))
+    tokenizer = BertTokenizer(args.vocab_file, do_lower_case=do_lower_case)
+    return Session(rank, world_size, num_threads, logger, tokenizer, amp_policy(args))
+
+
+def build_model(args: argparse.Namespace, make: Callable[[BertConfig], paddle.nn.Layer],
+                session: Session) -> paddle.nn.Layer:
+    """make(config) with the weights of --from-pretrained-params, if given; the load is printed and reported.
+
+    The weights come from --seed on every rank; afterwards Paddle's generator continues from --seed + rank,
+    so that every rank draws its own dropout masks.
+    """
+    config = build_config(args.bert_model, args.config_file, fuse_mha=args.fuse_mha,
+                          max_seq_length=args.max_seq_length)
+    paddle.seed(args.seed)
+    model = make(config)
+    if args.from_pretrained_params:
+        report = load_pretrained(model, args.from_pretrained_params, required=REQUIRED_PARTS,
+                                 flag="--from-pretrained-params", model_prefix=args.model_prefix)
+        print(report.describe(), flush=True)
+        session.logger.log("PARAMETER", {"init_params": report.path, "newly_initialized": report.missing,
+                                         "unused_params": report.unused})
+    paddle.seed(args.seed + session.rank)
+    return model
+
+
+def save_fine_tuned(model: paddle.nn.Layer, args: argparse.Namespace, session: Session) -> None:
+    """Rank 0 writes <output-dir>/<model-prefix>.pdparams and the architecture beside it as
+    <model-prefix>_config.json, and reports the weights' path."""
+    if session.rank != 0:
+        return
+    params_path = os.path.join(args.output_dir, args.model_prefix + PARAMS_SUFFIX)
+    atomic_write(params_path, lambda path: paddle.save(model.state_dict(), path))
+    atomic_write_text(os.path.join(args.output_dir, args.model_prefix + "_config.json"),
+                      model.config.to_json_string())
+    session.logger.log("PARAMETER", {"saved_model": params_path})
+
+
+def require_examples(examples: Sequence, path: str) -> None:
+    """ValueError naming the file when it holds no examples (a training run would have nothing to learn from)."""
+    if not examples:
+        raise ValueError(f"{path}: no examples in the file")
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------
+
+
+def model_inputs(batch: Batch) -> list[paddle.Tensor]:
+    """input_ids, token_type_ids and attention_mask [B, S] of a collated batch, as tensors."""
+    return [paddle.to_tensor(batch[name]) for name in INPUT_NAMES]
+
+
+def training_batches(features: Sequence[Feature], collate: Callable[[list[Feature]], Batch], batch_size: int,
+                     seed: int, rank: int, world_size: int) -> Iterator[tuple[int, Batch]]:
+    """(epoch, batch) of this rank, without end: every epoch a fresh shuffle, sharded by squad_utils.batch_indices."""
+    if not features:
+        raise ValueError("no training features")  # every epoch would be empty and the loop would never end
+    for epoch in itertools.count():
+        for indices in batch_indices(len(features), batch_size, shuffle=True, seed=seed, epoch=epoch, rank=rank,
+                                     world_size=world_size):
+            yield epoch, collate([features[i] for i in indices])
+
+
+def total_training_steps(num_features: int, args: argparse.Namespace, world_size: int) -> int:
+    """--max-steps, or the updates that --epochs passes over the features take (at least one)."""
+    if args.max_steps is not None:
+        return args.max_steps
+    batches_per_epoch = math.ceil(math.ceil(num_features / world_size) / args.train_batch_size)
+    return max(1, args.epochs * batches_per_epoch // args.gradient_merge_steps)
+
+
+def _sequences(batch: Batch) -> tuple[int]:
+    return (len(batch["input_ids"]),)
+
+
+def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable[[list[Feature]], Batch],
+          loss_fn: Callable[[paddle.nn.Layer, Batch], paddle.Tensor], args: argparse.Namespace, session: Session,
+          unit: str, benchmark: tuple[int, int] | None = None) -> paddle.nn.Layer:
+    """Fine-tune on loss_fn (the mean loss over a batch's sequences, given the network and the batch) and return
+    the trained model (decorated for AMP level O2).
+
+    Reported: the training set (training_<unit>), every --log-freq updates the loss (the mean over the global
+    batch) and learning rate, and at the end the throughput. benchmark = (warmup steps, timed steps) runs that
+    many updates and times the last ones.
+    """
+    policy, logger, world_size = session.policy, session.logger, session.world_size
+    total_steps = sum(benchmark) if benchmark else total_training_steps(len(features), args, world_size)
+    scheduler = create_lr_scheduler("poly", args.learning_rate, total_steps, args.warmup_proportion,
+                                    warmup_start_lr=args.warmup_start_lr, power=1.0)
+    optimizer = create_optimizer("AdamW", model, scheduler, args.weight_decay, args.beta1, args.beta2,
+                                 args.epsilon, MAX_GRAD_NORM)
+    model, optimizer = amp_decorate(model, optimizer, policy)
+    scaler = create_loss_scaler(policy)
+    network = paddle.DataParallel(model) if world_size > 1 else model
+    network.train()
+    logger.log("PARAMETER", {f"training_{unit}": len(features), "train_batch_size": args.train_batch_size,
+                             "world_size": world_size, "steps": total_steps})
+    batches = training_batches(features, collate, args.train_batch_size, args.seed, session.rank, world_size)
+
+    def loss_terms(network: paddle.nn.Layer, batch: Batch) -> list[tuple[paddle.Tensor, int]]:
+        with amp_autocast(policy):
+            return [(loss_fn(network, batch), 0)]
+
+    skipped_steps = 0
+    timed_start = train_start = time.perf_counter()
+    for step in range(1, total_steps + 1):
+        if benchmark and step == benchmark[0] + 1:
+            timed_start = time.perf_counter()
+        learning_rate = optimizer.get_lr()
+        drawn = [next(batches) for _ in range(args.gradient_merge_steps)]
+        epoch = drawn[-1][0]
+        [step_loss] = merged_backward(network, [batch for _, batch in drawn], _sequences, loss_terms, world_size,
+                                      scaler)
+        found_inf = scaler.unscale_and_check(model.parameters()) if scaler else False
+        if found_inf:
+            skipped_steps += 1  # an overflow in float16: this update is dropped, the schedule moves on
+        else:
+            optimizer.step()
+        optimizer.clear_grad()
+        scheduler.step()
+        if scaler:
+            scaler.update(found_inf)
+        if step % args.log_freq == 0 or step == total_steps:
+            if world_size > 1:  # every rank logs at the same steps, so all take part in this all-reduce
+                step_loss = all_reduce_sum(paddle.to_tensor([step_loss], dtype="float64")).item()
+            metrics = {"loss": step_loss, "learning_rate": learning_rate}
+            if scaler:
+                metrics.update(loss_scale=scaler.scale_value, skipped_steps=skipped_steps)
+            logger.log((epoch, step), metrics)
+    _log_throughput(logger, args.train_batch_size * args.gradient_merge_steps * world_size, total_steps,
+                    benchmark, time.perf_counter() - timed_start, time.perf_counter() - train_start)
+    return model
+
+
+def _log_throughput(logger: DLLogger, global_batch: int, total_steps: int, benchmark: tuple[int, int] | None,
+                    timed_seconds: float, total_seconds: float) -> None:
+    if benchmark:
+        logger.log((), {"training_sequences_per_second": global_batch * benchmark[1] / timed_seconds})
+    else:
+        logger.log((), {"e2e_train_time": total_seconds,
+                        "training_sequences_per_second": global_batch * total_steps / timed_seconds})

@@ -1,0 +1,83 @@
+"""Gradient merge (accumulation) over k micro-batches on W data-parallel ranks, exact for any batch sizes.
+
+One optimizer step sees k micro-batches on each of W ranks. A loss is a sum of terms, each the mean over
+the items of one kind in a micro-batch (fine-tuning: the sequences; pretraining: the masked tokens for the
+masked-LM term and the sequences for the next-sentence term). Let n_i be micro-batch i's items of a term's
+kind and N the items of that kind in all k micro-batches of all W ranks. Each micro-batch backpropagates
+
+    W * sum over terms of  mean_i * n_i / N
+
+Only the last micro-batch's backward all-reduces the gradients (the inner ones run under
+`network.no_sync()`), and paddle.DataParallel averages them over the W ranks, so the factor W cancels: the
+gradient is that of each term's mean over the whole global batch, exactly what one process computes on all
+the sequences at once, whatever the micro-batches' sizes. When all micro-batches have equal counts this is the
+usual division of each micro-batch's mean loss by k.
+
+    def counts(batch):                       # one count per kind of item
+        return (int((batch["labels"] != -1).sum()), len(batch["labels"]))
+
+    def loss_terms(network, batch):          # (mean over the micro-batch, index of its kind in counts)
+        mlm_mean, nsp_mean = criterion(*network(...), ...)
+        return [(mlm_mean, 0), (nsp_mean, 1)]
+
+    mlm_loss, nsp_loss = merged_backward(network, micro_batches, counts, loss_terms, world_size, scaler)
+
+The returned values are this rank's shares of each term's global-batch mean: summed over the ranks
+(all_reduce_sum) they are the means over the global batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import paddle
+
+from amp import LossScaler
+
+Batch = TypeVar("Batch")
+# (mean over one micro-batch's items of one kind, index of that kind in the counts)
+LossTerm = tuple[paddle.Tensor, int]
+
+
+def all_reduce_sum(values: paddle.Tensor) -> paddle.Tensor:
+    """The element-wise sum of `values` over all ranks of the default group (in place)."""
+    paddle.distributed.all_reduce(values)
+    return values
+
+
+def merged_backward(
+    network: paddle.nn.Layer,
+    micro_batches: Sequence[Batch],
+    counts_fn: Callable[[Batch], Sequence[int]],
+    loss_terms_fn: Callable[[paddle.nn.Layer, Batch], Sequence[LossTerm]],
+    world_size: int,
+    scaler: LossScaler | None = None,
+    all_reduce: Callable[[paddle.Tensor], paddle.Tensor] = all_reduce_sum,
+) -> list[float]:
+    """Forward and backward of this rank's micro-batches, weighted as in the module docstring.
+
+    counts_fn gives a micro-batch's item counts, one per kind; loss_terms_fn runs the forward pass (under
+    autocast, if any) and returns the loss terms. The global counts are agreed by one all_reduce (skipped
+    for a single rank); a kind with no items anywhere gives its terms weight 0. With a scaler each
+    micro-batch's loss is scaled before backward. Returns, per term in loss_terms_fn's order, this rank's
+    share of its global-batch mean (summed over ranks: the global mean). Gradients are left accumulated in
+    the parameters for the optimizer step.
+    """
+    counts = [[float(count) for count in counts_fn(batch)] for batch in micro_batches]
+    totals = [sum(column) for column in zip(*counts, strict=True)]
+    if world_size > 1:
+        totals = all_reduce(paddle.to_tensor(totals, dtype="float64")).numpy().tolist()
+    shares: list[paddle.Tensor] = []
+    for index, (batch, batch_counts) in enumerate(zip(micro_batches, counts, strict=True)):
+        inner = index < len(micro_batches) - 1
+        sync_context = network.no_sync() if inner and world_size > 1 else contextlib.nullcontext()
+        with sync_context:
+            terms = loss_terms_fn(network, batch)
+            weighted = [mean * (batch_counts[kind] / max(totals[kind], 1.0)) for mean, kind in terms]
+            loss = sum(weighted) * world_size
+            (scaler.scale(loss) if scaler else loss).backward()
+        detached = [term.detach() for term in weighted]
+        shares = detached if not shares else [total + term for total, term in zip(shares, detached, strict=True)]
+    return [float(share) for share in shares]

@@ -1,0 +1,460 @@
+"""finetune.py and gradient_merge.py: the shared options act the same in run_squad.py and run_glue.py, gradient
+merge and data parallelism give exactly the update of one batch of all the sequences, the inner micro-batches
+do not all-reduce, a checkpoint without a pooler fine-tunes, batches are padded to a multiple of 8 without
+changing any output, and empty data files stop with one line instead of looping forever.
+
+Run as a script under paddle.distributed.launch this module is the worker of the two-rank test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import paddle
+import pytest
+
+import finetune
+import run_glue
+import run_squad
+from amp import AmpPolicy
+from conftest import require_shared
+from dllog import DLLogger, read_report
+from glue_data import ClassificationFeature, collate_classification
+from gradient_merge import merged_backward
+from helpers import (
+    common_argv,
+    logged,
+    parameter,
+    params,
+    record_amp_policies,
+    record_optimizer_options,
+    run_in_process,
+    run_script,
+    tiny_config,
+    use_gpu_amp_policy,
+    write_tiny_model,
+)
+from modeling import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
+from runtime import init_data_parallel
+from squad_utils import SquadFeature, collate_features, pad_token_rows
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """Six SQuAD dev questions, 16 MRPC train rows, the tiny model and a copy of its checkpoint without the pooler."""
+    folder = tmp_path_factory.mktemp("finetune")
+    article = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())["data"][0]
+    paragraph = dict(article["paragraphs"][0], qas=article["paragraphs"][0]["qas"][:6])
+    (folder / "squad.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t",
+                                                                               "paragraphs": [paragraph]}]}))
+    lines = require_shared("data", "glue", "MRPC", "train.tsv").read_bytes().split(b"\n")
+    (folder / "mrpc.tsv").write_bytes(b"\n".join(lines[:17]) + b"\n")
+    write_tiny_model(folder)
+    state = paddle.load(str(folder / "pretrain" / "1000" / "bert_paddle.pdparams"))
+    paddle.save({name: value for name, value in state.items() if not name.startswith("bert.pooler.")},
+                str(folder / "no_pooler.pdparams"))
+    return folder
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One fine-tuning script with the task options and the data file (trained on and predicted) of its runs."""
+
+    script: ModuleType
+    task_argv: tuple[str, ...]
+    data: str
+
+    def run(self, workspace: Path, name: str, *args) -> tuple[Path, list[dict]]:
+        output_dir = workspace / f"{self.script.__name__}-{name}"  # reports are appended to: one folder a run
+        return run_in_process(self.script.main, [*common_argv(workspace, output_dir), *self.task_argv, *args],
+                              output_dir)
+
+    def train_args(self, workspace: Path, *extra) -> list:
+        return ["--do-train", "--train-file", workspace / self.data, *extra]
+
+
+TASKS = {
+    "squad": Task(run_squad, ("--max-seq-length", "128", "--doc-stride", "64", "--max-query-length", "32"),
+                  "squad.json"),
+    "glue": Task(run_glue, ("--task-name", "mrpc"), "mrpc.tsv"),
+}
+
+
+@pytest.fixture(params=sorted(TASKS))
+def task(request) -> Task:
+    return TASKS[request.param]
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared options, in both scripts
+# ---------------------------------------------------------------------------------------------
+
+
+def test_learning_rate_follows_linear_warmup_then_linear_decay(workspace, task):
+    _, records = task.run(workspace, "schedule", *task.train_args(
+        workspace, "--max-steps", 10, "--learning-rate", 2e-3, "--warmup-proportion", 0.2, "--warmup-start-lr",
+        1e-4, "--log-freq", 1))
+    # 10 updates, warmup 0.2 -> W = 2; from 1e-4 up to 2e-3, then down to 0 at update 10
+    expected = [1e-4 + (2e-3 - 1e-4) * k / 2 if k < 2 else 2e-3 * (1 - (k - 2) / 8) for k in range(1, 11)]
+    assert logged(records, "learning_rate") == pytest.approx(expected)
+
+
+def test_optimizer_receives_the_adamw_options(workspace, task, monkeypatch):
+    received = record_optimizer_options(monkeypatch)
+    task.run(workspace, "adamw", *task.train_args(workspace, "--max-steps", 1, "--beta1", 0.8, "--beta2", 0.99,
+                                                  "--epsilon", 1e-7, "--weight-decay", 0.02))
+    assert received == {"name": "AdamW", "weight_decay": 0.02, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-7,
+                        "max_grad_norm": 1.0}
+
+
+def test_report_file_show_config_and_model_prefix(workspace, task):
+    report = workspace / "elsewhere" / f"{task.data}.log.json"
+    output_dir = workspace / f"prefixed-{task.data}"
+    task.script.main([*common_argv(workspace, output_dir), *task.task_argv,
+                      *map(str, task.train_args(workspace, "--max-steps", 1)),
+                      "--report-file", str(report), "--show-config", "false", "--model-prefix", "mine"])
+    assert not (output_dir / "report.json").exists()
+    records = read_report(report)
+    assert parameter(records, "steps") == [1] and not parameter(records, "vocab_file")
+    assert (output_dir / "mine.pdparams").is_file() and (output_dir / "mine_config.json").is_file()
+    assert BertConfig.from_json_file(str(output_dir / "mine_config.json")).hidden_size == 128
+
+
+def test_amp_on_cpu_says_so_in_one_line_and_trains_in_fp32(workspace, task, capsys):
+    fp32_dir, _ = task.run(workspace, "fp32", *task.train_args(workspace, "--max-steps", 2))
+    amp_dir, _ = task.run(workspace, "amp_cpu", *task.train_args(workspace, "--max-steps", 2, "--amp"))
+    assert "--amp is ignored and this run continues in fp32" in capsys.readouterr().out
+    for name, value in params(fp32_dir).items():
+        np.testing.assert_array_equal(params(amp_dir)[name], value, err_msg=name)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize(("dynamic", "expected_scale"), [(False, 1e39), (True, 5e38)])
+def test_loss_scale_flags(workspace, task, monkeypatch, dynamic, expected_scale):
+    # A scale beyond float32's range (3.4e38) makes the scaled loss inf: the update is skipped, and a dynamic
+    # scale halves.
+    use_gpu_amp_policy(monkeypatch)
+    flags = ["--amp", "--scale-loss", 1e39, *(["--use-dynamic-loss-scaling"] if dynamic else [])]
+    output_dir, records = task.run(workspace, f"scale_{dynamic}", *task.train_args(
+        workspace, "--max-steps", 1, "--from-pretrained-params", workspace / "pretrain" / "1000", *flags))
+    assert logged(records, "skipped_steps") == [1]
+    assert logged(records, "loss_scale") == [pytest.approx(expected_scale)]
+    pretrained = paddle.load(str(workspace / "pretrain" / "1000" / "bert_paddle.pdparams"))
+    np.testing.assert_array_equal(params(output_dir)["bert.encoder.1.output.weight"],
+                                  pretrained["bert.encoder.1.output.weight"])
+
+
+def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, task, monkeypatch):
+    use_gpu_amp_policy(monkeypatch)
+    policies = record_amp_policies(monkeypatch, task.script)
+    task.run(workspace, "pure", *task.train_args(workspace, "--max-steps", 1, "--amp", "--use-pure-fp16",
+                                                 "--amp-dtype", "bfloat16"))
+    assert [(p.level, p.dtype, p.enabled) for p in policies] == [("O2", "bfloat16", True)]
+    with pytest.raises(SystemExit):
+        task.script.parse_args([*common_argv(workspace, workspace / "x"), *task.task_argv,
+                                *map(str, task.train_args(workspace)), "--use-pure-fp16"])  # needs --amp
+
+
+# ---------------------------------------------------------------------------------------------
+# Empty data
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--train-file", "--predict-file"])
+def test_an_empty_data_file_is_a_one_line_error_naming_it(workspace, task, tmp_path, flag):
+    # Before, an empty training set drew batches forever: the timeout makes such a hang a failure.
+    empty = tmp_path / task.data
+    if task.script is run_squad:
+        empty.write_text(json.dumps({"version": "1.1", "data": []}))
+    else:
+        empty.write_bytes((workspace / task.data).read_bytes().split(b"\n")[0] + b"\n")  # the header alone
+    action = "--do-train" if flag == "--train-file" else "--do-predict"
+    script = f"{task.script.__name__}.py"
+    result = run_script(script, [*common_argv(workspace, tmp_path / "out"), *task.task_argv, action, flag, empty],
+                        timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == f"{script}: {empty}: no examples in the file"
+
+
+def test_training_batches_of_no_features_stop_at_once():
+    with pytest.raises(ValueError, match="no training features"):
+        next(finetune.training_batches([], list, batch_size=2, seed=0, rank=0, world_size=1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradient merge, in one process
+# ---------------------------------------------------------------------------------------------
+
+
+def classification_features(count: int, seed: int) -> list[ClassificationFeature]:
+    """Sentences of 4 to 20 random word pieces with random labels."""
+    rng = np.random.default_rng(seed)
+    features = []
+    for _ in range(count):
+        length = int(rng.integers(4, 21))
+        features.append(ClassificationFeature([101, *rng.integers(1000, 5000, length - 2).tolist(), 102],
+                                              [0] * length, int(rng.integers(0, 2))))
+    return features
+
+
+def tiny_classifier(seed: int = 0) -> BertForSequenceClassification:
+    paddle.seed(seed)
+    return BertForSequenceClassification(BertConfig.from_dict(tiny_config()), 2)
+
+
+def training_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    finetune.add_training_arguments(parser, unit="examples", learning_rate=1e-4, warmup_proportion=0.0)
+    return parser.parse_args(argv)
+
+
+def quiet_session() -> finetune.Session:
+    return finetune.Session(rank=0, world_size=1, num_threads=1, logger=DLLogger(None, enabled=False),
+                            tokenizer=None, policy=AmpPolicy())
+
+
+def train_tiny(features: list[ClassificationFeature], batch_size: int, merge: int) -> dict[str, np.ndarray]:
+    model = finetune.train(tiny_classifier(), features, lambda batch: collate_classification(batch, 0, multiple=8),
+                           run_glue.classification_loss,
+                           training_args("--max-steps", "2", "--train-batch-size", str(batch_size),
+                                         "--gradient-merge-steps", str(merge)),
+                           quiet_session(), unit="examples")
+    return {name: value.numpy() for name, value in model.state_dict().items()}
+
+
+def largest_difference(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> float:
+    assert first.keys() == second.keys()
+    return max(float(np.abs(first[name] - second[name]).max()) for name in first)
+
+
+def test_merged_micro_batches_train_as_one_batch_of_all_their_sequences():
+    # 13 examples: batches of 8 are [8, 5]; micro-batches of 4 are [4, 4] and [4, 1], so the second update merges
+    # micro-batches of different sizes, which a plain division of each mean loss by k gets wrong.
+    features = classification_features(13, seed=0)
+    single = train_tiny(features, batch_size=8, merge=1)
+    assert largest_difference(train_tiny(features, batch_size=4, merge=2), single) <= 1e-6
+    # The check can fail: updates from the first micro-batches alone move the weights measurably elsewhere.
+    assert largest_difference(train_tiny(features, batch_size=4, merge=1), single) > 1e-5
+
+
+def gradients(model: paddle.nn.Layer) -> dict[str, np.ndarray]:
+    return {name: parameter.grad.numpy().copy() for name, parameter in model.named_parameters()
+            if parameter.grad is not None}
+
+
+def one_batch_gradients(features: list[ClassificationFeature], seed: int = 0) -> dict[str, np.ndarray]:
+    """Gradients of the mean loss over all features as one batch."""
+    model = tiny_classifier(seed)
+    run_glue.classification_loss(model, collate_classification(features, 0)).backward()
+    return gradients(model)
+
+
+def test_each_micro_batch_weighs_by_its_share_of_the_sequences():
+    features = classification_features(7, seed=1)
+    micro_batches = [collate_classification(part, 0) for part in (features[:5], features[5:6], features[6:])]
+    model = tiny_classifier()
+    losses = merged_backward(model, micro_batches, lambda batch: (len(batch["labels"]),),
+                             lambda network, batch: [(run_glue.classification_loss(network, batch), 0)], 1)
+    expected = one_batch_gradients(features)
+    assert largest_difference(gradients(model), expected) <= 1e-6
+    whole_loss = run_glue.classification_loss(tiny_classifier(), collate_classification(features, 0))
+    assert losses == [pytest.approx(float(whole_loss), abs=1e-6)]
+    # The former convention, each micro-batch's mean divided by k, weighs the lone examples 5 times too much.
+    model = tiny_classifier()
+    merged_backward(model, micro_batches, lambda batch: (1,),
+                    lambda network, batch: [(run_glue.classification_loss(network, batch), 0)], 1)
+    assert largest_difference(gradients(model), expected) > 1e-4
+
+
+class RecordingNetwork:
+    """Stands in for paddle.DataParallel: records no_sync scopes and forward passes."""
+
+    def __init__(self, model: paddle.nn.Layer, events: list[str]):
+        self.model = model
+        self.events = events
+
+    def no_sync(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            self.events.append("no_sync{")
+            yield
+            self.events.append("}")
+        return scope()
+
+    def __call__(self, *inputs):
+        self.events.append("forward")
+        return self.model(*inputs)
+
+
+def test_terms_of_two_kinds_weigh_by_their_own_counts_and_only_the_last_backward_syncs():
+    # Pretraining's two terms: one mean over a count that differs from the sequences (here: label-1 examples).
+    features = classification_features(6, seed=2)
+    micro_batches = [collate_classification(part, 0) for part in (features[:2], features[2:])]
+    events: list[str] = []
+    model = tiny_classifier()
+    model.classifier.weight.register_hook(lambda grad: events.append("backward"))
+    reduced = []
+
+    def all_reduce(values):  # as if a second rank had exactly the same counts
+        reduced.append(values.numpy().tolist())
+        return values * 2
+
+    def terms(network, batch):
+        logits = network(*finetune.model_inputs(batch))
+        labels = paddle.to_tensor(batch["labels"])
+        positives = paddle.to_tensor((batch["labels"] == 1).astype("float32"))
+        positive_mean = (logits[:, 1] * positives).sum() / paddle.clip(positives.sum(), min=1.0)
+        return [(paddle.nn.functional.cross_entropy(logits, labels), 1), (positive_mean, 0)]
+
+    def counts(batch):
+        return (int((batch["labels"] == 1).sum()), len(batch["labels"]))
+
+    shares = merged_backward(RecordingNetwork(model, events), micro_batches, counts, terms, 2, all_reduce=all_reduce)
+    assert events == ["no_sync{", "forward", "backward", "}", "forward", "backward"]
+    positives = sum(feature.label_id for feature in features)
+    assert reduced == [[positives, 6]]  # one all-reduce, of the counts
+    # Per rank, each term is the share of its mean over 2 ranks: half of this rank's mean over its items.
+    everything = collate_classification(features, 0)
+    logits = tiny_classifier()(*finetune.model_inputs(everything)).numpy()
+    expected_cross_entropy = float(run_glue.classification_loss(tiny_classifier(), everything)) / 2
+    expected_positive = float(logits[everything["labels"] == 1, 1].mean()) / 2
+    assert shares == pytest.approx([expected_cross_entropy, expected_positive], abs=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradient merge on two ranks
+# ---------------------------------------------------------------------------------------------
+
+# Each rank's micro-batches (features of classification_features(9, seed=3)): uneven within and across ranks.
+RANK_MICRO_BATCHES = {0: [[0, 1, 2], [3, 4]], 1: [[5, 6, 7], [8]]}
+
+
+def two_rank_worker(output_dir: Path) -> None:
+    """On each rank: merged_backward of RANK_MICRO_BATCHES[rank] through DataParallel; saves the classifier's
+    gradient as the second micro-batch starts (after the first backward) and every gradient at the end."""
+    rank, world_size = init_data_parallel()
+    features = classification_features(9, seed=3)
+    model = tiny_classifier()
+    network = paddle.DataParallel(model)
+    snapshots = []
+
+    def terms(network, batch):
+        grad = model.classifier.weight.grad
+        snapshots.append(None if grad is None else grad.numpy().copy())
+        return [(run_glue.classification_loss(network, batch), 0)]
+
+    micro_batches = [collate_classification([features[i] for i in part], 0, multiple=8)
+                     for part in RANK_MICRO_BATCHES[rank]]
+    merged_backward(network, micro_batches, lambda batch: (len(batch["labels"]),), terms, world_size)
+    np.savez(output_dir / f"rank{rank}.npz", after_first=snapshots[1],
+             **{name.replace(".", "__"): grad for name, grad in gradients(model).items()})
+
+
+def test_two_ranks_sync_once_and_equal_one_process_on_the_combined_batch(tmp_path):
+    result = run_script("tests/test_finetune.py", [tmp_path], timeout=300, launch_ranks=2,
+                        log_dir=tmp_path / "launch_logs")
+    logs = "\n".join(path.read_text()[-2000:] for path in sorted((tmp_path / "launch_logs").glob("workerlog.*")))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:] + logs
+    ranks = [dict(np.load(tmp_path / f"rank{rank}.npz")) for rank in (0, 1)]
+    # Before the last micro-batch each rank holds its own gradient: the first backward did not all-reduce.
+    first_0, first_1 = ranks[0].pop("after_first"), ranks[1].pop("after_first")
+    assert np.abs(first_0 - first_1).max() > 1e-4
+    features = classification_features(9, seed=3)
+    expected = {name.replace(".", "__"): grad for name, grad in one_batch_gradients(features).items()}
+    for rank in ranks:
+        assert largest_difference(rank, expected) <= 1e-6
+    # The first backward gave rank 0 exactly its first micro-batch's share: 3 of the 9 sequences, times 2 ranks.
+    model = tiny_classifier()
+    (run_glue.classification_loss(model, collate_classification(features[:3], 0)) * (3 / 9 * 2)).backward()
+    np.testing.assert_allclose(first_0, model.classifier.weight.grad.numpy(), atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints without a pooler
+# ---------------------------------------------------------------------------------------------
+
+
+def test_squad_fine_tunes_from_a_checkpoint_without_the_pooler(workspace):
+    output_dir, records = TASKS["squad"].run(workspace, "squad_no_pooler", *TASKS["squad"].train_args(
+        workspace, "--from-pretrained-params", workspace / "no_pooler.pdparams", "--max-steps", 2),
+        "--do-predict", "--predict-file", workspace / "squad.json")
+    assert parameter(records, "newly_initialized") == [["bert.pooler.dense.bias", "bert.pooler.dense.weight",
+                                                         "qa_outputs.bias", "qa_outputs.weight"]]
+    assert len(logged(records, "loss")) == 1
+    assert len(json.loads((output_dir / "predictions.json").read_text())) == 6
+    assert any(name.startswith("bert.pooler.") for name in params(output_dir))
+
+
+def test_glue_loads_a_checkpoint_without_the_pooler_and_says_it_starts_random(workspace, capsys):
+    _, records = TASKS["glue"].run(workspace, "glue_no_pooler", "--from-pretrained-params",
+                                   workspace / "no_pooler.pdparams", "--do-eval", "--predict-file",
+                                   workspace / "mrpc.tsv")
+    assert "pooler, classifier not in the file, starting from random initialisation" in capsys.readouterr().out
+    assert sorted(parameter(records, "newly_initialized")[0]) == [
+        "bert.pooler.dense.bias", "bert.pooler.dense.weight", "classifier.bias", "classifier.weight"]
+    assert logged(records, "accuracy")
+
+
+# ---------------------------------------------------------------------------------------------
+# Padding to a multiple of 8
+# ---------------------------------------------------------------------------------------------
+
+
+def test_padding_rounds_the_longest_feature_up_to_the_multiple_but_not_past_max_length():
+    def rows(*lengths):
+        return [ClassificationFeature(list(range(1, n + 1)), [1] * n, 0) for n in lengths]
+
+    batch = pad_token_rows(rows(3, 5), pad_token_id=0, multiple=8)
+    np.testing.assert_array_equal(batch["input_ids"], [[1, 2, 3, 0, 0, 0, 0, 0], [1, 2, 3, 4, 5, 0, 0, 0]])
+    np.testing.assert_array_equal(batch["token_type_ids"], [[1, 1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0, 0]])
+    np.testing.assert_array_equal(batch["attention_mask"], [[1, 1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0, 0]])
+    assert pad_token_rows(rows(8), 0, multiple=8)["input_ids"].shape == (1, 8)
+    assert pad_token_rows(rows(9, 2), 0, multiple=8)["input_ids"].shape == (2, 16)
+    assert pad_token_rows(rows(9), 0, multiple=8, max_length=12)["input_ids"].shape == (1, 12)
+    assert pad_token_rows(rows(9), 0)["input_ids"].shape == (1, 9)
+    assert collate_classification(rows(3, 5), 0, multiple=8)["input_ids"].shape == (2, 8)
+
+
+def test_training_batches_of_both_scripts_are_padded_to_a_multiple_of_8(workspace, task, monkeypatch):
+    lengths = []
+    original = finetune.merged_backward
+
+    def recording(network, micro_batches, *args):
+        lengths.extend(batch["input_ids"].shape[1] for batch in micro_batches)
+        return original(network, micro_batches, *args)
+    monkeypatch.setattr(finetune, "merged_backward", recording)
+    task.run(workspace, "padded", *task.train_args(workspace, "--max-steps", 3))
+    assert len(lengths) == 3 and all(length % 8 == 0 for length in lengths)
+
+
+def test_padding_changes_no_output():
+    paddle.seed(0)
+    config = BertConfig.from_dict(tiny_config())
+    features = classification_features(3, seed=9)  # 11, 19 and 9 tokens
+    classifier = tiny_classifier()
+    classifier.eval()
+    tight, padded = (collate_classification(features, 0, multiple=multiple) for multiple in (1, 8))
+    assert tight["input_ids"].shape[1] % 8 != 0 and padded["input_ids"].shape[1] % 8 == 0
+    np.testing.assert_allclose(classifier(*finetune.model_inputs(padded)).numpy(),
+                               classifier(*finetune.model_inputs(tight)).numpy(), atol=1e-5)
+    squad_features = [SquadFeature(i, 0, f.input_ids, f.token_type_ids, np.zeros(0), np.zeros(0), np.zeros(0))
+                      for i, f in enumerate(features)]
+    span_model = BertForQuestionAnswering(config)
+    span_model.eval()
+    tight, padded = (collate_features(squad_features, 0, is_training=False, multiple=multiple) for multiple in (1, 8))
+    length = tight["input_ids"].shape[1]
+    for tight_logits, padded_logits in zip(span_model(*finetune.model_inputs(tight)),
+                                           span_model(*finetune.model_inputs(padded)), strict=True):
+        np.testing.assert_allclose(padded_logits.numpy()[:, :length], tight_logits.numpy(), atol=1e-5)
+
+
+if __name__ == "__main__":
+    two_rank_worker(Path(sys.argv[1]))
