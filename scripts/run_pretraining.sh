@@ -50,7 +50,7 @@
 #   34 constant_proportion (0)            fraction of phase 1 held at the peak after warmup (LANS schedule)
 #   35 constant_proportion_phase2 (0)
 # Environment: RESULTS_DIR (default <code_dir>/results) receives checkpoints, reports and logs; VOCAB_FILE
-# (default <code_dir>/vocab/bert-uncased-vocab.txt, from vocab/download_vocab.py; for the "sample" corpus a
+# (default <code_dir>/vocab/bert-large-uncased-vocab.txt, shipped; for the "sample" corpus a
 # vocab trained on it); BERT_PREP_WORKING_DIR (default <code_dir>/data; the "sample" corpus and its vocab go to
 # its sample/ folder). Presets share RESULTS_DIR: give each its own, or a rerun resumes the other's checkpoints.
 set -euo pipefail
@@ -135,8 +135,8 @@ if [[ "$wikipedia_source" == sample ]]; then
       --vocab-size 4096 --output "$VOCAB_FILE"
   fi
 fi
-VOCAB_FILE=${VOCAB_FILE:-$CODEDIR/vocab/bert-uncased-vocab.txt}
-[[ -f "$VOCAB_FILE" ]] || die "vocab file $VOCAB_FILE: not found (python vocab/download_vocab.py fetches it)"
+VOCAB_FILE=${VOCAB_FILE:-$CODEDIR/vocab/bert-large-uncased-vocab.txt}
+[[ -f "$VOCAB_FILE" ]] || die "vocab file $VOCAB_FILE: not found"
 
 readonly num_blocks=$((num_shards_per_worker * (num_workers > 0 ? num_workers : 1) * num_nodes * num_gpus))
 masking_flag=--masking
