@@ -33,7 +33,8 @@
 #   17 DATA_DIR_PHASE1 ($BERT_PREP_WORKING_DIR/pretrain/phase1/unbinned/parquet/)
 #   18 DATA_DIR_PHASE2 ($BERT_PREP_WORKING_DIR/pretrain/phase2/bin_size_64/parquet/)
 #   19 CODEDIR (the folder holding this scripts/ folder; /workspace/bert in the container)
-#   20 init_checkpoint (None)             folder of <model-prefix>.pdparams that phase 1 starts from
+#   20 init_checkpoint (None)             phase 1 resumes from it (NVIDIA's --from-checkpoint <it>
+#                                         --last-step-of-checkpoint auto): a folder of <step>/ checkpoints
 #   21 wikipedia_source ($BERT_PREP_WORKING_DIR/wikipedia/source/)  corpus to preprocess, or "sample"
 #   22 num_dask_workers (nproc)           preprocessing worker processes
 #   23 num_shards_per_worker (128)        shards = this x max(num_workers, 1) x num_gpus
@@ -188,7 +189,8 @@ phase1_flags=(--phase1 --input-dir "$DATA_DIR_PHASE1" --batch-size "$train_batch
   --max-predictions-per-seq 20 --max-steps "$train_steps" --warmup-proportion "$warmup_proportion"
   --constant-proportion "$constant_proportion" --learning-rate "$learning_rate"
   --gradient-merge-steps "$gradient_accumulation_steps" --report-file "$RESULTS_DIR/dllogger_p1.json")
-[[ "$init_checkpoint" != None ]] && phase1_flags+=(--from-pretrained-params "$init_checkpoint")
+# common_flags holds --last-step-of-checkpoint auto, so this is NVIDIA's resume: the newest step folder in it.
+[[ "$init_checkpoint" != None ]] && phase1_flags+=(--from-checkpoint "$init_checkpoint")
 launch 1 "$train_batch_size" "$gradient_accumulation_steps" -- "${phase1_flags[@]}"
 echo "finished phase 1"
 

@@ -183,7 +183,12 @@ POSITIONAL_CASES = {
     "19 code_dir": ({19: "{tmp}/code"}, lambda run: sorted({str(Path(arg).parent) for call in run.calls
                                                             for arg in call["argv"] if arg.endswith(".py")}),
                     ["{tmp}/code", "{tmp}/code/data"]),
-    "20 init_checkpoint": ({20: "{tmp}/init"}, _phase_values("--from-pretrained-params"), ("{tmp}/init", None)),
+    # NVIDIA's run_pretraining.sh: --from-checkpoint=<it> --last-step-of-checkpoint=auto, phase 1 only.
+    "20 init_checkpoint": ({20: "{tmp}/init"},
+                           lambda run: (_phase_values("--from-checkpoint")(run),
+                                        value(run.p1, "--last-step-of-checkpoint"),
+                                        "--from-pretrained-params" in run.p1),
+                           (("{tmp}/init", None), "auto", False)),
     "21 wikipedia_source": ({21: "{tmp}/corpus"}, lambda run: (_preprocessing_values("--input")(run),
                                                                 script_args(run.calls, "make_sample_corpus.py")),
                             (["{tmp}/corpus", "{tmp}/corpus"], [])),
