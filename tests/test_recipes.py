@@ -591,6 +591,60 @@ def test_docker_launch_script(tmp_path, fake_docker):
     assert called[-4:] == ["img:2", "bash", "-c", "nvidia-smi -L"]
 
 
+ENTRYPOINT = ROOT / "scripts" / "docker" / "entrypoint.sh"
+
+
+def _entrypoint(tmp_path: Path, nvidia_smi: str | None) -> subprocess.CompletedProcess:
+    """The image's entrypoint with a fake nvidia-smi (a shell body) first on PATH, running `echo ran`."""
+    bin_dir = tmp_path / "smi-bin"
+    bin_dir.mkdir(exist_ok=True)
+    if nvidia_smi is not None:
+        (bin_dir / "nvidia-smi").write_text(f"#!/usr/bin/env bash\n{nvidia_smi}\n")
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    # Only the fake and the basic tools: no real nvidia-smi from the machine's PATH.
+    path = f"{bin_dir}:/usr/bin:/bin"
+    return subprocess.run(["bash", str(ENTRYPOINT), "echo", "ran"], capture_output=True, text=True,
+                          env={"PATH": path})
+
+
+@pytest.mark.parametrize("driver, warning", [
+    ("565.57.01", None),
+    ("560.35.05", None),  # CUDA 12.6.3's own minimum
+    ("550.54.15", "older than CUDA 12.6.3's 560.35.05"),  # minor version compatibility
+    ("525.60.13", "older than CUDA 12.6.3's 560.35.05"),  # its oldest driver
+])
+def test_docker_entrypoint_runs_on_a_cuda_12_driver(driver, warning, tmp_path):
+    result = _entrypoint(tmp_path, f"echo {driver}; echo {driver}")  # one line per GPU
+    assert result.returncode == 0 and result.stdout == "ran\n"
+    if warning is None:
+        assert result.stderr == ""
+    else:
+        assert result.stderr.count("\n") == 1 and warning in result.stderr and driver in result.stderr
+
+
+@pytest.mark.parametrize("driver", ["525.60.12", "470.256.02"])
+def test_docker_entrypoint_refuses_an_older_driver_in_one_line(driver, tmp_path):
+    result = _entrypoint(tmp_path, f"echo {driver}")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (f"paddlebert: NVIDIA driver {driver} is older than 525.60.13, the oldest that runs CUDA "
+                             "12.6 programs (by minor version compatibility); update the host's driver\n")
+
+
+@pytest.mark.parametrize("nvidia_smi", [None, "echo 'No devices were found' >&2; exit 6"])
+def test_docker_entrypoint_warns_without_a_gpu(nvidia_smi, tmp_path):
+    result = _entrypoint(tmp_path, nvidia_smi)
+    assert result.returncode == 0 and result.stdout == "ran\n"
+    assert result.stderr.startswith("paddlebert: warning: no NVIDIA GPU visible")
+
+
+def test_dockerfile_pairs_the_cuda_base_image_with_the_wheel_index():
+    text = (ROOT / "Dockerfile").read_text()
+    assert "ARG FROM_IMAGE_NAME=nvidia/cuda:12.6.3-base-ubuntu24.04" in text
+    assert "ARG PADDLE_INDEX_URL=https://www.paddlepaddle.org.cn/packages/stable/cu126/" in text
+    assert 'ENTRYPOINT ["/usr/local/bin/paddlebert-entrypoint"]' in text
+    assert "COPY scripts/docker/entrypoint.sh /usr/local/bin/paddlebert-entrypoint" in text
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Linters
 # ------------------------------------------------------------------------------------------------------------
