@@ -1,31 +1,47 @@
-# PaddleBERT on NVIDIA's PaddlePaddle NGC container. The image provides CUDA, cuDNN, NCCL, the driver compatibility
-# libraries and Python (24.05: Ubuntu 22.04, Python 3.10, CUDA 12.4.1); its Paddle 2.x is replaced by the Paddle 3
-# GPU wheel of the version requirements.txt pins, from Paddle's official wheel index for CUDA 12.6 (cu126; the
-# index for CUDA 12.9 is .../packages/stable/cu129/). Build and run with scripts/docker/build.sh and
-# scripts/docker/launch.sh; choose the images with
-#   docker build --build-arg FROM_IMAGE_NAME=nvcr.io/nvidia/paddlepaddle:<yy.mm>-py3 \
-#                --build-arg PADDLE_INDEX_URL=https://www.paddlepaddle.org.cn/packages/stable/cu129/ .
-ARG FROM_IMAGE_NAME=nvcr.io/nvidia/paddlepaddle:24.05-py3
+# PaddleBERT with the CUDA 12.6 build of Paddle 3 (the version requirements.txt pins), from Paddle's wheel index for
+# CUDA 12.6 (cu126). That wheel brings CUDA 12.6's libraries (cuBLAS, cuDNN, NCCL, ...) as its pip dependencies
+# (nvidia-*-cu12), so the base image is NVIDIA's CUDA 12.6.3 "base" image: the CUDA 12.6 runtime and the driver
+# compatibility files, and no second cuDNN or NCCL of another version for Paddle to pick up by mistake (the NGC
+# PaddlePaddle 24.05 image used before has CUDA 12.4). Ubuntu 24.04 gives Python 3.12.
+#
+# Driver: CUDA 12.6.3 wants a driver >= 560.35.05. Through CUDA's minor version compatibility any CUDA 12.x
+# program also runs on a driver >= 525.60.13, without the features that need a newer driver (chiefly JIT
+# compilation of PTX built by a newer toolkit). scripts/docker/entrypoint.sh refuses to start below 525.60.13 and
+# warns below 560.35.05 (and when no GPU is visible). Slurm's pyxis does not run image entrypoints.
+#
+# Build and run with scripts/docker/build.sh and scripts/docker/launch.sh; for CUDA 12.9, pass both
+#   --build-arg FROM_IMAGE_NAME=nvidia/cuda:12.9.1-base-ubuntu24.04
+#   --build-arg PADDLE_INDEX_URL=https://www.paddlepaddle.org.cn/packages/stable/cu129/
+# and change the driver versions in scripts/docker/entrypoint.sh to CUDA 12.9's.
+ARG FROM_IMAGE_NAME=nvidia/cuda:12.6.3-base-ubuntu24.04
 FROM ${FROM_IMAGE_NAME}
 ARG PADDLE_INDEX_URL=https://www.paddlepaddle.org.cn/packages/stable/cu126/
 
-ENV BERT_PREP_WORKING_DIR=/workspace/bert/data
+# Ubuntu's own packages of the release: python3, venv (24.04's system Python refuses pip installs), jemalloc for
+# run.sub's preprocessing (USE_JEMALLOC).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends python3 python3-venv libjemalloc2 \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m venv /opt/paddlebert
+ENV PATH=/opt/paddlebert/bin:$PATH \
+    BERT_PREP_WORKING_DIR=/workspace/bert/data
 WORKDIR /workspace/bert
 
 # requirements.txt pins the CPU wheel of Paddle: its version is installed as the GPU wheel, everything else as
-# pinned there (its environment markers choose the versions that have wheels for the image's Python). The check
-# at the end stops the build if the image's Python is older than 3.10 or the GPU wheel did not replace Paddle 2.
+# pinned there. The check at the end stops the build unless the CUDA build of that version is what imports.
 COPY requirements.txt ./
 RUN paddle_version="$(sed -n 's/^paddlepaddle==\([0-9.]*\)$/\1/p' requirements.txt)" \
-    && pip uninstall --yes paddlepaddle-gpu \
     && pip install --no-cache-dir "paddlepaddle-gpu==${paddle_version}" \
         --index-url "${PADDLE_INDEX_URL}" --extra-index-url https://pypi.org/simple \
     && grep -v -E '^paddlepaddle([=<>~! ]|$)' requirements.txt > /tmp/requirements-image.txt \
     && pip install --no-cache-dir -r /tmp/requirements-image.txt \
     && rm /tmp/requirements-image.txt \
-    && python -c "import sys, paddle; ok = sys.version_info >= (3, 10) and paddle.__version__ == sys.argv[1] \
-and paddle.is_compiled_with_cuda(); sys.exit(0 if ok else 'Python %s with Paddle %s (CUDA build: %s); PaddleBERT \
-needs Python >= 3.10 and the CUDA build of Paddle %s' % (sys.version.split()[0], paddle.__version__, \
-paddle.is_compiled_with_cuda(), sys.argv[1]))" "${paddle_version}"
+    && python -c "import sys, paddle; ok = paddle.__version__ == sys.argv[1] and paddle.is_compiled_with_cuda(); \
+sys.exit(0 if ok else 'Paddle %s (CUDA build: %s); PaddleBERT needs the CUDA build of Paddle %s' % (\
+paddle.__version__, paddle.is_compiled_with_cuda(), sys.argv[1]))" "${paddle_version}"
 
+COPY scripts/docker/entrypoint.sh /usr/local/bin/paddlebert-entrypoint
 COPY . .
+ENTRYPOINT ["/usr/local/bin/paddlebert-entrypoint"]
+CMD ["bash"]

@@ -98,7 +98,7 @@ folder_is_empty() {  # folder: true when it is missing or holds nothing
 # --fuse-mha true|false (true) are taken out first. Needs set_recipe_dirs.
 launch_phase_with_named_args() {  # run_pretraining.py arguments...
   local gpus=8 precision=amp fuse_mha=true passed=()
-  local shared_flags=(--vocab-file "$CODEDIR/vocab/bert-uncased-vocab.txt" --output-dir "$CODEDIR/results"
+  local shared_flags=(--vocab-file "$CODEDIR/vocab/bert-large-uncased-vocab.txt" --output-dir "$CODEDIR/results"
     --bert-model bert-large-uncased --last-step-of-checkpoint auto --optimizer Lamb --num-steps-per-checkpoint 200
     --log-freq 1)
   while (( $# > 0 )); do

@@ -2,7 +2,7 @@
 # Fine-tune BERT on a GLUE task and/or evaluate it (run_glue.py), with the positional interface of NVIDIA's
 # PyTorch scripts/run_glue.sh: the same 16 arguments in the same order with the same defaults.
 #
-#   bash scripts/run_glue.sh CHECKPOINT ../shared/data/glue/MRPC vocab/bert-uncased-vocab.txt None results/MRPC \
+#   bash scripts/run_glue.sh CHECKPOINT ../shared/data/glue/MRPC vocab/bert-large-uncased-vocab.txt None results/MRPC \
 #     mrpc 1 32 1 5e-5 0.1 3 -1 fp32 42 "train eval"
 #
 # Positional arguments (default):
@@ -10,7 +10,7 @@
 #                                       bert_paddle.pdparams (the last phase-2 checkpoint of run_pretraining.sh),
 #                                       a .pdparams file (also a converted Hugging Face model), or None
 #    2 data_dir ($BERT_PREP_WORKING_DIR/download/glue/MRPC/)  holds train.tsv and dev.tsv
-#    3 vocab_file (<code_dir>/vocab/bert-uncased-vocab.txt)
+#    3 vocab_file (<code_dir>/vocab/bert-large-uncased-vocab.txt)
 #    4 config_file (None)               model config JSON; None: bert-large-uncased
 #    5 out_dir (<code_dir>/results/MRPC)  fine-tuned model, predictions.tsv, report.json, logfile
 #    6 task_name (mrpc)                 cola | sst-2 | mrpc | rte | qqp
@@ -40,7 +40,7 @@ set_recipe_dirs
 
 init_checkpoint=${1:-$CODEDIR/results/bert-large-uncased/phase2/1563}
 data_dir=${2:-$BERT_PREP_WORKING_DIR/download/glue/MRPC/}
-vocab_file=${3:-$CODEDIR/vocab/bert-uncased-vocab.txt}
+vocab_file=${3:-$CODEDIR/vocab/bert-large-uncased-vocab.txt}
 config_file=${4:-None}
 out_dir=${5:-$CODEDIR/results/MRPC}
 task_name=${6:-mrpc}

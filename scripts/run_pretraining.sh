@@ -33,7 +33,8 @@
 #   17 DATA_DIR_PHASE1 ($BERT_PREP_WORKING_DIR/pretrain/phase1/unbinned/parquet/)
 #   18 DATA_DIR_PHASE2 ($BERT_PREP_WORKING_DIR/pretrain/phase2/bin_size_64/parquet/)
 #   19 CODEDIR (the folder holding this scripts/ folder; /workspace/bert in the container)
-#   20 init_checkpoint (None)             folder of <model-prefix>.pdparams that phase 1 starts from
+#   20 init_checkpoint (None)             phase 1 resumes from it (NVIDIA's --from-checkpoint <it>
+#                                         --last-step-of-checkpoint auto): a folder of <step>/ checkpoints
 #   21 wikipedia_source ($BERT_PREP_WORKING_DIR/wikipedia/source/)  corpus to preprocess, or "sample"
 #   22 num_dask_workers (nproc)           preprocessing worker processes
 #   23 num_shards_per_worker (128)        shards = this x max(num_workers, 1) x num_gpus
@@ -50,7 +51,7 @@
 #   34 constant_proportion (0)            fraction of phase 1 held at the peak after warmup (LANS schedule)
 #   35 constant_proportion_phase2 (0)
 # Environment: RESULTS_DIR (default <code_dir>/results) receives checkpoints, reports and logs; VOCAB_FILE
-# (default <code_dir>/vocab/bert-uncased-vocab.txt, from vocab/download_vocab.py; for the "sample" corpus a
+# (default <code_dir>/vocab/bert-large-uncased-vocab.txt, shipped; for the "sample" corpus a
 # vocab trained on it); BERT_PREP_WORKING_DIR (default <code_dir>/data; the "sample" corpus and its vocab go to
 # its sample/ folder). Presets share RESULTS_DIR: give each its own, or a rerun resumes the other's checkpoints.
 set -euo pipefail
@@ -135,8 +136,8 @@ if [[ "$wikipedia_source" == sample ]]; then
       --vocab-size 4096 --output "$VOCAB_FILE"
   fi
 fi
-VOCAB_FILE=${VOCAB_FILE:-$CODEDIR/vocab/bert-uncased-vocab.txt}
-[[ -f "$VOCAB_FILE" ]] || die "vocab file $VOCAB_FILE: not found (python vocab/download_vocab.py fetches it)"
+VOCAB_FILE=${VOCAB_FILE:-$CODEDIR/vocab/bert-large-uncased-vocab.txt}
+[[ -f "$VOCAB_FILE" ]] || die "vocab file $VOCAB_FILE: not found"
 
 readonly num_blocks=$((num_shards_per_worker * (num_workers > 0 ? num_workers : 1) * num_nodes * num_gpus))
 masking_flag=--masking
@@ -188,7 +189,8 @@ phase1_flags=(--phase1 --input-dir "$DATA_DIR_PHASE1" --batch-size "$train_batch
   --max-predictions-per-seq 20 --max-steps "$train_steps" --warmup-proportion "$warmup_proportion"
   --constant-proportion "$constant_proportion" --learning-rate "$learning_rate"
   --gradient-merge-steps "$gradient_accumulation_steps" --report-file "$RESULTS_DIR/dllogger_p1.json")
-[[ "$init_checkpoint" != None ]] && phase1_flags+=(--from-pretrained-params "$init_checkpoint")
+# common_flags holds --last-step-of-checkpoint auto, so this is NVIDIA's resume: the newest step folder in it.
+[[ "$init_checkpoint" != None ]] && phase1_flags+=(--from-checkpoint "$init_checkpoint")
 launch 1 "$train_batch_size" "$gradient_accumulation_steps" -- "${phase1_flags[@]}"
 echo "finished phase 1"
 

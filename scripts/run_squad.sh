@@ -16,9 +16,11 @@
 #    7 num_gpus (8)                           processes (GPUs) on this node
 #    8 seed (1)
 #    9 squad_dir ($BERT_PREP_WORKING_DIR/download/squad/v1.1)   holds train-v1.1.json and dev-v1.1.json
-#   10 vocab_file (<repo>/vocab/bert-uncased-vocab.txt)
-#   11 OUT_DIR ($RESULTS_DIR, default <repo>/results)   fine-tuned model, predictions, report, log
-#   12 mode (train_eval)                      train | eval | prediction | train_eval
+#   10 vocab_file (<repo>/vocab/bert-large-uncased-vocab.txt)
+#   11 OUT_DIR ($RESULTS_DIR, default <repo>/results)   report and logfile.txt here; the fine-tuned model and
+#                                             predictions in <OUT_DIR>/<bert-model>/squad/, as NVIDIA's
+#   12 mode (train_eval)                      train | eval | prediction | train_eval ("train eval" too, the
+#                                             README's spelling): eval = predict and score, prediction = predict
 #   13 CONFIG_FILE (None)                     model config JSON; None: bert-large-uncased
 #   14 max_steps (-1)                         optimizer steps instead of epochs when > 0
 #   15 enable_benchmark (false)               true: time benchmark_steps after benchmark_warmup_steps
@@ -26,6 +28,8 @@
 #   17 benchmark_warmup_steps (100)
 #   18 fuse_mha (true)                        one fused QKV projection per attention layer
 # Environment: BERT_PREP_WORKING_DIR (default <repo>/data), RESULTS_DIR (default <repo>/results).
+# Paddle's launcher writes its worker logs to ./log (its default, where NVIDIA's script leaves them too; the
+# environment variable PADDLE_LOG_DIR moves them).
 # run_squad.py checks the files (checkpoint, vocab, SQuAD json) and names any that is missing.
 set -euo pipefail
 
@@ -43,7 +47,7 @@ precision=${6:-amp}
 num_gpus=${7:-8}
 seed=${8:-1}
 squad_dir=${9:-$BERT_PREP_WORKING_DIR/download/squad/v1.1}
-vocab_file=${10:-$CODEDIR/vocab/bert-uncased-vocab.txt}
+vocab_file=${10:-$CODEDIR/vocab/bert-large-uncased-vocab.txt}
 OUT_DIR=${11:-${RESULTS_DIR:-$CODEDIR/results}}
 mode=${12:-train_eval}
 CONFIG_FILE=${13:-None}
@@ -60,6 +64,7 @@ require_int seed "$seed" 0
 require_int benchmark_steps "$benchmark_steps" 1
 require_int benchmark_warmup_steps "$benchmark_warmup_steps" 0
 [[ "$max_steps" =~ ^-?[0-9]+$ ]] || die "max_steps must be an integer (-1: train for epochs), got '$max_steps'"
+[[ "$mode" == "train eval" ]] && mode=train_eval
 require_choice mode "$mode" train eval prediction train_eval
 require_choice enable_benchmark "$enable_benchmark" true false
 require_choice fuse_mha "$fuse_mha" true false
@@ -67,7 +72,10 @@ require_choice fuse_mha "$fuse_mha" true false
 set_bert_model "$CONFIG_FILE"
 set_precision_flags "$precision" 128.0
 
-flags=(--from-pretrained-params "$init_checkpoint" --vocab-file "$vocab_file" --output-dir "$OUT_DIR"
+# NVIDIA's run_squad.py writes the model and predictions to <output-dir>/<bert-model>/squad/; ours writes to
+# --output-dir itself, so the folder is named here.
+squad_out_dir="$OUT_DIR/$BERT_MODEL/squad"
+flags=(--from-pretrained-params "$init_checkpoint" --vocab-file "$vocab_file" --output-dir "$squad_out_dir"
   "${BERT_MODEL_FLAGS[@]}" --learning-rate "$learning_rate" --warmup-proportion "$warmup_proportion"
   --seed "$seed" --epochs "$epochs" --max-steps "$max_steps" --max-seq-length 384 --doc-stride 128
   --log-freq 100 --report-file "$OUT_DIR/dllogger_${num_gpus}_${precision}.json" "${PRECISION_FLAGS[@]}")
@@ -84,6 +92,6 @@ fi
 [[ "$enable_benchmark" == true ]] && flags+=(--benchmark --benchmark-steps "$benchmark_steps"
   --benchmark-warmup-steps "$benchmark_warmup_steps")
 
-mkdir -p "$OUT_DIR"
+mkdir -p "$squad_out_dir"
 run_logged "$OUT_DIR/logfile.txt" python -m paddle.distributed.launch --nproc_per_node "$num_gpus" \
-  --log_dir "$OUT_DIR/log" "$CODEDIR/run_squad.py" "${flags[@]}"
+  --log_dir log "$CODEDIR/run_squad.py" "${flags[@]}"

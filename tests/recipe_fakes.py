@@ -16,13 +16,14 @@ from pathlib import Path
 from conftest import ROOT
 
 FAKE_PYTHON = f"""#!{sys.executable}
-import json, os, sys
+import json, os, sys, time
 from pathlib import Path
 
 argv = sys.argv[1:]
 with open(os.environ["FAKE_PYTHON_LOG"], "a") as log:
     log.write(json.dumps({{"argv": argv, "tf32_override": os.environ.get("NVIDIA_TF32_OVERRIDE"),
-                          "node": os.environ.get("SLURM_NODEID")}}) + "\\n")
+                          "node": os.environ.get("SLURM_NODEID"),
+                          "stop_file": os.environ.get("PADDLEBERT_STOP_FILE")}}) + "\\n")
 
 def value(flag):
     return argv[len(argv) - 1 - argv[::-1].index(flag) + 1] if flag in argv else None
@@ -30,6 +31,19 @@ def value(flag):
 script = next((Path(arg).name for arg in argv if arg.endswith(".py")), "")
 if argv[:1] == ["-c"]:
     print("10.1.2.3")
+elif argv[:2] == ["-m", "paddle.distributed.launch"] and os.environ.get("FAKE_TRAIN_UNTIL_STOP_FILE"):
+    # A trainer that runs until the stop file appears, then takes a while to "checkpoint" before it exits.
+    marks = Path(os.environ["FAKE_TRAIN_UNTIL_STOP_FILE"])
+    (marks / f"started-node{{os.environ['SLURM_NODEID']}}").write_text("")
+    stop_file = Path(os.environ["PADDLEBERT_STOP_FILE"])
+    for _ in range(600):
+        if stop_file.exists():
+            break
+        time.sleep(0.1)
+    else:
+        sys.exit("fake python: no stop file after 60 s")
+    time.sleep(1)
+    (marks / f"finished-node{{os.environ['SLURM_NODEID']}}").write_text("")
 elif script == "run_pretraining.py" and "--benchmark" not in argv and not os.environ.get("FAKE_NO_CHECKPOINT"):
     phase = "phase1" if "--phase1" in argv else "phase2"
     Path(value("--output-dir"), value("--bert-model"), phase, value("--max-steps")).mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ def test_defaults_are_nvidias(recorded, tmp_path):
     assert recorded("", "", "", "", str(out_dir)) == [
         "-m", "paddle.distributed.launch", "--nproc_per_node", "8", "--log_dir", f"{out_dir}/log",
         str(ROOT / "run_glue.py"), "--task-name", "mrpc",
-        "--vocab-file", str(ROOT / "vocab" / "bert-uncased-vocab.txt"),
+        "--vocab-file", str(ROOT / "vocab" / "bert-large-uncased-vocab.txt"),
         "--bert-model", "bert-large-uncased", "--output-dir", str(out_dir), "--max-seq-length", "128", "--seed", "2",
         "--amp", "--use-dynamic-loss-scaling", "--scale-loss", "128",
         "--from-pretrained-params", str(ROOT / "results" / "bert-large-uncased" / "phase2" / "1563"),

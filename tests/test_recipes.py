@@ -183,7 +183,12 @@ POSITIONAL_CASES = {
     "19 code_dir": ({19: "{tmp}/code"}, lambda run: sorted({str(Path(arg).parent) for call in run.calls
                                                             for arg in call["argv"] if arg.endswith(".py")}),
                     ["{tmp}/code", "{tmp}/code/data"]),
-    "20 init_checkpoint": ({20: "{tmp}/init"}, _phase_values("--from-pretrained-params"), ("{tmp}/init", None)),
+    # NVIDIA's run_pretraining.sh: --from-checkpoint=<it> --last-step-of-checkpoint=auto, phase 1 only.
+    "20 init_checkpoint": ({20: "{tmp}/init"},
+                           lambda run: (_phase_values("--from-checkpoint")(run),
+                                        value(run.p1, "--last-step-of-checkpoint"),
+                                        "--from-pretrained-params" in run.p1),
+                           (("{tmp}/init", None), "auto", False)),
     "21 wikipedia_source": ({21: "{tmp}/corpus"}, lambda run: (_preprocessing_values("--input")(run),
                                                                 script_args(run.calls, "make_sample_corpus.py")),
                             (["{tmp}/corpus", "{tmp}/corpus"], [])),
@@ -389,15 +394,22 @@ def test_squad_defaults_are_nvidias(tmp_path, fakes):
     expected = {"--from-pretrained-params": "ckpt", "--epochs": "2", "--train-batch-size": "32",
                 "--predict-batch-size": "32", "--learning-rate": "4.6e-5", "--warmup-proportion": "0.2",
                 "--seed": "1", "--train-file": f"{squad_dir}/train-v1.1.json",
-                "--predict-file": f"{squad_dir}/dev-v1.1.json", "--vocab-file": f"{ROOT}/vocab/bert-uncased-vocab.txt",
-                "--output-dir": f"{tmp_path}/results", "--bert-model": "bert-large-uncased", "--max-steps": "-1",
+                "--predict-file": f"{squad_dir}/dev-v1.1.json",
+                "--vocab-file": f"{ROOT}/vocab/bert-large-uncased-vocab.txt",
+                "--output-dir": f"{tmp_path}/results/bert-large-uncased/squad", "--bert-model": "bert-large-uncased",
+                "--max-steps": "-1",
                 "--max-seq-length": "384", "--doc-stride": "128", "--scale-loss": "128.0",
                 "--report-file": f"{tmp_path}/results/dllogger_8_amp.json"}
     assert {flag: value(args, flag) for flag in expected} == expected
     assert {"--do-train", "--do-predict", "--do-eval", "--amp", "--use-dynamic-loss-scaling", "--fuse-mha"} <= set(args)
     assert "--benchmark" not in args and "--config-file" not in args
-    assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "8"
+    launcher = launcher_args(run.launches[0])
+    assert value(launcher, "--nproc_per_node") == "8"
+    # Paddle's own default, where NVIDIA's script (which passes no --log_dir) leaves the worker logs.
+    assert value(launcher, "--log_dir") == "log"
     assert (tmp_path / "results" / "logfile.txt").is_file()
+    assert (tmp_path / "results" / "bert-large-uncased" / "squad").is_dir()
+    assert Path(value(args, "--vocab-file")).is_file()  # the default vocab is shipped, not downloaded
 
 
 SQUAD_BASE = ["ckpt", "1", "8", "1e-4", "0.1", "fp32", "1", "3", "sq", "v.txt", "out", "train_eval", "None", "4",
@@ -423,7 +435,7 @@ SQUAD_CASES = {
                     ("elsewhere/train-v1.1.json", "elsewhere/dev-v1.1.json")),
     "10 vocab_file": (10, "w.txt", _squad("--vocab-file"), "w.txt"),
     "11 out_dir": (11, "out2", lambda args: (value(args, "--output-dir"), value(args, "--report-file")),
-                   ("out2", "out2/dllogger_1_fp32.json")),
+                   ("out2/bert-large-uncased/squad", "out2/dllogger_1_fp32.json")),
     "12 mode train": (12, "train", lambda args: [flag in args for flag in ("--do-train", "--do-predict", "--do-eval")],
                       [True, False, False]),
     "12 mode eval": (12, "eval", lambda args: [flag in args for flag in ("--do-train", "--do-predict", "--do-eval")],
@@ -432,8 +444,9 @@ SQUAD_CASES = {
                            lambda args: [flag in args for flag in ("--do-train", "--do-predict", "--do-eval")],
                            [False, True, False]),
     "13 config_file": (13, str(ROOT / "bert_configs" / "bert-tiny-uncased.json"),
-                       lambda args: (value(args, "--bert-model"), value(args, "--config-file")),
-                       ("custom", str(ROOT / "bert_configs" / "bert-tiny-uncased.json"))),
+                       lambda args: (value(args, "--bert-model"), value(args, "--config-file"),
+                                     value(args, "--output-dir")),
+                       ("custom", str(ROOT / "bert_configs" / "bert-tiny-uncased.json"), "out/custom/squad")),
     "14 max_steps": (14, "7", _squad("--max-steps"), "7"),
     "15 enable_benchmark": (15, "true", lambda args: "--benchmark" in args, True),
     "18 fuse_mha": (18, "false", lambda args: "--fuse-mha" in args, False),
@@ -459,6 +472,21 @@ def test_each_squad_argument_takes_effect(case, tmp_path, fakes, squad_base):
     assert read(unchanged) != expected
     if position == 7:
         assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "2"
+
+
+def test_squad_mode_train_eval_has_the_readmes_spelling_too(tmp_path, fakes, squad_base):
+    # NVIDIA's README names the default mode "train eval"; its script runs train_eval for it.
+    args = list(SQUAD_BASE)
+    args[11] = "train eval"
+    (spaced,) = script_args(run_ok(RUN_SQUAD, args, fakes, tmp_path).calls, "run_squad.py")
+    (underscored,) = script_args(squad_base.calls, "run_squad.py")
+    assert spaced == underscored
+    assert {"--do-train", "--do-predict", "--do-eval"} <= set(spaced)
+    args[11] = "trian"
+    run = run_script(RUN_SQUAD, args, fakes, tmp_path)
+    assert run.result.returncode == 1 and run.calls == []
+    assert run.result.stderr.strip() == (
+        "run_squad.sh: mode must be one of: train eval prediction train_eval; got 'trian'")
 
 
 @pytest.mark.parametrize("position, steps", [(16, "5"), (17, "6")])
@@ -563,6 +591,60 @@ def test_docker_launch_script(tmp_path, fake_docker):
     assert called[-4:] == ["img:2", "bash", "-c", "nvidia-smi -L"]
 
 
+ENTRYPOINT = ROOT / "scripts" / "docker" / "entrypoint.sh"
+
+
+def _entrypoint(tmp_path: Path, nvidia_smi: str | None) -> subprocess.CompletedProcess:
+    """The image's entrypoint with a fake nvidia-smi (a shell body) first on PATH, running `echo ran`."""
+    bin_dir = tmp_path / "smi-bin"
+    bin_dir.mkdir(exist_ok=True)
+    if nvidia_smi is not None:
+        (bin_dir / "nvidia-smi").write_text(f"#!/usr/bin/env bash\n{nvidia_smi}\n")
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    # Only the fake and the basic tools: no real nvidia-smi from the machine's PATH.
+    path = f"{bin_dir}:/usr/bin:/bin"
+    return subprocess.run(["bash", str(ENTRYPOINT), "echo", "ran"], capture_output=True, text=True,
+                          env={"PATH": path})
+
+
+@pytest.mark.parametrize("driver, warning", [
+    ("565.57.01", None),
+    ("560.35.05", None),  # CUDA 12.6.3's own minimum
+    ("550.54.15", "older than CUDA 12.6.3's 560.35.05"),  # minor version compatibility
+    ("525.60.13", "older than CUDA 12.6.3's 560.35.05"),  # its oldest driver
+])
+def test_docker_entrypoint_runs_on_a_cuda_12_driver(driver, warning, tmp_path):
+    result = _entrypoint(tmp_path, f"echo {driver}; echo {driver}")  # one line per GPU
+    assert result.returncode == 0 and result.stdout == "ran\n"
+    if warning is None:
+        assert result.stderr == ""
+    else:
+        assert result.stderr.count("\n") == 1 and warning in result.stderr and driver in result.stderr
+
+
+@pytest.mark.parametrize("driver", ["525.60.12", "470.256.02"])
+def test_docker_entrypoint_refuses_an_older_driver_in_one_line(driver, tmp_path):
+    result = _entrypoint(tmp_path, f"echo {driver}")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (f"paddlebert: NVIDIA driver {driver} is older than 525.60.13, the oldest that runs CUDA "
+                             "12.6 programs (by minor version compatibility); update the host's driver\n")
+
+
+@pytest.mark.parametrize("nvidia_smi", [None, "echo 'No devices were found' >&2; exit 6"])
+def test_docker_entrypoint_warns_without_a_gpu(nvidia_smi, tmp_path):
+    result = _entrypoint(tmp_path, nvidia_smi)
+    assert result.returncode == 0 and result.stdout == "ran\n"
+    assert result.stderr.startswith("paddlebert: warning: no NVIDIA GPU visible")
+
+
+def test_dockerfile_pairs_the_cuda_base_image_with_the_wheel_index():
+    text = (ROOT / "Dockerfile").read_text()
+    assert "ARG FROM_IMAGE_NAME=nvidia/cuda:12.6.3-base-ubuntu24.04" in text
+    assert "ARG PADDLE_INDEX_URL=https://www.paddlepaddle.org.cn/packages/stable/cu126/" in text
+    assert 'ENTRYPOINT ["/usr/local/bin/paddlebert-entrypoint"]' in text
+    assert "COPY scripts/docker/entrypoint.sh /usr/local/bin/paddlebert-entrypoint" in text
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Linters
 # ------------------------------------------------------------------------------------------------------------
@@ -647,7 +729,9 @@ def test_cpu_tiny_squad_fine_tunes_the_pretrained_model(cpu_tiny_run):
     result = subprocess.run(["bash", str(RUN_SQUAD), *args], capture_output=True, text=True, cwd=tmp, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = Path(args[10])
-    predictions = json.loads((out / "predictions.json").read_text())
+    squad_out = out / "custom" / "squad"  # NVIDIA's <OUT_DIR>/<bert-model>/squad/
+    assert (squad_out / "bert_paddle.pdparams").is_file()
+    predictions = json.loads((squad_out / "predictions.json").read_text())
     questions = {qa["id"] for paragraph in article["paragraphs"][3:5] for qa in paragraph["qas"]}
     assert set(predictions) == questions
     summary = [record["data"] for record in read_report(out / "dllogger_1_fp32.json") if "F1" in record.get("data", {})]

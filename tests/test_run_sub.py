@@ -8,8 +8,10 @@ launchers with --nnodes 2 and one master on this machine, two ranks, one checkpo
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +57,8 @@ def job_env(tmp: Path, fakes: Fakes, **changes: str) -> dict[str, str]:
     env = fakes.env(SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="node[1-2]", SLURM_JOB_ID="1234",
                     SLURM_SUBMIT_DIR=str(ROOT), datadir=str(tmp / "data"), checkpointdir=str(tmp / "results"),
                     VOCAB_FILE=str(tmp / "vocab.txt"))
-    for name in ("CONT", "PHASE", "TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GPUS", "PRECISION", "SEED",
+    for name in ("CONT", "IMAGE_VERSION", "RERUN_DASK", "USE_JEMALLOC", "PADDLEBERT_STOP_FILE", "PHASE",
+                 "TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GPUS", "PRECISION", "SEED",
                  "TRAIN_STEPS", "SAVE_CHECKPOINT_STEPS", "STEPS_THIS_RUN", "BIN_SIZE", "MASKING", "SAMPLE_RATIO",
                  "DASK_TASKS_PER_NODE", "NUM_SHARDS_PER_WORKER", "NUM_WORKERS", "INIT_CHECKPOINT", "BERT_CONFIG",
                  "MASTER_ADDR", "MASTER_PORT", "NVIDIA_TF32_OVERRIDE"):
@@ -78,6 +81,7 @@ def prepare(tmp: Path) -> Fakes:
     (source / "wiki.txt").write_text("doc-1 Some text.\n")
     (tmp / "vocab.txt").write_text("[PAD]\n")
     (tmp / "init").mkdir()
+    (tmp / "init" / "bert_paddle.pdparams").write_text("")
     return make_fakes(tmp / "fakes")
 
 
@@ -98,7 +102,8 @@ def test_defaults_follow_nvidias_run_sub(tmp_path):
         launcher = launcher_args(call)
         assert value(launcher, "--nnodes") == "2" and value(launcher, "--nproc_per_node") == "8"
         assert value(launcher, "--master") == f"10.1.2.3:{20000 + 1234 % 20000}"
-        assert value(launcher, "--log_dir") == f"{tmp_path}/results/log/phase1/node{node}"
+        assert value(launcher, "--log_dir") == f"{tmp_path}/results/1234/log/node{node}"
+        assert call["stop_file"] == f"{tmp_path}/results/1234/stop-request"
     # The master address is asked of the first node that scontrol lists.
     (address_query,) = job.address_queries
     assert "--nodelist=node1" in address_query and "--nodes=1" in address_query
@@ -122,6 +127,10 @@ def test_defaults_follow_nvidias_run_sub(tmp_path):
 
     mounts = f"{ROOT}:{ROOT},{tmp_path}/data:{tmp_path}/data,{tmp_path}/results:{tmp_path}/results"
     assert len(job.srun_calls) == 3
+    # NVIDIA's USE_JEMALLOC=true: the preprocessing step runs with jemalloc preloaded.
+    (preprocessing_call,) = [call for call in job.srun_calls if any(arg.endswith("lddl_preprocess.py") for arg in call)]
+    assert "--export=ALL,LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2" in preprocessing_call
+    assert not (tmp_path / "results" / "1234" / "stop-request").exists()
     for call in job.srun_calls:
         assert "--container-image=paddlebert:latest" in call and f"--container-mounts={mounts}" in call
 
@@ -149,6 +158,16 @@ ENV_CASES = {
     "CONT": ({"CONT": "registry/bert:1"}, lambda job: {arg for call in job.srun_calls for arg in call
                                                         if arg.startswith("--container-image=")},
              {"--container-image=registry/bert:1"}),
+    "IMAGE_VERSION": ({"IMAGE_VERSION": "24.01"}, lambda job: {arg for call in job.srun_calls for arg in call
+                                                                if arg.startswith("--container-image=")},
+                      {"--container-image=paddlebert:24.01"}),
+    "RERUN_DASK": ({"RERUN_DASK": "true"}, lambda job: (_training("--input-dir")(job),
+                                                        _preprocessing("--output-dir")(job)),
+                   ("{tmp}/results/1234/parquet", "{tmp}/results/1234/parquet")),
+    "USE_JEMALLOC": ({"USE_JEMALLOC": "false"}, lambda job: [arg for call in job.srun_calls for arg in call
+                                                              if arg.startswith("--export=")], []),
+    "INIT_CHECKPOINT a file in it": ({"PHASE": "2", "INIT_CHECKPOINT": "{tmp}/init/bert_paddle.pdparams"},
+                                     _training("--from-phase1-final-params"), "{tmp}/init"),
     "PHASE": ({"PHASE": "2", "INIT_CHECKPOINT": "{tmp}/init"},
               lambda job: [value(job.pretraining_args, flag) for flag in (
                   "--max-seq-length", "--max-predictions-per-seq", "--learning-rate", "--warmup-proportion",
@@ -232,6 +251,8 @@ def test_phase2_starts_from_phase1s_final_checkpoint_by_default(tmp_path):
     final.mkdir(parents=True)
     job = submit_ok(tmp_path, fakes, PHASE="2")
     assert value(job.pretraining_args, "--from-phase1-final-params") == str(final)
+    job = submit_ok(tmp_path, fakes, PHASE="2", INIT_CHECKPOINT="none")  # NVIDIA's spelling of the default
+    assert value(job.pretraining_args, "--from-phase1-final-params") == str(final)
 
 
 def test_filled_parquet_folder_is_not_preprocessed_again(tmp_path):
@@ -254,6 +275,34 @@ def test_bad_settings_are_named(changes, message, tmp_path):
     assert job.python_calls == [] and job.srun_calls == []
 
 
+def test_usr1_before_the_time_limit_becomes_a_stop_request_that_the_job_waits_for(tmp_path):
+    """Slurm's `--signal=B:USR1@...` reaches the batch shell only: it must create the stop file that the trainers
+    poll, keep waiting for srun while they checkpoint, and end with srun's status."""
+    assert "#SBATCH --signal=B:USR1@" in RUN_SUB.read_text()
+    fakes = prepare(tmp_path)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    fakes.python_log.unlink(missing_ok=True)
+    env = job_env(tmp_path, fakes, FAKE_TRAIN_UNTIL_STOP_FILE=str(marks))
+    batch = subprocess.Popen(["bash", str(RUN_SUB)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=tmp_path, env=env)
+    for _ in range(600):  # both "nodes" training
+        if {path.name for path in marks.iterdir()} >= {"started-node0", "started-node1"} or batch.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert batch.poll() is None, batch.communicate()
+    stop_file = tmp_path / "results" / "1234" / "stop-request"
+    assert not stop_file.exists()
+    batch.send_signal(signal.SIGUSR1)
+    stdout, stderr = batch.communicate(timeout=120)
+    assert batch.returncode == 0, stdout + stderr
+    assert stop_file.exists()
+    # The trainers exited only after they had seen the file, and the batch shell only after them.
+    assert {path.name for path in marks.iterdir()} == {"started-node0", "started-node1", "finished-node0",
+                                                        "finished-node1"}
+    assert "asking the trainers to checkpoint and stop" in stdout
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -273,13 +322,14 @@ def test_two_nodes_train_one_model(tmp_path):
 
     parquet = tmp_path / "data" / "pretrain" / "phase1" / "unbinned" / "parquet"
     assert len(list(parquet.glob("*.parquet"))) == 1 * 1 * 2 * 1  # shards per worker x workers x nodes x GPUs
-    logs = {node: (tmp_path / "results" / "log" / "phase1" / f"node{node}" / "workerlog.0").read_text()
+    logs = {node: (tmp_path / "results" / "1234" / "log" / f"node{node}" / "workerlog.0").read_text()
             for node in (0, 1)}
     ranks = sorted(line.split(":")[0] for text in logs.values() for line in text.splitlines()
                    if line.startswith("Rank "))
     assert ranks == ["Rank 0 of 2", "Rank 1 of 2"]
     phase = tmp_path / "results" / "custom" / "phase1"
     assert [path.name for path in phase.iterdir()] == ["2"]
+    assert sorted(path.name for path in (tmp_path / "results" / "1234").iterdir()) == ["log"]
     progress = json.loads(next((phase / "2").glob("*progress.json")).read_text())
     assert progress["world_size"] == 2 and len(progress["data_positions"]) == 2
     assert all("--container-image=paddlebert:latest" in call for call in job.srun_calls)

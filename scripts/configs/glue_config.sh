@@ -31,7 +31,7 @@ _print_glue_args() {
 _glue_gpu_recipe() {  # task system_precision num_gpu
   local task="$1" capacity
   init_checkpoint="$_GLUE_CONFIG_CODEDIR/results/bert-large-uncased/phase2/1563"
-  vocab_file="$_GLUE_CONFIG_CODEDIR/vocab/bert-uncased-vocab.txt"
+  vocab_file="$_GLUE_CONFIG_CODEDIR/vocab/bert-large-uncased-vocab.txt"
   config_file="$_GLUE_CONFIG_CODEDIR/bert_configs/bert-large-uncased.json"
   max_steps=-1.0
   seed=2

@@ -32,7 +32,7 @@ _bert_large_squad() {
   num_gpus=8
   seed=1
   squad_dir="$prep/download/squad/v1.1"
-  vocab_file="$_SQUAD_CONFIG_CODEDIR/vocab/bert-uncased-vocab.txt"
+  vocab_file="$_SQUAD_CONFIG_CODEDIR/vocab/bert-large-uncased-vocab.txt"
   OUT_DIR="$results/squad"
   mode=train_eval
   CONFIG_FILE="$_SQUAD_CONFIG_CODEDIR/bert_configs/bert-large-uncased.json"

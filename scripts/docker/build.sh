@@ -2,7 +2,7 @@
 # Build the PaddleBERT image from the Dockerfile at the repository root, optionally push it.
 #
 #   bash scripts/docker/build.sh [image (paddlebert:latest)] [push | none (none)]
-#   FROM_IMAGE_NAME=nvcr.io/nvidia/paddlepaddle:<yy.mm>-py3 bash scripts/docker/build.sh
+#   FROM_IMAGE_NAME=nvidia/cuda:<version>-base-ubuntu24.04 bash scripts/docker/build.sh
 #
 # FROM_IMAGE_NAME (environment) replaces the Dockerfile's base image. Push the image to a registry the
 # cluster nodes can pull from to use it with run.sub (CONT=<registry>/<image>).
