@@ -79,11 +79,12 @@ def run_model(model, input_ids, token_type_ids, attention_mask):
     return [o.numpy() for o in outputs]
 
 
-def test_bert_model_matches_numpy_equations():
+@pytest.mark.parametrize("use_cpu_kernels", [True, False])
+def test_bert_model_matches_numpy_equations(use_cpu_kernels):
     paddle.seed(1)
     # A wide initialisation gives activations large enough that erf and tanh GELU differ visibly.
     config = tiny_config(initializer_range=0.3)
-    model = modeling.BertModel(config)
+    model = modeling.BertModel(config, use_cpu_kernels)
     params = {k: v.numpy().astype(np.float64) for k, v in model.state_dict().items()}
     batch = random_batch(config)
     sequence_output, pooled_output = run_model(model, *batch)
