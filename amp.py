@@ -28,7 +28,8 @@ import dataclasses
 from collections.abc import Iterable
 
 import paddle
-from paddle import _C_ops
+
+import paddle_private
 
 AMP_DTYPES = ("float16", "bfloat16")
 # As in NVIDIA's Paddle BERT recipe: these also run in low precision under O1, and embedding lookups stay in
@@ -180,8 +181,7 @@ class LossScaler:
         found_inf = False
         # One fused kernel per gradient dtype (the op paddle.amp.GradScaler uses), not a Python loop.
         for grads in grads_by_dtype.values():
-            _, group_found_inf = _C_ops.check_finite_and_unscale_(grads, scale, paddle.to_tensor([False]))
-            found_inf = found_inf or bool(group_found_inf.item())
+            found_inf = bool(paddle_private.unscale_and_check_finite_(grads, scale).item()) or found_inf
         return found_inf
 
     def update(self, found_inf: bool) -> None:
