@@ -34,9 +34,10 @@ model-level ones together (Linear, LayerNorm, Dropout, attention): 1.24x.
   mask; `dropout` draws int32s, keeps a float mask that already holds the 1/(1-p) scale, and its gradient is
   one multiplication: 4.5 against 8.5 ms forward and backward for [8, 128, 768]. Step: 1.01-1.07x.
 - Attention heads. [B, S, N, D] -> [B, N, S, D] in Paddle is a strided view, and the ops after it copy it
-  element by element (4x slower than a memcpy); the attention mask add broadcasts [B, 1, 1, S] over
-  [B, N, S, S], 13x slower than a same-shape add. `attention` moves whole D-float rows with one gather per
-  tensor and adds a materialised mask. Step: 1.16x (with the attention's Linear and Dropout).
+  element by element (4x slower than a memcpy); adding a [B, 1, 1, S] attention mask to [B, N, S, S] scores
+  by broadcasting is 13x slower than a same-shape add. `attention` moves whole D-float rows with one gather
+  per tensor and adds a mask materialised as [B, N, S, S] (once per forward, by modeling.BertModel).
+  Step: 1.16x (with the attention's Linear and Dropout).
 """
 
 from __future__ import annotations
@@ -322,15 +323,14 @@ def attention(
 ) -> paddle.Tensor:
     """softmax(q k^T / sqrt(D) + mask) v per head, with dropout on the probabilities.
 
-    query, key, value: [B, N, S, D]; attention_mask: bool [B, 1, 1, S], True = may be attended to, or None.
-    Returns the context [B, N, S, D]. The same function as F.scaled_dot_product_attention with those
+    query, key, value: [B, N, S, D]; attention_mask: additive [B, N, S, S] (0 = may be attended to, -inf = not),
+    or None. Returns the context [B, N, S, D]. The same function as F.scaled_dot_product_attention with those
     arguments, in its layout [B, N, S, D] instead of [B, S, N, D].
     """
-    batch, heads, seq, head_dim = query.shape
+    head_dim = query.shape[-1]
     scores = paddle.matmul(query * (1.0 / math.sqrt(head_dim)), key, transpose_y=True)  # [B, N, S, S]
     if attention_mask is not None:
-        bias = paddle.where(attention_mask, paddle.zeros([], scores.dtype), paddle.full([], -math.inf, scores.dtype))
-        scores = scores + paddle.tile(bias, [1, heads, seq, 1])  # a same-shape add
+        scores = scores + attention_mask  # a same-shape add
     probs = dropout(F.softmax(scores, axis=-1), dropout_p, training)
     return paddle.matmul(probs, value)
 

@@ -173,11 +173,14 @@ def init_bert_weights(layer: nn.Layer, initializer_range: float) -> None:
             nn.initializer.Constant(0.0)(sublayer.bias)
 
 
-def extended_attention_mask(attention_mask: paddle.Tensor | None) -> paddle.Tensor | None:
-    """[B, S] with 1 = token, 0 = padding  ->  bool [B, 1, 1, S] with True = may be attended to."""
+def attention_bias(attention_mask: paddle.Tensor | None, heads: int, dtype: str | paddle.dtype) -> paddle.Tensor | None:
+    """[B, S] with 1 = token, 0 = padding  ->  additive [B, heads, S, S] in `dtype`: 0 where a key may be
+    attended to, -inf for a padding key (every row keeps its real tokens, so no softmax row is all -inf)."""
     if attention_mask is None:
         return None
-    return (attention_mask != 0).unsqueeze([1, 2])
+    batch, seq_length = attention_mask.shape
+    keys = paddle.where(attention_mask != 0, paddle.zeros([], dtype), paddle.full([], -math.inf, dtype))  # [B, S]
+    return paddle.expand(keys.reshape([batch, 1, 1, seq_length]), [batch, heads, seq_length, seq_length])
 
 
 class BertModel(nn.Layer):
@@ -204,11 +207,22 @@ class BertModel(nn.Layer):
         """
         if token_type_ids is None:
             token_type_ids = paddle.zeros_like(input_ids)
-        mask = extended_attention_mask(attention_mask)
+        # One materialised mask per forward, for all layers. scaled_dot_product_attention (paddle/nn/functional/
+        # sdpa.py) takes it as it is in every backend: flash attention wants a 4-D mask of the query's dtype
+        # with [B, 1 or N, S_q, S_k] rows (it reads heads modulo dim 1); memory-efficient attention (fp32, S a
+        # multiple of 8) expands dim 1 to N and needs dim 2 to be S_q (a [B, 1, 1, S] mask fails there); the
+        # math backend broadcasts. cpu_kernels.attention adds a same-shape [B, N, S, S] mask, 13x faster
+        # than a broadcasting add.
+        heads = self.config.num_attention_heads if self.use_cpu_kernels else 1
+        mask = attention_bias(attention_mask, heads, self._compute_dtype())
         hidden_states = self.embeddings(input_ids, token_type_ids)
         for layer in self.encoder:
             hidden_states = layer(hidden_states, mask)
         return hidden_states, self.pooler(hidden_states)
+
+    def _compute_dtype(self) -> str | paddle.dtype:
+        """The dtype of the attention scores: autocast's under AMP (its matmuls), else the weights'."""
+        return paddle.get_autocast_dtype() if paddle.is_autocast_enabled() else self.pooler.dense.weight.dtype
 
 
 class BertPretrainingHeads(nn.Layer):

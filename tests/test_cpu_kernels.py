@@ -241,8 +241,9 @@ def test_attention_matches_scaled_dot_product_attention():
     mask[1, ..., 4:] = False
     grad = rng.standard_normal((batch, heads, seq, head_dim)).astype("float32")
     inputs = [tensor(a) for a in (query, key, value)]
+    bias = np.broadcast_to(np.where(mask, 0.0, -np.inf), (batch, heads, seq, seq)).astype("float32")
     ours, our_grads = values_and_grads(
-        lambda q, k, v: cpu_kernels.attention(q, k, v, paddle.to_tensor(mask), 0.0, True), inputs, grad)
+        lambda q, k, v: cpu_kernels.attention(q, k, v, paddle.to_tensor(bias), 0.0, True), inputs, grad)
 
     def sdpa(q, k, v):  # its layout is [B, S, N, D]
         return F.scaled_dot_product_attention(
