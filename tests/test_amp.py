@@ -1,0 +1,49 @@
+"""amp.py and the GPU-only AMP conditions, reproduced on the CPU.
+
+On a CPU paddle.amp.decorate returns before it changes anything, so these tests run the same steps it runs
+on a GPU (paddle/amp/auto_cast.py, Paddle 3.3): amp_initialize casts the parameters to float16 (LayerNorm
+stays fp32), and save_dtype registers a StateDictHook on every sublayer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import pytest
+from paddle.amp.auto_cast import StateDictHook, amp_initialize
+
+from modeling import BertConfig, BertForQuestionAnswering
+from weights import load_state
+
+CONFIG = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
+
+
+def pure_fp16(model: paddle.nn.Layer) -> paddle.nn.Layer:
+    """What paddle.amp.decorate(model, level="O2", dtype="float16", save_dtype="float32") does to a model on a GPU."""
+    amp_initialize(models=[model], dtype="float16", excluded_layers=None)
+    for layer in model.sublayers(include_self=True):
+        layer.register_state_dict_hook(StateDictHook("float32"))
+    return model
+
+
+def test_pure_fp16_weights_load_in_the_parameters_own_dtype():
+    paddle.seed(0)
+    source = {name: value.numpy() for name, value in BertForQuestionAnswering(CONFIG).state_dict().items()}
+    model = pure_fp16(BertForQuestionAnswering(CONFIG, use_cpu_kernels=False))
+    parameters = dict(model.named_parameters())
+    word_embeddings = "bert.embeddings.word_embeddings.weight"
+    # The GPU condition: the state dict says float32 while the parameter is float16.
+    assert model.state_dict()[word_embeddings].dtype == paddle.float32
+    assert parameters[word_embeddings].dtype == paddle.float16
+    assert parameters["bert.embeddings.layer_norm.weight"].dtype == paddle.float32
+
+    assert load_state(model, source, "source") == ([], [])
+    for name, parameter in parameters.items():
+        expected = source[name].astype(np.float16) if parameter.dtype == paddle.float16 else source[name]
+        np.testing.assert_array_equal(parameter.numpy(), expected, err_msg=name)
+
+    # The old way, dtypes from model.state_dict(): float32 values into float16 parameters.
+    reported = model.state_dict()
+    with pytest.raises(AssertionError, match="dtype not match"):
+        for name, parameter in parameters.items():
+            parameter.set_value(paddle.to_tensor(source[name]).astype(reported[name].dtype))
