@@ -7,11 +7,14 @@ stays fp32), and save_dtype registers a StateDictHook on every sublayer.
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import paddle
 import pytest
 from paddle.amp.auto_cast import StateDictHook, amp_initialize
 
+from amp import LossScaler, add_amp_arguments, amp_policy, check_amp_arguments, create_loss_scaler
 from modeling import BertConfig, BertForQuestionAnswering
 from weights import load_state
 
@@ -47,3 +50,32 @@ def test_pure_fp16_weights_load_in_the_parameters_own_dtype():
     with pytest.raises(AssertionError, match="dtype not match"):
         for name, parameter in parameters.items():
             parameter.set_value(paddle.to_tensor(source[name]).astype(reported[name].dtype))
+
+
+def gpu_loss_scaler(*argv: str) -> LossScaler:
+    parser = argparse.ArgumentParser()
+    add_amp_arguments(parser)
+    args = parser.parse_args(list(argv))
+    check_amp_arguments(parser, args)
+    return create_loss_scaler(amp_policy(args, device="gpu:0"))
+
+
+def test_amp_alone_scales_float16_losses_dynamically_from_2_to_the_20():
+    # The values NVIDIA's recipes pass: --amp --use-dynamic-loss-scaling --scale-loss=1048576.
+    for argv in (["--amp"], ["--amp", "--use-dynamic-loss-scaling", "--scale-loss", "1048576"]):
+        scaler = gpu_loss_scaler(*argv)
+        assert (scaler.scale_value, scaler.dynamic, scaler.min_scale) == (2.0**20, True, 1.0)
+    fixed = gpu_loss_scaler("--amp", "--no-use-dynamic-loss-scaling")
+    assert (fixed.scale_value, fixed.dynamic) == (2.0**20, False)
+    fixed.update(found_inf=True)
+    assert fixed.scale_value == 2.0**20
+
+
+def test_a_collapsing_loss_scale_stops_at_min_loss_scale():
+    scaler = gpu_loss_scaler("--amp", "--scale-loss", "64", "--min-loss-scale", "4")
+    for expected in (32.0, 16.0, 8.0, 4.0):  # overflow after overflow: halved down to the floor, not past it
+        scaler.update(found_inf=True)
+        assert scaler.scale_value == expected
+    with pytest.raises(ValueError, match=r"below --min-loss-scale 4 \(from 4\)"):
+        scaler.update(found_inf=True)
+    assert scaler.scale_value == 4.0

@@ -67,8 +67,9 @@ def test_cpu_affinity_gives_each_local_rank_its_own_block():
 
 @pytest.mark.parametrize("argv, message", [
     (["--use-pure-fp16"], "--use-pure-fp16 needs --amp"),
-    (["--use-dynamic-loss-scaling"], "--use-dynamic-loss-scaling needs --amp"),
     (["--amp", "--scale-loss", "0"], "--scale-loss must be positive"),
+    (["--amp", "--min-loss-scale", "0"], "--min-loss-scale must be positive and at most --scale-loss"),
+    (["--amp", "--scale-loss", "8", "--min-loss-scale", "16"], "--min-loss-scale must be positive and at most"),
 ])
 def test_invalid_amp_flags_name_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -93,7 +94,9 @@ def test_amp_policy_on_gpu_maps_flags_to_level_dtype_and_scaling(capsys):
     assert scaler.scale_value == 2.0**20 and scaler.dynamic
     o2 = amp_policy(amp_args("--amp", "--use-pure-fp16"), device="gpu:0")
     assert (o2.level, o2.master_weights) == ("O2", True)
-    assert not create_loss_scaler(o2).dynamic
+    static = create_loss_scaler(amp_policy(amp_args("--amp", "--no-use-dynamic-loss-scaling", "--scale-loss", "128"),
+                                           device="gpu:0"))
+    assert (static.scale_value, static.dynamic) == (128.0, False)
     bf16 = amp_policy(amp_args("--amp", "--amp-dtype", "bfloat16", "--use-dynamic-loss-scaling"), device="gpu:0")
     assert bf16.dtype == "bfloat16" and create_loss_scaler(bf16) is None  # bf16 needs no loss scaling
     assert capsys.readouterr().out == ""
