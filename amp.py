@@ -151,13 +151,17 @@ def amp_autocast(policy: AmpPolicy) -> contextlib.AbstractContextManager:
 def amp_decorate(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, policy: AmpPolicy):
     """For level O2: cast the model's weights to the AMP dtype and give the optimizer fp32 master weights.
 
-    Saved state dicts stay fp32 (save_dtype), so checkpoints load into fp32 and AMP runs alike. Returns
-    (model, optimizer), unchanged for O1 and fp32.
+    Gradients become fp32 at the end of every backward pass (master_grad): gradient clipping would otherwise
+    sum squares in float16, where a global norm above 256 overflows to inf and the clip factor
+    clip_norm / inf zeroes the gradients, so the step would run with nothing but momentum and decay instead
+    of being skipped. Saved state dicts stay fp32 (save_dtype), so checkpoints load into fp32 and AMP runs
+    alike. Returns (model, optimizer), unchanged for O1 and fp32.
     """
     if not policy.master_weights:
         return model, optimizer
     return paddle.amp.decorate(
-        models=model, optimizers=optimizer, level="O2", dtype=policy.dtype, master_weight=True, save_dtype="float32"
+        models=model, optimizers=optimizer, level="O2", dtype=policy.dtype, master_weight=True,
+        save_dtype="float32", master_grad=True,
     )
 
 

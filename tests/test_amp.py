@@ -13,8 +13,9 @@ import numpy as np
 import paddle
 import pytest
 from paddle.amp.auto_cast import StateDictHook, amp_initialize
+from paddle.base import core
 
-from amp import LossScaler, add_amp_arguments, amp_policy, check_amp_arguments, create_loss_scaler
+from amp import LossScaler, add_amp_arguments, amp_decorate, amp_policy, check_amp_arguments, create_loss_scaler
 from modeling import BertConfig, BertForQuestionAnswering
 from weights import load_state
 
@@ -52,12 +53,16 @@ def test_pure_fp16_weights_load_in_the_parameters_own_dtype():
             parameter.set_value(paddle.to_tensor(source[name]).astype(reported[name].dtype))
 
 
-def gpu_loss_scaler(*argv: str) -> LossScaler:
+def gpu_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_amp_arguments(parser)
     args = parser.parse_args(list(argv))
     check_amp_arguments(parser, args)
-    return create_loss_scaler(amp_policy(args, device="gpu:0"))
+    return args
+
+
+def gpu_loss_scaler(*argv: str) -> LossScaler:
+    return create_loss_scaler(amp_policy(gpu_args(*argv), device="gpu:0"))
 
 
 def test_amp_alone_scales_float16_losses_dynamically_from_2_to_the_20():
@@ -79,3 +84,25 @@ def test_a_collapsing_loss_scale_stops_at_min_loss_scale():
     with pytest.raises(ValueError, match=r"below --min-loss-scale 4 \(from 4\)"):
         scaler.update(found_inf=True)
     assert scaler.scale_value == 4.0
+
+
+def test_pure_fp16_keeps_fp32_master_gradients(monkeypatch):
+    calls = []
+    monkeypatch.setattr(paddle.amp, "decorate", lambda **kwargs: calls.append(kwargs) or (kwargs["models"], None))
+    amp_decorate(paddle.nn.Linear(2, 2), None, amp_policy(gpu_args("--amp", "--use-pure-fp16"), device="gpu:0"))
+    assert calls[0]["level"] == "O2" and calls[0]["master_weight"] and calls[0]["master_grad"]
+
+
+def test_master_gradients_clip_by_the_fp32_norm_where_float16_overflows():
+    values = np.full(300, 300.0, np.float16)  # ||g||^2 = 2.7e7, beyond float16's 65504
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.sum(np.square(values), dtype=np.float16))  # the clip's norm from float16 gradients
+    param = paddle.create_parameter([300], "float16")
+    (param.astype("float32") * paddle.to_tensor(values.astype(np.float32))).sum().backward()
+    assert param.grad.dtype == paddle.float16
+    # What decorate(master_grad=True) runs at the end of every backward pass (auto_cast.py, master_grad_hook).
+    core.eager.set_master_grads([param])
+    assert param.grad.dtype == paddle.float32
+    [(_, clipped)] = paddle.nn.ClipGradByGlobalNorm(clip_norm=1.0)([(param, param.grad)])
+    expected = values.astype(np.float64) / np.linalg.norm(values.astype(np.float64))
+    np.testing.assert_allclose(clipped.numpy(), expected, rtol=1e-6)
