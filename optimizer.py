@@ -119,14 +119,17 @@ class _LayerwiseAdaptiveOptimizer(paddle.optimizer.Optimizer):
         for param in parameters:
             if param.name in self._already_create_accumulator:
                 continue
+            # Under multi_precision the state belongs to the fp32 master copy (where _get_accumulator_master
+            # looks for it); the bookkeeping stays under the parameter's name, which the next step asks for.
+            owner = param
             if self._multi_precision and self._is_dtype_fp16_or_bf16(param.dtype):
-                param = paddle_private.create_master_weight(self, param)
-            dtype = _compute_dtype(param.dtype)
-            self._add_accumulator(self._moment1_acc_str, param, dtype=dtype)
-            self._add_accumulator(self._moment2_acc_str, param, dtype=dtype)
+                owner = paddle_private.create_master_weight(self, param)
+            dtype = _compute_dtype(owner.dtype)
+            self._add_accumulator(self._moment1_acc_str, owner, dtype=dtype)
+            self._add_accumulator(self._moment2_acc_str, owner, dtype=dtype)
             # beta^t of the coming step, as paddle's Lamb keeps it: starts at beta (t = 1).
-            self._add_accumulator(self._beta1_pow_acc_str, param, dtype=dtype, fill_value=self._beta1, shape=[1])
-            self._add_accumulator(self._beta2_pow_acc_str, param, dtype=dtype, fill_value=self._beta2, shape=[1])
+            self._add_accumulator(self._beta1_pow_acc_str, owner, dtype=dtype, fill_value=self._beta1, shape=[1])
+            self._add_accumulator(self._beta2_pow_acc_str, owner, dtype=dtype, fill_value=self._beta2, shape=[1])
             self._already_create_accumulator.add(param.name)
 
     def _append_optimize_op(self, block, param_and_grad):
