@@ -32,6 +32,7 @@ import paddle
 import paddle_private
 
 AMP_DTYPES = ("float16", "bfloat16")
+FLOAT32_PRECISIONS = ("fp32", "tf32")
 # As in NVIDIA's Paddle BERT recipe: these also run in low precision under O1, and embedding lookups stay in
 # fp32 under pure fp16.
 _AMP_WHITE_LIST = ["softmax", "layer_norm", "gelu"]
@@ -163,6 +164,18 @@ def amp_decorate(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, 
         models=model, optimizers=optimizer, level="O2", dtype=policy.dtype, master_weight=True,
         save_dtype="float32", master_grad=True,
     )
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    """"fp32": float32 matmuls and convolutions in full float32; "tf32": on TF32 tensor cores (Ampere and
+    later GPUs; 10 mantissa bits in the products, fp32 accumulation), which is Paddle's default on a GPU.
+
+    Set explicitly in Paddle's cuBLAS and cuDNN switches rather than through NVIDIA_TF32_OVERRIDE alone, so the
+    run's precision holds whatever the environment says. On a CPU nothing reads them.
+    """
+    if precision not in FLOAT32_PRECISIONS:
+        raise ValueError(f"float32 precision must be one of {FLOAT32_PRECISIONS}, got {precision!r}")
+    paddle_private.set_tf32_switches(precision == "tf32")
 
 
 class LossScaler:

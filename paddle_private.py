@@ -96,3 +96,19 @@ def create_master_weight(optimizer: paddle.optimizer.Optimizer, param: paddle.Te
     accumulator lookups (_get_accumulator_master) find it.
     """
     return optimizer._create_master_weight(param)
+
+
+def set_tf32_switches(allowed: bool) -> None:
+    """Let cuBLAS matmuls and cuDNN kernels use TF32 tensor cores for float32 (Ampere and later), or not.
+
+    Paddle 3.3 keeps the two switches in C++ (phi::SetAllowTF32Cublas / SetAllowTF32Cudnn) and binds them as
+    core.set_cublas_switch / set_cudnn_switch (pybind.cc); there is no FLAGS_ entry for paddle.set_flags.
+    A CPU build has the switches too, with nothing that reads them.
+    """
+    paddle.base.core.set_cublas_switch(allowed)
+    paddle.base.core.set_cudnn_switch(allowed)
+
+
+def tf32_switches() -> tuple[bool, bool]:
+    """The (cuBLAS, cuDNN) TF32 switches as Paddle holds them."""
+    return bool(paddle.base.core.get_cublas_switch()), bool(paddle.base.core.get_cudnn_switch())

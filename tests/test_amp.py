@@ -15,7 +15,16 @@ import pytest
 from paddle.amp.auto_cast import StateDictHook, amp_initialize
 from paddle.base import core
 
-from amp import LossScaler, add_amp_arguments, amp_decorate, amp_policy, check_amp_arguments, create_loss_scaler
+import paddle_private
+from amp import (
+    LossScaler,
+    add_amp_arguments,
+    amp_decorate,
+    amp_policy,
+    check_amp_arguments,
+    create_loss_scaler,
+    set_float32_matmul_precision,
+)
 from modeling import BertConfig, BertForQuestionAnswering
 from weights import load_state
 
@@ -106,3 +115,20 @@ def test_master_gradients_clip_by_the_fp32_norm_where_float16_overflows():
     [(_, clipped)] = paddle.nn.ClipGradByGlobalNorm(clip_norm=1.0)([(param, param.grad)])
     expected = values.astype(np.float64) / np.linalg.norm(values.astype(np.float64))
     np.testing.assert_allclose(clipped.numpy(), expected, rtol=1e-6)
+
+
+@pytest.fixture
+def restore_tf32_switches():
+    before = paddle_private.tf32_switches()
+    yield
+    core.set_cublas_switch(before[0])
+    core.set_cudnn_switch(before[1])
+
+
+@pytest.mark.usefixtures("restore_tf32_switches")
+def test_fp32_turns_tf32_off_and_tf32_on():
+    for precision, switches in (("tf32", (True, True)), ("fp32", (False, False)), ("tf32", (True, True))):
+        set_float32_matmul_precision(precision)
+        assert paddle_private.tf32_switches() == switches, precision
+    with pytest.raises(ValueError, match="float32 precision must be one of"):
+        set_float32_matmul_precision("fp16")
