@@ -1,4 +1,4 @@
-"""amp.py and the GPU-only AMP conditions, reproduced on the CPU.
+"""amp.py: the AMP flags and policy, the float16 loss scaler, and the GPU-only AMP conditions reproduced on the CPU.
 
 On a CPU paddle.amp.decorate returns before it changes anything, so these tests run the same steps it runs
 on a GPU (paddle/amp/auto_cast.py, Paddle 3.3): amp_initialize casts the parameters to float16 (LayerNorm
@@ -15,16 +15,8 @@ import pytest
 from paddle.amp.auto_cast import StateDictHook, amp_initialize
 from paddle.base import core
 
+import amp
 import paddle_private
-from amp import (
-    LossScaler,
-    add_amp_arguments,
-    amp_decorate,
-    amp_policy,
-    check_amp_arguments,
-    create_loss_scaler,
-    set_float32_matmul_precision,
-)
 from modeling import BertConfig, BertForQuestionAnswering
 from weights import load_state
 
@@ -62,16 +54,103 @@ def test_pure_fp16_weights_load_in_the_parameters_own_dtype():
             parameter.set_value(paddle.to_tensor(source[name]).astype(reported[name].dtype))
 
 
-def gpu_args(*argv: str) -> argparse.Namespace:
+def amp_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    add_amp_arguments(parser)
+    amp.add_amp_arguments(parser)
     args = parser.parse_args(list(argv))
-    check_amp_arguments(parser, args)
+    amp.check_amp_arguments(parser, args)
     return args
 
 
-def gpu_loss_scaler(*argv: str) -> LossScaler:
-    return create_loss_scaler(amp_policy(gpu_args(*argv), device="gpu:0"))
+def gpu_loss_scaler(*argv: str) -> amp.LossScaler:
+    return amp.create_loss_scaler(amp.amp_policy(amp_args(*argv), device="gpu:0"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--use-pure-fp16"], "--use-pure-fp16 needs --amp"),
+    (["--amp", "--scale-loss", "0"], "--scale-loss must be positive"),
+    (["--amp", "--min-loss-scale", "0"], "--min-loss-scale must be positive and at most --scale-loss"),
+    (["--amp", "--scale-loss", "8", "--min-loss-scale", "16"], "--min-loss-scale must be positive and at most"),
+])
+def test_invalid_amp_flags_name_the_flag(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        amp_args(*argv)
+    assert message in capsys.readouterr().err
+
+
+def test_amp_on_cpu_prints_one_line_and_runs_fp32(capsys):
+    policy = amp.amp_policy(amp_args("--amp", "--use-pure-fp16", "--scale-loss", "1048576"), device="cpu")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and "AMP needs a GPU" in lines[0]
+    assert policy == amp.AmpPolicy() and not policy.enabled
+    assert amp.create_loss_scaler(policy) is None
+    with amp.amp_autocast(policy):
+        assert paddle.ones([2]).dtype == paddle.float32
+
+
+def test_amp_policy_on_gpu_maps_flags_to_level_dtype_and_scaling(capsys):
+    o1 = amp.amp_policy(amp_args("--amp", "--scale-loss", "1048576", "--use-dynamic-loss-scaling"), device="gpu:0")
+    assert (o1.enabled, o1.level, o1.dtype, o1.master_weights) == (True, "O1", "float16", False)
+    scaler = amp.create_loss_scaler(o1)
+    assert scaler.scale_value == 2.0**20 and scaler.dynamic
+    o2 = amp.amp_policy(amp_args("--amp", "--use-pure-fp16"), device="gpu:0")
+    assert (o2.level, o2.master_weights) == ("O2", True)
+    static = gpu_loss_scaler("--amp", "--no-use-dynamic-loss-scaling", "--scale-loss", "128")
+    assert (static.scale_value, static.dynamic) == (128.0, False)
+    bf16 = amp.amp_policy(amp_args("--amp", "--amp-dtype", "bfloat16", "--use-dynamic-loss-scaling"), device="gpu:0")
+    assert bf16.dtype == "bfloat16" and amp.create_loss_scaler(bf16) is None  # bf16 needs no loss scaling
+    assert capsys.readouterr().out == ""
+
+
+def _scaled_backward(scaler: amp.LossScaler, values: np.ndarray) -> paddle.Tensor:
+    weight = paddle.create_parameter([values.size], "float32")
+    weight.set_value(np.ones(values.size, np.float32))
+    scaler.scale((weight * paddle.to_tensor(values)).sum()).backward()
+    return weight
+
+
+def test_loss_scaler_unscales_exactly_and_detects_overflow():
+    scaler = amp.LossScaler(2.0**20, dynamic=True)
+    values = np.array([1e-6, -3.0, 0.25], np.float32)  # d(sum(w * values))/dw = values
+    weight = _scaled_backward(scaler, values)
+    np.testing.assert_allclose(weight.grad.numpy(), values * 2.0**20, rtol=1e-7)
+    assert scaler.unscale_and_check([weight]) is False
+    np.testing.assert_allclose(weight.grad.numpy(), values, rtol=1e-7)
+    overflowing = _scaled_backward(scaler, np.array([1.0, np.inf, 0.0], np.float32))
+    assert scaler.unscale_and_check([overflowing]) is True
+
+
+def test_dynamic_loss_scale_grows_after_2000_good_steps_and_halves_on_overflow():
+    scaler = amp.LossScaler(2.0**20, dynamic=True)
+    expected, good = 2.0**20, 0
+    rng = np.random.default_rng(0)
+    overflow_steps = set(rng.choice(6000, size=5, replace=False).tolist())
+    for step in range(6000):
+        found_inf = step in overflow_steps
+        scaler.update(found_inf)
+        # The rule of Micikevicius et al. 2018 with NVIDIA's constants: x0.5 on overflow, x2 per 2000 good steps.
+        if found_inf:
+            expected, good = expected * 0.5, 0
+        else:
+            good += 1
+            if good == 2000:
+                expected, good = expected * 2, 0
+        assert scaler.scale_value == expected
+    static = amp.LossScaler(128.0, dynamic=False)
+    for found_inf in (True, False, True):
+        static.update(found_inf)
+    assert static.scale_value == 128.0
+
+
+def test_loss_scaler_state_round_trip():
+    scaler = amp.LossScaler(2.0**20, dynamic=True)
+    for _ in range(1999):
+        scaler.update(False)
+    restored = amp.LossScaler(1.0, dynamic=True)
+    restored.load_state_dict(scaler.state_dict())
+    scaler.update(False)
+    restored.update(False)
+    assert restored.scale_value == scaler.scale_value == 2.0**21
 
 
 def test_amp_alone_scales_float16_losses_dynamically_from_2_to_the_20():
@@ -98,7 +177,7 @@ def test_a_collapsing_loss_scale_stops_at_min_loss_scale():
 def test_pure_fp16_keeps_fp32_master_gradients(monkeypatch):
     calls = []
     monkeypatch.setattr(paddle.amp, "decorate", lambda **kwargs: calls.append(kwargs) or (kwargs["models"], None))
-    amp_decorate(paddle.nn.Linear(2, 2), None, amp_policy(gpu_args("--amp", "--use-pure-fp16"), device="gpu:0"))
+    amp.amp_decorate(paddle.nn.Linear(2, 2), None, amp.amp_policy(amp_args("--amp", "--use-pure-fp16"), device="gpu:0"))
     assert calls[0]["level"] == "O2" and calls[0]["master_weight"] and calls[0]["master_grad"]
 
 
@@ -128,7 +207,7 @@ def restore_tf32_switches():
 @pytest.mark.usefixtures("restore_tf32_switches")
 def test_fp32_turns_tf32_off_and_tf32_on():
     for precision, switches in (("tf32", (True, True)), ("fp32", (False, False)), ("tf32", (True, True))):
-        set_float32_matmul_precision(precision)
+        amp.set_float32_matmul_precision(precision)
         assert paddle_private.tf32_switches() == switches, precision
     with pytest.raises(ValueError, match="float32 precision must be one of"):
-        set_float32_matmul_precision("fp16")
+        amp.set_float32_matmul_precision("fp16")
