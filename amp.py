@@ -28,21 +28,30 @@ import dataclasses
 from collections.abc import Iterable
 
 import paddle
-from paddle import _C_ops
+
+import paddle_private
 
 AMP_DTYPES = ("float16", "bfloat16")
+FLOAT32_PRECISIONS = ("fp32", "tf32")
 # As in NVIDIA's Paddle BERT recipe: these also run in low precision under O1, and embedding lookups stay in
 # fp32 under pure fp16.
 _AMP_WHITE_LIST = ["softmax", "layer_norm", "gelu"]
 _PURE_FP16_BLACK_LIST = ["lookup_table", "lookup_table_v2"]
 
 
-def add_amp_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --amp, --amp-dtype, --use-pure-fp16, --scale-loss and --use-dynamic-loss-scaling.
+# The initial float16 loss scale: 2^20, what NVIDIA's recipes pass (`--amp --use-dynamic-loss-scaling
+# --scale-loss=1048576`), so that `--amp` alone trains as they do. Dynamic scaling halves a scale that is too
+# large within the first few steps (each overflowing step is skipped: 5 steps from 2^20 down to 2^15), while a
+# scale that is too small would lose small gradients to float16 underflow without any sign.
+DEFAULT_LOSS_SCALE = 2.0**20
 
-    Names and defaults of --amp, --scale-loss, --use-dynamic-loss-scaling and --use-pure-fp16 are those of
-    NVIDIA's Paddle BERT (utils/config.py); its recipes pass `--amp --use-dynamic-loss-scaling
-    --scale-loss=1048576` (2^20) for pre-training.
+
+def add_amp_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --amp, --amp-dtype, --use-pure-fp16, --scale-loss, --use-dynamic-loss-scaling and --min-loss-scale.
+
+    Names of --amp, --scale-loss, --use-dynamic-loss-scaling and --use-pure-fp16 are those of NVIDIA's Paddle
+    BERT (utils/config.py). float16 AMP is safe by default: dynamic scaling from 2^20, as NVIDIA's recipes
+    run it (--no-use-dynamic-loss-scaling keeps the scale fixed at --scale-loss).
     """
     group = parser.add_argument_group("Mixed precision (GPU only; a CPU run continues in fp32)")
     group.add_argument("--amp", action="store_true", help="Enable automatic mixed precision training (AMP).")
@@ -55,13 +64,19 @@ def add_amp_arguments(parser: argparse.ArgumentParser) -> None:
         help="AMP level O2: weights in --amp-dtype with fp32 master weights in the optimizer (default: O1).",
     )
     group.add_argument(
-        "--scale-loss", type=float, default=1.0,
-        help="Initial loss scale for float16 AMP (NVIDIA's recipes use 1048576 = 2^20).",
+        "--scale-loss", type=float, default=DEFAULT_LOSS_SCALE,
+        help="Initial loss scale for float16 AMP (2^20, as NVIDIA's recipes use).",
     )
     group.add_argument(
-        "--use-dynamic-loss-scaling", action="store_true",
+        "--use-dynamic-loss-scaling", action=argparse.BooleanOptionalAction, default=True,
         help="float16 AMP: double the loss scale after 2000 overflow-free steps and halve it on every overflow; "
-        "without it the scale stays at --scale-loss. Overflowing steps are skipped either way.",
+        "with --no-use-dynamic-loss-scaling the scale stays at --scale-loss. Overflowing steps are skipped "
+        "either way.",
+    )
+    group.add_argument(
+        "--min-loss-scale", type=float, default=1.0,
+        help="float16 AMP with dynamic scaling: stop the run with an error when overflows halve the loss scale "
+        "below this (the gradients are then inf or NaN at any scale).",
     )
 
 
@@ -69,10 +84,11 @@ def check_amp_arguments(parser: argparse.ArgumentParser, args: argparse.Namespac
     """Exit through parser.error (one line naming the flag) for an invalid combination of AMP flags."""
     if args.scale_loss <= 0:
         parser.error(f"--scale-loss must be positive, got {args.scale_loss}")
-    for flag, value in (("--use-pure-fp16", args.use_pure_fp16),
-                        ("--use-dynamic-loss-scaling", args.use_dynamic_loss_scaling)):
-        if value and not args.amp:
-            parser.error(f"{flag} needs --amp")
+    if not 0 < args.min_loss_scale <= args.scale_loss:
+        parser.error(f"--min-loss-scale must be positive and at most --scale-loss ({args.scale_loss:g}), "
+                     f"got {args.min_loss_scale}")
+    if args.use_pure_fp16 and not args.amp:
+        parser.error("--use-pure-fp16 needs --amp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +98,9 @@ class AmpPolicy:
     enabled: bool = False
     dtype: str = "float16"
     level: str = "O1"
-    init_loss_scale: float = 1.0
-    dynamic_loss_scaling: bool = False
+    init_loss_scale: float = DEFAULT_LOSS_SCALE
+    dynamic_loss_scaling: bool = True
+    min_loss_scale: float = 1.0
 
     @property
     def uses_loss_scaling(self) -> bool:
@@ -115,6 +132,7 @@ def amp_policy(args: argparse.Namespace, device: str | None = None) -> AmpPolicy
         level="O2" if args.use_pure_fp16 else "O1",
         init_loss_scale=args.scale_loss,
         dynamic_loss_scaling=args.use_dynamic_loss_scaling,
+        min_loss_scale=args.min_loss_scale,
     )
 
 
@@ -134,14 +152,30 @@ def amp_autocast(policy: AmpPolicy) -> contextlib.AbstractContextManager:
 def amp_decorate(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer, policy: AmpPolicy):
     """For level O2: cast the model's weights to the AMP dtype and give the optimizer fp32 master weights.
 
-    Saved state dicts stay fp32 (save_dtype), so checkpoints load into fp32 and AMP runs alike. Returns
-    (model, optimizer), unchanged for O1 and fp32.
+    Gradients become fp32 at the end of every backward pass (master_grad): gradient clipping would otherwise
+    sum squares in float16, where a global norm above 256 overflows to inf and the clip factor
+    clip_norm / inf zeroes the gradients, so the step would run with nothing but momentum and decay instead
+    of being skipped. Saved state dicts stay fp32 (save_dtype), so checkpoints load into fp32 and AMP runs
+    alike. Returns (model, optimizer), unchanged for O1 and fp32.
     """
     if not policy.master_weights:
         return model, optimizer
     return paddle.amp.decorate(
-        models=model, optimizers=optimizer, level="O2", dtype=policy.dtype, master_weight=True, save_dtype="float32"
+        models=model, optimizers=optimizer, level="O2", dtype=policy.dtype, master_weight=True,
+        save_dtype="float32", master_grad=True,
     )
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    """"fp32": float32 matmuls and convolutions in full float32; "tf32": on TF32 tensor cores (Ampere and
+    later GPUs; 10 mantissa bits in the products, fp32 accumulation), which is Paddle's default on a GPU.
+
+    Set explicitly in Paddle's cuBLAS and cuDNN switches rather than through NVIDIA_TF32_OVERRIDE alone, so the
+    run's precision holds whatever the environment says. On a CPU nothing reads them.
+    """
+    if precision not in FLOAT32_PRECISIONS:
+        raise ValueError(f"float32 precision must be one of {FLOAT32_PRECISIONS}, got {precision!r}")
+    paddle_private.set_tf32_switches(precision == "tf32")
 
 
 class LossScaler:
@@ -150,18 +184,21 @@ class LossScaler:
     The loss is multiplied by `scale` before backward so that small gradients survive in float16; the
     gradients are divided by it again before the optimizer step. A step whose gradients contain inf or NaN
     is skipped. With dynamic scaling the scale is halved after every such overflow and doubled after
-    `growth_interval` consecutive good steps (2000, as in NVIDIA's recipes); otherwise it stays fixed.
+    `growth_interval` consecutive good steps (2000, as in NVIDIA's recipes); otherwise it stays fixed. A
+    dynamic scale that would fall below `min_scale` raises ValueError: the gradients overflow at any scale,
+    and halving on would only skip every step until the scale underflows to 0.
 
     Unlike paddle.amp.GradScaler this works on every device (so its rules are tested on CPU) and reports
     each overflow to the caller, which skips and logs the step.
     """
 
-    def __init__(self, init_scale: float, dynamic: bool, growth_interval: int = 2000,
+    def __init__(self, init_scale: float, dynamic: bool, min_scale: float = 1.0, growth_interval: int = 2000,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5):
         if init_scale <= 0:
             raise ValueError(f"loss scale must be positive, got {init_scale}")
         self.scale_value = float(init_scale)
         self.dynamic = dynamic
+        self.min_scale = float(min_scale)
         self.growth_interval = growth_interval
         self.growth_factor = growth_factor
         self.backoff_factor = backoff_factor
@@ -180,8 +217,7 @@ class LossScaler:
         found_inf = False
         # One fused kernel per gradient dtype (the op paddle.amp.GradScaler uses), not a Python loop.
         for grads in grads_by_dtype.values():
-            _, group_found_inf = _C_ops.check_finite_and_unscale_(grads, scale, paddle.to_tensor([False]))
-            found_inf = found_inf or bool(group_found_inf.item())
+            found_inf = bool(paddle_private.unscale_and_check_finite_(grads, scale).item()) or found_inf
         return found_inf
 
     def update(self, found_inf: bool) -> None:
@@ -189,6 +225,9 @@ class LossScaler:
         if not self.dynamic:
             return
         if found_inf:
+            if self.scale_value * self.backoff_factor < self.min_scale:
+                raise ValueError(f"the float16 loss scale would fall below --min-loss-scale {self.min_scale:g} "
+                                 f"(from {self.scale_value:g}): the gradients overflow at every scale")
             self.scale_value *= self.backoff_factor
             self.good_steps = 0
             return
@@ -207,7 +246,8 @@ class LossScaler:
 
 
 def create_loss_scaler(policy: AmpPolicy) -> LossScaler | None:
-    """A LossScaler for float16 AMP (initial scale --scale-loss, dynamic with --use-dynamic-loss-scaling)."""
+    """A LossScaler for float16 AMP (initial scale --scale-loss, dynamic unless --no-use-dynamic-loss-scaling,
+    at least --min-loss-scale)."""
     if not policy.uses_loss_scaling:
         return None
-    return LossScaler(policy.init_loss_scale, dynamic=policy.dynamic_loss_scaling)
+    return LossScaler(policy.init_loss_scale, dynamic=policy.dynamic_loss_scaling, min_scale=policy.min_loss_scale)

@@ -1,7 +1,8 @@
 """CPU fast paths for BERT training in Paddle: which MKL kernels run, and cheaper forms of the hot ops.
 
-modeling.py calls these only for tensors on the CPU (`enabled_for`); on a GPU it keeps Paddle's own ops
-(flash attention through scaled_dot_product_attention, fused kernels, AMP). Every function here computes
+modeling.py builds a model from these layers when it runs on the CPU (the choice is made once, when the model
+is built); on a GPU, and in exported programs (modeling.standard_copy), it keeps Paddle's own ops (flash
+attention through scaled_dot_product_attention, fused kernels, AMP). Every function here computes
 the same mathematical function as the Paddle op it stands in for; tests/test_cpu_kernels.py checks values
 and gradients against those ops.
 
@@ -33,50 +34,24 @@ model-level ones together (Linear, LayerNorm, Dropout, attention): 1.24x.
   mask; `dropout` draws int32s, keeps a float mask that already holds the 1/(1-p) scale, and its gradient is
   one multiplication: 4.5 against 8.5 ms forward and backward for [8, 128, 768]. Step: 1.01-1.07x.
 - Attention heads. [B, S, N, D] -> [B, N, S, D] in Paddle is a strided view, and the ops after it copy it
-  element by element (4x slower than a memcpy); the attention mask add broadcasts [B, 1, 1, S] over
-  [B, N, S, S], 13x slower than a same-shape add. `attention` moves whole D-float rows with one gather per
-  tensor and adds a materialised mask. Step: 1.16x (with the attention's Linear and Dropout).
+  element by element (4x slower than a memcpy); adding a [B, 1, 1, S] attention mask to [B, N, S, S] scores
+  by broadcasting is 13x slower than a same-shape add. `attention` moves whole D-float rows with one gather
+  per tensor and adds a mask materialised as [B, N, S, S] (once per forward, by modeling.BertModel).
+  Step: 1.16x (with the attention's Linear and Dropout).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
+import functools
 import math
 import os
 import sys
-from collections.abc import Iterator
 
 import numpy as np
 import paddle
 import paddle.nn.functional as F
 from paddle.autograd import PyLayer
-
-_enabled = True
-
-
-# dy2static would otherwise convert this function into a copy whose module globals are a snapshot, so a
-# later `disabled()` would not reach it; it is a plain Python predicate and must run as written.
-@paddle.jit.not_to_static
-def enabled_for(tensor: paddle.Tensor) -> bool:
-    """True when `tensor` is a CPU tensor of an eager (dygraph) computation and the fast paths are on.
-
-    Programs built by paddle.jit.to_static / paddle.jit.save keep Paddle's standard ops: Paddle Inference
-    knows and fuses those, exported shapes may be dynamic, and to_static trains slower here anyway.
-    """
-    return _enabled and paddle.in_dynamic_mode() and tensor.place.is_cpu_place()
-
-
-@contextlib.contextmanager
-def disabled() -> Iterator[None]:
-    """Run with Paddle's standard ops everywhere, e.g. to compare against them."""
-    global _enabled
-    previous, _enabled = _enabled, False
-    try:
-        yield
-    finally:
-        _enabled = previous
-
 
 # ---------------------------------------------------------------------------------------------
 # MKL code path
@@ -123,7 +98,7 @@ def use_fast_mkl_kernels(cpuinfo_path: str = "/proc/cpuinfo") -> str | None:
     """Set MKL_DEBUG_CPU_TYPE for this process (unless the user set it) and return the value in effect.
 
     It takes effect only if MKL has not dispatched a kernel yet in this process, so call it before the
-    first matrix product (modeling.py does on import).
+    first matrix product (runtime.apply_cpu_tweaks does, in the entry scripts).
     """
     if "MKL_DEBUG_CPU_TYPE" not in os.environ:
         cpu_type = mkl_cpu_type(*_cpu_vendor_and_flags(cpuinfo_path))
@@ -192,12 +167,10 @@ def linear(x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor | None) 
 
 
 class Linear(paddle.nn.Linear):
-    """paddle.nn.Linear (same parameters, names and layout) that runs `linear` on the CPU."""
+    """paddle.nn.Linear (same parameters, names and layout) that runs `linear`."""
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
-        if enabled_for(x):
-            return linear(x, self.weight, self.bias)
-        return super().forward(x)
+        return linear(x, self.weight, self.bias)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,12 +216,13 @@ def layer_norm(x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor, eps
 
 
 class LayerNorm(paddle.nn.LayerNorm):
-    """paddle.nn.LayerNorm over the last axis (same parameters) that runs `layer_norm` on the CPU."""
+    """paddle.nn.LayerNorm over the last axis, with a gain and a bias (same parameters), that runs `layer_norm`."""
+
+    def __init__(self, normalized_shape: int, epsilon: float = 1e-5):
+        super().__init__(normalized_shape, epsilon=epsilon)
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
-        if enabled_for(x) and len(self._normalized_shape) == 1 and self.weight is not None and self.bias is not None:
-            return layer_norm(x, self.weight, self.bias, self._epsilon)
-        return super().forward(x)
+        return layer_norm(x, self.weight, self.bias, self._epsilon)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,17 +279,21 @@ class _PermuteRows(PyLayer):
         return paddle.gather(grad_y, inverse), None, None
 
 
-_head_permutations: dict[tuple[int, int, int, int], tuple[paddle.Tensor, paddle.Tensor]] = {}
+# A model asks for at most two keys per batch shape (split with P = 3 or 1, merge with P = 1), and each entry
+# holds two int64 tensors of B*S*P*N elements (2 x 6 MiB for B = 32, S = 512, P = 3, N = 16). Fine-tuning pads
+# each batch to its longest feature, so new shapes keep coming: 16 entries keep the shapes of the last few
+# batches (training and evaluation) without growing with the number of lengths seen.
+HEAD_PERMUTATION_CACHE_SIZE = 16
 
 
+@functools.lru_cache(maxsize=HEAD_PERMUTATION_CACHE_SIZE)
 def _head_permutation(batch: int, seq: int, parts: int, heads: int) -> tuple[paddle.Tensor, paddle.Tensor]:
     """Row orders taking [B, S, P, N] rows of D floats to [P, B, N, S], and back."""
-    key = (batch, seq, parts, heads)
-    if key not in _head_permutations:
-        rows = np.arange(batch * seq * parts * heads).reshape(batch, seq, parts, heads)
-        index = rows.transpose(2, 0, 3, 1).reshape(-1)
-        _head_permutations[key] = (paddle.to_tensor(index), paddle.to_tensor(np.argsort(index)))
-    return _head_permutations[key]
+    rows = np.arange(batch * seq * parts * heads).reshape(batch, seq, parts, heads)
+    index = rows.transpose(2, 0, 3, 1).reshape(-1)
+    inverse = np.empty_like(index)
+    inverse[index] = np.arange(index.size)
+    return paddle.to_tensor(index), paddle.to_tensor(inverse)
 
 
 def split_heads(x: paddle.Tensor, parts: int, heads: int) -> paddle.Tensor:
@@ -345,23 +323,23 @@ def attention(
 ) -> paddle.Tensor:
     """softmax(q k^T / sqrt(D) + mask) v per head, with dropout on the probabilities.
 
-    query, key, value: [B, N, S, D]; attention_mask: bool [B, 1, 1, S], True = may be attended to, or None.
-    Returns the context [B, N, S, D]. The same function as F.scaled_dot_product_attention with those
+    query, key, value: [B, N, S, D]; attention_mask: additive [B, N, S, S] (0 = may be attended to, -inf = not),
+    or None. Returns the context [B, N, S, D]. The same function as F.scaled_dot_product_attention with those
     arguments, in its layout [B, N, S, D] instead of [B, S, N, D].
     """
-    batch, heads, seq, head_dim = query.shape
+    head_dim = query.shape[-1]
     scores = paddle.matmul(query * (1.0 / math.sqrt(head_dim)), key, transpose_y=True)  # [B, N, S, S]
     if attention_mask is not None:
-        bias = paddle.where(attention_mask, paddle.zeros([], scores.dtype), paddle.full([], -math.inf, scores.dtype))
-        scores = scores + paddle.tile(bias, [1, heads, seq, 1])  # a same-shape add
+        scores = scores + attention_mask  # a same-shape add
     probs = dropout(F.softmax(scores, axis=-1), dropout_p, training)
     return paddle.matmul(probs, value)
 
 
 class Dropout(paddle.nn.Dropout):
-    """paddle.nn.Dropout (upscale_in_train over all elements) that runs `dropout` on the CPU."""
+    """paddle.nn.Dropout in its default upscale_in_train mode over all elements, that runs `dropout`."""
+
+    def __init__(self, p: float = 0.5):
+        super().__init__(p)
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
-        if enabled_for(x) and self.mode == "upscale_in_train" and self.axis is None:
-            return dropout(x, self.p, self.training)
-        return super().forward(x)
+        return dropout(x, self.p, self.training)

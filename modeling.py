@@ -10,8 +10,11 @@ or a classifier for GLUE. The architecture follows Devlin et al. 2019 (arXiv:181
 Google's reference implementation: post-LayerNorm residual blocks, exact (erf) GELU, weights
 drawn from N(0, initializer_range).
 
-On the CPU the Linear, LayerNorm and Dropout layers and the attention core run through cpu_kernels.py,
-which computes the same functions with kernels that are faster there; on a GPU Paddle's own ops run.
+Every model chooses once, when it is built, between two sets of layers (`use_cpu_kernels`, default: whether
+Paddle's current device is a CPU): cpu_kernels.py's Linear, LayerNorm, Dropout and attention core, which
+compute the same functions with kernels that are faster on a CPU, or Paddle's own layers and
+scaled_dot_product_attention (flash attention on a GPU). Exported programs need Paddle's own ops:
+`standard_copy` gives the model with those.
 
 Shapes in comments use B = batch, S = sequence length, H = hidden size, N = attention heads,
 D = H / N, V = (padded) vocabulary size, M = number of masked positions in the batch.
@@ -36,16 +39,32 @@ ACTIVATIONS = {
 }
 
 
+def choose_cpu_kernels(use_cpu_kernels: bool | None) -> bool:
+    """The model's choice of layers: as given, or for None whether Paddle's current device is a CPU."""
+    return paddle.get_device() == "cpu" if use_cpu_kernels is None else use_cpu_kernels
+
+
+def layer_classes(use_cpu_kernels: bool) -> tuple[type[nn.Linear], type[nn.LayerNorm], type[nn.Dropout]]:
+    """The Linear, LayerNorm and Dropout classes a model is built from: cpu_kernels' or Paddle's own.
+
+    Both have the same parameters under the same names, so weights and checkpoints move between them.
+    """
+    if use_cpu_kernels:
+        return cpu_kernels.Linear, cpu_kernels.LayerNorm, cpu_kernels.Dropout
+    return nn.Linear, nn.LayerNorm, nn.Dropout
+
+
 class BertEmbeddings(nn.Layer):
     """Sum of word, position and segment embeddings, then LayerNorm and dropout."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, use_cpu_kernels: bool):
         super().__init__()
+        _, LayerNorm, Dropout = layer_classes(use_cpu_kernels)
         self.word_embeddings = nn.Embedding(config.padded_vocab_size, config.hidden_size)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.layer_norm = cpu_kernels.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
-        self.dropout = cpu_kernels.Dropout(config.hidden_dropout_prob)
+        self.layer_norm = LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: paddle.Tensor, token_type_ids: paddle.Tensor) -> paddle.Tensor:
         seq_length = input_ids.shape[1]
@@ -59,11 +78,13 @@ class BertEmbeddings(nn.Layer):
 
 
 class BertSelfAttention(nn.Layer):
-    """Multi-head self-attention: scaled_dot_product_attention (flash attention on a GPU); on the CPU the same
-    function through cpu_kernels.attention."""
+    """Multi-head self-attention: scaled_dot_product_attention (flash attention on a GPU), or the same function
+    through cpu_kernels.attention."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, use_cpu_kernels: bool):
         super().__init__()
+        Linear, _, _ = layer_classes(use_cpu_kernels)
+        self.use_cpu_kernels = use_cpu_kernels
         hidden = config.hidden_size
         self.num_heads = config.num_attention_heads
         self.head_dim = hidden // self.num_heads
@@ -71,16 +92,25 @@ class BertSelfAttention(nn.Layer):
         if self.fuse_mha:
             # Columns are [query | key | value]: the unfused matrices side by side, which is what
             # convert_qkv_layout relies on.
-            self.qkv = cpu_kernels.Linear(hidden, 3 * hidden)
+            self.qkv = Linear(hidden, 3 * hidden)
         else:
-            self.query = cpu_kernels.Linear(hidden, hidden)
-            self.key = cpu_kernels.Linear(hidden, hidden)
-            self.value = cpu_kernels.Linear(hidden, hidden)
+            self.query = Linear(hidden, hidden)
+            self.key = Linear(hidden, hidden)
+            self.value = Linear(hidden, hidden)
         self.dropout_prob = config.attention_probs_dropout_prob
 
     def forward(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | None) -> paddle.Tensor:
-        if cpu_kernels.enabled_for(hidden_states):
-            return self._forward_cpu(hidden_states, attention_mask)
+        if self.use_cpu_kernels:
+            # Heads moved by whole rows into [B, N, S, D] and back (cpu_kernels.attention says why).
+            if self.fuse_mha:
+                query, key, value = cpu_kernels.split_heads(self.qkv(hidden_states), 3, self.num_heads).unbind(0)
+            else:
+                query, key, value = (
+                    cpu_kernels.split_heads(projection(hidden_states), 1, self.num_heads).squeeze(0)
+                    for projection in (self.query, self.key, self.value)
+                )  # each [B, N, S, D]
+            context = cpu_kernels.attention(query, key, value, attention_mask, self.dropout_prob, self.training)
+            return cpu_kernels.merge_heads(context)  # [B, S, H]
         batch, seq_length = hidden_states.shape[0], hidden_states.shape[1]
         head_shape = [batch, seq_length, self.num_heads, self.head_dim]
         if self.fuse_mha:
@@ -96,31 +126,20 @@ class BertSelfAttention(nn.Layer):
         )  # [B, S, N, D]
         return context.reshape([batch, seq_length, self.num_heads * self.head_dim])
 
-    def _forward_cpu(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | None) -> paddle.Tensor:
-        """The same function with heads moved by whole rows (cpu_kernels.attention says why)."""
-        if self.fuse_mha:
-            query, key, value = cpu_kernels.split_heads(self.qkv(hidden_states), 3, self.num_heads).unbind(axis=0)
-        else:
-            query, key, value = (
-                cpu_kernels.split_heads(projection(hidden_states), 1, self.num_heads).squeeze(0)
-                for projection in (self.query, self.key, self.value)
-            )  # each [B, N, S, D]
-        context = cpu_kernels.attention(query, key, value, attention_mask, self.dropout_prob, self.training)
-        return cpu_kernels.merge_heads(context)  # [B, S, H]
-
 
 class BertLayer(nn.Layer):
     """One post-LayerNorm transformer block: attention, add & norm, feed-forward, add & norm."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, use_cpu_kernels: bool):
         super().__init__()
-        self.attention = BertSelfAttention(config)
-        self.attention_output = cpu_kernels.Linear(config.hidden_size, config.hidden_size)
-        self.attention_layer_norm = cpu_kernels.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
-        self.intermediate = cpu_kernels.Linear(config.hidden_size, config.intermediate_size)
-        self.output = cpu_kernels.Linear(config.intermediate_size, config.hidden_size)
-        self.output_layer_norm = cpu_kernels.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
-        self.dropout = cpu_kernels.Dropout(config.hidden_dropout_prob)
+        Linear, LayerNorm, Dropout = layer_classes(use_cpu_kernels)
+        self.attention = BertSelfAttention(config, use_cpu_kernels)
+        self.attention_output = Linear(config.hidden_size, config.hidden_size)
+        self.attention_layer_norm = LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
+        self.intermediate = Linear(config.hidden_size, config.intermediate_size)
+        self.output = Linear(config.intermediate_size, config.hidden_size)
+        self.output_layer_norm = LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
         self.activation = ACTIVATIONS[config.hidden_act]
 
     def forward(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | None) -> paddle.Tensor:
@@ -154,21 +173,25 @@ def init_bert_weights(layer: nn.Layer, initializer_range: float) -> None:
             nn.initializer.Constant(0.0)(sublayer.bias)
 
 
-def extended_attention_mask(attention_mask: paddle.Tensor | None) -> paddle.Tensor | None:
-    """[B, S] with 1 = token, 0 = padding  ->  bool [B, 1, 1, S] with True = may be attended to."""
+def attention_bias(attention_mask: paddle.Tensor | None, heads: int, dtype: str | paddle.dtype) -> paddle.Tensor | None:
+    """[B, S] with 1 = token, 0 = padding  ->  additive [B, heads, S, S] in `dtype`: 0 where a key may be
+    attended to, -inf for a padding key (every row keeps its real tokens, so no softmax row is all -inf)."""
     if attention_mask is None:
         return None
-    return (attention_mask != 0).unsqueeze([1, 2])
+    batch, seq_length = attention_mask.shape
+    keys = paddle.where(attention_mask != 0, paddle.zeros([], dtype), paddle.full([], -math.inf, dtype))  # [B, S]
+    return paddle.expand(keys.reshape([batch, 1, 1, seq_length]), [batch, heads, seq_length, seq_length])
 
 
 class BertModel(nn.Layer):
     """The BERT encoder: embeddings, a stack of BertLayers and the pooler."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, use_cpu_kernels: bool | None = None):
         super().__init__()
         self.config = config
-        self.embeddings = BertEmbeddings(config)
-        self.encoder = nn.LayerList([BertLayer(config) for _ in range(config.num_hidden_layers)])
+        self.use_cpu_kernels = choose_cpu_kernels(use_cpu_kernels)
+        self.embeddings = BertEmbeddings(config, self.use_cpu_kernels)
+        self.encoder = nn.LayerList([BertLayer(config, self.use_cpu_kernels) for _ in range(config.num_hidden_layers)])
         self.pooler = BertPooler(config)
         init_bert_weights(self, config.initializer_range)
 
@@ -184,21 +207,33 @@ class BertModel(nn.Layer):
         """
         if token_type_ids is None:
             token_type_ids = paddle.zeros_like(input_ids)
-        mask = extended_attention_mask(attention_mask)
+        # One materialised mask per forward, for all layers. scaled_dot_product_attention (paddle/nn/functional/
+        # sdpa.py) takes it as it is in every backend: flash attention wants a 4-D mask of the query's dtype
+        # with [B, 1 or N, S_q, S_k] rows (it reads heads modulo dim 1); memory-efficient attention (fp32, S a
+        # multiple of 8) expands dim 1 to N and needs dim 2 to be S_q (a [B, 1, 1, S] mask fails there); the
+        # math backend broadcasts. cpu_kernels.attention adds a same-shape [B, N, S, S] mask, 13x faster
+        # than a broadcasting add.
+        heads = self.config.num_attention_heads if self.use_cpu_kernels else 1
+        mask = attention_bias(attention_mask, heads, self._compute_dtype())
         hidden_states = self.embeddings(input_ids, token_type_ids)
         for layer in self.encoder:
             hidden_states = layer(hidden_states, mask)
         return hidden_states, self.pooler(hidden_states)
 
+    def _compute_dtype(self) -> str | paddle.dtype:
+        """The dtype of the attention scores: autocast's under AMP (its matmuls), else the weights'."""
+        return paddle.get_autocast_dtype() if paddle.is_autocast_enabled() else self.pooler.dense.weight.dtype
+
 
 class BertPretrainingHeads(nn.Layer):
     """Masked-LM head (decoder tied to the word embeddings, own bias) and next-sentence head."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, use_cpu_kernels: bool):
         super().__init__()
-        self.transform = cpu_kernels.Linear(config.hidden_size, config.hidden_size)
+        Linear, LayerNorm, _ = layer_classes(use_cpu_kernels)
+        self.transform = Linear(config.hidden_size, config.hidden_size)
         self.activation = ACTIVATIONS[config.hidden_act]
-        self.transform_layer_norm = cpu_kernels.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
+        self.transform_layer_norm = LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
         self.decoder_bias = self.create_parameter(
             [config.padded_vocab_size], is_bias=True, default_initializer=nn.initializer.Constant(0.0)
         )
@@ -221,14 +256,22 @@ class BertPretrainingHeads(nn.Layer):
         return prediction_scores, self.seq_relationship(pooled_output)
 
 
-class BertForPretraining(nn.Layer):
-    """BERT with the masked-LM and next-sentence-prediction heads."""
+class _BertWithHead(nn.Layer):
+    """The encoder a task model puts its head on, built with the model's one choice of layers."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, use_cpu_kernels: bool | None):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config)
-        self.cls = BertPretrainingHeads(config)
+        self.use_cpu_kernels = choose_cpu_kernels(use_cpu_kernels)
+        self.bert = BertModel(config, self.use_cpu_kernels)
+
+
+class BertForPretraining(_BertWithHead):
+    """BERT with the masked-LM and next-sentence-prediction heads."""
+
+    def __init__(self, config: BertConfig, use_cpu_kernels: bool | None = None):
+        super().__init__(config, use_cpu_kernels)
+        self.cls = BertPretrainingHeads(config, self.use_cpu_kernels)
         init_bert_weights(self.cls, config.initializer_range)
 
     def forward(
@@ -249,22 +292,16 @@ class BertForPretraining(nn.Layer):
         )
 
 
-class BertForQuestionAnswering(nn.Layer):
+class BertForQuestionAnswering(_BertWithHead):
     """BERT with a span head: a start and an end logit for every token (SQuAD)."""
 
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config)
+    def __init__(self, config: BertConfig, use_cpu_kernels: bool | None = None):
+        super().__init__(config, use_cpu_kernels)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         init_bert_weights(self.qa_outputs, config.initializer_range)
 
-    def forward(
-        self,
-        input_ids: paddle.Tensor,
-        token_type_ids: paddle.Tensor | None = None,
-        attention_mask: paddle.Tensor | None = None,
-    ) -> tuple[paddle.Tensor, paddle.Tensor]:
+    def forward(self, input_ids: paddle.Tensor, token_type_ids: paddle.Tensor | None = None,
+                attention_mask: paddle.Tensor | None = None) -> tuple[paddle.Tensor, paddle.Tensor]:
         """Returns start_logits and end_logits, each [B, S]."""
         sequence_output, _ = self.bert(input_ids, token_type_ids, attention_mask)
         logits = self.qa_outputs(sequence_output)  # [B, S, 2]
@@ -272,27 +309,36 @@ class BertForQuestionAnswering(nn.Layer):
         return start_logits, end_logits
 
 
-class BertForSequenceClassification(nn.Layer):
+class BertForSequenceClassification(_BertWithHead):
     """BERT with dropout and a linear classifier on the pooled [CLS] output (GLUE)."""
 
-    def __init__(self, config: BertConfig, num_labels: int):
-        super().__init__()
-        self.config = config
+    def __init__(self, config: BertConfig, num_labels: int, use_cpu_kernels: bool | None = None):
+        super().__init__(config, use_cpu_kernels)
         self.num_labels = num_labels
-        self.bert = BertModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         init_bert_weights(self.classifier, config.initializer_range)
 
-    def forward(
-        self,
-        input_ids: paddle.Tensor,
-        token_type_ids: paddle.Tensor | None = None,
-        attention_mask: paddle.Tensor | None = None,
-    ) -> paddle.Tensor:
+    def forward(self, input_ids: paddle.Tensor, token_type_ids: paddle.Tensor | None = None,
+                attention_mask: paddle.Tensor | None = None) -> paddle.Tensor:
         """Returns logits [B, num_labels]."""
         _, pooled_output = self.bert(input_ids, token_type_ids, attention_mask)
         return self.classifier(self.dropout(pooled_output))
+
+
+def standard_copy(model: BertModel | _BertWithHead) -> BertModel | _BertWithHead:
+    """The same model (class, config, head, weights in fp32, train/eval mode) built from Paddle's own layers.
+
+    For paddle.jit.save and paddle.jit.to_static: Paddle Inference knows and fuses Paddle's standard ops,
+    exported shapes may be dynamic (cpu_kernels' head permutations need fixed ones), and to_static trains
+    slower here anyway. The copy shares nothing with `model`. Weights are read through model.state_dict(),
+    so under pure fp16 (O2) they come out as the fp32 that amp_decorate's save_dtype asks for.
+    """
+    head_arguments = (model.num_labels,) if isinstance(model, BertForSequenceClassification) else ()
+    standard = type(model)(model.config, *head_arguments, use_cpu_kernels=False)
+    standard.set_state_dict({name: value.astype("float32") for name, value in model.state_dict().items()})
+    standard.train(model.training)
+    return standard
 
 
 def count_parameters(model: nn.Layer) -> int:

@@ -20,10 +20,10 @@ from collections.abc import Callable
 
 import paddle
 import paddle.nn as nn
-from paddle import _C_ops
 from paddle.nn.clip import ClipGradBase
 from paddle.optimizer.lr import LRScheduler
 
+import paddle_private
 from modeling import BertPretrainingHeads
 
 OPTIMIZER_NAMES = ("Lamb", "Lans", "AdamW")
@@ -119,14 +119,17 @@ class _LayerwiseAdaptiveOptimizer(paddle.optimizer.Optimizer):
         for param in parameters:
             if param.name in self._already_create_accumulator:
                 continue
+            # Under multi_precision the state belongs to the fp32 master copy (where _get_accumulator_master
+            # looks for it); the bookkeeping stays under the parameter's name, which the next step asks for.
+            owner = param
             if self._multi_precision and self._is_dtype_fp16_or_bf16(param.dtype):
-                param = self._create_master_weight(param)
-            dtype = _compute_dtype(param.dtype)
-            self._add_accumulator(self._moment1_acc_str, param, dtype=dtype)
-            self._add_accumulator(self._moment2_acc_str, param, dtype=dtype)
+                owner = paddle_private.create_master_weight(self, param)
+            dtype = _compute_dtype(owner.dtype)
+            self._add_accumulator(self._moment1_acc_str, owner, dtype=dtype)
+            self._add_accumulator(self._moment2_acc_str, owner, dtype=dtype)
             # beta^t of the coming step, as paddle's Lamb keeps it: starts at beta (t = 1).
-            self._add_accumulator(self._beta1_pow_acc_str, param, dtype=dtype, fill_value=self._beta1, shape=[1])
-            self._add_accumulator(self._beta2_pow_acc_str, param, dtype=dtype, fill_value=self._beta2, shape=[1])
+            self._add_accumulator(self._beta1_pow_acc_str, owner, dtype=dtype, fill_value=self._beta1, shape=[1])
+            self._add_accumulator(self._beta2_pow_acc_str, owner, dtype=dtype, fill_value=self._beta2, shape=[1])
             self._already_create_accumulator.add(param.name)
 
     def _append_optimize_op(self, block, param_and_grad):
@@ -170,9 +173,9 @@ class _LayerwiseAdaptiveOptimizer(paddle.optimizer.Optimizer):
         the same arithmetic in separate in-place ops.
         """
         out.zero_()
-        _C_ops.adam_(
-            out, grad, self._constant(-1.0, out), moment1, moment2, None, beta1_pow, beta2_pow, None, None,
-            betas[0], betas[1], self._epsilon, False, 1000, False, True, False,
+        paddle_private.fused_adam_step_(
+            out, grad, self._constant(-1.0, out), moment1, moment2, beta1_pow, beta2_pow,
+            beta1=betas[0], beta2=betas[1], epsilon=self._epsilon, advance_beta_pows=False,
         )
         return out
 

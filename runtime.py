@@ -13,6 +13,7 @@ on a CPU. Importing a module of the project changes nothing.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import paddle
 
@@ -69,17 +70,94 @@ def init_data_parallel() -> tuple[int, int]:
     return rank, world_size
 
 
-def set_cpu_affinity() -> list[int]:
-    """Pin this process to its own contiguous block of the CPUs it may use; returns the CPUs it now has.
+def set_cpu_affinity(device: str | None = None) -> list[int]:
+    """Pin this process to its own CPUs; returns the CPUs it now has.
 
-    The allowed CPUs are split evenly among the processes the launcher started on this node, in local-rank
-    order, so that two ranks never compete for a core (and on a GPU node each rank stays on the cores next to
-    its device when the launcher numbers GPUs in NUMA order, as DGX machines do). A rank gets at least one CPU.
+    On a GPU node each rank takes CPUs next to its GPU, as NVML reports them (`gpu_cpu_sets`); elsewhere the
+    CPUs this process may use are split evenly among the processes the launcher started on this node, in
+    local-rank order, so that two ranks never compete for a core. A rank gets at least one CPU.
     """
     local_rank, local_size = local_rank_info()
     available = sorted(os.sched_getaffinity(0))
-    per_rank = max(1, len(available) // local_size)
-    start = (local_rank * per_rank) % len(available)
-    cpus = available[start : start + per_rank]
+    device = device or paddle.get_device()
+    if device.startswith("gpu"):
+        affinities = _nvml_cpu_affinities(_local_gpu_indices(local_size), len(available))
+        cpus = gpu_cpu_sets(affinities, available, _read_thread_siblings)[local_rank]
+    else:
+        per_rank = max(1, len(available) // local_size)
+        start = (local_rank * per_rank) % len(available)
+        cpus = available[start : start + per_rank]
     os.sched_setaffinity(0, cpus)
+    return cpus
+
+
+def gpu_cpu_sets(affinities: list[set[int]], available: list[int],
+                 siblings_of: Callable[[int], set[int]]) -> list[list[int]]:
+    """Each local rank's CPUs, from its GPU's CPU affinity (affinities[rank], NVML's set for that GPU).
+
+    Ranks whose GPUs share a CPU set (the GPUs of one socket or NUMA node) split that set's physical cores
+    into contiguous blocks, in rank order, and each takes its cores with their hyperthread siblings: on DGX
+    machines the siblings are numbered after all physical cores (CPU n and n + cores are one core), so
+    contiguous blocks of CPU numbers would put some ranks on other ranks' siblings. This is the
+    socket_unique_contiguous mode of NVIDIA's gpu_affinity.py (DeepLearningExamples). `siblings_of(cpu)` gives
+    the CPUs of cpu's core, cpu included; only CPUs in `available` are used.
+    """
+    allowed = set(available)
+    sharing: dict[frozenset[int], list[int]] = {}
+    for rank, affinity in enumerate(affinities):
+        sharing.setdefault(frozenset(affinity & allowed), []).append(rank)
+    result: list[list[int]] = [[] for _ in affinities]
+    for cpu_set, ranks in sharing.items():
+        if not cpu_set:
+            raise ValueError(f"--enable-cpu-affinity: the GPU of local rank {ranks[0]} has no CPU this process may use")
+        cores = sorted({min(siblings_of(cpu) & cpu_set) for cpu in cpu_set})  # one CPU per physical core
+        per_rank = max(1, len(cores) // len(ranks))
+        for position, rank in enumerate(ranks):
+            start = (position * per_rank) % len(cores)
+            block = cores[start : start + per_rank]
+            result[rank] = sorted(set().union(*(siblings_of(core) & cpu_set for core in block)))
+    return result
+
+
+def _local_gpu_indices(local_size: int) -> list[int]:
+    """NVML indices of the GPUs of local ranks 0..local_size-1: paddle.distributed.launch gives local rank r
+    the r-th visible GPU. NVML counts GPUs as CUDA does with CUDA_DEVICE_ORDER=PCI_BUS_ID, ignoring
+    CUDA_VISIBLE_DEVICES, so visible numbers are mapped back through it."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    indices = [int(index) for index in visible.split(",")] if visible else list(range(local_size))
+    if len(indices) < local_size:
+        raise ValueError(f"--enable-cpu-affinity: {local_size} local ranks but CUDA_VISIBLE_DEVICES={visible!r}")
+    return indices[:local_size]
+
+
+def _nvml_cpu_affinities(gpu_indices: list[int], cpu_count: int) -> list[set[int]]:
+    """Each GPU's ideal CPUs (nvmlDeviceGetCpuAffinity: a bitmask in 64-bit words, CPU i = bit i % 64 of
+    word i // 64). pynvml (nvidia-ml-py) is imported here, on GPU nodes only."""
+    import pynvml
+
+    words = (max(os.cpu_count() or 1, cpu_count) + 63) // 64
+    pynvml.nvmlInit()
+    try:
+        affinities = []
+        for index in gpu_indices:
+            mask = pynvml.nvmlDeviceGetCpuAffinity(pynvml.nvmlDeviceGetHandleByIndex(index), words)
+            affinities.append({64 * word + bit for word, value in enumerate(mask) for bit in range(64)
+                               if value >> bit & 1})
+        return affinities
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _read_thread_siblings(cpu: int, cpu_dir: str = "/sys/devices/system/cpu") -> set[int]:
+    """The CPUs of cpu's physical core, from /sys (a list like "3,67" or "6-7"); {cpu} where it is not there."""
+    path = os.path.join(cpu_dir, f"cpu{cpu}", "topology", "thread_siblings_list")
+    try:
+        with open(path, encoding="ascii") as siblings:
+            text = siblings.read().strip()
+    except OSError:
+        return {cpu}
+    cpus = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
     return cpus

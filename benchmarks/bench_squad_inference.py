@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 import paddle  # noqa: E402
 
 import run_squad  # noqa: E402
-from modeling import BertConfig, BertForQuestionAnswering  # noqa: E402
+from modeling import BertConfig, BertForQuestionAnswering, standard_copy  # noqa: E402
 from runtime import AmpPolicy, configure_cpu_threads  # noqa: E402
 
 
@@ -70,9 +70,7 @@ def our_runners(config: BertConfig, threads: int, export_dir: str) -> dict:
     paddle.seed(0)
     model = BertForQuestionAnswering(config)
     model.eval()
-    static_model = BertForQuestionAnswering(config)
-    static_model.set_state_dict(model.state_dict())
-    static_model.eval()
+    static_model = standard_copy(model)
     input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in run_squad.INPUT_NAMES]
     static_model = paddle.jit.to_static(static_model, input_spec=input_spec, full_graph=True)
     run_squad.export_inference_model(model, export_dir, "qa")

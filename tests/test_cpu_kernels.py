@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -14,7 +15,13 @@ import paddle.nn.functional as F
 import pytest
 
 import cpu_kernels
-from modeling import BertConfig, BertForPretraining, BertForQuestionAnswering
+from modeling import (
+    BertConfig,
+    BertForPretraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    standard_copy,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 AVX512 = "fpu sse2 avx avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl"
@@ -234,8 +241,9 @@ def test_attention_matches_scaled_dot_product_attention():
     mask[1, ..., 4:] = False
     grad = rng.standard_normal((batch, heads, seq, head_dim)).astype("float32")
     inputs = [tensor(a) for a in (query, key, value)]
+    bias = np.broadcast_to(np.where(mask, 0.0, -np.inf), (batch, heads, seq, seq)).astype("float32")
     ours, our_grads = values_and_grads(
-        lambda q, k, v: cpu_kernels.attention(q, k, v, paddle.to_tensor(mask), 0.0, True), inputs, grad)
+        lambda q, k, v: cpu_kernels.attention(q, k, v, paddle.to_tensor(bias), 0.0, True), inputs, grad)
 
     def sdpa(q, k, v):  # its layout is [B, S, N, D]
         return F.scaled_dot_product_attention(
@@ -263,29 +271,74 @@ def test_attention_dropout_drops_probabilities():
     assert abs(kept_counts.mean() / 200 - 0.5) < 0.02
 
 
+def test_head_permutations_stay_cached_within_a_bounded_size():
+    cpu_kernels._head_permutation.cache_clear()
+    first = cpu_kernels._head_permutation(2, 5, 3, 4)
+    assert cpu_kernels._head_permutation(2, 5, 3, 4) is first  # the same shape again: no new tensors
+    for seq in range(1, 200):  # fine-tuning batches padded to ever new lengths
+        index, inverse = cpu_kernels._head_permutation(2, seq, 1, 4)
+        assert cpu_kernels._head_permutation.cache_info().currsize <= cpu_kernels.HEAD_PERMUTATION_CACHE_SIZE
+    np.testing.assert_array_equal(index.numpy()[inverse.numpy()], np.arange(2 * 199 * 4))
+
+
+def tiny_config(**overrides) -> BertConfig:
+    values = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    return BertConfig(**{**values, **overrides})
+
+
+def layer_types(model: paddle.nn.Layer) -> set[type]:
+    return {type(layer) for layer in model.sublayers()}
+
+
+CPU_LAYERS = {cpu_kernels.Linear, cpu_kernels.LayerNorm, cpu_kernels.Dropout}
+
+
+def test_the_layers_are_chosen_once_when_the_model_is_built(monkeypatch):
+    assert CPU_LAYERS <= layer_types(BertForPretraining(tiny_config(), use_cpu_kernels=True))
+    assert not CPU_LAYERS & layer_types(BertForPretraining(tiny_config(), use_cpu_kernels=False))
+    monkeypatch.setattr(paddle, "get_device", lambda: "gpu:0")
+    on_gpu = BertForSequenceClassification(tiny_config(), 3)
+    assert not on_gpu.bert.use_cpu_kernels and not CPU_LAYERS & layer_types(on_gpu)
+    monkeypatch.setattr(paddle, "get_device", lambda: "cpu")
+    assert CPU_LAYERS <= layer_types(BertForQuestionAnswering(tiny_config()))
+
+
+def test_standard_copy_is_the_same_model_in_standard_layers_and_fp32():
+    paddle.seed(2)
+    model = BertForSequenceClassification(tiny_config(), 3, use_cpu_kernels=True)
+    model.eval()
+    weights = {name: value.numpy() for name, value in model.state_dict().items()}
+    model.to(dtype="float16")  # as pure fp16 (O2) leaves the weights
+    standard = standard_copy(model)
+    assert type(standard) is BertForSequenceClassification and standard.num_labels == 3
+    assert not standard.training and not CPU_LAYERS & layer_types(standard)
+    for name, value in standard.state_dict().items():
+        assert value.dtype == paddle.float32, name
+        np.testing.assert_allclose(value.numpy(), weights[name], rtol=1e-3, atol=1e-4, err_msg=name)
+    assert model.bert.embeddings.word_embeddings.weight.dtype == paddle.float16  # the original is left alone
+
+
 @pytest.mark.parametrize("fuse_mha", [False, True])
-def test_model_gradients_equal_with_and_without_cpu_kernels(fuse_mha):
-    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                        fuse_mha=fuse_mha)
+def test_model_gradients_equal_with_cpu_kernels_and_standard_layers(fuse_mha):
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, fuse_mha=fuse_mha)
     paddle.seed(1)
-    model = BertForPretraining(config)
+    model = BertForPretraining(config, use_cpu_kernels=True)
+    standard = standard_copy(model)
     rng = np.random.default_rng(0)
     input_ids = paddle.to_tensor(rng.integers(0, 99, (3, 16)))
     attention_mask = np.ones((3, 16), "int64")
     attention_mask[1, 10:] = 0
     positions = paddle.to_tensor(np.array([1, 5, 17, 20, 40]))
 
-    def run():
+    def run(model):
         scores, nsp_scores = model(input_ids, paddle.zeros_like(input_ids), paddle.to_tensor(attention_mask), positions)
         ((scores**2).mean() + (nsp_scores**2).mean()).backward()
         grads = {name: p.grad.numpy().copy() for name, p in model.named_parameters()}
         model.clear_gradients()
         return scores.numpy(), grads
 
-    scores, grads = run()
-    with cpu_kernels.disabled():
-        reference_scores, reference_grads = run()
+    scores, grads = run(model)
+    reference_scores, reference_grads = run(standard)
     np.testing.assert_allclose(scores, reference_scores, rtol=1e-5, atol=1e-6)
     for name, reference in reference_grads.items():
         # The key bias has no effect on softmax(q k^T): its true gradient is 0 and both are rounding noise.
@@ -293,15 +346,37 @@ def test_model_gradients_equal_with_and_without_cpu_kernels(fuse_mha):
         np.testing.assert_allclose(grads[name], reference, rtol=1e-4, atol=atol, err_msg=name)
 
 
+def exported_op_names(prefix: Path) -> set[str]:
+    """The op names of a program paddle.jit.save wrote, without their dialect prefix (PIR's JSON: every op and
+    attribute is an object named by "#", e.g. "1.layer_norm")."""
+    names = set()
+
+    def visit(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("#"), str):
+                names.add(node["#"].partition(".")[2])
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(json.loads(prefix.with_suffix(".json").read_text()))
+    return names
+
+
 def test_exported_program_uses_standard_ops_and_dynamic_shapes(tmp_path):
-    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
     paddle.seed(1)
-    model = BertForPretraining(config)
+    model = BertForPretraining(tiny_config(num_hidden_layers=1), use_cpu_kernels=True)
     model.eval()
     spec = [paddle.static.InputSpec([None, None], "int64", name) for name in ("input_ids", "token_type_ids",
                                                                               "attention_mask")]
     spec.append(paddle.static.InputSpec([None], "int64", "masked_lm_positions"))
-    paddle.jit.save(model, str(tmp_path / "bert"), input_spec=spec)
+    paddle.jit.save(standard_copy(model), str(tmp_path / "bert"), input_spec=spec)
+    ops = exported_op_names(tmp_path / "bert")
+    # Paddle's own layer_norm and matmul + add, none of cpu_kernels' PyLayers or addmm (its Linear and LayerNorm).
+    assert {"layer_norm", "matmul", "add", "softmax"} <= ops, ops
+    assert not any("pylayer" in op or "addmm" in op for op in ops), ops
     exported = paddle.jit.load(str(tmp_path / "bert"))
     for batch, seq in ((2, 8), (3, 5)):  # two shapes through one program
         input_ids = paddle.to_tensor(np.random.default_rng(batch).integers(0, 99, (batch, seq)))
@@ -311,20 +386,3 @@ def test_exported_program_uses_standard_ops_and_dynamic_shapes(tmp_path):
                   paddle.to_tensor(np.array([1, seq + 2])))
         for ours, reference in zip(exported(*inputs), model(*inputs), strict=True):
             np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-5, atol=1e-6)
-
-
-def test_disabled_reaches_functions_that_to_static_already_converted(tmp_path):
-    # Convert once with the fast paths on, then export with them off: the export traces dynamic shapes,
-    # which only Paddle's standard ops accept, so it fails if `disabled()` does not reach converted code.
-    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
-    model = BertForPretraining(config)
-    model.eval()
-    input_ids = paddle.to_tensor(np.random.default_rng(0).integers(0, 99, (2, 8)))
-    paddle.jit.to_static(model, full_graph=True)(input_ids, None, paddle.ones([2, 8], dtype="int64"),
-                                                 paddle.to_tensor(np.array([1, 9])))
-    question_answering = BertForQuestionAnswering(config)
-    question_answering.eval()
-    spec = [paddle.static.InputSpec([None, None], "int64", name) for name in ("input_ids", "token_type_ids")]
-    with cpu_kernels.disabled():
-        paddle.jit.save(question_answering, str(tmp_path / "qa"), input_spec=spec)
-    assert (tmp_path / "qa.pdiparams").is_file()

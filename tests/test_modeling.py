@@ -79,13 +79,58 @@ def run_model(model, input_ids, token_type_ids, attention_mask):
     return [o.numpy() for o in outputs]
 
 
-def test_bert_model_matches_numpy_equations():
+@pytest.mark.parametrize("use_cpu_kernels", [True, False])
+def test_bert_model_matches_numpy_equations(use_cpu_kernels):
     paddle.seed(1)
     # A wide initialisation gives activations large enough that erf and tanh GELU differ visibly.
     config = tiny_config(initializer_range=0.3)
-    model = modeling.BertModel(config)
+    model = modeling.BertModel(config, use_cpu_kernels)
     params = {k: v.numpy().astype(np.float64) for k, v in model.state_dict().items()}
     batch = random_batch(config)
+    sequence_output, pooled_output = run_model(model, *batch)
+    expected_sequence, expected_pooled = numpy_bert(params, config, *batch)
+    valid = batch[2].astype(bool)
+    np.testing.assert_allclose(sequence_output[valid], expected_sequence[valid], atol=2e-5)
+    np.testing.assert_allclose(pooled_output, expected_pooled, atol=2e-5)
+
+
+def stand_in_sdpa(backend: str):
+    """F.scaled_dot_product_attention as Paddle 3.3 runs it in `backend` on a GPU: the mask handling of
+    paddle/nn/functional/sdpa.py, then each kernel's requirements on the mask enforced, then the plain math."""
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, training=True):
+        batch, seq_q, heads, head_dim = query.shape
+        seq_k = key.shape[1]
+        if attn_mask is not None and attn_mask.dtype == paddle.bool:  # sdpa.py turns a bool mask additive
+            attn_mask = paddle.where(attn_mask, paddle.zeros([], query.dtype), paddle.full([], -np.inf, query.dtype))
+        if attn_mask is not None and backend == "flash_attn":
+            # flash_attn_utils.h: 4-D and the query's dtype; the kernel reads rows of S_k from [B, 1 or N, S_q].
+            assert attn_mask.ndim == 4 and attn_mask.dtype == query.dtype, attn_mask
+            assert attn_mask.shape[0] == batch and attn_mask.shape[1] in (1, heads), attn_mask.shape
+            assert attn_mask.shape[2:] == [seq_q, seq_k], attn_mask.shape
+        if attn_mask is not None and backend == "mem_efficient":
+            assert attn_mask.shape[-1] % 8 == 0  # else sdpa.py's check_attn_mask_alignment picks another backend
+            if attn_mask.ndim == 4 and attn_mask.shape[0] != 1 and attn_mask.shape[1] != heads:  # as sdpa.py does
+                attn_mask = attn_mask.expand([attn_mask.shape[0], heads, attn_mask.shape[2], attn_mask.shape[3]])
+            # memory_efficient_attention_utils.h: the bias is [B, N, S_q, S_k] in the query's dtype.
+            assert attn_mask.dtype == query.dtype and attn_mask.shape == [batch, heads, seq_q, seq_k], attn_mask.shape
+        q, k, v = (t.transpose([0, 2, 1, 3]) for t in (query, key, value))  # [B, N, S, D]
+        scores = paddle.matmul(q, k, transpose_y=True) / np.sqrt(head_dim)
+        if attn_mask is not None:
+            scores = scores + attn_mask
+        return paddle.matmul(paddle.nn.functional.softmax(scores), v).transpose([0, 2, 1, 3])
+
+    return sdpa
+
+
+@pytest.mark.parametrize("backend", ["flash_attn", "mem_efficient", "math"])
+def test_attention_mask_suits_every_sdpa_backend(backend, monkeypatch):
+    paddle.seed(1)
+    config = tiny_config(initializer_range=0.3)
+    model = modeling.BertModel(config, use_cpu_kernels=False)
+    params = {k: v.numpy().astype(np.float64) for k, v in model.state_dict().items()}
+    batch = random_batch(config, seq=16)  # a multiple of 8: memory-efficient attention is eligible in fp32
+    monkeypatch.setattr(paddle.nn.functional, "scaled_dot_product_attention", stand_in_sdpa(backend))
     sequence_output, pooled_output = run_model(model, *batch)
     expected_sequence, expected_pooled = numpy_bert(params, config, *batch)
     valid = batch[2].astype(bool)

@@ -206,6 +206,27 @@ def test_multi_precision_keeps_fp32_master_weights(optimizer_class):
 
 
 @pytest.mark.parametrize("optimizer_class", [Lamb, Lans])
+def test_multi_precision_state_is_created_once(optimizer_class, monkeypatch):
+    """fp16 parameters under multi_precision: four accumulators per parameter on the first step, none after."""
+    rng = np.random.default_rng(5)
+    weights = [paddle.create_parameter([3, 2], "float16", default_initializer=paddle.nn.initializer.Assign(
+        rng.normal(size=(3, 2)).astype(np.float16))) for _ in range(2)]
+    optimizer = optimizer_class(learning_rate=0.01, parameters=weights, multi_precision=True)
+    created = []
+    add_accumulator = optimizer._add_accumulator
+    monkeypatch.setattr(optimizer, "_add_accumulator", lambda name, param, **kw: (
+        created.append((name, param.name)), add_accumulator(name, param, **kw))[1])
+    for step in range(3):
+        sum((w.astype("float32") * paddle.to_tensor(rng.normal(size=(3, 2)).astype(np.float32))).sum()
+            for w in weights).backward()
+        optimizer.step()
+        optimizer.clear_grad()
+        assert len(created) == 4 * len(weights), f"step {step}: {created}"
+    masters = {optimizer._master_weights[w.name].name for w in weights}
+    assert {param_name for _, param_name in created} == masters  # the state lives on the fp32 master copies
+
+
+@pytest.mark.parametrize("optimizer_class", [Lamb, Lans])
 def test_step_flagged_non_finite_is_skipped(optimizer_class):
     """paddle.amp.GradScaler marks an overflowing step with found_inf; nothing may change then."""
     model = tiny_model("float32")

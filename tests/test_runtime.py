@@ -1,4 +1,4 @@
-"""runtime.py, amp.py and cli.py: thread count, CPU affinity, the AMP flags, the float16 loss scaler, flag types."""
+"""runtime.py and cli.py: thread count, CPU affinity (even split on a CPU, NVML topology on a GPU node), flag types."""
 
 from __future__ import annotations
 
@@ -6,31 +6,14 @@ import argparse
 import os
 import subprocess
 import sys
+import types
 
-import numpy as np
-import paddle
 import pytest
 
-from amp import (
-    AmpPolicy,
-    LossScaler,
-    add_amp_arguments,
-    amp_autocast,
-    amp_policy,
-    check_amp_arguments,
-    create_loss_scaler,
-)
+import runtime
 from cli import str_to_bool
 from conftest import ROOT
 from runtime import configure_cpu_threads
-
-
-def amp_args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_amp_arguments(parser)
-    args = parser.parse_args(list(argv))
-    check_amp_arguments(parser, args)
-    return args
 
 
 def test_configure_cpu_threads_from_environment(monkeypatch):
@@ -53,7 +36,7 @@ def test_cpu_affinity_gives_each_local_rank_its_own_block():
         "everything = os.sched_getaffinity(0)\n"
         "for rank in ('0', '1'):\n"
         "    os.environ.update(PADDLE_LOCAL_RANK=rank, PADDLE_LOCAL_SIZE='2')\n"
-        "    print(sorted(set_cpu_affinity()), sorted(os.sched_getaffinity(0)))\n"
+        "    print(sorted(set_cpu_affinity('cpu')), sorted(os.sched_getaffinity(0)))\n"
         "    os.sched_setaffinity(0, everything)\n"
     )
     available = sorted(os.sched_getaffinity(0))
@@ -65,89 +48,66 @@ def test_cpu_affinity_gives_each_local_rank_its_own_block():
         assert line == f"{expected} {expected}"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--use-pure-fp16"], "--use-pure-fp16 needs --amp"),
-    (["--use-dynamic-loss-scaling"], "--use-dynamic-loss-scaling needs --amp"),
-    (["--amp", "--scale-loss", "0"], "--scale-loss must be positive"),
-])
-def test_invalid_amp_flags_name_the_flag(argv, message, capsys):
-    with pytest.raises(SystemExit):
-        amp_args(*argv)
-    assert message in capsys.readouterr().err
+# A DGX-like node in miniature: 2 sockets of 4 cores, hyperthread siblings numbered after all physical cores
+# (CPU n and n + 8 are one core), 8 GPUs, GPUs 0-3 next to socket 0 and 4-7 next to socket 1.
+SOCKETS = [set(range(0, 4)) | set(range(8, 12)), set(range(4, 8)) | set(range(12, 16))]
 
 
-def test_amp_on_cpu_prints_one_line_and_runs_fp32(capsys):
-    policy = amp_policy(amp_args("--amp", "--use-pure-fp16", "--scale-loss", "1048576"), device="cpu")
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 1 and "AMP needs a GPU" in lines[0]
-    assert policy == AmpPolicy() and not policy.enabled
-    assert create_loss_scaler(policy) is None
-    with amp_autocast(policy):
-        assert paddle.ones([2]).dtype == paddle.float32
+def dgx_siblings(cpu: int) -> set[int]:
+    return {cpu % 8, cpu % 8 + 8}
 
 
-def test_amp_policy_on_gpu_maps_flags_to_level_dtype_and_scaling(capsys):
-    o1 = amp_policy(amp_args("--amp", "--scale-loss", "1048576", "--use-dynamic-loss-scaling"), device="gpu:0")
-    assert (o1.enabled, o1.level, o1.dtype, o1.master_weights) == (True, "O1", "float16", False)
-    scaler = create_loss_scaler(o1)
-    assert scaler.scale_value == 2.0**20 and scaler.dynamic
-    o2 = amp_policy(amp_args("--amp", "--use-pure-fp16"), device="gpu:0")
-    assert (o2.level, o2.master_weights) == ("O2", True)
-    assert not create_loss_scaler(o2).dynamic
-    bf16 = amp_policy(amp_args("--amp", "--amp-dtype", "bfloat16", "--use-dynamic-loss-scaling"), device="gpu:0")
-    assert bf16.dtype == "bfloat16" and create_loss_scaler(bf16) is None  # bf16 needs no loss scaling
-    assert capsys.readouterr().out == ""
+def fake_nvml(affinities: list[set[int]]) -> types.ModuleType:
+    """pynvml's calls that runtime makes, answering with these CPU sets as 64-bit bitmask words."""
+    nvml = types.ModuleType("pynvml")
+    nvml.nvmlInit = nvml.nvmlShutdown = lambda: None
+    nvml.nvmlDeviceGetHandleByIndex = lambda index: index
+
+    def cpu_affinity(handle, words):
+        return [sum(1 << (cpu - 64 * word) for cpu in affinities[handle] if cpu // 64 == word)
+                for word in range(words)]
+
+    nvml.nvmlDeviceGetCpuAffinity = cpu_affinity
+    return nvml
 
 
-def _scaled_backward(scaler: LossScaler, values: np.ndarray) -> paddle.Tensor:
-    weight = paddle.create_parameter([values.size], "float32")
-    weight.set_value(np.ones(values.size, np.float32))
-    scaler.scale((weight * paddle.to_tensor(values)).sum()).backward()
-    return weight
+def test_gpu_ranks_sharing_a_socket_split_its_cores_with_their_siblings():
+    sets = runtime.gpu_cpu_sets([SOCKETS[gpu // 4] for gpu in range(8)], list(range(16)), dgx_siblings)
+    assert sets == [[core, core + 8] for core in range(8)]
+    # The even split of CPU numbers would give ranks 4-7 the siblings of ranks 0-3's cores.
+    even = [list(range(2 * rank, 2 * rank + 2)) for rank in range(8)]
+    assert {cpu % 8 for cpu in even[4]} == set(even[0])  # CPUs 8, 9 are the other halves of cores 0, 1
+    # Two ranks on one socket: two cores each, on that socket only.
+    two = runtime.gpu_cpu_sets([SOCKETS[0], SOCKETS[0], SOCKETS[1]], list(range(16)), dgx_siblings)
+    assert two == [[0, 1, 8, 9], [2, 3, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]]
+    with pytest.raises(ValueError, match="local rank 0 has no CPU"):
+        runtime.gpu_cpu_sets([{20}], list(range(16)), dgx_siblings)
 
 
-def test_loss_scaler_unscales_exactly_and_detects_overflow():
-    scaler = LossScaler(2.0**20, dynamic=True)
-    values = np.array([1e-6, -3.0, 0.25], np.float32)  # d(sum(w * values))/dw = values
-    weight = _scaled_backward(scaler, values)
-    np.testing.assert_allclose(weight.grad.numpy(), values * 2.0**20, rtol=1e-7)
-    assert scaler.unscale_and_check([weight]) is False
-    np.testing.assert_allclose(weight.grad.numpy(), values, rtol=1e-7)
-    overflowing = _scaled_backward(scaler, np.array([1.0, np.inf, 0.0], np.float32))
-    assert scaler.unscale_and_check([overflowing]) is True
+def test_gpu_affinity_is_read_from_nvml(monkeypatch):
+    wide = [set(range(0, 4)) | set(range(64, 68)), {70, 127}]  # CPUs beyond the first 64-bit word
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(wide))
+    assert runtime._nvml_cpu_affinities([1, 0], 128) == [wide[1], wide[0]]
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([SOCKETS[gpu // 4] for gpu in range(8)]))
+    monkeypatch.setattr(runtime, "_read_thread_siblings", dgx_siblings)
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: set(range(16)))
+    pinned = []
+    monkeypatch.setattr(runtime.os, "sched_setaffinity", lambda pid, cpus: pinned.append(sorted(cpus)))
+    monkeypatch.setenv("PADDLE_LOCAL_SIZE", "4")
+    monkeypatch.setenv("PADDLE_LOCAL_RANK", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")  # NVML numbers all GPUs of the node
+    assert runtime.set_cpu_affinity("gpu:1") == [5, 13] and pinned == [[5, 13]]
 
 
-def test_dynamic_loss_scale_grows_after_2000_good_steps_and_halves_on_overflow():
-    scaler = LossScaler(2.0**20, dynamic=True)
-    expected, good = 2.0**20, 0
-    rng = np.random.default_rng(0)
-    overflow_steps = set(rng.choice(6000, size=5, replace=False).tolist())
-    for step in range(6000):
-        found_inf = step in overflow_steps
-        scaler.update(found_inf)
-        # The rule of Micikevicius et al. 2018 with NVIDIA's constants: x0.5 on overflow, x2 per 2000 good steps.
-        if found_inf:
-            expected, good = expected * 0.5, 0
-        else:
-            good += 1
-            if good == 2000:
-                expected, good = expected * 2, 0
-        assert scaler.scale_value == expected
-    static = LossScaler(128.0, dynamic=False)
-    for found_inf in (True, False, True):
-        static.update(found_inf)
-    assert static.scale_value == 128.0
-
-
-def test_loss_scaler_state_round_trip():
-    scaler = LossScaler(2.0**20, dynamic=True)
-    for _ in range(1999):
-        scaler.update(False)
-    restored = LossScaler(1.0, dynamic=True)
-    restored.load_state_dict(scaler.state_dict())
-    scaler.update(False)
-    restored.update(False)
-    assert restored.scale_value == scaler.scale_value == 2.0**21
+def test_thread_siblings_are_read_from_sys(tmp_path):
+    for cpu, text in ((3, "3,67\n"), (6, "6-7\n")):
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(text)
+    assert runtime._read_thread_siblings(3, str(tmp_path)) == {3, 67}
+    assert runtime._read_thread_siblings(6, str(tmp_path)) == {6, 7}
+    assert runtime._read_thread_siblings(9, str(tmp_path)) == {9}  # not in /sys: the CPU alone
+    assert 0 in runtime._read_thread_siblings(0)
 
 
 def test_str_to_bool_reads_reference_style_flags():
