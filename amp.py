@@ -74,6 +74,12 @@ def add_amp_arguments(parser: argparse.ArgumentParser) -> None:
         "either way.",
     )
     group.add_argument(
+        "--float32-precision", choices=FLOAT32_PRECISIONS, default=None,
+        help="GPU float32 matmuls and convolutions: fp32 (full precision) or tf32 (TF32 tensor cores on Ampere "
+        "and later). Default: Paddle's own (tf32). Set in Paddle's cuBLAS/cuDNN switches, whatever "
+        "NVIDIA_TF32_OVERRIDE says.",
+    )
+    group.add_argument(
         "--min-loss-scale", type=float, default=1.0,
         help="float16 AMP with dynamic scaling: stop the run with an error when overflows halve the loss scale "
         "below this (the gradients are then inf or NaN at any scale).",
@@ -89,6 +95,15 @@ def check_amp_arguments(parser: argparse.ArgumentParser, args: argparse.Namespac
                      f"got {args.min_loss_scale}")
     if args.use_pure_fp16 and not args.amp:
         parser.error("--use-pure-fp16 needs --amp")
+    # Flags that only mean something for float16 AMP would otherwise be ignored without a word.
+    for flag in ("amp_dtype", "scale_loss", "min_loss_scale", "use_dynamic_loss_scaling"):
+        if getattr(args, flag) == parser.get_default(flag):
+            continue
+        option = f"--{flag.replace('_', '-')}"
+        if not args.amp:
+            parser.error(f"{option} needs --amp")
+        if flag != "amp_dtype" and args.amp_dtype == "bfloat16":
+            parser.error(f"{option} applies to float16 AMP; bfloat16 needs no loss scaling")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,11 +130,18 @@ class AmpPolicy:
 def amp_policy(args: argparse.Namespace, device: str | None = None) -> AmpPolicy:
     """The AMP policy for these arguments on `device` (default: Paddle's current device).
 
-    AMP needs a GPU: on any other device this prints one line saying so and returns the fp32 policy.
+    AMP needs a GPU: on any other device this prints one line saying so and returns the fp32 policy. The
+    run's float32 precision (--float32-precision) is set here too, the one place that decides precision.
     """
+    device = device or paddle.get_device()
+    if args.float32_precision is not None:
+        if device.startswith("gpu"):
+            set_float32_matmul_precision(args.float32_precision)
+        else:
+            print(f"--float32-precision {args.float32_precision} is for GPUs; the device is {device}, whose "
+                  "float32 matmuls are full float32.", flush=True)
     if not args.amp:
         return AmpPolicy()
-    device = device or paddle.get_device()
     if not device.startswith("gpu"):
         print(f"AMP needs a GPU; the device is {device}, so --amp is ignored and this run continues in fp32.",
               flush=True)

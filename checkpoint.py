@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import paddle
 
+import paddle_private
 from bert_config import BertConfig
 from paddle_files import read_paddle_file
 
@@ -387,14 +388,15 @@ def save_checkpoint(
 def capture_rng_state() -> dict:
     """JSON-serialisable states of Python's `random`, NumPy's global RNG and Paddle's CPU and CUDA generators.
 
-    Paddle's GeneratorState pickles to (device, seed, offset, engine bytes), where the bytes are the
-    text serialisation of its std::mt19937_64 engine; we keep the bytes as a latin-1 string, which
-    maps every byte value to one character and back.
+    A Paddle generator state is (device, seed, offset, engine bytes) (paddle_private.GeneratorStateFields),
+    where the bytes are the text serialisation of its std::mt19937_64 engine; we keep the bytes as a latin-1
+    string, which maps every byte value to one character and back.
     """
 
     def paddle_state(state: Any) -> dict:
-        device, seed, offset, engine = state.__getstate__()
-        return {"device": device, "seed": seed, "offset": offset, "engine": bytes(engine).decode("latin-1")}
+        fields = paddle_private.generator_state_fields(state)
+        return {"device": fields.device, "seed": fields.seed, "offset": fields.offset,
+                "engine": fields.engine.decode("latin-1")}
 
     python_version, python_internal, python_gauss = random.getstate()
     numpy_kind, numpy_keys, numpy_pos, numpy_has_gauss, numpy_gauss = np.random.get_state(legacy=True)
@@ -416,9 +418,8 @@ def restore_rng_state(rng_state: Mapping[str, Any]) -> None:
     """Put back the generator states saved by `capture_rng_state`."""
 
     def paddle_state(saved: Mapping[str, Any]) -> Any:
-        state = paddle.base.core.GeneratorState.__new__(paddle.base.core.GeneratorState)
-        state.__setstate__((saved["device"], saved["seed"], saved["offset"], list(saved["engine"].encode("latin-1"))))
-        return state
+        return paddle_private.generator_state_from_fields(paddle_private.GeneratorStateFields(
+            saved["device"], saved["seed"], saved["offset"], saved["engine"].encode("latin-1")))
 
     python = rng_state["python"]
     random.setstate((python["version"], tuple(python["internal"]), python["gauss_next"]))

@@ -35,7 +35,7 @@ from cli import check_at_least, run_main
 from dllog import DLLogger
 from finetune import INPUT_NAMES, SEQUENCE_MULTIPLE, Session, model_inputs
 from loss import squad_span_loss
-from modeling import BertForQuestionAnswering
+from modeling import BertForQuestionAnswering, standard_copy
 from squad_evaluate import evaluate, load_dataset
 from squad_utils import (
     SquadFeature,
@@ -127,12 +127,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def export_inference_model(model: BertForQuestionAnswering, export_dir: str, model_prefix: str) -> str:
-    """paddle.jit.save the model with dynamic [batch, sequence] int64 inputs; returns the path prefix."""
+    """paddle.jit.save the model with dynamic [batch, sequence] int64 inputs; returns the path prefix.
+
+    The program is always fp32 with Paddle's standard layers and attention (standard_copy), whatever the
+    training precision or device: Paddle Inference fuses those ops itself and chooses its own kernels.
+    """
     model.eval()
     input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in INPUT_NAMES]
     prefix = os.path.join(export_dir, model_prefix)
     os.makedirs(export_dir, exist_ok=True)
-    paddle.jit.save(model, prefix, input_spec=input_spec)
+    paddle.jit.save(standard_copy(model), prefix, input_spec=input_spec)
     return prefix
 
 

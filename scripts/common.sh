@@ -43,14 +43,15 @@ require_fraction() {  # name value: a number in (0, 1]
 
 # PRECISION_FLAGS: the run_*.py flags of a precision (fp32|tf32|amp|fp16|bf16). amp and fp16 are the same
 # float16 AMP (NVIDIA's run_pretraining.sh says amp, its run.sub fp16), starting at loss scale $2 with dynamic
-# scaling; bf16 needs no loss scaling. fp32 also turns TF32 off for cuBLAS/cuDNN (NVIDIA_TF32_OVERRIDE=0), as
-# Ampere and later GPUs otherwise use TF32 tensor cores for float32 matmuls; tf32 leaves them on.
+# scaling; bf16 needs no loss scaling. fp32 turns TF32 off in Paddle's cuBLAS/cuDNN switches
+# (--float32-precision fp32, and NVIDIA_TF32_OVERRIDE=0 for any other CUDA library), as Ampere and later GPUs
+# otherwise use TF32 tensor cores for float32 matmuls; tf32 turns them on explicitly.
 # On CPU, fp32 and tf32 are the same and AMP is a no-op (run_*.py then continue in float32).
 set_precision_flags() {  # precision initial_loss_scale
   require_choice precision "$1" fp32 tf32 amp fp16 bf16
   case "$1" in
-    fp32) PRECISION_FLAGS=(); export NVIDIA_TF32_OVERRIDE=0 ;;
-    tf32) PRECISION_FLAGS=() ;;
+    fp32) PRECISION_FLAGS=(--float32-precision fp32); export NVIDIA_TF32_OVERRIDE=0 ;;
+    tf32) PRECISION_FLAGS=(--float32-precision tf32) ;;
     amp|fp16) PRECISION_FLAGS=(--amp --use-dynamic-loss-scaling --scale-loss "$2") ;;
     bf16) PRECISION_FLAGS=(--amp --amp-dtype bfloat16) ;;
   esac

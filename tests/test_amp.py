@@ -211,3 +211,29 @@ def test_fp32_turns_tf32_off_and_tf32_on():
         assert paddle_private.tf32_switches() == switches, precision
     with pytest.raises(ValueError, match="float32 precision must be one of"):
         amp.set_float32_matmul_precision("fp16")
+
+
+@pytest.mark.parametrize("argv", [["--scale-loss", "8"], ["--amp-dtype", "bfloat16"], ["--min-loss-scale", "2"],
+                                  ["--no-use-dynamic-loss-scaling"]])
+def test_float16_flags_without_amp_are_refused_not_ignored(argv, capsys):
+    with pytest.raises(SystemExit):
+        amp_args(*argv)
+    assert f"{argv[0].replace('--no-', '--')} needs --amp" in capsys.readouterr().err
+
+
+def test_loss_scaling_flags_with_bfloat16_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        amp_args("--amp", "--amp-dtype", "bfloat16", "--scale-loss", "8")
+    assert "--scale-loss applies to float16 AMP; bfloat16 needs no loss scaling" in capsys.readouterr().err
+
+
+def test_float32_precision_sets_the_tf32_switches_on_a_gpu_only(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(amp, "set_float32_matmul_precision", calls.append)
+    amp.amp_policy(amp_args("--float32-precision", "fp32"), device="gpu:0")
+    amp.amp_policy(amp_args("--float32-precision", "tf32"), device="gpu:1")
+    amp.amp_policy(amp_args(), device="gpu:0")
+    assert calls == ["fp32", "tf32"]
+    amp.amp_policy(amp_args("--float32-precision", "fp32"), device="cpu")
+    assert calls == ["fp32", "tf32"]
+    assert "--float32-precision fp32 is for GPUs; the device is cpu" in capsys.readouterr().out

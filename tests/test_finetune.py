@@ -140,7 +140,8 @@ def test_loss_scale_flags(workspace, task, monkeypatch, dynamic, expected_scale)
     # A scale beyond float32's range (3.4e38) makes the scaled loss inf: the update is skipped, and a dynamic
     # scale halves.
     use_gpu_amp_policy(monkeypatch)
-    flags = ["--amp", "--scale-loss", 1e39, *(["--use-dynamic-loss-scaling"] if dynamic else [])]
+    scaling = "--use-dynamic-loss-scaling" if dynamic else "--no-use-dynamic-loss-scaling"
+    flags = ["--amp", "--scale-loss", 1e39, scaling]
     output_dir, records = task.run(workspace, f"scale_{dynamic}", *task.train_args(
         workspace, "--max-steps", 1, "--from-pretrained-params", workspace / "pretrain" / "1000", *flags))
     assert logged(records, "skipped_steps") == [1]

@@ -71,7 +71,7 @@ def test_evaluation_alone_runs_one_process_without_initial_weights_flag(recorded
     assert recorded("None", "glue/RTE", "v.txt", "None", str(out_dir), "rte", "4", "8", "1", "1e-4", "0.1", "3",
                     "-1", "fp32", "1", "eval") == [
         str(ROOT / "run_glue.py"), "--task-name", "rte", "--vocab-file", "v.txt", "--bert-model", "bert-large-uncased",
-        "--output-dir", str(out_dir), "--max-seq-length", "128", "--seed", "1",
+        "--output-dir", str(out_dir), "--max-seq-length", "128", "--seed", "1", "--float32-precision", "fp32",
         "--do-eval", "--predict-file", "glue/RTE/dev.tsv", "--predict-batch-size", "8",
     ]
 

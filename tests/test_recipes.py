@@ -251,8 +251,8 @@ def test_each_positional_argument_takes_effect(case, tmp_path, fakes, cpu_tiny_a
 
 
 @pytest.mark.parametrize("precision, flags, tf32_override", [
-    ("fp32", [], "0"),
-    ("tf32", [], None),
+    ("fp32", ["--float32-precision", "fp32"], "0"),
+    ("tf32", ["--float32-precision", "tf32"], None),
     ("amp", ["--amp", "--use-dynamic-loss-scaling", "--scale-loss", "1048576"], None),
     ("fp16", ["--amp", "--use-dynamic-loss-scaling", "--scale-loss", "1048576"], None),
     ("bf16", ["--amp", "--amp-dtype", "bfloat16"], None),
@@ -271,7 +271,7 @@ def _precision_tokens(args: list[str]) -> list[str]:
     for index, arg in enumerate(args):
         if arg in ("--amp", "--use-dynamic-loss-scaling"):
             tokens.append(arg)
-        elif arg in ("--scale-loss", "--amp-dtype"):
+        elif arg in ("--scale-loss", "--amp-dtype", "--float32-precision"):
             tokens += [arg, args[index + 1]]
     return tokens
 

@@ -116,11 +116,13 @@ def test_defaults_match_nvidia_reference():
         "benchmark_steps": 20, "benchmark_warmup_steps": 20, "optimizer": "Lamb", "gradient_merge_steps": 1,
         "learning_rate": 1e-4, "warmup_start_lr": 0.0, "warmup_proportion": 0.01, "beta1": 0.9, "beta2": 0.999,
         "epsilon": 1e-6, "weight_decay": 0.01, "max_seq_length": 512, "batch_size": 32, "phase1": False,
-        "phase2": False, "max_predictions_per_seq": 80, "amp": False, "scale_loss": 1.0,
-        "use_dynamic_loss_scaling": False, "use_pure_fp16": False, "fuse_mha": False, "num_workers": 4,
-        # Additions (issue 5).
+        "phase2": False, "max_predictions_per_seq": 80, "amp": False, "use_pure_fp16": False, "fuse_mha": False,
+        "num_workers": 4,
+        # Deliberately not NVIDIA's 1.0 and False: float16 AMP scales dynamically from 2^20 unless told otherwise.
+        "scale_loss": 1048576.0, "use_dynamic_loss_scaling": True,
+        # Additions.
         "keep_checkpoint_max": 3, "amp_dtype": "float16", "lr_decay_power": 1.0, "constant_proportion": 0.0,
-        "max_grad_norm": 1.0, "max_nonfinite_steps": 100,
+        "max_grad_norm": 1.0, "max_nonfinite_steps": 100, "min_loss_scale": 1.0, "float32_precision": None,
     }
     assert {name: defaults[name] for name in expected} == expected
 
