@@ -15,11 +15,12 @@ A task script adds only its data, its loss, its predictions and its metrics:
     model = train(model, features, collate, loss, args, session, unit="features")
     save_fine_tuned(model, args, session)
 
-Training: AdamW with decoupled weight decay, gradients clipped to a global norm of 1.0, linear warmup from
+Training: AdamW with decoupled weight decay (or --optimizer Lamb/Lans), gradients clipped to a global norm of 1.0, linear warmup from
 --warmup-start-lr to --learning-rate over --warmup-proportion of the updates and then linear decay to 0
 (Devlin et al. 2019, appendix A.3). Each update merges --gradient-merge-steps micro-batches of
 --train-batch-size sequences per rank with gradient_merge.merged_backward, so that k micro-batches on W ranks
-give exactly the update of one batch of all their sequences.
+give exactly the update of one batch of all their sequences. The run lasts --epochs or --max-steps updates,
+whichever is fewer, as NVIDIA's run_squad.py.
 """
 
 from __future__ import annotations
@@ -46,13 +47,20 @@ from amp import (
     create_loss_scaler,
 )
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
-from checkpoint import PARAMS_SUFFIX, atomic_write, atomic_write_text
+from checkpoint import (
+    CONFIG_SUFFIX,
+    PARAMS_SUFFIX,
+    atomic_write,
+    atomic_write_text,
+    read_progress,
+    resolve_resume_folder,
+)
 from cli import check_at_least, str_to_bool
 from dllog import DLLogger
 from gradient_merge import all_reduce_sum, merged_backward
 from lr_scheduler import create_lr_scheduler
-from optimizer import create_optimizer
-from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel
+from optimizer import OPTIMIZER_NAMES, create_optimizer
+from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from squad_utils import batch_indices
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
 from weights import load_pretrained
@@ -86,15 +94,39 @@ def add_shared_data_arguments(group: argparse._ArgumentGroup, *, max_seq_length:
     group.add_argument("--max-seq-length", type=int, default=max_seq_length, help=max_seq_length_help)
 
 
+def _last_step(text: str) -> None | str | int:
+    """argparse type of --last-step-of-checkpoint: None, auto or a step >= 1."""
+    if text == "None":
+        return None
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected None, auto or a step >= 1, got {text!r}")
+    return int(text)
+
+
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The Model group: --bert-model, --config-file, --from-pretrained-params (--init-checkpoint), --fuse-mha."""
+    """The Model group: --bert-model, --config-file, the initial weights (--from-pretrained-params or
+    --init-checkpoint, --from-checkpoint with --last-step-of-checkpoint, or --allow-random-weights), --fuse-mha."""
     model = parser.add_argument_group("Model")
     model.add_argument("--bert-model", default="bert-large-uncased", choices=BERT_MODELS,
                        help="architecture; its bert_configs/<name>.json unless --config-file is given")
-    model.add_argument("--config-file", help="BERT config JSON (needed for --bert-model custom)")
+    model.add_argument("--config-file",
+                       help="BERT config JSON (needed for --bert-model custom); default with --from-checkpoint: "
+                            "the <model-prefix>_config.json of its step folder, if it has one")
     model.add_argument("--from-pretrained-params", "--init-checkpoint", dest="from_pretrained_params",
                        help="initial weights: a .pdparams file (pretraining, converted Hugging Face or fine-tuned) "
                             "or a folder holding <model-prefix>.pdparams")
+    model.add_argument("--from-checkpoint",
+                       help="initial weights from run_pretraining.py's checkpoints: one step folder, or with "
+                            "--last-step-of-checkpoint the phase folder holding the <step>/ folders (its optimizer "
+                            "state and progress are not used)")
+    model.add_argument("--last-step-of-checkpoint", type=_last_step, default=None,
+                       help="--from-checkpoint is a phase folder: take its step folder N, or with auto the newest "
+                            "complete one; None: --from-checkpoint is the step folder itself")
+    model.add_argument("--allow-random-weights", action="store_true",
+                       help="predict or evaluate without training and without initial weights (random weights, "
+                            "scored as they are); otherwise refused")
     model.add_argument("--fuse-mha", action="store_true", help="one fused QKV projection per attention layer")
 
 
@@ -105,7 +137,8 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, unit: str, learni
     training.add_argument("--do-train", action="store_true", help="fine-tune on --train-file")
     training.add_argument("--epochs", type=int, default=3, help=f"passes over the training {unit}")
     training.add_argument("--max-steps", type=int, default=None,
-                          help="optimizer updates to run instead of --epochs (<= 0 means not set)")
+                          help="at most this many optimizer updates: the run stops at --max-steps or after "
+                               "--epochs, whichever comes first, as NVIDIA's (<= 0 means not set)")
     training.add_argument("--train-batch-size", type=int, default=32, help=f"{unit} per process per micro-batch")
     training.add_argument("--gradient-merge-steps", type=int, default=1,
                           help="micro-batches whose gradients are accumulated into one update")
@@ -113,9 +146,11 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, unit: str, learni
     training.add_argument("--warmup-start-lr", type=float, default=0.0, help="learning rate at the first step")
     training.add_argument("--warmup-proportion", type=float, default=warmup_proportion,
                           help="fraction of the updates spent in linear warmup; then linear decay to 0")
-    training.add_argument("--beta1", type=float, default=0.9, help="AdamW first-moment decay")
-    training.add_argument("--beta2", type=float, default=0.999, help="AdamW second-moment decay")
-    training.add_argument("--epsilon", type=float, default=1e-6, help="AdamW epsilon")
+    training.add_argument("--optimizer", default="AdamW", choices=OPTIMIZER_NAMES,
+                          help="AdamW, as NVIDIA's fine-tuning always uses; or LAMB or LANS (optimizer.py)")
+    training.add_argument("--beta1", type=float, default=0.9, help="first-moment decay rate")
+    training.add_argument("--beta2", type=float, default=0.999, help="second-moment decay rate")
+    training.add_argument("--epsilon", type=float, default=1e-6, help="optimizer epsilon")
     training.add_argument("--weight-decay", type=float, default=0.01,
                           help="decoupled weight decay (not on biases and LayerNorm)")
     training.add_argument("--seed", type=int, default=42, help="seed of weights, dropout and data order")
@@ -126,13 +161,16 @@ def add_advanced_arguments(parser: argparse.ArgumentParser) -> None:
     """The Advanced group (--show-config) and the mixed-precision flags of amp.py."""
     advanced = parser.add_argument_group("Advanced")
     advanced.add_argument("--show-config", type=str_to_bool, default=True, help="log the arguments")
+    advanced.add_argument("--enable-cpu-affinity", type=str_to_bool, default=True,
+                          help="pin each local rank to its own block of CPUs (on a GPU, the CPUs next to its GPU)")
     add_amp_arguments(parser)
 
 
 def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                           actions: Sequence[str]) -> None:
-    """Exit through parser.error for invalid shared options; resolve --config-file, unset --max-steps <= 0 and
-    default --report-file. `actions` are the destinations of the flags that give the run something to do."""
+                           actions: Sequence[str], exported_model: bool = False) -> None:
+    """Exit through parser.error for invalid shared options; resolve --from-checkpoint and --config-file, unset
+    --max-steps <= 0 and default --report-file. `actions` are the destinations of the flags that give the run
+    something to do; exported_model says that prediction runs a model exported earlier, not this run's."""
     check_amp_arguments(parser, args)
     if not any(getattr(args, action) for action in actions):
         flags = [f"--{action.replace('_', '-')}" for action in actions]
@@ -141,6 +179,11 @@ def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         parser.error("--do-train needs --train-file")
     if (args.do_predict or args.do_eval) and not args.predict_file:
         parser.error("--do-predict and --do-eval need --predict-file")
+    _resolve_from_checkpoint(parser, args)
+    untrained = not (args.do_train or args.from_pretrained_params or args.from_checkpoint or exported_model)
+    if (args.do_predict or args.do_eval) and untrained and not args.allow_random_weights:
+        parser.error("--do-predict and --do-eval without --do-train, --from-pretrained-params or --from-checkpoint "
+                     "would score random weights; add --allow-random-weights if that is meant")
     try:
         args.config_file = config_file_for(args.bert_model, args.config_file)
     except ValueError as error:
@@ -149,6 +192,7 @@ def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         args.max_steps = None
     check_at_least(parser, args, "epochs", "train_batch_size", "predict_batch_size", "gradient_merge_steps",
                    "log_freq")
+    check_at_least(parser, args, "seed", minimum=0)  # Paddle's generator takes only unsigned seeds
     if not 0.0 <= args.warmup_proportion <= 1.0:
         parser.error("--warmup-proportion must be in [0, 1]")
     for name in ("train_file", "predict_file", "vocab_file", "config_file"):
@@ -157,6 +201,30 @@ def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Names
             parser.error(f"--{name.replace('_', '-')} {path}: file not found")
     if args.report_file is None:
         args.report_file = os.path.join(args.output_dir, "report.json")
+
+
+def _resolve_from_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Point --from-checkpoint at the step folder it means and --last-step-of-checkpoint at that step, as NVIDIA's
+    utils/config.py does, and take the folder's config when --config-file is not given. Unlike NVIDIA's, a
+    folder that holds no complete checkpoint is an error, not a silent start from random weights."""
+    if args.from_checkpoint is None:
+        if args.last_step_of_checkpoint is not None:
+            parser.error("--last-step-of-checkpoint needs --from-checkpoint")
+        return
+    if args.from_pretrained_params:
+        parser.error("--from-checkpoint and --from-pretrained-params cannot both be set")
+    try:
+        folder = resolve_resume_folder(args.from_checkpoint, args.last_step_of_checkpoint, args.from_checkpoint,
+                                       args.model_prefix)
+    except (FileNotFoundError, ValueError) as error:
+        parser.error(f"--from-checkpoint {error}")
+    if folder is None:
+        parser.error(f"--from-checkpoint {args.from_checkpoint}: no complete checkpoint folder in it")
+    args.from_checkpoint = str(folder)
+    args.last_step_of_checkpoint = read_progress(folder, args.model_prefix)["global_step"]
+    saved_config = folder / (args.model_prefix + CONFIG_SUFFIX)
+    if args.config_file is None and saved_config.is_file():
+        args.config_file = str(saved_config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,12 +246,14 @@ class Session:
 
 
 def start_session(args: argparse.Namespace) -> Session:
+    cpu_affinity = set_cpu_affinity() if args.enable_cpu_affinity else None  # before the threads, which count CPUs
     num_threads = configure_cpu_threads()
     apply_cpu_tweaks()
     rank, world_size = init_data_parallel()
     logger = DLLogger(args.report_file, enabled=rank == 0)
     if args.show_config:
         logger.log("PARAMETER", vars(args))
+    logger.log("PARAMETER", {"cpu_affinity": cpu_affinity, "cpu_threads": num_threads})
     do_lower_case = args.do_lower_case
     if do_lower_case is None:
         do_lower_case = not vocab_looks_cased(load_vocab(args.vocab_file))
@@ -202,9 +272,10 @@ def build_model(args: argparse.Namespace, make: Callable[[BertConfig], paddle.nn
                           max_seq_length=args.max_seq_length)
     paddle.seed(args.seed)
     model = make(config)
-    if args.from_pretrained_params:
-        report = load_pretrained(model, args.from_pretrained_params, required=REQUIRED_PARTS,
-                                 flag="--from-pretrained-params", model_prefix=args.model_prefix)
+    source = args.from_pretrained_params or args.from_checkpoint  # at most one is set (check_shared_arguments)
+    if source:
+        flag = "--from-pretrained-params" if args.from_pretrained_params else "--from-checkpoint"
+        report = load_pretrained(model, source, required=REQUIRED_PARTS, flag=flag, model_prefix=args.model_prefix)
         print(report.describe(), flush=True)
         session.logger.log("PARAMETER", {"init_params": report.path, "newly_initialized": report.missing,
                                          "unused_params": report.unused})
@@ -252,11 +323,11 @@ def training_batches(features: Sequence[Feature], collate: Callable[[list[Featur
 
 
 def total_training_steps(num_features: int, args: argparse.Namespace, world_size: int) -> int:
-    """--max-steps, or the updates that --epochs passes over the features take (at least one)."""
-    if args.max_steps is not None:
-        return args.max_steps
+    """The updates that --epochs passes over the features take (at least one), or --max-steps if fewer: NVIDIA's
+    run_squad.py trains min(epochs * batches per epoch, max_steps) steps."""
     batches_per_epoch = math.ceil(math.ceil(num_features / world_size) / args.train_batch_size)
-    return max(1, args.epochs * batches_per_epoch // args.gradient_merge_steps)
+    epoch_steps = max(1, args.epochs * batches_per_epoch // args.gradient_merge_steps)
+    return epoch_steps if args.max_steps is None else min(epoch_steps, args.max_steps)
 
 
 def _sequences(batch: Batch) -> tuple[int]:
@@ -277,7 +348,7 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
     total_steps = sum(benchmark) if benchmark else total_training_steps(len(features), args, world_size)
     scheduler = create_lr_scheduler("poly", args.learning_rate, total_steps, args.warmup_proportion,
                                     warmup_start_lr=args.warmup_start_lr, power=1.0)
-    optimizer = create_optimizer("AdamW", model, scheduler, args.weight_decay, args.beta1, args.beta2,
+    optimizer = create_optimizer(args.optimizer, model, scheduler, args.weight_decay, args.beta1, args.beta2,
                                  args.epsilon, MAX_GRAD_NORM)
     model, optimizer = amp_decorate(model, optimizer, policy)
     scaler = create_loss_scaler(policy)

@@ -17,8 +17,9 @@ Outputs in --output-dir: <model-prefix>.pdparams and <model-prefix>_config.json 
 F1 of label 1 (MRPC, QQP), Matthews correlation (CoLA) and ROC AUC (binary tasks).
 
 The model, training and AMP options are run_squad.py's, defined once in finetune.py (Adam with decoupled weight
-decay, linear warmup then linear decay to 0, --max-steps overriding --epochs, gradient merge, AMP flags); the
-defaults of --learning-rate (5e-5), --warmup-proportion (0.1) and --max-seq-length (128) are those of NVIDIA's
+decay or --optimizer Lamb/Lans, linear warmup then linear decay to 0, --epochs or --max-steps updates whichever
+is fewer, gradient merge, AMP flags, the initial weights: --from-pretrained-params or --from-checkpoint, or
+--allow-random-weights to predict without either); the defaults of --learning-rate (5e-5), --warmup-proportion (0.1) and --max-seq-length (128) are those of NVIDIA's
 run_glue.py. A checkpoint without the pooler (a masked-LM-only model) loads, and the pooler starts from random
 initialisation, which the run prints.
 """
@@ -188,10 +189,9 @@ def write_predictions(path: str, examples: list[ClassificationExample], probabil
     atomic_write_text(path, text.getvalue())
 
 
-def predict(model: BertForSequenceClassification, tokenizer: BertTokenizer, args: argparse.Namespace,
-            policy: AmpPolicy, logger: DLLogger) -> None:
+def predict(model: BertForSequenceClassification, examples: list[ClassificationExample], tokenizer: BertTokenizer,
+            args: argparse.Namespace, policy: AmpPolicy, logger: DLLogger) -> None:
     labels = task_labels(args)
-    examples = read_examples(args, args.predict_file, require_labels=args.do_eval)
     features = convert_examples_to_features(examples, tokenizer, args.max_seq_length, labels)
     logger.log("PARAMETER", {"eval_samples": len(examples), "predict_batch_size": args.predict_batch_size})
     start = time.perf_counter()
@@ -211,12 +211,15 @@ def predict(model: BertForSequenceClassification, tokenizer: BertTokenizer, args
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     session = finetune.start_session(args)
+    # read before any training, so that a malformed file stops the run at once
+    prediction_examples = (read_examples(args, args.predict_file, require_labels=args.do_eval)
+                           if args.do_predict or args.do_eval else None)
     model = finetune.build_model(args, lambda config: BertForSequenceClassification(config, len(task_labels(args))),
                                  session)
     if args.do_train:
         model = train(model, args, session)
     if session.rank == 0 and (args.do_predict or args.do_eval):
-        predict(model, session.tokenizer, args, session.policy, session.logger)
+        predict(model, prediction_examples, session.tokenizer, args, session.policy, session.logger)
     session.logger.close()
 
 

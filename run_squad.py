@@ -1,4 +1,4 @@
-"""Fine-tune BERT on SQuAD v1.1, predict answers, score them, and export the model for Paddle Inference.
+"""Fine-tune BERT on SQuAD v1.1 or v2.0, predict answers, score them, and export the model for Paddle Inference.
 
     python run_squad.py --do-train --train-file train-v1.1.json --do-predict --do-eval \
         --predict-file dev-v1.1.json --vocab-file vocab.txt --bert-model bert-large-uncased \
@@ -7,10 +7,18 @@
 Data parallel: start the same command under `python -m paddle.distributed.launch --nproc_per_node N`.
 Each process trains on its share of every global batch (train_batch_size per process); rank 0 predicts.
 
-The options keep the names and defaults of NVIDIA's PaddlePaddle BERT run_squad.py where they exist, with
-these differences: --warmup-proportion takes effect (linear warmup, then linear decay to 0); the evaluation
-runs in process (no --eval-script); --max-steps, when set, alone decides the training length; and
---max-seq-length defaults to 384, the value the reference's run_squad.sh passes. The training core is
+SQuAD v2.0 (--version-2-with-negative): unanswerable questions train on the [CLS] span, a question is answered ""
+when its null-score difference exceeds --null-score-diff-threshold, null_odds.json (question id -> that
+difference) is written beside predictions.json, and --do-eval reports the official v2.0 metrics.
+
+The options keep the names and defaults of NVIDIA's PaddlePaddle BERT run_squad.py where they exist, and
+--max-steps combines with --epochs as there (the run stops at whichever comes first). These differ on purpose:
+--warmup-proportion takes effect (linear warmup, then linear decay to 0; NVIDIA's schedule has no warmup);
+--max-seq-length defaults to 384, the value the reference's run_squad.sh passes (NVIDIA's parser says 512);
+--do-eval scores in process, and --eval-script (default: none; NVIDIA's is evaluate.py) adds the official
+script's scores; --optimizer (default AdamW) takes effect (NVIDIA's fine-tuning is always AdamW);
+--from-checkpoint takes only the weights, and a folder without a checkpoint is an error (NVIDIA's starts from
+random weights); predicting or evaluating random weights needs --allow-random-weights. The training core is
 finetune.py's. With --inference-model-dir the predictor runs on Paddle's device: a CPU with oneDNN, a GPU in
 --inference-precision, through TensorRT with --use-tensorrt.
 """
@@ -20,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -36,12 +45,14 @@ from dllog import DLLogger
 from finetune import INPUT_NAMES, SEQUENCE_MULTIPLE, Session, model_inputs
 from loss import squad_span_loss
 from modeling import BertForQuestionAnswering, standard_copy
-from squad_evaluate import evaluate, load_dataset
+from squad_evaluate import evaluate, evaluate_v2, load_dataset, load_squad_json
 from squad_utils import (
+    SquadExample,
     SquadFeature,
     batch_indices,
     collate_features,
     convert_examples_to_features,
+    null_odds,
     postprocess_predictions,
     read_squad_examples,
     span_text,
@@ -68,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--max-query-length", type=int, default=64, help="questions are cut to this many tokens")
     data.add_argument("--verbose-logging", action="store_true",
                       help="print every training answer that tokens cannot reproduce exactly")
+    data.add_argument("--version-2-with-negative", action="store_true",
+                      help="SQuAD v2.0 files: some questions have no answer (\"is_impossible\")")
     finetune.add_model_arguments(parser)
     finetune.add_training_arguments(parser, unit="features", learning_rate=1e-4, warmup_proportion=0.01)
 
@@ -79,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     prediction.add_argument("--predict-batch-size", type=int, default=8, help="features per prediction batch")
     prediction.add_argument("--n-best-size", type=int, default=20, help="candidates kept per question")
     prediction.add_argument("--max-answer-length", type=int, default=30, help="longest answer, in tokens")
+    prediction.add_argument("--null-score-diff-threshold", type=float, default=0.0,
+                            help="--version-2-with-negative: answer \"\" when the null answer's score minus the "
+                                 "best answer's exceeds this")
+    prediction.add_argument("--eval-script",
+                            help="--do-eval: also run this official evaluation script as `python SCRIPT "
+                                 "PREDICT_FILE predictions.json` and report its exact match and F1")
     prediction.add_argument("--export-dir",
                             help="save the model with paddle.jit.save to <export-dir>/<model-prefix> for Paddle "
                                  "Inference")
@@ -103,12 +122,20 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    finetune.check_shared_arguments(parser, args, actions=("do_train", "do_predict", "do_eval", "export_dir"))
+    finetune.check_shared_arguments(parser, args, actions=("do_train", "do_predict", "do_eval", "export_dir"),
+                                    exported_model=bool(args.inference_model_dir))
     if args.do_eval:
         args.do_predict = True  # scoring needs predictions; the reference's eval mode passes both flags
-    if args.inference_model_dir and (args.do_train or args.export_dir or args.from_pretrained_params):
+    if args.inference_model_dir and (args.do_train or args.export_dir or args.from_pretrained_params
+                                     or args.from_checkpoint):
         parser.error("--inference-model-dir predicts with an exported model; it cannot train, export or load "
-                     "--from-pretrained-params")
+                     "--from-pretrained-params or --from-checkpoint")
+    if args.null_score_diff_threshold != 0.0 and not args.version_2_with_negative:
+        parser.error("--null-score-diff-threshold is only used with --version-2-with-negative")
+    if args.eval_script and not args.do_eval:
+        parser.error("--eval-script is only used with --do-eval")
+    if args.eval_script and not os.path.isfile(args.eval_script):
+        parser.error(f"--eval-script {args.eval_script}: file not found")
     if args.inference_model_dir and not args.do_predict:
         parser.error("--inference-model-dir is only used with --do-predict")
     if not args.inference_model_dir and (args.use_tensorrt or args.inference_precision != "fp32"):
@@ -262,7 +289,8 @@ def span_loss(network: paddle.nn.Layer, batch: dict[str, np.ndarray]) -> paddle.
 
 def train(model: BertForQuestionAnswering, args: argparse.Namespace, session: Session) -> BertForQuestionAnswering:
     """Fine-tune on the span loss over the features of --train-file; saves the model unless benchmarking."""
-    examples = read_squad_examples(args.train_file, is_training=True)
+    examples = read_squad_examples(args.train_file, is_training=True,
+                                   version_2_with_negative=args.version_2_with_negative)
     finetune.require_examples(examples, args.train_file)
     features = convert_examples_to_features(examples, session.tokenizer, args.max_seq_length, args.doc_stride,
                                             args.max_query_length, is_training=True)
@@ -322,9 +350,17 @@ def write_json(path: str, content: object) -> None:
     atomic_write_text(path, json.dumps(content, indent=4, ensure_ascii=False) + "\n")
 
 
-def predict(run: BatchPredictor, tokenizer: BertTokenizer, args: argparse.Namespace, logger: DLLogger) -> None:
-    examples = read_squad_examples(args.predict_file, is_training=False)
+def read_prediction_examples(args: argparse.Namespace) -> list[SquadExample]:
+    """The questions of --predict-file, read before any training so that a malformed file stops the run at once."""
+    examples = read_squad_examples(args.predict_file, is_training=False,
+                                   version_2_with_negative=args.version_2_with_negative)
     finetune.require_examples(examples, args.predict_file)
+    return examples
+
+
+def predict(run: BatchPredictor, examples: list[SquadExample], tokenizer: BertTokenizer, args: argparse.Namespace,
+            logger: DLLogger) -> None:
+    """Write predictions.json and nbest_predictions.json (and null_odds.json for v2.0); score them with --do-eval."""
     features = convert_examples_to_features(examples, tokenizer, args.max_seq_length, args.doc_stride,
                                             args.max_query_length, is_training=False)
     logger.log("PARAMETER", {"eval_samples": len(examples), "eval_features": len(features),
@@ -338,17 +374,57 @@ def predict(run: BatchPredictor, tokenizer: BertTokenizer, args: argparse.Namesp
     elapsed = time.perf_counter() - start
     logger.log((), {"e2e_inference_time": elapsed, "inference_sequences_per_second": len(features) / elapsed})
     predictions, nbest = postprocess_predictions(examples, features, logits, args.n_best_size,
-                                                 args.max_answer_length)
-    write_json(os.path.join(args.output_dir, "predictions.json"), predictions)
+                                                 args.max_answer_length, args.version_2_with_negative,
+                                                 args.null_score_diff_threshold)
+    predictions_path = os.path.join(args.output_dir, "predictions.json")
+    write_json(predictions_path, predictions)
     write_json(os.path.join(args.output_dir, "nbest_predictions.json"), nbest)
+    odds = None
+    if args.version_2_with_negative:
+        odds = null_odds(nbest)
+        write_json(os.path.join(args.output_dir, "null_odds.json"), odds)
     if args.do_eval:
+        scores = score_predictions(args, predictions, odds)
+        if args.eval_script:
+            scores.update(run_eval_script(args.eval_script, args.predict_file, predictions_path))
+        logger.log((), scores)
+
+
+def score_predictions(args: argparse.Namespace, predictions: dict[str, str],
+                      odds: dict[str, float] | None) -> dict[str, float]:
+    """exact_match and F1 (NVIDIA's report keys) of the predictions on --predict-file, and for v2.0 the other
+    scores of the official v2.0 script: HasAns_*, NoAns_*, *_total and best_exact/best_f1 with their thresholds
+    (the null odds as its no-answer probabilities, --null-score-diff-threshold as its threshold, so that the
+    scored answers are the written ones)."""
+    if not args.version_2_with_negative:
         scores = evaluate(load_dataset(args.predict_file), predictions, source=args.predict_file)
-        logger.log((), {"exact_match": scores["exact_match"], "F1": scores["f1"]})
+        return {"exact_match": scores["exact_match"], "F1": scores["f1"]}
+    scores = evaluate_v2(load_squad_json(args.predict_file)["data"], predictions, odds,
+                         na_prob_thresh=args.null_score_diff_threshold, source=args.predict_file)
+    return {"exact_match": scores.pop("exact"), "F1": scores.pop("f1"), **scores}
+
+
+def run_eval_script(script: str, dataset_path: str, predictions_path: str) -> dict[str, float]:
+    """eval_script_exact_match and eval_script_F1 from `python SCRIPT DATASET PREDICTIONS`, as NVIDIA runs
+    --eval-script: the JSON it prints holds exact_match and f1 (evaluate-v1.1.py) or exact and f1 (v2.0)."""
+    result = subprocess.run([sys.executable, script, dataset_path, predictions_path], capture_output=True, text=True)
+    if result.returncode != 0:
+        message = (result.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ValueError(f"--eval-script {script}: exited with status {result.returncode}: {message}")
+    try:
+        scores = json.loads(result.stdout)
+        exact_match = float(scores["exact_match"] if "exact_match" in scores else scores["exact"])
+        f1 = float(scores["f1"])
+    except (json.JSONDecodeError, TypeError, KeyError, ValueError):
+        raise ValueError(f"--eval-script {script}: its output is not a JSON object with exact_match (or exact) "
+                         f"and f1: {result.stdout.strip()[:200]!r}") from None
+    return {"eval_script_exact_match": exact_match, "eval_script_F1": f1}
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     session = finetune.start_session(args)
+    prediction_examples = read_prediction_examples(args) if args.do_predict else None
     # SQuAD reads every token's output and never the pooler, so a checkpoint without one fine-tunes all the same.
     model = None if args.inference_model_dir else finetune.build_model(args, BertForQuestionAnswering, session)
     if args.do_train:
@@ -364,7 +440,7 @@ def main(argv: list[str] | None = None) -> None:
                                       settings_for(args, paddle.get_device()))
         else:
             run = dygraph_predictor(model, session.policy)
-        predict(run, session.tokenizer, args, session.logger)
+        predict(run, prediction_examples, session.tokenizer, args, session.logger)
     session.logger.close()
 
 
