@@ -15,9 +15,9 @@ A task script adds only its data, its loss, its predictions and its metrics:
     model = train(model, features, collate, loss, args, session, unit="features")
     save_fine_tuned(model, args, session)
 
-Training: AdamW with decoupled weight decay (or --optimizer Lamb/Lans), gradients clipped to a global norm of 1.0, linear warmup from
---warmup-start-lr to --learning-rate over --warmup-proportion of the updates and then linear decay to 0
-(Devlin et al. 2019, appendix A.3). Each update merges --gradient-merge-steps micro-batches of
+Training: AdamW with decoupled weight decay (or --optimizer Lamb/Lans), gradients clipped to a global norm of
+1.0, linear warmup from --warmup-start-lr to --learning-rate over --warmup-proportion of the updates and then
+linear decay to 0 (Devlin et al. 2019, appendix A.3). Each update merges --gradient-merge-steps micro-batches of
 --train-batch-size sequences per rank with gradient_merge.merged_backward, so that k micro-batches on W ranks
 give exactly the update of one batch of all their sequences. The run lasts --epochs or --max-steps updates,
 whichever is fewer, as NVIDIA's run_squad.py.
@@ -167,10 +167,10 @@ def add_advanced_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                           actions: Sequence[str], exported_model: bool = False) -> None:
+                           actions: Sequence[str]) -> None:
     """Exit through parser.error for invalid shared options; resolve --from-checkpoint and --config-file, unset
     --max-steps <= 0 and default --report-file. `actions` are the destinations of the flags that give the run
-    something to do; exported_model says that prediction runs a model exported earlier, not this run's."""
+    something to do."""
     check_amp_arguments(parser, args)
     if not any(getattr(args, action) for action in actions):
         flags = [f"--{action.replace('_', '-')}" for action in actions]
@@ -180,10 +180,6 @@ def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Names
     if (args.do_predict or args.do_eval) and not args.predict_file:
         parser.error("--do-predict and --do-eval need --predict-file")
     _resolve_from_checkpoint(parser, args)
-    untrained = not (args.do_train or args.from_pretrained_params or args.from_checkpoint or exported_model)
-    if (args.do_predict or args.do_eval) and untrained and not args.allow_random_weights:
-        parser.error("--do-predict and --do-eval without --do-train, --from-pretrained-params or --from-checkpoint "
-                     "would score random weights; add --allow-random-weights if that is meant")
     try:
         args.config_file = config_file_for(args.bert_model, args.config_file)
     except ValueError as error:
@@ -201,6 +197,17 @@ def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Names
             parser.error(f"--{name.replace('_', '-')} {path}: file not found")
     if args.report_file is None:
         args.report_file = os.path.join(args.output_dir, "report.json")
+
+
+def check_initial_weights(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                          exported_model: bool = False) -> None:
+    """Refuse to predict or evaluate a model that is neither trained nor loaded, unless --allow-random-weights
+    says so; exported_model: the predictions come from a model exported earlier. A task script calls this last,
+    after every check of its input."""
+    untrained = not (args.do_train or args.from_pretrained_params or args.from_checkpoint or exported_model)
+    if (args.do_predict or args.do_eval) and untrained and not args.allow_random_weights:
+        parser.error("--do-predict and --do-eval without --do-train, --from-pretrained-params or --from-checkpoint "
+                     "would score random weights; add --allow-random-weights if that is meant")
 
 
 def _resolve_from_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -19,9 +19,9 @@ F1 of label 1 (MRPC, QQP), Matthews correlation (CoLA) and ROC AUC (binary tasks
 The model, training and AMP options are run_squad.py's, defined once in finetune.py (Adam with decoupled weight
 decay or --optimizer Lamb/Lans, linear warmup then linear decay to 0, --epochs or --max-steps updates whichever
 is fewer, gradient merge, AMP flags, the initial weights: --from-pretrained-params or --from-checkpoint, or
---allow-random-weights to predict without either); the defaults of --learning-rate (5e-5), --warmup-proportion (0.1) and --max-seq-length (128) are those of NVIDIA's
-run_glue.py. A checkpoint without the pooler (a masked-LM-only model) loads, and the pooler starts from random
-initialisation, which the run prints.
+--allow-random-weights to predict without either); the defaults of --learning-rate (5e-5), --warmup-proportion
+(0.1) and --max-seq-length (128) are those of NVIDIA's run_glue.py. A checkpoint without the pooler (a
+masked-LM-only model) loads, and the pooler starts from random initialisation, which the run prints.
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 parser.error(f"--{name.replace('_', '-')} is only used with --task-name custom")
     if args.max_seq_length < 3:
         parser.error("--max-seq-length must be at least 3 ([CLS] and two [SEP])")
+    finetune.check_initial_weights(parser, args)
     return args
 
 

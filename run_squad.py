@@ -122,8 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    finetune.check_shared_arguments(parser, args, actions=("do_train", "do_predict", "do_eval", "export_dir"),
-                                    exported_model=bool(args.inference_model_dir))
+    finetune.check_shared_arguments(parser, args, actions=("do_train", "do_predict", "do_eval", "export_dir"))
     if args.do_eval:
         args.do_predict = True  # scoring needs predictions; the reference's eval mode passes both flags
     if args.inference_model_dir and (args.do_train or args.export_dir or args.from_pretrained_params
@@ -145,6 +144,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     check_at_least(parser, args, "benchmark_warmup_steps", minimum=0)
     if args.max_seq_length < args.max_query_length + 4:
         parser.error("--max-seq-length must leave room for the question (--max-query-length) and some context")
+    finetune.check_initial_weights(parser, args, exported_model=bool(args.inference_model_dir))
     return args
 
 

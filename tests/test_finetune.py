@@ -98,8 +98,8 @@ def task(request) -> Task:
 
 def test_learning_rate_follows_linear_warmup_then_linear_decay(workspace, task):
     _, records = task.run(workspace, "schedule", *task.train_args(
-        workspace, "--max-steps", 10, "--learning-rate", 2e-3, "--warmup-proportion", 0.2, "--warmup-start-lr",
-        1e-4, "--log-freq", 1))
+        workspace, "--max-steps", 10, "--epochs", 10, "--learning-rate", 2e-3, "--warmup-proportion", 0.2,
+        "--warmup-start-lr", 1e-4, "--log-freq", 1))
     # 10 updates, warmup 0.2 -> W = 2; from 1e-4 up to 2e-3, then down to 0 at update 10
     expected = [1e-4 + (2e-3 - 1e-4) * k / 2 if k < 2 else 2e-3 * (1 - (k - 2) / 8) for k in range(1, 11)]
     assert logged(records, "learning_rate") == pytest.approx(expected)
@@ -177,8 +177,8 @@ def test_an_empty_data_file_is_a_one_line_error_naming_it(workspace, task, tmp_p
         empty.write_bytes((workspace / task.data).read_bytes().split(b"\n")[0] + b"\n")  # the header alone
     action = "--do-train" if flag == "--train-file" else "--do-predict"
     script = f"{task.script.__name__}.py"
-    result = run_script(script, [*common_argv(workspace, tmp_path / "out"), *task.task_argv, action, flag, empty],
-                        timeout=60)
+    result = run_script(script, [*common_argv(workspace, tmp_path / "out"), *task.task_argv, action, flag, empty,
+                                 "--allow-random-weights"], timeout=60)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == f"{script}: {empty}: no examples in the file"
 

@@ -69,8 +69,8 @@ def fine_tuned(workspace):
     """30 updates on the train slice, then predictions for that same slice, which the model should now know."""
     return run(workspace, "fine_tuned",
                *train_args(workspace, "--from-pretrained-params", workspace / "pretrain" / "1000", "--max-steps", 30,
-                           "--learning-rate", 2e-3, "--warmup-proportion", 0.1, "--warmup-start-lr", 1e-4,
-                           "--log-freq", 1),
+                           "--epochs", 10, "--learning-rate", 2e-3, "--warmup-proportion", 0.1,
+                           "--warmup-start-lr", 1e-4, "--log-freq", 1),
                *predict_args(workspace, "--do-eval", data="train.tsv"))
 
 
@@ -216,7 +216,8 @@ def test_do_lower_case_changes_tokenization(workspace):
 
 
 def test_eval_alone_scores_without_writing_predictions(workspace):
-    output_dir, records = run(workspace, "eval_only", "--do-eval", "--predict-file", workspace / "dev.tsv")
+    output_dir, records = run(workspace, "eval_only", "--do-eval", "--predict-file", workspace / "dev.tsv",
+                              "--allow-random-weights")
     assert not (output_dir / "predictions.tsv").exists()
     assert len(logged(records, "accuracy")) == len(logged(records, "f1")) == len(logged(records, "auc")) == 1
     assert not (output_dir / "bert_paddle.pdparams").exists()  # nothing trained, nothing saved
@@ -231,7 +232,8 @@ def test_predict_batch_size_and_max_seq_length_shape_the_batches(workspace, monk
         shapes.append(batch["input_ids"].shape)
         return batch
     monkeypatch.setattr(run_glue, "collate", recording)
-    run(workspace, "shapes", *predict_args(workspace, "--predict-batch-size", 5, "--max-seq-length", 20))
+    run(workspace, "shapes", *predict_args(workspace, "--predict-batch-size", 5, "--max-seq-length", 20,
+                                          "--allow-random-weights"))
     assert [shape[0] for shape in shapes] == [5] * (DEV_ROWS // 5) + [DEV_ROWS % 5]
     assert {shape[1] for shape in shapes} == {20}  # every MRPC pair is longer, so each batch is cut to 20
 
@@ -340,4 +342,5 @@ def test_checkpoint_without_the_encoder_is_refused(workspace, tmp_path):
 
 def test_max_seq_length_must_fit_the_position_embeddings(workspace):
     with pytest.raises(ValueError, match=r"--max-seq-length 513 exceeds max_position_embeddings 512 of .*config"):
-        run(workspace, "too_long", "--max-seq-length", 513, "--do-eval", "--predict-file", workspace / "dev.tsv")
+        run(workspace, "too_long", "--max-seq-length", 513, "--do-eval", "--predict-file", workspace / "dev.tsv",
+            "--allow-random-weights")

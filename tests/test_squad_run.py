@@ -210,7 +210,7 @@ def test_n_best_size_and_max_answer_length(workspace, fine_tuned):
 
 def test_window_options_change_the_features(workspace):
     _, records = run(workspace, "windows", *predict_args(workspace, "--max-seq-length", 96, "--doc-stride", 16,
-                                                         "--max-query-length", 8))
+                                                         "--max-query-length", 8, "--allow-random-weights"))
     examples = read_squad_examples(str(workspace / "small.json"), is_training=False)
     tokenizer = BertTokenizer(str(require_shared("vocab", "bert-uncased-vocab.txt")))
     expected = len(convert_examples_to_features(examples, tokenizer, 96, 16, 8))
@@ -237,7 +237,7 @@ class _Recorder:
 
 def test_predict_batch_size(workspace, monkeypatch):
     recorder = _Recorder(monkeypatch)
-    run(workspace, "batch5", *predict_args(workspace, "--predict-batch-size", 5))
+    run(workspace, "batch5", *predict_args(workspace, "--predict-batch-size", 5, "--allow-random-weights"))
     assert {shape[0] for shape in recorder.shapes[:-1]} == {5}
     assert all(shape[1] <= 128 for shape in recorder.shapes)
 
@@ -245,7 +245,8 @@ def test_predict_batch_size(workspace, monkeypatch):
 def test_inference_benchmark_times_padded_batches_and_writes_no_predictions(workspace, monkeypatch):
     recorder = _Recorder(monkeypatch)
     output_dir, records = run(workspace, "bench", *predict_args(
-        workspace, "--benchmark", "--benchmark-steps", 3, "--benchmark-warmup-steps", 2, "--predict-batch-size", 4))
+        workspace, "--benchmark", "--benchmark-steps", 3, "--benchmark-warmup-steps", 2, "--predict-batch-size", 4,
+        "--allow-random-weights"))
     assert recorder.shapes == [(4, 128)] * 5
     assert logged(records, "inference_sequences_per_second")[0] > 0
     assert not (output_dir / "predictions.json").exists()
@@ -281,7 +282,7 @@ def test_bert_model_names_a_bundled_config_and_max_steps_minus_one_means_unset()
     assert args.max_steps is None
     assert not args.do_predict
     evaluating = run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--do-eval",
-                                       "--predict-file", str(TINY_CONFIG)])
+                                       "--predict-file", str(TINY_CONFIG), "--allow-random-weights"])
     assert evaluating.do_predict  # scoring implies predicting
 
 
