@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -161,6 +162,33 @@ def parameter(records: list[dict], name: str) -> list:
 def params(output_dir: Path, prefix: str = "bert_paddle") -> dict[str, np.ndarray]:
     """The saved fine-tuned weights of a run."""
     return {name: np.asarray(value) for name, value in paddle.load(str(output_dir / f"{prefix}.pdparams")).items()}
+
+
+def make_v2_dataset(v1_data: list) -> dict:
+    """A SQuAD v2.0 file's content from a v1.1 "data" list, deterministically.
+
+    Question k of the file (counting from 0) with k % 3 == 2 moves from paragraph p of article a to paragraph
+    p (mod its count) of article a + 1 (the last article's go to the first), where it is appended with
+    "is_impossible": true and no answers. Every other question stays, with "is_impossible": false.
+    """
+    data = copy.deepcopy(v1_data)
+    moved = []  # (target article, target paragraph, question)
+    question_index = 0
+    for article_index, article in enumerate(data):
+        target = data[(article_index + 1) % len(data)]["paragraphs"]
+        for paragraph_index, paragraph in enumerate(article["paragraphs"]):
+            kept = []
+            for qa in paragraph["qas"]:
+                if question_index % 3 == 2:
+                    impossible = {"id": qa["id"], "question": qa["question"], "answers": [], "is_impossible": True}
+                    moved.append((target[paragraph_index % len(target)], impossible))
+                else:
+                    kept.append({**qa, "is_impossible": False})
+                question_index += 1
+            paragraph["qas"] = kept
+    for paragraph, qa in moved:
+        paragraph["qas"].append(qa)
+    return {"version": "v2.0", "data": data}
 
 
 def use_gpu_amp_policy(monkeypatch) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import paddle
@@ -13,9 +16,19 @@ import pytest
 import run_squad
 from conftest import ROOT, require_shared
 from dllog import read_report
-from helpers import TINY_CONFIG, common_argv, logged, parameter, params, run_in_process, run_script, write_tiny_model
+from helpers import (
+    TINY_CONFIG,
+    common_argv,
+    logged,
+    make_v2_dataset,
+    parameter,
+    params,
+    run_in_process,
+    run_script,
+    write_tiny_model,
+)
 from modeling import BertConfig
-from squad_evaluate import evaluate, load_dataset
+from squad_evaluate import evaluate, load_dataset, load_squad_json
 from squad_utils import convert_examples_to_features, read_squad_examples
 from tokenizer import BertTokenizer
 
@@ -397,3 +410,118 @@ def test_inference_flags_need_an_inference_model(capsys):
         run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--export-dir", "y",
                               "--use-tensorrt"])
     assert "only used with --inference-model-dir" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# --eval-script
+# ---------------------------------------------------------------------------------------------
+
+
+def test_eval_script_reports_the_official_scripts_scores_beside_ours(workspace, fine_tuned):
+    weights = ["--from-pretrained-params", fine_tuned[0] / "bert_paddle.pdparams"]
+    _, records = run(workspace, "eval_script", *predict_args(
+        workspace, *weights, "--do-eval", "--eval-script", ROOT / "squad_evaluate.py", data="slice.json"))
+    assert logged(records, "eval_script_exact_match") == [pytest.approx(logged(records, "exact_match")[0])]
+    assert logged(records, "eval_script_F1") == [pytest.approx(logged(records, "F1")[0])]
+
+
+def test_eval_script_is_called_as_nvidia_calls_it_and_its_json_is_reported(workspace, fine_tuned, tmp_path):
+    script = tmp_path / "fixed_scores.py"
+    script.write_text("import json, sys\n"
+                      f"open({str(tmp_path / 'argv.json')!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+                      "print(json.dumps({'exact': 12.5, 'f1': 34.25, 'total': 6}))\n")
+    output_dir, records = run(workspace, "eval_script_fixed", *predict_args(
+        workspace, "--from-pretrained-params", fine_tuned[0] / "bert_paddle.pdparams", "--do-eval", "--eval-script",
+        script))
+    assert json.loads((tmp_path / "argv.json").read_text()) == [str(workspace / "small.json"),
+                                                                str(output_dir / "predictions.json")]
+    assert (logged(records, "eval_script_exact_match"), logged(records, "eval_script_F1")) == ([12.5], [34.25])
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("import sys\nsys.exit('no dataset here')", "exited with status 1: no dataset here"),
+    ("print('exact match: 1')", "its output is not a JSON object with exact_match (or exact) and f1"),
+])
+def test_a_failing_eval_script_is_an_error_naming_it(workspace, fine_tuned, tmp_path, body, message):
+    script = tmp_path / "broken_eval.py"
+    script.write_text(body + "\n")
+    with pytest.raises(ValueError, match="^" + re.escape(f"--eval-script {script}: {message}")):
+        run(workspace, "eval_script_broken", *predict_args(
+            workspace, "--from-pretrained-params", fine_tuned[0] / "bert_paddle.pdparams", "--do-eval",
+            "--eval-script", script))
+
+
+# ---------------------------------------------------------------------------------------------
+# SQuAD v2.0
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def squad_v2(workspace):
+    """A v2.0 file from the first paragraph of dev's first two articles (every third question made unanswerable
+    by helpers.make_v2_dataset), fine-tuned on for 40 updates and predicted with --do-eval."""
+    dev = load_dataset(str(require_shared("data", "squad", "v1.1", "dev-v1.1.json")))
+    articles = [dict(article, paragraphs=article["paragraphs"][:1]) for article in dev[:2]]
+    path = workspace / "v2.json"
+    path.write_text(json.dumps(make_v2_dataset(articles)))
+    weights = ["--from-pretrained-params", workspace / "pretrain" / "1000"]
+    output_dir, records = run(workspace, "v2", "--version-2-with-negative", *train_args(
+        workspace, *weights, "--max-steps", 40, "--epochs", 20, "--learning-rate", 2e-3, "--warmup-proportion", 0.1,
+        "--log-freq", 1, data="v2.json"), *predict_args(workspace, "--do-eval", data="v2.json"))
+    return path, output_dir, records
+
+
+def test_v2_trains_predicts_null_answers_and_writes_null_odds(squad_v2):
+    path, output_dir, records = squad_v2
+    questions = {qa["id"]: qa for article in load_squad_json(str(path))["data"]
+                 for paragraph in article["paragraphs"] for qa in paragraph["qas"]}
+    assert sum(qa["is_impossible"] for qa in questions.values()) == len(questions) // 3
+    losses = logged(records, "loss")
+    assert len(losses) == 40 and np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
+    predictions = json.loads((output_dir / "predictions.json").read_text())
+    odds = json.loads((output_dir / "null_odds.json").read_text())
+    assert set(predictions) == set(odds) == set(questions)
+    # the default threshold 0: "" exactly where score_null exceeds the best span's score
+    assert {qid for qid, text in predictions.items() if text == ""} == {qid for qid, odd in odds.items() if odd > 0}
+    nbest = json.loads((output_dir / "nbest_predictions.json").read_text())
+    assert all("" in [entry["text"] for entry in entries] for entries in nbest.values())
+
+
+def test_v2_report_holds_the_official_v2_metrics_of_the_written_files(squad_v2):
+    path, output_dir, records = squad_v2
+    result = subprocess.run([sys.executable, str(ROOT / "squad_evaluate.py"), str(path),
+                             str(output_dir / "predictions.json"), "--na-prob-file", str(output_dir / "null_odds.json"),
+                             "--na-prob-thresh", "0.0"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    official = json.loads(result.stdout)
+    [reported] = [record["data"] for record in records if record.get("step") == [] and "F1" in record["data"]]
+    official["exact_match"], official["F1"] = official.pop("exact"), official.pop("f1")
+    assert set(reported) == set(official) >= {"HasAns_exact", "NoAns_f1", "best_exact_thresh", "best_f1"}
+    assert reported == pytest.approx(official)
+
+
+def test_null_score_diff_threshold_decides_which_questions_get_no_answer(workspace, squad_v2):
+    path, output_dir, _ = squad_v2
+    odds = json.loads((output_dir / "null_odds.json").read_text())
+    threshold = float(np.median(list(odds.values())))
+    raised_dir, _ = run(workspace, "v2_threshold", "--version-2-with-negative", *predict_args(
+        workspace, "--from-pretrained-params", output_dir / "bert_paddle.pdparams", "--null-score-diff-threshold",
+        threshold, data="v2.json"))
+    predictions = json.loads((raised_dir / "predictions.json").read_text())
+    null_answered = {qid for qid, text in predictions.items() if text == ""}
+    assert null_answered == {qid for qid, odd in odds.items() if odd > threshold}
+    assert null_answered != {qid for qid, odd in odds.items() if odd > 0}
+
+
+def test_v2_flags_are_refused_where_they_do_nothing(capsys):
+    base = ["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--export-dir", "y"]
+    with pytest.raises(SystemExit):
+        run_squad.parse_args([*base, "--null-score-diff-threshold", "1.5"])
+    assert "--null-score-diff-threshold is only used with --version-2-with-negative" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run_squad.parse_args([*base, "--eval-script", str(ROOT / "squad_evaluate.py")])
+    assert "--eval-script is only used with --do-eval" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run_squad.parse_args([*base, "--do-eval", "--predict-file", str(TINY_CONFIG), "--allow-random-weights",
+                              "--eval-script", "missing.py"])
+    assert "--eval-script missing.py: file not found" in capsys.readouterr().err

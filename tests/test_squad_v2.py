@@ -1,13 +1,12 @@
 """SQuAD v2.0 end to end on a v2-format file built from the v1.1 dev set: reading unanswerable questions, their
 [CLS] training labels, prediction with the null-score threshold, and the v2.0 metrics on it.
 
-make_v2_dataset keeps every dev question and turns every third one (in file order) into an unanswerable
+helpers.make_v2_dataset keeps every dev question and turns every third one (in file order) into an unanswerable
 question by asking it about a paragraph of the next article instead of its own.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, require_shared
-from helpers import numbered_windows
+from helpers import make_v2_dataset, numbered_windows
 from squad_evaluate import evaluate_v2, load_dataset, load_squad_json
 from squad_utils import (
     SquadExample,
@@ -29,33 +28,6 @@ from tokenizer import BertTokenizer
 
 NUM_QUESTIONS = 10570
 NUM_UNANSWERABLE = 3523  # questions 2, 5, 8, ... of 10570
-
-
-def make_v2_dataset(v1_data: list) -> dict:
-    """A SQuAD v2.0 file's content from a v1.1 "data" list, deterministically.
-
-    Question k of the file (counting from 0) with k % 3 == 2 moves from paragraph p of article a to paragraph
-    p (mod its count) of article a + 1 (the last article's go to the first), where it is appended with
-    "is_impossible": true and no answers. Every other question stays, with "is_impossible": false.
-    """
-    data = copy.deepcopy(v1_data)
-    moved = []  # (target article, target paragraph, question)
-    question_index = 0
-    for article_index, article in enumerate(data):
-        target = data[(article_index + 1) % len(data)]["paragraphs"]
-        for paragraph_index, paragraph in enumerate(article["paragraphs"]):
-            kept = []
-            for qa in paragraph["qas"]:
-                if question_index % 3 == 2:
-                    impossible = {"id": qa["id"], "question": qa["question"], "answers": [], "is_impossible": True}
-                    moved.append((target[paragraph_index % len(target)], impossible))
-                else:
-                    kept.append({**qa, "is_impossible": False})
-                question_index += 1
-            paragraph["qas"] = kept
-    for paragraph, qa in moved:
-        paragraph["qas"].append(qa)
-    return {"version": "v2.0", "data": data}
 
 
 @pytest.fixture(scope="module")
