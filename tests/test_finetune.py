@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -28,18 +30,22 @@ from dllog import DLLogger, read_report
 from glue_data import ClassificationFeature, collate_classification
 from gradient_merge import merged_backward
 from helpers import (
+    checkpoint_params,
     common_argv,
     logged,
     parameter,
     params,
+    pretraining_argv,
     record_amp_policies,
     record_optimizer_options,
     run_in_process,
     run_script,
+    step_folders,
     tiny_config,
     use_gpu_amp_policy,
     write_tiny_model,
 )
+from helpers import train as pretrain
 from modeling import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
 from runtime import init_data_parallel
 from squad_utils import SquadFeature, collate_features, pad_token_rows
@@ -160,6 +166,161 @@ def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, task, monk
     with pytest.raises(SystemExit):
         task.script.parse_args([*common_argv(workspace, workspace / "x"), *task.task_argv,
                                 *map(str, task.train_args(workspace)), "--use-pure-fp16"])  # needs --amp
+
+
+def test_lamb_moves_every_weight_matrix_by_the_learning_rate_times_its_norm(workspace, task):
+    """LAMB's layer-wise step (You et al. 2020, algorithm 2): w - lr * (||w|| / ||r||) * r, so the first update of
+    every weight-decayed tensor has norm lr * ||w||; AdamW's does not."""
+    pretrained = paddle.load(str(workspace / "pretrain" / "1000" / "bert_paddle.pdparams"))
+    matrices = [name for name, value in pretrained.items()
+                if name.startswith("bert.encoder.") and name.endswith(".weight") and len(value.shape) == 2]
+
+    def relative_steps(optimizer):
+        output_dir, records = task.run(workspace, f"optimizer_{optimizer}", *task.train_args(
+            workspace, "--optimizer", optimizer, "--max-steps", 1, "--warmup-proportion", 1.0, "--warmup-start-lr",
+            1e-3, "--learning-rate", 1e-3, "--from-pretrained-params", workspace / "pretrain" / "1000"))
+        [learning_rate] = logged(records, "learning_rate")
+        trained = params(output_dir)
+        return learning_rate, np.array([np.linalg.norm(trained[name] - pretrained[name].numpy())
+                                        / np.linalg.norm(pretrained[name].numpy()) for name in matrices])
+
+    learning_rate, lamb = relative_steps("Lamb")
+    assert learning_rate == pytest.approx(1e-3)
+    np.testing.assert_allclose(lamb, learning_rate, rtol=1e-3)
+    _, adamw = relative_steps("AdamW")
+    assert np.abs(adamw / learning_rate - 1).max() > 0.1
+
+
+def test_max_steps_and_epochs_stop_at_whichever_comes_first(workspace, task):
+    def steps(name, *flags):
+        _, records = task.run(workspace, name, *task.train_args(workspace, *flags, "--log-freq", 1))
+        assert parameter(records, "steps") == [len(logged(records, "loss"))]
+        return len(logged(records, "loss"))
+
+    one_epoch = steps("one_epoch", "--epochs", 1, "--max-steps", 1000)
+    assert one_epoch >= 2
+    assert steps("two_epochs", "--epochs", 2, "--max-steps", 1000) == 2 * one_epoch  # the epochs end the run
+    assert steps("max_steps", "--epochs", 3, "--max-steps", one_epoch + 1) == one_epoch + 1  # mid-epoch
+
+
+@pytest.mark.parametrize("enabled", ["true", "false"])
+def test_enable_cpu_affinity_pins_this_local_rank_to_its_block_of_cpus(workspace, task, monkeypatch, enabled):
+    available = sorted(os.sched_getaffinity(0))
+    monkeypatch.setenv("PADDLE_LOCAL_RANK", "1")
+    monkeypatch.setenv("PADDLE_LOCAL_SIZE", "2")  # rank 1 of 2 on this node takes the second half of the CPUs
+    per_rank = max(1, len(available) // 2)
+    expected = available[per_rank % len(available):][:per_rank]
+    try:
+        _, records = task.run(workspace, f"affinity_{enabled}", *task.train_args(
+            workspace, "--max-steps", 1, "--enable-cpu-affinity", enabled))
+        pinned = sorted(os.sched_getaffinity(0))
+    finally:
+        os.sched_setaffinity(0, available)
+    if enabled == "true":
+        assert parameter(records, "cpu_affinity") == [expected] and pinned == expected
+    else:
+        assert parameter(records, "cpu_affinity") == [None] and pinned == available
+
+
+def test_a_negative_seed_is_a_one_line_error(workspace, task, capsys):
+    with pytest.raises(SystemExit):
+        task.script.parse_args([*common_argv(workspace, workspace / "x"), *task.task_argv,
+                                *map(str, task.train_args(workspace)), "--seed", "-1"])
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("error: --seed must be at least 0, got -1")
+
+
+def test_predicting_random_weights_needs_allow_random_weights(workspace, task, capsys):
+    predict = ["--do-eval", "--predict-file", workspace / task.data]
+    with pytest.raises(SystemExit):
+        task.run(workspace, "random_refused", *predict)
+    assert "would score random weights; add --allow-random-weights" in capsys.readouterr().err
+    _, records = task.run(workspace, "random_allowed", *predict, "--allow-random-weights")
+    assert logged(records, "F1" if task.script is run_squad else "accuracy")
+    assert parameter(records, "init_params") == []  # nothing was loaded
+
+
+def test_a_malformed_prediction_file_stops_the_run_before_training(workspace, task, tmp_path):
+    broken = tmp_path / task.data
+    if task.script is run_squad:
+        content = json.loads((workspace / task.data).read_text())
+        del content["data"][0]["paragraphs"][0]["qas"][3]["question"]
+        broken.write_text(json.dumps(content))
+        message = "lacks the field \"question\""
+    else:
+        lines = (workspace / task.data).read_text(encoding="utf-8").split("\n")
+        lines[3] = lines[3].rsplit("\t", 1)[0]
+        broken.write_text("\n".join(lines), encoding="utf-8")
+        message = "expected 5 tab-separated fields, found 4"
+    with pytest.raises(ValueError, match=f"^{re.escape(str(broken))}.*{re.escape(message)}"):
+        task.run(workspace, "broken_prediction_file", *task.train_args(workspace, "--max-steps", 2), "--do-predict",
+                 "--predict-file", broken)
+    output_dir = workspace / f"{task.script.__name__}-broken_prediction_file"
+    assert not logged(read_report(output_dir / "report.json"), "loss")
+    assert not (output_dir / "bert_paddle.pdparams").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# --from-checkpoint and --last-step-of-checkpoint: the weights of run_pretraining.py's checkpoints
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pretraining_phase(tmp_path_factory) -> Path:
+    """The phase folder of a 4-step pretraining run of a hidden-32 BERT with checkpoints at steps 2 and 4."""
+    folder = tmp_path_factory.mktemp("pretraining")
+    assert pretrain(pretraining_argv(folder, "--num-steps-per-checkpoint", "2")) in (0, None)
+    phase = folder / "out" / "custom" / "phase1"
+    assert step_folders(folder / "out") == [2, 4]
+    return phase
+
+
+def checkpoint_argv(workspace: Path, output_dir: Path, task: Task, *extra) -> list[str]:
+    """A task's command line without --config-file: the checkpoint's config is the model's."""
+    return [*common_argv(workspace, output_dir)[:2], "--bert-model", "custom", "--output-dir", str(output_dir),
+            *task.task_argv, *map(str, extra)]
+
+
+@pytest.mark.parametrize(("location", "last_step", "expected_step"),
+                         [("phase", "auto", 4), ("phase", "2", 2), ("step 4", "None", 4)])
+def test_from_checkpoint_takes_the_weights_and_config_of_the_step_folder(workspace, task, pretraining_phase,
+                                                                          location, last_step, expected_step):
+    source = pretraining_phase if location == "phase" else pretraining_phase / "4"
+    output_dir = workspace / f"{task.script.__name__}-from_checkpoint_{last_step}"
+    # learning rate 0: the saved model holds exactly the weights it started from
+    task.script.main(checkpoint_argv(workspace, output_dir, task, *task.train_args(
+        workspace, "--max-steps", 1, "--learning-rate", 0, "--from-checkpoint", source,
+        "--last-step-of-checkpoint", last_step)))
+    records = read_report(output_dir / "report.json")
+    folder = pretraining_phase / str(expected_step)
+    assert parameter(records, "init_params") == [str(folder / "bert_paddle.pdparams")]
+    assert parameter(records, "last_step_of_checkpoint") == [expected_step]
+    assert parameter(records, "config_file") == [str(folder / "bert_paddle_config.json")]
+    assert BertConfig.from_json_file(str(output_dir / "bert_paddle_config.json")).hidden_size == 32
+    started = checkpoint_params(pretraining_phase.parent.parent, expected_step)
+    trained = params(output_dir)
+    encoder = [name for name in started if name.startswith("bert.encoder.")]
+    assert encoder
+    for name in encoder:
+        np.testing.assert_array_equal(trained[name], started[name], err_msg=name)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--last-step-of-checkpoint", "auto"], "--last-step-of-checkpoint needs --from-checkpoint"),
+    (["--from-checkpoint", "PHASE"], "incomplete or missing checkpoint (no bert_paddle_progress.json) (for a "
+                                     "folder of <step>/ checkpoints add --last-step-of-checkpoint auto or a step)"),
+    (["--from-checkpoint", "PHASE", "--last-step-of-checkpoint", "3"], "no checkpoint folder for step 3"),
+    (["--from-checkpoint", "EMPTY", "--last-step-of-checkpoint", "auto"], "no complete checkpoint folder in it"),
+    (["--from-checkpoint", "PHASE", "--last-step-of-checkpoint", "0"], "expected None, auto or a step >= 1"),
+    (["--from-checkpoint", "PHASE", "--last-step-of-checkpoint", "auto", "--from-pretrained-params", "x"],
+     "--from-checkpoint and --from-pretrained-params cannot both be set"),
+])
+def test_bad_checkpoint_options_are_one_line_errors(workspace, task, pretraining_phase, tmp_path, capsys, extra,
+                                                    message):
+    extra = [{"PHASE": str(pretraining_phase), "EMPTY": str(tmp_path)}.get(arg, arg) for arg in extra]
+    with pytest.raises(SystemExit):
+        task.script.parse_args(checkpoint_argv(workspace, workspace / "x", task, *task.train_args(workspace),
+                                               *extra))
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 # ---------------------------------------------------------------------------------------------
