@@ -11,15 +11,9 @@ SQuAD v2.0 (--version-2-with-negative): unanswerable questions train on the [CLS
 when its null-score difference exceeds --null-score-diff-threshold, null_odds.json (question id -> that
 difference) is written beside predictions.json, and --do-eval reports the official v2.0 metrics.
 
-The options keep the names and defaults of NVIDIA's PaddlePaddle BERT run_squad.py where they exist, and
---max-steps combines with --epochs as there (the run stops at whichever comes first). These differ on purpose:
---warmup-proportion takes effect (linear warmup, then linear decay to 0; NVIDIA's schedule has no warmup);
---max-seq-length defaults to 384, the value the reference's run_squad.sh passes (NVIDIA's parser says 512);
---do-eval scores in process, and --eval-script (default: none; NVIDIA's is evaluate.py) adds the official
-script's scores; --optimizer (default AdamW) takes effect (NVIDIA's fine-tuning is always AdamW);
---from-checkpoint takes only the weights, and a folder without a checkpoint is an error (NVIDIA's starts from
-random weights); predicting or evaluating random weights needs --allow-random-weights. The training core is
-finetune.py's. With --inference-model-dir the predictor runs on Paddle's device: a CPU with oneDNN, a GPU in
+The options keep the names and defaults of NVIDIA's PaddlePaddle BERT run_squad.py where they exist; where they
+deliberately differ, DIFFERENCES_FROM_NVIDIA (below, and in --help) says how. The training core is finetune.py's.
+With --inference-model-dir the predictor runs on Paddle's device: a CPU with oneDNN, a GPU in
 --inference-precision, through TensorRT with --use-tensorrt.
 """
 
@@ -59,6 +53,15 @@ from squad_utils import (
 )
 from tokenizer import BertTokenizer
 
+# What --help says after the first line of the module docstring: where the options act unlike NVIDIA's.
+DIFFERENCES_FROM_NVIDIA = """The options keep the names and defaults of NVIDIA's PaddlePaddle BERT run_squad.py
+where they exist, and --max-steps combines with --epochs as there (the run stops at whichever comes first).
+These differ on purpose: --warmup-proportion takes effect (linear warmup, then linear decay to 0; NVIDIA's
+schedule has no warmup); --max-seq-length defaults to 384, the value the reference's run_squad.sh passes
+(NVIDIA's parser says 512); --do-eval scores in process, and --eval-script (default: none; NVIDIA's is
+evaluate.py) adds the official script's scores; --optimizer (default AdamW) takes effect (NVIDIA's fine-tuning
+is always AdamW); --from-checkpoint takes only the weights, and a folder without a checkpoint is an error
+(NVIDIA's starts from random weights); predicting or evaluating random weights needs --allow-random-weights."""
 INFERENCE_PRECISIONS = ("fp32", "fp16")  # bf16 and int8 are still to come
 # Initial size of Paddle Inference's GPU memory pool; it grows on demand.
 GPU_MEMORY_POOL_MB = 1024
@@ -68,7 +71,7 @@ BatchPredictor = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(description=f"{__doc__.splitlines()[0]} {DIFFERENCES_FROM_NVIDIA}",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     data = parser.add_argument_group("Data and outputs")
     data.add_argument("--train-file", help="SQuAD json for training, e.g. train-v1.1.json")
