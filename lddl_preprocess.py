@@ -1,7 +1,8 @@
 """Text corpus -> BERT pretraining parquet shards in NVIDIA LDDL's format (preprocess_bert_pretrain + balancing).
 
     python lddl_preprocess.py --input CORPUS --vocab-file VOCAB --output-dir OUT --num-shards 4 \\
-        [--masking | --no-masking] [--bin-size 64] [--max-seq-length 128] [--sample-ratio 0.9] \\
+        [--masking | --no-masking] [--masked-lm-ratio 0.15] [--whole-word-masking] [--bin-size 64] \\
+        [--max-seq-length 128] [--sample-ratio 0.9] \\
         [--dask | --scheduler-address ADDR]
 
 The files are what lddl 0.1.0 writes (see ../shared/data/lddl-sample/README.md, section 3), so LDDL's loader and
@@ -145,7 +146,7 @@ class _ShardNamer:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_pipeline_arguments(parser, masked_lm_flag="--masked-lm-ratio")
+    add_pipeline_arguments(parser)
     parser.add_argument("--masking", action=argparse.BooleanOptionalAction, default=True,
                         help="static masking in the files (--no-masking leaves masking to the loader); default: on")
     parser.add_argument("--bin-size", type=int, default=None,
@@ -159,6 +160,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.bin_size is not None and (args.bin_size < 1 or args.max_seq_length % args.bin_size):
         parser.error(f"--bin-size {args.bin_size} must be a positive divisor of --max-seq-length {args.max_seq_length}")
+    static_masking_flags = [flag for flag, given in (("--masked-lm-ratio", args.masked_lm_ratio is not None),
+                                                     ("--whole-word-masking", args.whole_word_masking)) if given]
+    if not args.masking and static_masking_flags:
+        parser.error(f"{' and '.join(static_masking_flags)} set static masking, which --no-masking turns off "
+                     "(the training loader then masks: its masked_lm_ratio and whole_word_masking)")
     settings = settings_from_arguments(parser, args, masking=args.masking, bin_size=args.bin_size)
     result = execute(args, settings, write_parquet_shard, _ShardNamer(args.bin_size is not None))
     output_dir = Path(args.output_dir)

@@ -14,7 +14,8 @@ that every worker sees, and this repository must be importable on every worker).
    key % num_blocks. The task spills the token ids, sorted by (partition, key), to .npy files in the work folder.
 2. Pairs, one task per partition: its documents from every spill file, in key order; NSP pairs by
    pretraining_pairs.create_pairs_from_document `duplicate_factor` times over, with random next segments from the
-   same partition (as LDDL's dask partitions); shuffled; masked statically with masking.mask_batch when asked;
+   same partition (as LDDL's dask partitions); shuffled; masked statically with masking.mask_batch when asked
+   (by single pieces, or with --whole-word-masking by whole words);
    grouped by length bin (stable). Written as a part file.
 3. Shards, one task per output file: the rows of a bin are numbered partition after partition and cut into
    num_shards consecutive runs whose sizes differ by at most one (LDDL's balance guarantee); each task writes one
@@ -51,7 +52,7 @@ import numpy as np
 from tqdm import tqdm
 
 from corpus import INPUT_FORMATS, document_sentences, find_corpus_files, read_documents
-from masking import mask_batch
+from masking import continuation_pieces, mask_batch, word_starts
 from pretraining_pairs import bin_id, create_pairs_from_document
 from tokenizer import BertTokenizer, load_vocab
 
@@ -78,6 +79,7 @@ class PipelineSettings:
     duplicate_factor: int = 5
     masking: bool = True
     masked_lm_ratio: float = 0.15
+    whole_word_masking: bool = False
     max_predictions_per_seq: int | None = None
     bin_size: int | None = None
     seed: int = 12345
@@ -322,6 +324,7 @@ def _mask_rows(flat: np.ndarray, row_starts: np.ndarray, a_lengths: np.ndarray, 
     counts = np.zeros(num_rows, dtype=np.int32)
     positions_chunks, ids_chunks = [], []
     columns = np.arange(settings.max_seq_length)
+    is_continuation = continuation_pieces(tokenizer.vocab)
     for lo in range(0, num_rows, MASKING_CHUNK_ROWS):
         hi = min(num_rows, lo + MASKING_CHUNK_ROWS)
         lengths = num_tokens[lo:hi]
@@ -331,9 +334,10 @@ def _mask_rows(flat: np.ndarray, row_starts: np.ndarray, a_lengths: np.ndarray, 
         # [CLS] at 0, the first [SEP] after A, the last [SEP] at the end are never masked.
         candidates = inside & (columns[None, :] != 0) & (columns[None, :] != (a_lengths[lo:hi] + 1)[:, None]) \
             & (columns[None, :] != (lengths - 1)[:, None])
+        starts = word_starts(padded, candidates, is_continuation) if settings.whole_word_masking else None
         masked, labels = mask_batch(padded, candidates, lengths, rng, tokenizer.vocab_size,
                                     tokenizer.mask_token_id, settings.masked_lm_ratio,
-                                    settings.max_predictions_per_seq)
+                                    settings.max_predictions_per_seq, starts)
         masked_flat[row_starts[lo]:row_starts[hi]] = masked[inside]
         rows, cols = np.nonzero(labels >= 0)  # row-major: positions ascend within a row
         counts[lo:hi] = np.bincount(rows, minlength=hi - lo)
@@ -547,8 +551,11 @@ def _write_shard(shard_writer: ShardWriter, path: Path, bin_index: int, slices: 
     return os.getpid()
 
 
-def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_flag: str) -> None:
-    """The flags both preprocessors share (names follow LDDL's preprocess_bert_pretrain where it has one)."""
+def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_aliases: Sequence[str] = ()) -> None:
+    """The flags both preprocessors share (names follow LDDL's preprocess_bert_pretrain where it has one).
+
+    masked_lm_aliases: other spellings of --masked-lm-ratio (create_pretraining_data keeps Google's --masked-lm-prob).
+    """
     parser.add_argument("--input", required=True, nargs="+",
                         help="corpus file(s) or folder(s); folders are read recursively in sorted order")
     parser.add_argument("--input-format", default="auto", choices=INPUT_FORMATS,
@@ -563,9 +570,12 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_flag: str)
                         help="probability of a shorter random target length per document; default: 0.1")
     parser.add_argument("--duplicate-factor", type=int, default=5,
                         help="times each document is turned into pairs (different random draws); default: 5")
-    parser.add_argument(masked_lm_flag, dest="masked_lm_ratio", type=float, default=0.15,
-                        help="fraction of each sequence's tokens that static masking predicts; default: 0.15")
-    parser.set_defaults(masked_lm_flag=masked_lm_flag)
+    parser.add_argument("--masked-lm-ratio", *masked_lm_aliases, dest="masked_lm_ratio", type=float, default=None,
+                        help="fraction of each sequence's tokens that static masking predicts (MosaicBERT: 0.3); "
+                             f"default: {PipelineSettings.masked_lm_ratio}")
+    parser.add_argument("--whole-word-masking", action="store_true",
+                        help="static masking draws whole words (a piece and its ## continuations), as Google's "
+                             "whole-word-masked BERT; default: single pieces")
     parser.add_argument("--seed", type=int, default=12345,
                         help="seed of every random draw: same seed and flags give the same files; default: 12345")
     parser.add_argument("--sample-ratio", type=float, default=1.0,
@@ -592,8 +602,9 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
         parser.error(f"--short-seq-prob {args.short_seq_prob} must be in [0, 1]")
     if args.duplicate_factor < 1:
         parser.error(f"--duplicate-factor {args.duplicate_factor} must be at least 1")
-    if not 0.0 < args.masked_lm_ratio <= 1.0:
-        parser.error(f"{args.masked_lm_flag} {args.masked_lm_ratio} must be in (0, 1]")
+    masked_lm_ratio = PipelineSettings.masked_lm_ratio if args.masked_lm_ratio is None else args.masked_lm_ratio
+    if not 0.0 < masked_lm_ratio <= 1.0:
+        parser.error(f"--masked-lm-ratio {masked_lm_ratio} must be in (0, 1]")
     if args.seed < 0:
         parser.error(f"--seed {args.seed} must be non-negative")
     if not 0.0 < args.sample_ratio <= 1.0:
@@ -623,7 +634,8 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
         max_seq_length=args.max_seq_length,
         short_seq_prob=args.short_seq_prob,
         duplicate_factor=args.duplicate_factor,
-        masked_lm_ratio=args.masked_lm_ratio,
+        masked_lm_ratio=masked_lm_ratio,
+        whole_word_masking=args.whole_word_masking,
         seed=args.seed,
         sample_ratio=args.sample_ratio,
         num_blocks=num_blocks,

@@ -23,7 +23,7 @@ import create_pretraining_data
 import lddl_preprocess
 import preprocess_pipeline
 from conftest import require_shared
-from helpers import documents_kept
+from helpers import documents_kept, partly_masked_words, words_of
 from preprocess_pipeline import run_pipeline, run_tasks
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -475,6 +475,77 @@ def test_flag_masked_lm_ratio_and_prob(corpus, tmp_path):
     assert (counts == np.maximum(1, np.rint(0.3 * data["input_mask"].sum(axis=1)))).all()
 
 
+def test_masked_lm_ratio_is_one_flag_with_googles_name_as_alias(corpus, tmp_path):
+    run_cli(create_pretraining_data, corpus, tmp_path / "ratio", "--masked-lm-ratio", "0.3")
+    run_cli(create_pretraining_data, corpus, tmp_path / "prob", "--masked-lm-prob", "0.3")
+    run_cli(create_pretraining_data, corpus, tmp_path / "default")
+    assert folder_bytes(tmp_path / "ratio") == folder_bytes(tmp_path / "prob") != folder_bytes(tmp_path / "default")
+
+
+# ----------------------------------------------------------------------------------------- whole-word masking
+
+
+def wikitext_shards(tmp_path: Path, module, name: str, *flags: str) -> Path:
+    """Shards of WikiText-2's test split with the real uncased vocab (one duplicate, two shards)."""
+    output = tmp_path / name
+    with contextlib.redirect_stdout(io.StringIO()):
+        module.main(["--input", str(require_shared("data", "wikitext-2", "wiki.test.raw")),
+                     "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")), "--output-dir",
+                     str(output), "--num-shards", "2", "--num-blocks", "2", "--duplicate-factor", "1",
+                     "--num-workers", "1", "--seed", "5", *flags])
+    return output
+
+
+def parquet_masks(folder: Path) -> list[tuple[list[str], set[int]]]:
+    """(original tokens of [CLS] A [SEP] B [SEP], masked positions) of every row of a parquet set."""
+    samples = []
+    for row in read_rows(folder):
+        tokens, positions = sequence_of(row), positions_of(row)
+        for position, label in zip(positions, row["masked_lm_labels"].split(), strict=True):
+            tokens[position] = label
+        samples.append((tokens, set(positions)))
+    return samples
+
+
+def hdf5_masks(folder: Path) -> list[tuple[list[str], set[int]]]:
+    """(original tokens, masked positions) of every row of an HDF5 set, read through the uncased vocab."""
+    vocab = require_shared("vocab", "bert-uncased-vocab.txt").read_text(encoding="utf-8").split("\n")
+    samples = []
+    for path in sorted(folder.iterdir()):
+        data = decode_hdf5(path)
+        for i in range(len(data["input_ids"])):
+            ids = data["input_ids"][i][:int(data["input_mask"][i].sum())].copy()
+            count = int((data["masked_lm_positions"][i] > 0).sum())
+            ids[data["masked_lm_positions"][i][:count]] = data["masked_lm_ids"][i][:count]
+            samples.append(([vocab[t] for t in ids], set(data["masked_lm_positions"][i][:count].tolist())))
+    return samples
+
+
+@pytest.mark.parametrize("ratio", ["0.15", "0.3"])
+@pytest.mark.parametrize("module, read_masks, flags", [
+    (lddl_preprocess, parquet_masks, []),
+    (create_pretraining_data, hdf5_masks, ["--max-predictions-per-seq", "80"]),
+])
+def test_whole_word_masking_masks_whole_words_at_the_ratio(tmp_path, module, read_masks, flags, ratio):
+    whole = read_masks(wikitext_shards(tmp_path, module, "whole", "--masked-lm-ratio", ratio, "--whole-word-masking",
+                                       *flags))
+    pieces = read_masks(wikitext_shards(tmp_path, module, "pieces", "--masked-lm-ratio", ratio, *flags))
+    assert [tokens for tokens, _ in whole] == [tokens for tokens, _ in pieces]  # the flag changes only the masks
+    assert sum(len(partly_masked_words(tokens, masked)) for tokens, masked in pieces) > 100
+    assert all(partly_masked_words(tokens, masked) == [] for tokens, masked in whole)
+    masked_long_words = sum(1 for tokens, masked in whole for word in words_of(tokens)
+                            if len(word) > 1 and masked.issuperset(word))
+    assert masked_long_words > 100
+    rate = sum(len(masked) for _, masked in whole) / sum(len(tokens) for tokens, _ in whole)
+    assert abs(rate - float(ratio)) < 0.005
+
+
+def test_whole_word_masking_needs_static_masking(corpus, tmp_path, capsys):
+    for flags in (["--whole-word-masking"], ["--masked-lm-ratio", "0.3"]):
+        message = expect_exit(capsys, lddl_preprocess, cli_argv(corpus, tmp_path / "out", "--no-masking", *flags))
+        assert f"{flags[0]} set static masking, which --no-masking turns off" in message
+
+
 def test_flag_num_blocks_keeps_random_next_inside_a_partition(corpus, tmp_path):
     # With far more partitions than documents every document is alone: no random next is possible.
     alone = run_cli(lddl_preprocess, corpus, tmp_path / "alone", "--num-blocks", "5000")
@@ -538,10 +609,13 @@ def test_bad_flag_values_name_the_flag(corpus, tmp_path, capsys, module, flag, v
 
 @pytest.mark.parametrize("module, flag, value", [
     (lddl_preprocess, "--bin-size", "5"), (lddl_preprocess, "--bin-size", "0"),
-    (lddl_preprocess, "--masked-lm-ratio", "0"), (create_pretraining_data, "--masked-lm-prob", "1.5"),
+    (lddl_preprocess, "--masked-lm-ratio", "0"), (create_pretraining_data, "--masked-lm-ratio", "1.5"),
     (create_pretraining_data, "--max-predictions-per-seq", "0")])
 def test_bad_writer_flags(corpus, tmp_path, capsys, module, flag, value):
     assert f"{flag} {value}" in expect_exit(capsys, module, cli_argv(corpus, tmp_path / "out", flag, value))
+    if flag == "--masked-lm-ratio":  # Google's spelling is the same flag
+        argv = cli_argv(corpus, tmp_path / "out", "--masked-lm-prob", value)
+        assert f"--masked-lm-ratio {float(value)}" in expect_exit(capsys, create_pretraining_data, argv)
 
 
 def test_bad_vocab_names_the_file(corpus, tmp_path, capsys):
