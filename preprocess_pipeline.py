@@ -14,7 +14,8 @@ that every worker sees, and this repository must be importable on every worker).
    key % num_blocks. The task spills the token ids, sorted by (partition, key), to .npy files in the work folder.
 2. Pairs, one task per partition: its documents from every spill file, in key order; NSP pairs by
    pretraining_pairs.create_pairs_from_document `duplicate_factor` times over, with random next segments from the
-   same partition (as LDDL's dask partitions); shuffled; masked statically with masking.mask_batch when asked
+   same partition (as LDDL's dask partitions), or without NSP single-segment samples by
+   pretraining_pairs.create_segments_from_document; shuffled; masked statically with masking.mask_batch when asked
    (by single pieces, or with --whole-word-masking by whole words);
    grouped by length bin (stable). Written as a part file.
 3. Shards, one task per output file: the rows of a bin are numbered partition after partition and cut into
@@ -53,7 +54,7 @@ from tqdm import tqdm
 
 from corpus import INPUT_FORMATS, document_sentences, find_corpus_files, read_documents
 from masking import continuation_pieces, mask_batch, word_starts
-from pretraining_pairs import bin_id, create_pairs_from_document
+from pretraining_pairs import bin_id, create_pairs_from_document, create_segments_from_document
 from tokenizer import BertTokenizer, load_vocab
 
 DEFAULT_BLOCK_BYTES = 16 * 2**20  # default partition size: --num-blocks = ceil(corpus bytes / this)
@@ -76,6 +77,7 @@ class PipelineSettings:
     lower_case: bool = True
     max_seq_length: int = 128
     short_seq_prob: float = 0.1
+    next_sentence_prediction: bool = True  # False: single-segment samples [CLS] A [SEP] (RoBERTa's DOC-SENTENCES)
     duplicate_factor: int = 5
     masking: bool = True
     masked_lm_ratio: float = 0.15
@@ -260,14 +262,18 @@ def _load_partition_documents(partition: int, block_indices: Sequence[int], work
 
 def build_partition(partition: int, block_indices: Sequence[int], settings: PipelineSettings,
                     work_dir: str) -> dict[str, object]:
-    """Stage 2: the shuffled, optionally masked NSP pairs of one partition, grouped by bin, as a part file."""
+    """Stage 2: the shuffled, optionally masked samples (NSP pairs or single segments) of one partition, grouped by
+    bin, as a part file."""
     documents = _load_partition_documents(partition, block_indices, work_dir)
     pair_rng, mask_rng = partition_generators(settings.seed, partition)
     pairs = []
     for _ in range(settings.duplicate_factor):
         for document_index in range(len(documents)):
-            pairs.extend(create_pairs_from_document(documents, document_index, settings.max_seq_length,
-                                                    settings.short_seq_prob, pair_rng))
+            if settings.next_sentence_prediction:
+                pairs.extend(create_pairs_from_document(documents, document_index, settings.max_seq_length,
+                                                        settings.short_seq_prob, pair_rng))
+            else:
+                pairs.extend(create_segments_from_document(documents[document_index], settings.max_seq_length))
     pair_rng.shuffle(pairs)
 
     tokenizer = load_tokenizer(settings.vocab_file, settings.lower_case)
@@ -275,10 +281,11 @@ def build_partition(partition: int, block_indices: Sequence[int], settings: Pipe
     num_rows = len(pairs)
     a_lengths = np.fromiter((len(pair.tokens_a) for pair in pairs), dtype=np.int32, count=num_rows)
     b_lengths = np.fromiter((len(pair.tokens_b) for pair in pairs), dtype=np.int32, count=num_rows)
-    num_tokens = a_lengths + b_lengths + 3
+    num_tokens = a_lengths + 2 + np.where(b_lengths > 0, b_lengths + 1, 0)  # [CLS] A [SEP] (B [SEP])
     is_random_next = np.fromiter((pair.is_random_next for pair in pairs), dtype=bool, count=num_rows)
     flat = np.fromiter(
-        chain.from_iterable(chain((cls_id,), pair.tokens_a, (sep_id,), pair.tokens_b, (sep_id,)) for pair in pairs),
+        chain.from_iterable(chain((cls_id,), pair.tokens_a, (sep_id,), pair.tokens_b,
+                                  (sep_id,) if pair.tokens_b else ()) for pair in pairs),
         dtype=np.int32, count=int(num_tokens.sum()))
     row_starts = np.concatenate([[0], np.cumsum(num_tokens)]).astype(np.int64)
 
@@ -566,8 +573,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_aliases: S
                         help="lowercase and strip accents before WordPiece (uncased vocab); default: on")
     parser.add_argument("--max-seq-length", type=int, default=128,
                         help="length of [CLS] A [SEP] B [SEP] at most (LDDL: --target-seq-length); default: 128")
-    parser.add_argument("--short-seq-prob", type=float, default=0.1,
-                        help="probability of a shorter random target length per document; default: 0.1")
+    parser.add_argument("--short-seq-prob", type=float, default=None,
+                        help="probability of a shorter random target length per document (NSP pairs only); "
+                             f"default: {PipelineSettings.short_seq_prob}")
     parser.add_argument("--duplicate-factor", type=int, default=5,
                         help="times each document is turned into pairs (different random draws); default: 5")
     parser.add_argument("--masked-lm-ratio", *masked_lm_aliases, dest="masked_lm_ratio", type=float, default=None,
@@ -598,8 +606,9 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
     """Validate the shared flags (parser.error names the bad one) and build the settings."""
     if args.max_seq_length < 5 or args.max_seq_length > 2**16 - 1:
         parser.error(f"--max-seq-length {args.max_seq_length} must be in [5, 65535]")
-    if not 0.0 <= args.short_seq_prob <= 1.0:
-        parser.error(f"--short-seq-prob {args.short_seq_prob} must be in [0, 1]")
+    short_seq_prob = PipelineSettings.short_seq_prob if args.short_seq_prob is None else args.short_seq_prob
+    if not 0.0 <= short_seq_prob <= 1.0:
+        parser.error(f"--short-seq-prob {short_seq_prob} must be in [0, 1]")
     if args.duplicate_factor < 1:
         parser.error(f"--duplicate-factor {args.duplicate_factor} must be at least 1")
     masked_lm_ratio = PipelineSettings.masked_lm_ratio if args.masked_lm_ratio is None else args.masked_lm_ratio
@@ -632,7 +641,7 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
         vocab_file=str(Path(args.vocab_file).resolve()),
         lower_case=args.lower_case,
         max_seq_length=args.max_seq_length,
-        short_seq_prob=args.short_seq_prob,
+        short_seq_prob=short_seq_prob,
         duplicate_factor=args.duplicate_factor,
         masked_lm_ratio=masked_lm_ratio,
         whole_word_masking=args.whole_word_masking,

@@ -5,7 +5,8 @@ shell). Only the folder's own files count: sub-folders are not searched, and a p
 an error that names them. The format follows from the file names, and one folder holds one format:
 - LDDL parquet (layout of NVIDIA LDDL 0.1.0, described in shared/data/lddl-sample/README.md): `*.parquet`, or
   `*.parquet_<bin>` for a set binned by length. Columns A and B (WordPiece tokens joined by single spaces),
-  is_random_next, num_tokens (= len(A) + len(B) + 3); a statically masked set also has masked_lm_positions (the
+  is_random_next, num_tokens (= len(A) + len(B) + 3); a row with an empty B is a single-segment (MLM-only) sample
+  `[CLS] A [SEP]` of len(A) + 2 tokens, token_type_ids all 0; a statically masked set also has masked_lm_positions (the
   bytes of a 1-D uint16 .npy array, positions in `[CLS] A [SEP] B [SEP]`) and masked_lm_labels (the original
   tokens, space-joined). `.num_samples.json` (file name -> rows), when present, is checked against the files.
 - NVIDIA/Google HDF5 (`*.hdf5`, `*.h5`, the format of Google's create_pretraining_data.py as NVIDIA stores it):
@@ -430,19 +431,23 @@ class ParquetFormat(ShardFormat):
         return columns
 
     def collate(self, parts: BatchParts, masking_key: tuple[int, int, int]) -> dict[str, np.ndarray]:
-        """[CLS] A [SEP] B [SEP] per row, padded; masks from the shards or drawn from `masking_key`."""
+        """[CLS] A [SEP] B [SEP] per row ([CLS] A [SEP] for an empty B), padded; masks from the shards or drawn
+        from `masking_key`."""
         sources = RowSources(parts)
         texts_a = [window.columns["A"][row] for window, rows in parts for row in rows]
         texts_b = [window.columns["B"][row] for window, rows in parts for row in rows]
         ids_a, lengths_a = self._token_ids(texts_a, sources)
         ids_b, lengths_b = self._token_ids(texts_b, sources)
-        lengths = lengths_a + lengths_b + 3
+        for row in np.flatnonzero(lengths_a == 0)[:1]:
+            raise ValueError(f"{sources[row]}: segment A is empty")
+        lengths = lengths_a + 2 + np.where(lengths_b > 0, lengths_b + 1, 0)
         num_tokens = np.concatenate([window.columns["num_tokens"][rows] for window, rows in parts])
         wrong = np.flatnonzero(num_tokens != lengths)
         if wrong.size:
             row = wrong[0]
-            raise ValueError(f"{sources[row]}: num_tokens is {num_tokens[row]} but [CLS] A [SEP] B [SEP] has "
-                             f"{lengths[row]} tokens")
+            layout = "[CLS] A [SEP] B [SEP]" if lengths_b[row] else "[CLS] A [SEP] (B is empty)"
+            raise ValueError(f"{sources[row]}: num_tokens is {num_tokens[row]} but {layout} has {lengths[row]} "
+                             "tokens")
         self._check_lengths(lengths, sources)
 
         batch_size, length = lengths.size, self._padded_length(lengths)
@@ -476,9 +481,12 @@ class ParquetFormat(ShardFormat):
                 "next_sentence_labels": next_sentence_labels}
 
     def _token_ids(self, texts: list[str], sources: RowSources) -> tuple[np.ndarray, np.ndarray]:
-        """(ids of all tokens of all texts laid end to end, tokens per text) for space-joined token strings."""
-        lengths = np.fromiter(map(str.count, texts, repeat(" ")), dtype=np.int64, count=len(texts)) + 1
-        tokens = " ".join(texts).split(" ")
+        """(ids of all tokens of all texts laid end to end, tokens per text) for space-joined token strings.
+
+        An empty text has no tokens (the B of a single-segment sample)."""
+        nonempty = np.fromiter(map(bool, texts), dtype=bool, count=len(texts))
+        lengths = (np.fromiter(map(str.count, texts, repeat(" ")), dtype=np.int64, count=len(texts)) + 1) * nonempty
+        tokens = " ".join(filter(None, texts)).split(" ") if nonempty.any() else []
         try:
             ids = np.fromiter(map(self.vocab.ids.__getitem__, tokens), dtype=np.int64, count=len(tokens))
         except KeyError as error:

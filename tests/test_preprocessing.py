@@ -95,12 +95,18 @@ def positions_of(row: dict) -> list[int]:
 
 
 def sequence_of(row: dict) -> list[str]:
-    return ["[CLS]", *row["A"].split(), "[SEP]", *row["B"].split(), "[SEP]"]
+    """[CLS] A [SEP] B [SEP], or [CLS] A [SEP] for a single-segment row (empty B)."""
+    b_part = [*row["B"].split(), "[SEP]"] if row["B"] else []
+    return ["[CLS]", *row["A"].split(), "[SEP]", *b_part]
 
 
 def owner(token: str) -> int:
     """The document a corpus word belongs to (see document_words)."""
     return SYLLABLES.index(token[:2]) * len(SYLLABLES) + SYLLABLES.index(token[2:4])
+
+
+def vocab_id(corpus: dict[str, Path], token: str) -> int:
+    return corpus["vocab"].read_text().split("\n").index(token)
 
 
 def documents_in(rows: list[dict]) -> set[int]:
@@ -319,6 +325,42 @@ def test_pairs_follow_nsp_rules_on_the_corpus(corpus, tmp_path):
             assert len({owner(t) for t in a_words}) == 1
             assert (owner(a_words[0]) != owner(b_words[0])) == row["is_random_next"]
     assert 0.45 < np.mean([row["is_random_next"] for row in rows]) < 0.65
+
+
+def test_no_nsp_packs_whole_sentences_of_one_document(corpus, tmp_path):
+    """RoBERTa's DOC-SENTENCES: each sample is B-less, at most 32 tokens, whole sentences of one document; a
+    document's samples, in text order, tile it exactly, and each is cut only where the next sentence would not fit."""
+    summary, rows = rows_of(lddl_preprocess, corpus, tmp_path, "single", "--no-nsp", "--no-masking",
+                            "--duplicate-factor", "1")
+    assert summary["random_next_fraction"] == 0 and len(rows) > 50
+    documents = [" ".join(line.lower().replace(".", " .").split()).split(" ")
+                 for line in corpus["text"].read_text().splitlines()]
+    by_document: dict[int, list[list[str]]] = {}
+    for row in rows:
+        assert row["B"] == "" and row["is_random_next"] is False
+        tokens = row["A"].split(" ")
+        assert row["num_tokens"] == len(tokens) + 2 <= 32 and tokens[-1] == "."
+        assert len({owner(token) for token in tokens if token not in ".,"}) == 1
+        by_document.setdefault(owner(tokens[0]), []).append(tokens)
+    assert sorted(by_document) == list(range(NUM_DOCUMENTS))
+    for document, samples in by_document.items():
+        text = documents[document]
+        starts = {}
+        for sample in samples:
+            start = next(i for i in range(len(text)) if text[i:i + len(sample)] == sample
+                         and (i == 0 or text[i - 1] == "."))
+            starts[start] = sample
+        ordered = [starts[start] for start in sorted(starts)]
+        assert [token for sample in ordered for token in sample] == text
+        for sample, following in zip(ordered, ordered[1:], strict=False):
+            next_sentence = following[:following.index(".") + 1]
+            assert len(sample) + len(next_sentence) > 30
+
+
+def test_no_nsp_needs_no_short_seq_prob(corpus, tmp_path, capsys):
+    message = expect_exit(capsys, lddl_preprocess, cli_argv(corpus, tmp_path / "out", "--no-nsp",
+                                                            "--short-seq-prob", "0.2"))
+    assert message.endswith("--short-seq-prob shortens NSP pairs; --no-nsp samples are packed full (RoBERTa)")
 
 
 def test_binning_and_balancing(corpus, tmp_path):
@@ -676,6 +718,8 @@ def test_arrow_table_reads_back_with_lddl_types(corpus, tmp_path):
 @pytest.mark.parametrize("module, flags", [
     (lddl_preprocess, []),
     (lddl_preprocess, ["--no-masking", "--bin-size", "16", "--short-seq-prob", "0.5"]),
+    (lddl_preprocess, ["--no-nsp", "--whole-word-masking"]),
+    (lddl_preprocess, ["--no-nsp", "--no-masking", "--bin-size", "16"]),
     (create_pretraining_data, ["--max-predictions-per-seq", "8"]),
 ])
 def test_our_shards_load_in_the_training_loader(corpus, tmp_path, module, flags):
@@ -686,6 +730,12 @@ def test_our_shards_load_in_the_training_loader(corpus, tmp_path, module, flags)
                                    max_predictions_per_seq=8, seed=0)
     served = Counter()
     for _, batch in zip(range(loader.steps_per_epoch), loader, strict=False):
+        if "--no-nsp" in flags:  # [CLS] A [SEP]: one segment, one [SEP] at the end, never masked
+            lengths = batch["attention_mask"].sum(axis=1)
+            assert not batch["token_type_ids"].any() and not batch["next_sentence_labels"].any()
+            sep = batch["input_ids"] == vocab_id(corpus, "[SEP]")
+            assert (sep.sum(axis=1) == 1).all() and sep[np.arange(len(lengths)), lengths - 1].all()
+            assert (batch["masked_lm_labels"][np.arange(len(lengths)), lengths - 1] == -1).all()
         for ids, mask, labels, nsp in zip(batch["input_ids"], batch["attention_mask"], batch["masked_lm_labels"],
                                           batch["next_sentence_labels"], strict=True):
             length = int(mask.sum())

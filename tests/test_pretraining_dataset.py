@@ -524,6 +524,38 @@ def test_bad_parquet_shards_are_named(tiny_vocab, tmp_path):
         PretrainingDataLoader(str(folder), str(tiny_vocab), 4, 64, 10, seed=0)
 
 
+def write_rows(path: Path, rows: list[dict]) -> None:
+    schema = pa.schema([("A", pa.string()), ("B", pa.string()), ("is_random_next", pa.bool_()),
+                        ("num_tokens", pa.uint16())])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+
+
+def test_single_segment_rows_are_cls_a_sep(tiny_vocab, tmp_path):
+    """A row with an empty B (lddl_preprocess --no-nsp) is [CLS] A [SEP] with token types 0; pairs beside it keep
+    their layout."""
+    vocab = vocab_ids(tiny_vocab)
+    single = {"A": "w1 w2 w3", "B": "", "is_random_next": False, "num_tokens": 5}
+    pair = {"A": "w4", "B": "w5 w6", "is_random_next": True, "num_tokens": 6}
+    write_rows(tmp_path / "set" / "shard-0.parquet", [single, pair])
+    loader = PretrainingDataLoader(str(tmp_path / "set"), str(tiny_vocab), 2, 16, 2, seed=0)
+    got = sorted((unmasked(sample) for sample in samples(take(loader, 1)[0])), key=lambda row: len(row["input_ids"]))
+    ids = [vocab[token] for token in ("[CLS]", "w1", "w2", "w3", "[SEP]")]
+    assert got[0] == {"input_ids": ids, "token_type_ids": [0] * 5, "next_sentence_labels": 0}
+    ids = [vocab[token] for token in ("[CLS]", "w4", "[SEP]", "w5", "w6", "[SEP]")]
+    assert got[1] == {"input_ids": ids, "token_type_ids": [0, 0, 0, 1, 1, 1], "next_sentence_labels": 1}
+
+    write_rows(tmp_path / "long" / "shard-0.parquet", [single | {"num_tokens": 6}, pair])
+    loader = PretrainingDataLoader(str(tmp_path / "long"), str(tiny_vocab), 2, 16, 2, seed=0)
+    with pytest.raises(ValueError, match=r"shard-0.parquet: row 0: num_tokens is 6 but \[CLS\] A \[SEP\] "
+                                         r"\(B is empty\) has 5 tokens"):
+        take(loader, 1)
+    write_rows(tmp_path / "empty" / "shard-0.parquet", [single | {"A": "", "num_tokens": 2}, pair])
+    loader = PretrainingDataLoader(str(tmp_path / "empty"), str(tiny_vocab), 2, 16, 2, seed=0)
+    with pytest.raises(ValueError, match="shard-0.parquet: row 0: segment A is empty"):
+        take(loader, 1)
+
+
 def test_inconsistent_sets_are_named(uncased_vocab, tiny_vocab, tmp_path):
     folder = tmp_path / "set"
     write_parquet_set(folder, [10, 10])
