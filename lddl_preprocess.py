@@ -2,7 +2,7 @@
 
     python lddl_preprocess.py --input CORPUS --vocab-file VOCAB --output-dir OUT --num-shards 4 \\
         [--masking | --no-masking] [--masked-lm-ratio 0.15] [--whole-word-masking] [--bin-size 64] \\
-        [--max-seq-length 128] [--sample-ratio 0.9] [--no-nsp] \\
+        [--max-seq-length 128] [--sample-ratio 0.9] [--no-nsp] [--holdout-fraction 0.01 [--holdout-dir DIR]] \\
         [--dask | --scheduler-address ADDR]
 
 The files are what lddl 0.1.0 writes (see ../shared/data/lddl-sample/README.md, section 3), so LDDL's loader and
@@ -12,8 +12,10 @@ for the single-segment sample `[CLS] A [SEP]`), with static masking also masked_
 uint16 array of positions in `[CLS] A [SEP] B [SEP]`) and masked_lm_labels (the original tokens, space-joined),
 and when binned bin_id (int64); pandas metadata as pandas/dask wrote it; one row group, Snappy. The output files
 are `shard-<i>.parquet` (binned: `shard-<i>.parquet_<bin>`), equal in rows within a bin up to one, and
-`.num_samples.json` maps each file name to its row count. Pairs, masking and parallelism: preprocess_pipeline.py.
-Format: docs/data-format.md#lddl-parquet-shards, #single-segment-samples and #shard-file-names-and-sample-counts.
+`.num_samples.json` maps each file name to its row count. With --holdout-fraction the held-out documents' samples
+are written the same way to --holdout-dir (default `<output-dir>_holdout`). Pairs, masking and parallelism:
+preprocess_pipeline.py. Format: docs/data-format.md#lddl-parquet-shards, #single-segment-samples,
+#shard-file-names-and-sample-counts and #held-out-documents.
 """
 
 from __future__ import annotations
@@ -177,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     result = execute(args, settings, write_parquet_shard, _ShardNamer(args.bin_size is not None))
     output_dir = Path(args.output_dir)
     write_num_samples(output_dir, result.rows_per_shard)
+    if result.holdout is not None:
+        write_num_samples(result.holdout.output_dir, result.holdout.rows_per_shard)
     print_summary(output_dir, result)
 
 

@@ -23,7 +23,7 @@ import create_pretraining_data
 import lddl_preprocess
 import preprocess_pipeline
 from conftest import require_shared
-from helpers import documents_kept, partly_masked_words, words_of
+from helpers import documents_held_out, documents_kept, partly_masked_words, words_of
 from preprocess_pipeline import run_pipeline, run_tasks
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -125,8 +125,11 @@ def run_parquet_pipeline(corpus: dict[str, Path], output: Path, flags: list[str]
                               "--max-seq-length", "32", *flags])
     settings = preprocess_pipeline.settings_from_arguments(parser, args, masking=True)
     result = run_pipeline([corpus["text"]], "auto", output, settings, lddl_preprocess.write_parquet_shard,
-                          lddl_preprocess._ShardNamer(False), executor, num_workers, range_bytes=range_bytes)
+                          lddl_preprocess._ShardNamer(False), executor, num_workers, range_bytes=range_bytes,
+                          holdout_dir=preprocess_pipeline.holdout_dir(args))
     lddl_preprocess.write_num_samples(output, result.rows_per_shard)
+    if result.holdout is not None:
+        lddl_preprocess.write_num_samples(result.holdout.output_dir, result.holdout.rows_per_shard)
     return result
 
 
@@ -142,13 +145,18 @@ def test_same_seed_same_bytes_whatever_the_workers_engine_or_read_ranges(corpus,
     sampled_flags = ["--sample-ratio", "0.6", "--seed", "3"]
     sampled = run_cli(lddl_preprocess, corpus, tmp_path / "sampled", *sampled_flags)
     assert sampled["documents"] == len(documents_kept(corpus["text"], 3, 0.6)) < NUM_DOCUMENTS
+    held_flags = ["--holdout-fraction", "0.3", "--seed", "3"]
+    held = run_cli(lddl_preprocess, corpus, tmp_path / "held", *held_flags)
+    assert held["holdout"]["documents"] == len(documents_held_out(corpus["text"], 3, 0.3)) > 0
     with preprocess_pipeline.open_executor(2) as pool:
-        for name, flags in [("all", []), ("sampled", sampled_flags)]:
+        for name, flags in [("all", []), ("sampled", sampled_flags), ("held", held_flags)]:
             pooled = run_parquet_pipeline(corpus, tmp_path / f"{name}-pool", flags, pool, 2)
             assert pooled.engine == "ProcessPoolExecutor"
             assert folder_bytes(tmp_path / f"{name}-pool") == folder_bytes(tmp_path / name)
             run_parquet_pipeline(corpus, tmp_path / f"{name}-ranges", flags, range_bytes=97)
             assert folder_bytes(tmp_path / f"{name}-ranges") == folder_bytes(tmp_path / name)
+    for copy in ("held-pool", "held-ranges"):
+        assert folder_bytes(tmp_path / f"{copy}_holdout") == folder_bytes(tmp_path / "held_holdout")
 
 
 def test_dask_local_cluster_gives_the_process_pool_output(corpus, tmp_path):
@@ -209,6 +217,60 @@ def test_flag_sample_ratio_keeps_the_seeded_documents(corpus, tmp_path, capsys):
     message = expect_exit(capsys, lddl_preprocess,
                           cli_argv(corpus, tmp_path / "none", "--num-workers", "1", "--sample-ratio", "1e-9"))
     assert message.endswith("no documents with text found (--sample-ratio 1e-09 kept none)")
+
+# ------------------------------------------------------------------------------------------ held-out documents
+
+
+def test_flag_holdout_fraction_sets_the_seeded_documents_aside(corpus, tmp_path):
+    expected = documents_held_out(corpus["text"], 12345, 0.3)
+    assert 0 < len(expected) < NUM_DOCUMENTS  # the seed makes a real choice
+    summary = run_cli(lddl_preprocess, corpus, tmp_path / "train", "--holdout-fraction", "0.3", "--no-masking")
+    training, held = read_rows(tmp_path / "train"), read_rows(tmp_path / "train_holdout")
+    # Every sample, random next segments included, comes from its own set's documents.
+    assert documents_in(held) == expected and documents_in(training) == set(range(NUM_DOCUMENTS)) - expected
+    assert summary["documents"] == NUM_DOCUMENTS - len(expected)
+    assert summary["holdout"] == {"output_dir": str(tmp_path / "train_holdout"), "files": 1,
+                                  "documents": len(expected), "samples": len(held)}
+    # ceil(0.3 * 2 shards) = 1 held-out shard, listed in its own .num_samples.json
+    assert json.loads((tmp_path / "train_holdout" / ".num_samples.json").read_text()) == {
+        "shard-0.parquet": len(held)}
+
+    # --holdout-dir names the folder; --seed changes the choice; sampling first, then holding out of the rest.
+    run_cli(lddl_preprocess, corpus, tmp_path / "again", "--holdout-fraction", "0.3", "--no-masking",
+            "--holdout-dir", str(tmp_path / "elsewhere"))
+    assert folder_bytes(tmp_path / "elsewhere") == folder_bytes(tmp_path / "train_holdout")
+    assert folder_bytes(tmp_path / "again") == folder_bytes(tmp_path / "train")
+    reseeded = documents_held_out(corpus["text"], 7, 0.3)
+    assert reseeded != expected
+    run_cli(lddl_preprocess, corpus, tmp_path / "seed7", "--holdout-fraction", "0.3", "--seed", "7", "--no-masking")
+    assert documents_in(read_rows(tmp_path / "seed7_holdout")) == reseeded
+    kept = documents_kept(corpus["text"], 12345, 0.6)
+    run_cli(lddl_preprocess, corpus, tmp_path / "sampled", "--holdout-fraction", "0.3", "--sample-ratio", "0.6",
+            "--no-masking")
+    assert documents_in(read_rows(tmp_path / "sampled_holdout")) == expected & kept
+    assert documents_in(read_rows(tmp_path / "sampled")) == kept - expected
+
+    hdf5 = run_cli(create_pretraining_data, corpus, tmp_path / "h5", "--holdout-fraction", "0.3")
+    assert (hdf5["documents"], hdf5["holdout"]["documents"]) == (NUM_DOCUMENTS - len(expected), len(expected))
+    assert sorted(p.name for p in (tmp_path / "h5_holdout").iterdir()) == ["shard-0.hdf5"]
+
+
+def test_bad_holdout_flags_name_the_flag(corpus, tmp_path, capsys):
+    cases = [(["--holdout-fraction", "1"], "--holdout-fraction 1.0 must be in [0, 1)"),
+             (["--holdout-fraction", "-0.1"], "--holdout-fraction -0.1 must be in [0, 1)"),
+             (["--holdout-dir", str(tmp_path / "h")], "--holdout-dir needs --holdout-fraction above 0"),
+             (["--holdout-fraction", "0.5", "--holdout-dir", str(tmp_path / "out")], "must not be --output-dir"),
+             (["--holdout-fraction", "1e-9"], "--holdout-fraction 1e-09: the held-out set gets none of the 12 "
+                                              "documents"),
+             (["--holdout-fraction", "0.999999"], "--holdout-fraction 0.999999: the training set gets none")]
+    for flags, message in cases:
+        argv = cli_argv(corpus, tmp_path / "out", "--num-workers", "1", *flags)
+        assert message in expect_exit(capsys, lddl_preprocess, argv), flags
+    (tmp_path / "full_holdout").mkdir()
+    (tmp_path / "full_holdout" / "x").write_text("x")
+    argv = cli_argv(corpus, tmp_path / "full", "--num-workers", "1", "--holdout-fraction", "0.3")
+    assert "full_holdout: output folder is not empty" in expect_exit(capsys, lddl_preprocess, argv)
+
 
 # ------------------------------------------------------------------------------------------ LDDL compatibility
 
