@@ -525,6 +525,8 @@ def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: st
     be empty or absent; holdout_dir is used only with settings.holdout_fraction > 0)."""
     began = time.perf_counter()
     output_dir = Path(output_dir)
+    if settings.holdout_fraction > 0 and holdout_dir is None:
+        raise ValueError(f"holdout_fraction {settings.holdout_fraction} needs a holdout_dir")
     outputs = [output_dir] + ([Path(holdout_dir)] if settings.holdout_fraction > 0 else [])
     for folder in outputs:
         if folder.exists() and any(folder.iterdir()):
@@ -697,7 +699,7 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
         parser.error(f"--holdout-fraction {args.holdout_fraction} must be in [0, 1)")
     if args.holdout_dir is not None and args.holdout_fraction == 0:
         parser.error("--holdout-dir needs --holdout-fraction above 0")
-    if args.holdout_fraction > 0 and Path(holdout_dir(args)).resolve() == Path(args.output_dir).resolve():
+    if args.holdout_fraction > 0 and holdout_dir_of(args).resolve() == Path(args.output_dir).resolve():
         parser.error(f"--holdout-dir {args.holdout_dir} must not be --output-dir")
     if args.num_blocks is not None and args.num_blocks < 1:
         parser.error(f"--num-blocks {args.num_blocks} must be at least 1")
@@ -735,7 +737,7 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
     )
 
 
-def holdout_dir(args: argparse.Namespace) -> Path:
+def holdout_dir_of(args: argparse.Namespace) -> Path:
     """--holdout-dir, or by default the sibling of --output-dir named <output-dir>_holdout."""
     if args.holdout_dir is not None:
         return Path(args.holdout_dir)
@@ -754,7 +756,7 @@ def execute(args: argparse.Namespace, settings: PipelineSettings, shard_writer: 
     try:
         with open_executor(args.num_workers, args.dask, args.scheduler_address) as executor:
             return run_pipeline(args.input, args.input_format, args.output_dir, settings, shard_writer, shard_name,
-                                executor, args.num_workers, holdout_dir=holdout_dir(args))
+                                executor, args.num_workers, holdout_dir=holdout_dir_of(args))
     except (ValueError, OSError) as error:
         raise SystemExit(f"error: {error}") from None
 

@@ -126,7 +126,7 @@ def run_parquet_pipeline(corpus: dict[str, Path], output: Path, flags: list[str]
     settings = preprocess_pipeline.settings_from_arguments(parser, args, masking=True)
     result = run_pipeline([corpus["text"]], "auto", output, settings, lddl_preprocess.write_parquet_shard,
                           lddl_preprocess._ShardNamer(False), executor, num_workers, range_bytes=range_bytes,
-                          holdout_dir=preprocess_pipeline.holdout_dir(args))
+                          holdout_dir=preprocess_pipeline.holdout_dir_of(args))
     lddl_preprocess.write_num_samples(output, result.rows_per_shard)
     if result.holdout is not None:
         lddl_preprocess.write_num_samples(result.holdout.output_dir, result.holdout.rows_per_shard)
