@@ -34,8 +34,8 @@ import numpy as np
 from loss import IGNORE_INDEX
 from pretraining_dataset import SEQUENCE_ALIGNMENT
 
-# The keys of a packed batch that BertForPretraining takes as keyword arguments, besides input_ids and
-# token_type_ids (the packed attention_mask only counts padding: sample_ids say who attends to whom).
+# The keys of a packed batch that BertForPretraining.forward takes after masked_lm_positions, in its order (the
+# packed attention_mask only counts padding: sample_ids say who attends to whom).
 PACKED_MODEL_INPUTS = ("position_ids", "sample_ids", "cls_positions")
 
 

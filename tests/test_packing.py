@@ -10,7 +10,7 @@ import pytest
 
 import modeling
 from conftest import require_shared
-from helpers import ragged_batch
+from helpers import pretraining_argv, ragged_batch, step_records, summaries, train
 from loss import IGNORE_INDEX, BertPretrainingCriterion
 from packing import first_fit_decreasing, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader
@@ -119,3 +119,21 @@ def test_packed_step_has_the_losses_and_gradients_of_the_unpacked_one(use_cpu_ke
     for name, gradient in unpacked_gradients.items():
         np.testing.assert_allclose(packed_gradients[name], gradient, atol=1e-5, err_msg=name)
     assert max(np.abs(g).max() for g in unpacked_gradients.values()) > 1e-2  # the gradients are not all tiny
+
+
+def test_packed_run_trains_on_the_same_samples_with_the_same_first_loss(tmp_path):
+    """run_pretraining.py --pack-sequences end to end (dropout 0): the first step's loss is the unpacked run's,
+    and the report's padding fraction falls."""
+    runs = {}
+    for name, extra in (("unpacked", ()), ("packed", ("--pack-sequences",))):
+        folder = tmp_path / name
+        folder.mkdir()
+        argv = pretraining_argv(folder, "--max-steps", "3", "--batch-size", "16", *extra, dropout=0.0)
+        assert train(argv) == 0
+        runs[name] = ([record["data"]["loss"] for record in step_records(folder / "report.json")],
+                      summaries(folder / "report.json")[0]["padding_fraction"])
+    (unpacked_losses, unpacked_padding), (packed_losses, packed_padding) = runs["unpacked"], runs["packed"]
+    assert len(packed_losses) == len(unpacked_losses) == 3
+    assert packed_losses[0] == pytest.approx(unpacked_losses[0], abs=1e-5)
+    np.testing.assert_allclose(packed_losses, unpacked_losses, atol=1e-4)
+    assert 0.0 <= packed_padding < unpacked_padding
