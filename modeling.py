@@ -21,7 +21,8 @@ scaled_dot_product_attention (flash attention on a GPU). Exported programs need 
 `standard_copy` gives the model with those.
 
 Shapes in comments use B = batch, S = sequence length, H = hidden size, N = attention heads,
-D = H / N, V = (padded) vocabulary size, M = number of masked positions in the batch.
+D = H / N, V = (padded) vocabulary size, M = number of masked positions in the batch, T = real (non-padding)
+tokens of packed rows.
 """
 
 from __future__ import annotations

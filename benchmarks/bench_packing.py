@@ -11,7 +11,9 @@ samples in the same order. They take turns, --steps steps each, round after roun
 so that a change in machine load hits both alike. A loader batch is fetched outside the timing; the packing itself
 (inside Trainer.step) is timed. Real tokens are the ones of the unpacked batches, the same for both. Per round the
 script prints each side's real tokens/s and padding fraction (of the rows the model computes) and packed /
-unpacked; at the end the medians over the rounds, and one JSON line.
+unpacked; at the end the medians over the rounds, and one JSON line. Packing removes padding and nothing else, so
+where the step's cost grows with the token slots (the projections and feed-forward layers), packed/unpacked is
+near the slots ratio (1 - packed padding) / (1 - unpacked padding), printed beside it.
 
     python benchmarks/bench_packing.py [--rounds 3] [--steps 3] [--threads 2] [--phases 1,2]
     python benchmarks/bench_packing.py --config-file bert_configs/bert-tiny-uncased.json --rounds 1 --steps 1  # smoke
@@ -110,7 +112,8 @@ def compare(phase: int, contenders: list[Contender], rounds: int, steps: int) ->
         ratios.append(rates["packed"][-1] / rates["unpacked"][-1])
         print(f"phase {phase} round {round_index + 1}: load {os.getloadavg()[0]:.1f}, " + ", ".join(
             f"{name} {rates[name][-1]:.1f} real tokens/s (padding {padding[name][-1]:.1%})" for name in rates)
-            + f", packed/unpacked {ratios[-1]:.2f}x", flush=True)
+            + f", packed/unpacked {ratios[-1]:.2f}x (slots ratio "
+            f"{(1 - padding['packed'][-1]) / (1 - padding['unpacked'][-1]):.2f}x)", flush=True)
     return {"seq_length": PHASES[phase]["seq"],
             **{f"{name}_real_tokens_per_second": round(statistics.median(values), 2) for name, values in rates.items()},
             **{f"{name}_padding_fraction": round(statistics.median(values), 4) for name, values in padding.items()},
