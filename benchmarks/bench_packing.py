@@ -70,12 +70,12 @@ def build_shards(wikitext: Path, vocab: Path, work_dir: Path, seq_length: int, w
 class Contender:
     """A Trainer, packed or not, and its own loader; `run` times its steps."""
 
-    def __init__(self, packed: bool, shards: Path, vocab: Path, config_file: Path, phase: int, batch_size: int):
+    def __init__(self, packed: bool, shards: Path, vocab: Path, config_file: Path, phase: int, batch_size: int,
+                 output: str):
         import run_pretraining
 
         self.name = "packed" if packed else "unpacked"
         settings = PHASES[phase]
-        output = tempfile.mkdtemp(prefix="bench_packing_")
         args = run_pretraining.parse_args([
             "--input-dir", str(shards), "--vocab-file", str(vocab), "--output-dir", output,
             "--bert-model", "custom", "--config-file", str(config_file), f"--phase{phase}",
@@ -154,13 +154,14 @@ def main() -> None:
     summary = {"cpu": cpu_model(), "threads": threads, "config": args.config_file.name}
     for phase in phases:
         shards = build_shards(args.wikitext, args.vocab_file, args.work_dir, PHASES[phase]["seq"], args.threads)
-        contenders = [Contender(packed, shards, args.vocab_file, args.config_file, phase, PHASES[phase]["batch"])
-                      for packed in (False, True)]
-        for contender in contenders:
-            if args.warmup:
-                contender.run(args.warmup)
-        summary[f"phase{phase}"] = compare(phase, contenders, args.rounds, args.steps)
-        del contenders
+        with tempfile.TemporaryDirectory(prefix="bench_packing_") as output:  # the Trainers' (unused) output folder
+            contenders = [Contender(packed, shards, args.vocab_file, args.config_file, phase, PHASES[phase]["batch"],
+                                    output) for packed in (False, True)]
+            for contender in contenders:
+                if args.warmup:
+                    contender.run(args.warmup)
+            summary[f"phase{phase}"] = compare(phase, contenders, args.rounds, args.steps)
+            del contenders
     print("\nmedians over the rounds:")
     for phase in phases:
         result = summary[f"phase{phase}"]
