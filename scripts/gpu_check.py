@@ -270,23 +270,28 @@ class GpuCheck:
     # --- inputs ----------------------------------------------------------------------------------------------
 
     def prepare_pretraining_data(self) -> tuple[str, bool]:
-        """LDDL shards at both lengths from the offline sample corpus (data/make_sample_corpus.py)."""
-        corpus = self.work / "corpus"
-        self.run("make sample corpus", [ROOT / "data" / "make_sample_corpus.py", "--output-dir", corpus])
+        """LDDL shards at both lengths from WikiText-2's test set in the shared data, or else from the offline
+        sample corpus (data/make_sample_corpus.py)."""
+        wikitext = self.shared / "data" / "wikitext-2" / "wiki.test.raw"
+        if wikitext.is_file():
+            corpus, corpus_flags, origin = wikitext, ["--input-format", "wikitext"], "WikiText-2 test"
+        else:
+            corpus, corpus_flags, origin = self.work / "corpus", [], "sample corpus"
+            self.run("make sample corpus", [ROOT / "data" / "make_sample_corpus.py", "--output-dir", corpus])
         samples = []
         for length in SEQUENCE_LENGTHS:
             shards = self.work / f"shards-{length}"
             # Two shards, so that each of two data-parallel ranks reads its own.
-            self.run(f"lddl_preprocess {length}", [ROOT / "lddl_preprocess.py", "--input", corpus, "--vocab-file",
-                                                   VOCAB, "--output-dir", shards, "--max-seq-length", length,
-                                                   "--num-shards", 2, "--num-workers", 1, "--duplicate-factor", 1])
+            self.run(f"lddl_preprocess {length}", [
+                ROOT / "lddl_preprocess.py", "--input", corpus, *corpus_flags, "--vocab-file", VOCAB, "--output-dir",
+                shards, "--max-seq-length", length, "--num-shards", 2, "--num-workers", 1, "--duplicate-factor", 1])
             counts = json.loads((shards / ".num_samples.json").read_text())
             samples.append(f"{sum(counts.values())} at seq {length}")
             self.shards[length] = shards
         config = json.loads(self.shapes.config.read_text())
         self.model_config.write_text(json.dumps(config | {"hidden_dropout_prob": 0.0,
                                                           "attention_probs_dropout_prob": 0.0}))
-        return ", ".join(samples) + " samples", True
+        return f"{', '.join(samples)} samples ({origin})", True
 
     def prepare_squad(self) -> tuple[str, bool]:
         source = self.shared / "data" / "squad" / "v1.1" / "dev-v1.1.json"
@@ -429,11 +434,16 @@ class GpuCheck:
 
     # --- data parallel ---------------------------------------------------------------------------------------
 
+    def data_parallel_argv(self, output: Path) -> list[object]:
+        # Step 1 of a 2-step schedule without warmup runs at half the learning rate; the last step of any schedule
+        # (and the first of a warmup) runs at 0 and would compare untouched weights.
+        return self.pretraining_argv(128, output, self.model_config, "--max-steps", 2, "--steps-this-run", 1,
+                                     "--warmup-proportion", 0, "--num-workers", 0, *FP32.flags)
+
     def data_parallel(self, ranks: int = 2) -> tuple[str, bool]:
         """One step of `ranks` launched ranks against one process on their combined batch."""
         output = self.work / "data-parallel"
-        argv = self.pretraining_argv(128, output, self.model_config, "--max-steps", 1, "--num-workers", 0,
-                                     *FP32.flags)
+        argv = self.data_parallel_argv(output)
         devices = ["--devices", ",".join(map(str, range(ranks)))] if self.gpus else []
         self.run("data parallel launch", ["-m", "paddle.distributed.launch", "--nproc_per_node", ranks, *devices,
                                           "--log_dir", self.logs / "data-parallel", *argv])
@@ -475,8 +485,8 @@ class GpuCheck:
         self.row("data parallel 2 GPUs vs 1", f"<= {DATA_PARALLEL_ATOL:g} absolute", self.data_parallel,
                  gpus_needed=2, needs=(data,))
         elapsed = time.perf_counter() - self.started
-        self.row("total time on one GPU", f"< {GPU_BUDGET_SECONDS} s",
-                 lambda: (f"{elapsed:.0f} s", self.gpus > 1 or elapsed < GPU_BUDGET_SECONDS), gpus_needed=1)
+        self.row("total time", f"< {GPU_BUDGET_SECONDS} s", lambda: (f"{elapsed:.0f} s", elapsed < GPU_BUDGET_SECONDS),
+                 gpus_needed=1)
 
     def table(self) -> str:
         header = Row("row", "status", "figure", "tolerance")

@@ -16,8 +16,9 @@
 #
 # --work-dir DIR   keep the inputs, outputs and one log per row (logs/) in DIR. Default: a new temporary
 #                  folder, deleted when every row passes and kept (its path printed) when one fails.
-# Data beside the project ($PADDLEBERT_SHARED_DIR, default ../shared) is used when present: the first articles
-# of data/squad/v1.1/dev-v1.1.json and the first lines of data/glue/MRPC; otherwise small synthetic sets.
+# Data beside the project ($PADDLEBERT_SHARED_DIR, default ../shared) is used when present: data/wikitext-2's
+# wiki.test.raw for the pretraining shards (else the offline corpus of data/make_sample_corpus.py), the first
+# articles of data/squad/v1.1/dev-v1.1.json and the first lines of data/glue/MRPC (else small synthetic sets).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
