@@ -1,6 +1,6 @@
 """Convert BERT checkpoints between Hugging Face's format and PaddleBERT's Paddle parameters.
 
-    python convert_checkpoint.py hf2paddle HF_DIR OUT.pdparams [--config-out CONFIG.json]
+    python convert_checkpoint.py hf2paddle HF_DIR OUT.pdparams|OUT.safetensors [--config-out CONFIG.json]
                                                               [--require-heads HEAD [HEAD ...]]
     python convert_checkpoint.py paddle2hf PADDLE.pdparams CONFIG.json OUT_DIR
 
@@ -9,8 +9,9 @@ hf2paddle reads HF_DIR/config.json and HF_DIR/model.safetensors, else HF_DIR/pyt
 zip's data/ entries, so a restricted unpickler that knows only the few globals torch.save writes
 rebuilds every tensor as a NumPy array. OUT.pdparams is a paddle.save'd dict of float32 arrays under
 the names of BertForPretraining / BertForQuestionAnswering / BertForSequenceClassification
-(`bert.`-prefixed encoder, `cls.`, `qa_outputs.`, `classifier.`); weights.load_state loads it
-into any of them or into a bare BertModel, fused or unfused, with or without a padded vocabulary.
+(`bert.`-prefixed encoder, `cls.`, `qa_outputs.`, `classifier.`); an output path ending in .safetensors
+gets the same arrays as a safetensors file, the format to share. weights.load_state loads either into
+any of them or into a bare BertModel, fused or unfused, with or without a padded vocabulary.
 
 The encoder (embeddings and every layer) must be complete. Each head -- pooler, mlm, nsp, qa,
 classifier -- is all there or absent; the command prints which, so that a model built with an absent
@@ -48,6 +49,7 @@ from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequen
 from weights import (
     ENCODER_PARTS,
     HEADS,
+    SAFETENSORS_SUFFIX,
     VOCAB_ROWS,
     as_numpy,
     check_parts,
@@ -56,6 +58,7 @@ from weights import (
     part_of,
     read_weights,
     with_bert_prefix,
+    write_safetensors_weights,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -448,8 +451,11 @@ def run_hf2paddle(args: argparse.Namespace) -> None:
     if absent:
         raise ValueError(f"{weights_path}: required head(s) absent: "
                          + ", ".join(f"{head} ({hf_head_prefixes()[head]}.*)" for head in absent))
-    out_path = Path(args.out_pdparams)
-    atomic_write(out_path, lambda temp_path: paddle.save(conversion.state, temp_path))
+    out_path = Path(args.out_weights)
+    if out_path.suffix == SAFETENSORS_SUFFIX:
+        write_safetensors_weights(out_path, conversion.state)
+    else:
+        atomic_write(out_path, lambda temp_path: paddle.save(conversion.state, temp_path))
     print(f"wrote {len(conversion.state)} parameters to {out_path}")
     if args.config_out:
         atomic_write_text(Path(args.config_out), config.to_json_string())
@@ -478,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     hf2paddle = commands.add_parser("hf2paddle", help="Hugging Face folder -> Paddle .pdparams")
     hf2paddle.add_argument("hf_dir", help="folder with config.json and model.safetensors or pytorch_model.bin")
-    hf2paddle.add_argument("out_pdparams", help="Paddle parameter file to write")
+    hf2paddle.add_argument("out_weights", metavar="out",
+                           help="weights file to write: OUT.pdparams, or OUT.safetensors (the format to share)")
     hf2paddle.add_argument("--config-out", help="also write the PaddleBERT config JSON here")
     hf2paddle.add_argument("--require-heads", nargs="+", default=[], choices=sorted(HEAD_GROUPS),
                            help="fail unless these heads are in the source; pretraining = pooler mlm nsp")

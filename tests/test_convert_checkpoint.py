@@ -529,3 +529,19 @@ def test_command_line_entry_point_exits_with_one_line(tmp_path, monkeypatch):
     # A string exit code is printed to stderr as the only line, and the exit status is 1.
     assert raised.value.code == (f"convert_checkpoint.py hf2paddle: {tmp_path / 'missing'}: "
                                  "Hugging Face checkpoint folder not found")
+
+
+def test_hf2paddle_writes_safetensors_equal_to_the_pdparams(capsys, tmp_path):
+    """An output path ending in .safetensors gets the arrays the .pdparams gets, bit for bit, readable by all."""
+    convert(capsys, "hf2paddle", str(TINY_DIR), str(tmp_path / "tiny.pdparams"))
+    out = convert(capsys, "hf2paddle", str(TINY_DIR), str(tmp_path / "tiny.safetensors"))
+    assert f"to {tmp_path / 'tiny.safetensors'}" in out
+    pdparams = paddle.load(str(tmp_path / "tiny.pdparams"))
+    shared = load_file(tmp_path / "tiny.safetensors")  # safetensors' own reader
+    assert sorted(shared) == sorted(pdparams)
+    for name, value in pdparams.items():
+        value = np.asarray(value)
+        assert (shared[name].dtype, shared[name].tobytes()) == (value.dtype, value.tobytes()), name
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "tiny.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask
