@@ -55,7 +55,14 @@ from optimizer import OPTIMIZER_NAMES, create_optimizer
 from packing import PACKED_MODEL_INPUTS, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
-from weights import load_pretrained, load_state
+from weights import (
+    SAFETENSORS_SUFFIX,
+    load_pretrained,
+    load_state,
+    resolve_weights_file,
+    safetensors_beside,
+    write_safetensors_weights,
+)
 
 # The reference pads the vocabulary to a multiple of 8 for tensor cores; load_weights handles either size.
 VOCAB_PAD_MULTIPLE = 8
@@ -140,10 +147,15 @@ def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--last-step-of-checkpoint", default=None,
                        help="None, auto (the newest complete checkpoint; start fresh if there is none) or a step.")
     group.add_argument("--from-pretrained-params", default=None,
-                       help="Folder holding <model-prefix>.pdparams: start from these weights (nothing else).")
+                       help="A .pdparams or .safetensors file, or a folder holding <model-prefix>.pdparams or "
+                       "<model-prefix>.safetensors: start from these weights (nothing else).")
     group.add_argument("--from-phase1-final-params", default=None,
                        help="Phase 2: folder of phase 1's final <model-prefix>.pdparams, loaded only when phase 2 "
                        "starts (not when it resumes from its own checkpoint).")
+    group.add_argument("--save-safetensors", action="store_true",
+                       help="Also write the final weights as <model-prefix>.safetensors beside the last checkpoint's "
+                       ".pdparams, the format to share (reading it runs no code). Not with --benchmark, which saves "
+                       "no checkpoint.")
 
 
 def _add_process_options(parser: argparse.ArgumentParser) -> None:
@@ -230,11 +242,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if not Path(args.config_file).is_file():
         parser.error(f"--config-file {args.config_file}: no such file")
     for flag in ("from_pretrained_params", "from_phase1_final_params"):
-        folder = getattr(args, flag)
-        if folder is not None:
-            params = Path(folder) / (args.model_prefix + checkpoint.PARAMS_SUFFIX)
-            if not params.is_file():
-                parser.error(f"--{flag.replace('_', '-')} {folder}: no {params.name} there")
+        path = getattr(args, flag)
+        if path is not None:
+            try:
+                resolve_weights_file(path, args.model_prefix, flag)
+            except FileNotFoundError:
+                parser.error(f"--{flag.replace('_', '-')} {path}: no {args.model_prefix}{checkpoint.PARAMS_SUFFIX} or "
+                             f"{args.model_prefix}{SAFETENSORS_SUFFIX} there, and no such weights file")
     return args
 
 
@@ -667,6 +681,10 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
                 saved = "no checkpoint in benchmark mode" if args.benchmark else f"checkpoint in {where}"
                 say(f"SIGTERM: stopped after step {step} ({saved})", flush=True)
                 break
+    if args.save_safetensors and rank == 0 and step == last_step > start_step and not args.benchmark:
+        params = checkpoints.folder / str(step) / (args.model_prefix + checkpoint.PARAMS_SUFFIX)
+        shared = write_safetensors_weights(safetensors_beside(params), trainer.model.state_dict())
+        say(f"Final weights also in {shared}", flush=True)
     summary = reporter.summarise(process_start, world_size)
     if args.benchmark:
         say(f"Benchmark: {summary['training_sequences_per_second']:.2f} sequences/s over {summary['timed_steps']} "
