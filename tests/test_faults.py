@@ -508,3 +508,34 @@ def test_a_rank_killed_in_a_two_rank_launch_ends_the_whole_run(tmp_path):
         for pid in run:
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def launch_two_ranks(argv: list[str], log_dir: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-W", "ignore", "-m", "paddle.distributed.launch", "--log_dir", str(log_dir),
+               "--nproc_per_node", "2", SCRIPT, *argv]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE")}
+    return subprocess.run(command, env={**clean, **(env or {})}, capture_output=True, text=True, timeout=300)
+
+
+def test_two_ranks_set_aside_resume_and_stop_together(tmp_path):
+    # A 2-rank job that saved steps 2 and 4, then lost step 4's parameters.
+    argv = pretraining_argv(tmp_path, "--max-steps", "6", "--num-steps-per-checkpoint", "2",
+                            "--last-step-of-checkpoint", "auto")
+    first = launch_two_ranks([*argv, "--steps-this-run", "4"], tmp_path / "log1")
+    assert first.returncode == 0, (tmp_path / "log1" / "workerlog.0").read_text()[-3000:]
+    truncate(step_folder(tmp_path / "out", 4) / "bert_paddle.pdparams")
+    before = snapshot(phase1(tmp_path))
+    # The same command with the stop file present: rank 0 sets step 4 aside, both ranks resume from step 2 and
+    # both stop after step 3, which is saved.
+    stop_file = tmp_path / "stop"
+    stop_file.touch()
+    second = launch_two_ranks(argv, tmp_path / "log2", {"PADDLEBERT_STOP_FILE": str(stop_file)})
+    rank0_log = (tmp_path / "log2" / "workerlog.0").read_text()
+    assert second.returncode == 0, rank0_log[-3000:]
+    assert f"Set aside {step_folder(tmp_path / 'out', 4)} as 4.unreadable-bad-params" in rank0_log
+    assert f"stop file {stop_file}: stopped after step 3" in rank0_log
+    assert_kept(before, {step_folder(tmp_path / "out", 4): phase1(tmp_path) / "4.unreadable-bad-params"})
+    assert step_folders(tmp_path / "out") == [2, 3]
+    # Rank 1 continued from step 2's data position too (it was told which folder rank 0 chose).
+    progress = checkpoint.read_progress(step_folder(tmp_path / "out", 3))
+    assert [position["step"] for position in progress["data_positions"]] == [3, 3]
