@@ -461,6 +461,22 @@ def wait_for(condition, seconds: float, what: str) -> None:
         time.sleep(0.1)
 
 
+def end_leftovers(process: subprocess.Popen, pids: list[int]) -> None:
+    """After a failed check: end the test's process and whatever of its tree is still running."""
+    process.kill()
+    for pid in pids:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def two_rank_launch(argv: list[str], log_dir: Path, env: dict | None = None) -> tuple[list[str], dict]:
+    """(command, environment) of a 2-rank CPU launch of run_pretraining.py (see tests/test_run_pretraining_dp.py)."""
+    command = [sys.executable, "-W", "ignore", "-m", "paddle.distributed.launch", "--log_dir", str(log_dir),
+               "--nproc_per_node", "2", SCRIPT, *argv]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE")}
+    return command, {**clean, **(env or {})}
+
+
 LONG_JOB = ("--max-steps", "100000", "--num-steps-per-checkpoint", "100000", "--num-workers", "2")
 
 
@@ -479,17 +495,12 @@ def test_sigkill_of_the_trainer_leaves_no_loader_worker(tmp_path):
         trainer.wait(timeout=30)
         assert wait_until_gone(workers, seconds=5) == []
     finally:
-        trainer.kill()
-        for pid in workers:
-            if running(pid):
-                os.kill(pid, signal.SIGKILL)
+        end_leftovers(trainer, workers)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
 def test_a_rank_killed_in_a_two_rank_launch_ends_the_whole_run(tmp_path):
-    command = [sys.executable, "-W", "ignore", "-m", "paddle.distributed.launch", "--log_dir", str(tmp_path / "log"),
-               "--nproc_per_node", "2", SCRIPT, *pretraining_argv(tmp_path, *LONG_JOB)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE")}
+    command, env = two_rank_launch(pretraining_argv(tmp_path, *LONG_JOB), tmp_path / "log")
     launcher = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run = []
     try:
@@ -504,24 +515,15 @@ def test_a_rank_killed_in_a_two_rank_launch_ends_the_whole_run(tmp_path):
         assert launcher.wait(timeout=60) != 0
         assert wait_until_gone(run, seconds=5) == []
     finally:
-        launcher.kill()
-        for pid in run:
-            if running(pid):
-                os.kill(pid, signal.SIGKILL)
-
-
-def launch_two_ranks(argv: list[str], log_dir: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-W", "ignore", "-m", "paddle.distributed.launch", "--log_dir", str(log_dir),
-               "--nproc_per_node", "2", SCRIPT, *argv]
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE")}
-    return subprocess.run(command, env={**clean, **(env or {})}, capture_output=True, text=True, timeout=300)
+        end_leftovers(launcher, run)
 
 
 def test_two_ranks_set_aside_resume_and_stop_together(tmp_path):
     # A 2-rank job that saved steps 2 and 4, then lost step 4's parameters.
     argv = pretraining_argv(tmp_path, "--max-steps", "6", "--num-steps-per-checkpoint", "2",
                             "--last-step-of-checkpoint", "auto")
-    first = launch_two_ranks([*argv, "--steps-this-run", "4"], tmp_path / "log1")
+    command, env = two_rank_launch([*argv, "--steps-this-run", "4"], tmp_path / "log1")
+    first = subprocess.run(command, env=env, capture_output=True, timeout=300)
     assert first.returncode == 0, (tmp_path / "log1" / "workerlog.0").read_text()[-3000:]
     truncate(step_folder(tmp_path / "out", 4) / "bert_paddle.pdparams")
     before = snapshot(phase1(tmp_path))
@@ -529,7 +531,8 @@ def test_two_ranks_set_aside_resume_and_stop_together(tmp_path):
     # both stop after step 3, which is saved.
     stop_file = tmp_path / "stop"
     stop_file.touch()
-    second = launch_two_ranks(argv, tmp_path / "log2", {"PADDLEBERT_STOP_FILE": str(stop_file)})
+    command, env = two_rank_launch(argv, tmp_path / "log2", {"PADDLEBERT_STOP_FILE": str(stop_file)})
+    second = subprocess.run(command, env=env, capture_output=True, timeout=300)
     rank0_log = (tmp_path / "log2" / "workerlog.0").read_text()
     assert second.returncode == 0, rank0_log[-3000:]
     assert f"Set aside {step_folder(tmp_path / 'out', 4)} as 4.unreadable-bad-params" in rank0_log
