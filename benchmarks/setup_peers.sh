@@ -19,7 +19,9 @@
 #   - Machine with CUDA installed: no option needed; the default installs PyPI's torch with --no-deps and
 #     then only its pure-Python dependencies, and torch finds the system's CUDA libraries.
 # Environment: PYTHON (default python3; the venvs' Python, 3.11 here), TORCH_WHEEL.
-set -euo pipefail
+set -Eeuo pipefail
+# Whatever else fails still ends in one line.
+trap 'fail "line $LINENO: $BASH_COMMAND failed"' ERR
 
 readonly PADDLENLP_VERSION=2.8.1
 readonly TORCH_VERSION=2.13.0
@@ -31,7 +33,7 @@ readonly TORCH_PURE_PYTHON_DEPS=("filelock" "typing-extensions>=4.10.0" "setupto
                                  "networkx>=2.5.1" "jinja2" "fsspec>=0.8.5")
 
 usage() {
-  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
   exit "$1"
 }
 
@@ -144,8 +146,9 @@ build_torch() {
       install torch "$constraints" "$package"
     done
   fi
-  # transformers must not replace the torch just installed.
-  "$peers_dir/torch/bin/python" -m pip freeze 2>/dev/null | grep -E '^torch==' >>"$constraints"
+  # transformers must not replace the torch just installed (pip freeze would name a wheel file, not a version).
+  "$peers_dir/torch/bin/python" -c "import torch; print(f'torch=={torch.__version__}')" >>"$constraints" \
+    || fail "torch was installed in $peers_dir/torch but does not import (log: $peers_dir/torch.log)"
   install torch "$constraints" "transformers==$TRANSFORMERS_VERSION"
   check_imports torch torch transformers
 }
