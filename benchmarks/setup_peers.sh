@@ -147,7 +147,7 @@ build_torch() {
     done
   fi
   # transformers must not replace the torch just installed (pip freeze would name a wheel file, not a version).
-  "$peers_dir/torch/bin/python" -c "import torch; print(f'torch=={torch.__version__}')" >>"$constraints" \
+  "$peers_dir/torch/bin/python" -c "import torch; print(f'torch=={torch.__version__}')" >>"$constraints" 2>>"$peers_dir/torch.log" \
     || fail "torch was installed in $peers_dir/torch but does not import (log: $peers_dir/torch.log)"
   install torch "$constraints" "transformers==$TRANSFORMERS_VERSION"
   check_imports torch torch transformers
