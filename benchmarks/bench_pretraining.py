@@ -267,15 +267,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=12,
                         help="Encoder layers of every model: 12 is BERT-base; fewer for quick profiling.")
     parser.add_argument("--warmup", type=int, default=2, help="Untimed steps after building each contender.")
-    parser.add_argument("--only", default=",".join(CONTENDERS),
-                        help=f"Comma-separated contenders to run, from {','.join(CONTENDERS)}.")
-    peers.add_peer_flags(parser, "paddlenlp", "transformers")
+    peers.add_contender_flags(parser, CONTENDERS, "paddlenlp", "transformers")
     parser.add_argument("--worker", choices=sorted(BUILDERS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.only = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(args.only) - set(CONTENDERS))
-    if unknown or not args.only:
-        parser.error(f"--only {','.join(args.only)}: expected some of {','.join(CONTENDERS)}")
+    args.only = peers.chosen_contenders(parser, args, CONTENDERS)
     if min(args.threads, args.rounds, args.steps, args.layers) < 1 or args.warmup < 0:
         parser.error("--threads, --rounds, --steps and --layers must be at least 1, --warmup at least 0")
     return args

@@ -252,15 +252,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--passes", type=int, default=2, help="Timed forward passes per contender per round.")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                         help="CPU threads of every contender.")
-    parser.add_argument("--only", default=",".join(WORKER_NAMES),
-                        help=f"Comma-separated contender groups to run, from {','.join(WORKER_NAMES)}.")
-    peers.add_peer_flags(parser, *PEER_WORKERS.values())
+    peers.add_contender_flags(parser, WORKER_NAMES, *PEER_WORKERS.values())
     parser.add_argument("--worker", choices=sorted(BUILDERS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.only = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(args.only) - set(WORKER_NAMES))
-    if unknown or not args.only:
-        parser.error(f"--only {','.join(args.only)}: expected some of {','.join(WORKER_NAMES)}")
+    args.only = peers.chosen_contenders(parser, args, WORKER_NAMES)
     if min(args.threads, args.rounds, args.passes, args.seq_length, *args.batch_sizes) < 1:
         parser.error("--threads, --rounds, --passes, --seq-length and --batch-sizes must be at least 1")
     return args

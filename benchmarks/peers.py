@@ -1,8 +1,10 @@
-"""Where the benchmarks find their peers' Pythons: a flag per peer, by default inside $PADDLEBERT_PEERS_DIR.
+"""The benchmarks' choice of contenders (--only) and where they find their peers' Pythons: a flag per peer,
+by default inside $PADDLEBERT_PEERS_DIR.
 
 benchmarks/setup_peers.sh DIR builds one venv per peer under DIR (DIR/paddlenlp, DIR/torch). A benchmark
-adds the flags of the peers it runs with add_peer_flags and asks peer_python for a peer it is about to start;
-a missing environment is a one-line exit naming the flag and saying how to build it.
+adds --only and the flags of its peers with add_contender_flags, reads --only with chosen_contenders, and
+asks peer_pythons for the peers it is about to start; a missing environment is a one-line exit naming the
+flag and saying how to build it.
 """
 
 from __future__ import annotations
@@ -23,14 +25,25 @@ def _destination(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-def add_peer_flags(parser: argparse.ArgumentParser, *peers: str) -> None:
-    """One `--<peer>-python` flag per peer, defaulting to the venv under $PADDLEBERT_PEERS_DIR when it is set."""
+def add_contender_flags(parser: argparse.ArgumentParser, contenders: tuple[str, ...], *peers: str) -> None:
+    """--only, and one `--<peer>-python` flag per peer, defaulting to the venv under $PADDLEBERT_PEERS_DIR."""
+    parser.add_argument("--only", default=",".join(contenders),
+                        help=f"Comma-separated contenders to run, from {','.join(contenders)}.")
     peers_dir = os.environ.get(PEERS_DIR_VARIABLE)
     for peer in peers:
         flag, venv, holds = PEER_ENVIRONMENTS[peer]
         default = os.path.join(peers_dir, venv, "bin", "python") if peers_dir else None
         parser.add_argument(flag, default=default,
                             help=f"A Python with {holds} (default: ${PEERS_DIR_VARIABLE}/{venv}/bin/python).")
+
+
+def chosen_contenders(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                      contenders: tuple[str, ...]) -> list[str]:
+    """The contenders --only names, in its order; parser.error naming --only for an unknown one."""
+    names = [name.strip() for name in args.only.split(",") if name.strip()]
+    if not names or set(names) - set(contenders):
+        parser.error(f"--only {args.only}: expected some of {','.join(contenders)}")
+    return names
 
 
 def peer_python(args: argparse.Namespace, peer: str, script: str) -> str:
