@@ -301,7 +301,8 @@ def report(pool: dict, names: list[str], rounds: int, steps: int, layers: int) -
     step_flops = bert_base_train_flops(layers)
     print(f"{layers} layers, model FLOPs per step {step_flops / 1e9:.0f} G; {steps} steps per contender per round")
     medians = {name: {"wall": [], "cpu": []} for name in ["matmul", *names]}
-    ratios = {other: [] for other in names if other != "ours"}
+    # ours / each other contender, per round; none without ours
+    ratios = {other: [] for other in names if other != "ours" and "ours" in names}
     loads = []
     order = ["matmul", *names]
     for round_index in range(rounds):
@@ -317,9 +318,8 @@ def report(pool: dict, names: list[str], rounds: int, steps: int, layers: int) -
             seconds = medians[name]["wall"][-1]
             line.append(f"{name} {BATCH / seconds:.2f} seq/s (MFU {step_flops / seconds / gemm_rate:.0%})")
         for other in ratios:
-            if "ours" in names:
-                ratios[other].append(medians[other]["wall"][-1] / medians["ours"]["wall"][-1])
-                line.append(f"ours/{other} {ratios[other][-1]:.2f}x")
+            ratios[other].append(medians[other]["wall"][-1] / medians["ours"]["wall"][-1])
+            line.append(f"ours/{other} {ratios[other][-1]:.2f}x")
         print(", ".join(line), flush=True)
 
     print(f"\nmedians over {rounds} rounds (load average {statistics.median(loads):.1f}, "

@@ -253,6 +253,28 @@ def test_every_worker_of_the_contender_table_has_a_builder(bench):
     assert set(squad.OUR_PREDICTOR_PRECISIONS) <= set(importlib.import_module("run_squad").INFERENCE_PRECISIONS)
 
 
+class FakeTrainer:
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def request(self, message: dict) -> dict:
+        return {"wall": [self.seconds] * message["steps"], "cpu": [2 * self.seconds] * message["steps"]}
+
+
+def test_pretraining_report_gives_ours_to_each_peer_ratio(bench, capsys):
+    pool = {"matmul": FakeTrainer(1.0), "ours": FakeTrainer(2.0), "transformers": FakeTrainer(3.0)}
+    bench("bench_pretraining").report(pool, ["ours", "transformers"], rounds=2, steps=1, layers=1)
+    out = capsys.readouterr().out
+    assert "ours / transformers: 1.50x by wall time (per round: 1.50, 1.50); 1.50x by CPU time" in out
+
+
+def test_pretraining_report_without_ours_has_no_ratios(bench, capsys):
+    pool = {"matmul": FakeTrainer(1.0), "transformers": FakeTrainer(3.0)}
+    bench("bench_pretraining").report(pool, ["transformers"], rounds=1, steps=1, layers=1)
+    out = capsys.readouterr().out
+    assert "transformers:   2.67 seq/s" in out and "ours" not in out
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Smoke run: tiny model, our contenders only, one round
 # ---------------------------------------------------------------------------------------------------------------
