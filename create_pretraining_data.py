@@ -1,7 +1,8 @@
 """Text corpus -> BERT pretraining HDF5 shards in the original NVIDIA/Google format (static masking).
 
     python create_pretraining_data.py --input CORPUS --vocab-file VOCAB --output-dir OUT --num-shards 8 \\
-        --max-seq-length 128 --max-predictions-per-seq 20 [--sample-ratio 0.9] [--dask | --scheduler-address ADDR]
+        --max-seq-length 128 --max-predictions-per-seq 20 [--masked-lm-ratio 0.15] [--whole-word-masking] \\
+        [--sample-ratio 0.9] [--dask | --scheduler-address ADDR]
 
 Each `shard-<i>.hdf5` holds, for its N pairs, the datasets of NVIDIA DeepLearningExamples' BERT
 create_pretraining_data.py (names, dtypes and gzip compression as its files have them):
@@ -11,8 +12,9 @@ create_pretraining_data.py (names, dtypes and gzip compression as its files have
   masked_lm_positions  int32 [N, max_predictions_per_seq]  sorted positions, zero-padded
   masked_lm_ids        int32 [N, max_predictions_per_seq]  original ids at those positions, zero-padded
   next_sentence_labels int8  [N]  1 when B is a random next, 0 when it really follows A
-Pairs, masking (Google's rule, at most max_predictions_per_seq per sequence) and parallelism are the shared
-pipeline's (preprocess_pipeline.py): deterministic for a seed, shards differ in size by at most one row.
+Pairs, masking (Google's rule, at most max_predictions_per_seq per sequence, by pieces or whole words; Google's
+--masked-lm-prob is another name of --masked-lm-ratio) and parallelism are the shared pipeline's
+(preprocess_pipeline.py): deterministic for a seed, shards differ in size by at most one row.
 Format: docs/data-format.md#nvidia-hdf5-shards.
 """
 
@@ -85,7 +87,7 @@ def write_hdf5_shard(path: Path, bin_index: int, slices: Sequence[tuple[str, int
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_pipeline_arguments(parser, masked_lm_flag="--masked-lm-prob")
+    add_pipeline_arguments(parser, masked_lm_aliases=["--masked-lm-prob"])
     parser.add_argument("--max-predictions-per-seq", type=int, default=20,
                         help="masked positions per sequence at most (NVIDIA: 20 at seq 128, 80 at 512); default: 20")
     return parser

@@ -32,6 +32,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -50,10 +51,11 @@ from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from checkpoint import (
     CONFIG_SUFFIX,
     PARAMS_SUFFIX,
+    PROGRESS_SUFFIX,
     atomic_write,
     atomic_write_text,
+    list_checkpoints,
     read_progress,
-    resolve_resume_folder,
 )
 from cli import check_at_least, str_to_bool
 from dllog import DLLogger
@@ -63,7 +65,7 @@ from optimizer import OPTIMIZER_NAMES, create_optimizer
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from squad_utils import batch_indices
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
-from weights import load_pretrained
+from weights import load_pretrained, safetensors_beside, write_safetensors_weights
 
 MAX_GRAD_NORM = 1.0  # gradient clipping of Google's and NVIDIA's fine-tuning recipes
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
@@ -115,8 +117,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="BERT config JSON (needed for --bert-model custom); default with --from-checkpoint: "
                             "the <model-prefix>_config.json of its step folder, if it has one")
     model.add_argument("--from-pretrained-params", "--init-checkpoint", dest="from_pretrained_params",
-                       help="initial weights: a .pdparams file (pretraining, converted Hugging Face or fine-tuned) "
-                            "or a folder holding <model-prefix>.pdparams")
+                       help="initial weights: a .pdparams or .safetensors file (pretraining, converted Hugging Face "
+                            "or fine-tuned) or a folder holding <model-prefix>.pdparams or <model-prefix>.safetensors")
     model.add_argument("--from-checkpoint",
                        help="initial weights from run_pretraining.py's checkpoints: one step folder, or with "
                             "--last-step-of-checkpoint the phase folder holding the <step>/ folders (its optimizer "
@@ -128,6 +130,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="predict or evaluate without training and without initial weights (random weights, "
                             "scored as they are); otherwise refused")
     model.add_argument("--fuse-mha", action="store_true", help="one fused QKV projection per attention layer")
+    model.add_argument("--save-safetensors", action="store_true",
+                       help="also write the fine-tuned weights as <output-dir>/<model-prefix>.safetensors, the "
+                            "format to share (reading it runs no code)")
 
 
 def add_training_arguments(parser: argparse.ArgumentParser, *, unit: str, learning_rate: float,
@@ -221,17 +226,39 @@ def _resolve_from_checkpoint(parser: argparse.ArgumentParser, args: argparse.Nam
     if args.from_pretrained_params:
         parser.error("--from-checkpoint and --from-pretrained-params cannot both be set")
     try:
-        folder = resolve_resume_folder(args.from_checkpoint, args.last_step_of_checkpoint, args.from_checkpoint,
-                                       args.model_prefix)
+        folder = checkpoint_folder(args.from_checkpoint, args.last_step_of_checkpoint, args.model_prefix)
     except (FileNotFoundError, ValueError) as error:
         parser.error(f"--from-checkpoint {error}")
-    if folder is None:
-        parser.error(f"--from-checkpoint {args.from_checkpoint}: no complete checkpoint folder in it")
     args.from_checkpoint = str(folder)
     args.last_step_of_checkpoint = read_progress(folder, args.model_prefix)["global_step"]
     saved_config = folder / (args.model_prefix + CONFIG_SUFFIX)
     if args.config_file is None and saved_config.is_file():
         args.config_file = str(saved_config)
+
+
+def checkpoint_folder(from_checkpoint: str, last_step: None | str | int, prefix: str) -> Path:
+    """The complete step folder that --from-checkpoint and --last-step-of-checkpoint name, in the forms of
+    checkpoint.open_resume_checkpoint (docs/resume.md). That function loads the checkpoint and sets unreadable
+    folders aside (renames them); a fine-tuning run only reads another run's checkpoints, so it finds the folder
+    with list_checkpoints instead. FileNotFoundError/ValueError say what is missing."""
+    folder = Path(from_checkpoint)
+    if (folder / (prefix + PROGRESS_SUFFIX)).is_file():  # the folder is one checkpoint itself
+        step = read_progress(folder, prefix)["global_step"]
+        if last_step not in (None, "auto", step):
+            raise ValueError(f"{folder} is the checkpoint of step {step}, not of --last-step-of-checkpoint {last_step}")
+        return folder
+    if last_step is None:
+        raise FileNotFoundError(f"{folder}: no {prefix}{PROGRESS_SUFFIX}, so not a checkpoint folder (a folder of "
+                                "<step>/ checkpoints needs --last-step-of-checkpoint auto or a step)")
+    complete = dict(list_checkpoints(folder, prefix))
+    if not complete:
+        raise FileNotFoundError(f"{folder}: no complete checkpoint folder in it")
+    if last_step == "auto":
+        return complete[max(complete)]
+    if last_step not in complete:
+        raise FileNotFoundError(f"{folder}: no complete checkpoint folder for step {last_step} (it has steps "
+                                f"{', '.join(map(str, sorted(complete)))})")
+    return complete[last_step]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,12 +318,16 @@ def build_model(args: argparse.Namespace, make: Callable[[BertConfig], paddle.nn
 
 
 def save_fine_tuned(model: paddle.nn.Layer, args: argparse.Namespace, session: Session) -> None:
-    """Rank 0 writes <output-dir>/<model-prefix>.pdparams and the architecture beside it as
-    <model-prefix>_config.json, and reports the weights' path."""
+    """Rank 0 writes <output-dir>/<model-prefix>.pdparams (and with --save-safetensors the same weights as
+    <model-prefix>.safetensors) and the architecture beside it as <model-prefix>_config.json, and reports the
+    weights' path."""
     if session.rank != 0:
         return
     params_path = os.path.join(args.output_dir, args.model_prefix + PARAMS_SUFFIX)
-    atomic_write(params_path, lambda path: paddle.save(model.state_dict(), path))
+    state = model.state_dict()
+    atomic_write(params_path, lambda path: paddle.save(state, path))
+    if args.save_safetensors:
+        write_safetensors_weights(safetensors_beside(params_path), state)
     atomic_write_text(os.path.join(args.output_dir, args.model_prefix + "_config.json"),
                       model.config.to_json_string())
     session.logger.log("PARAMETER", {"saved_model": params_path})

@@ -1,17 +1,21 @@
 """Text corpus -> BERT pretraining parquet shards in NVIDIA LDDL's format (preprocess_bert_pretrain + balancing).
 
     python lddl_preprocess.py --input CORPUS --vocab-file VOCAB --output-dir OUT --num-shards 4 \\
-        [--masking | --no-masking] [--bin-size 64] [--max-seq-length 128] [--sample-ratio 0.9] \\
+        [--masking | --no-masking] [--masked-lm-ratio 0.15] [--whole-word-masking] [--bin-size 64] \\
+        [--max-seq-length 128] [--sample-ratio 0.9] [--no-nsp] [--holdout-fraction 0.01 [--holdout-dir DIR]] \\
         [--dask | --scheduler-address ADDR]
 
 The files are what lddl 0.1.0 writes (see ../shared/data/lddl-sample/README.md, section 3), so LDDL's loader and
 ours read either: columns A, B (WordPiece tokens joined by spaces, already masked), is_random_next (bool),
-num_tokens (uint16, len(A) + len(B) + 3), with static masking also masked_lm_positions (the bytes of a .npy
+num_tokens (uint16, len(A) + len(B) + 3; with --no-nsp B is empty, is_random_next False and num_tokens len(A) + 2,
+for the single-segment sample `[CLS] A [SEP]`), with static masking also masked_lm_positions (the bytes of a .npy
 uint16 array of positions in `[CLS] A [SEP] B [SEP]`) and masked_lm_labels (the original tokens, space-joined),
 and when binned bin_id (int64); pandas metadata as pandas/dask wrote it; one row group, Snappy. The output files
 are `shard-<i>.parquet` (binned: `shard-<i>.parquet_<bin>`), equal in rows within a bin up to one, and
-`.num_samples.json` maps each file name to its row count. Pairs, masking and parallelism: preprocess_pipeline.py.
-Format: docs/data-format.md#lddl-parquet-shards and #shard-file-names-and-sample-counts.
+`.num_samples.json` maps each file name to its row count. With --holdout-fraction the held-out documents' samples
+are written the same way to --holdout-dir (default `<output-dir>_holdout`). Pairs, masking and parallelism:
+preprocess_pipeline.py. Format: docs/data-format.md#lddl-parquet-shards, #single-segment-samples,
+#shard-file-names-and-sample-counts and #held-out-documents.
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ def write_parquet_shard(path: Path, bin_index: int, slices: Sequence[tuple[str, 
     rows = read_part_rows(slices, bin_index)
     words = vocab_words(settings.vocab_file, settings.lower_case)
     starts = rows.token_starts[:-1]
-    b_lengths = rows.num_tokens - rows.a_lengths - 3
+    b_lengths = np.maximum(rows.num_tokens - rows.a_lengths - 3, 0)  # a single-segment sample has no B
     columns = [join_tokens(words, rows.tokens, starts + 1, rows.a_lengths),
                join_tokens(words, rows.tokens, starts + rows.a_lengths + 2, b_lengths),
                pa.array(rows.is_random_next, pa.bool_()), pa.array(rows.num_tokens.astype(np.uint16), pa.uint16())]
@@ -145,9 +149,13 @@ class _ShardNamer:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_pipeline_arguments(parser, masked_lm_flag="--masked-lm-ratio")
+    add_pipeline_arguments(parser)
     parser.add_argument("--masking", action=argparse.BooleanOptionalAction, default=True,
                         help="static masking in the files (--no-masking leaves masking to the loader); default: on")
+    parser.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=True,
+                        help="next-sentence pairs [CLS] A [SEP] B [SEP] (Google's BERT); --no-nsp writes single "
+                             "segments [CLS] A [SEP] of contiguous full sentences of one document, as RoBERTa's "
+                             "DOC-SENTENCES, for MLM-only training; default: on")
     parser.add_argument("--bin-size", type=int, default=None,
                         help="bin pairs by length: bin k holds k*size+1..(k+1)*size tokens (must divide "
                              "--max-seq-length); default: no binning")
@@ -159,10 +167,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.bin_size is not None and (args.bin_size < 1 or args.max_seq_length % args.bin_size):
         parser.error(f"--bin-size {args.bin_size} must be a positive divisor of --max-seq-length {args.max_seq_length}")
-    settings = settings_from_arguments(parser, args, masking=args.masking, bin_size=args.bin_size)
+    static_masking_flags = [flag for flag, given in (("--masked-lm-ratio", args.masked_lm_ratio is not None),
+                                                     ("--whole-word-masking", args.whole_word_masking)) if given]
+    if not args.masking and static_masking_flags:
+        parser.error(f"{' and '.join(static_masking_flags)} set static masking, which --no-masking turns off "
+                     "(the training loader then masks: its masked_lm_ratio and whole_word_masking)")
+    if not args.nsp and args.short_seq_prob is not None:
+        parser.error("--short-seq-prob shortens NSP pairs; --no-nsp samples are packed full (RoBERTa)")
+    settings = settings_from_arguments(parser, args, masking=args.masking, bin_size=args.bin_size,
+                                       next_sentence_prediction=args.nsp)
     result = execute(args, settings, write_parquet_shard, _ShardNamer(args.bin_size is not None))
     output_dir = Path(args.output_dir)
     write_num_samples(output_dir, result.rows_per_shard)
+    if result.holdout is not None:
+        write_num_samples(result.holdout.output_dir, result.holdout.rows_per_shard)
     print_summary(output_dir, result)
 
 

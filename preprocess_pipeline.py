@@ -10,16 +10,23 @@ that every worker sees, and this repository must be importable on every worker).
    of the document). With --sample-ratio R < 1 a document is kept when its sample draw u (SplitMix64 of the key,
    scaled to [0, 1)) is below R: each document independently with probability R, as LDDL's
    `Bag.random_sample(R, random_state=seed)`, and the documents kept at a smaller R are among those kept at a
-   larger one. The kept documents are split into sentences and tokenized to ids; a document's partition is
-   key % num_blocks. The task spills the token ids, sorted by (partition, key), to .npy files in the work folder.
+   larger one. With --holdout-fraction F > 0 a kept document is held out for validation when its holdout draw
+   (SplitMix64 applied twice to the key, scaled the same way, so unrelated to the sample draw) is below F; held-out
+   documents go to their own partitions and their own output folder, so no document is in both sets. The kept
+   documents are split into sentences and tokenized to ids; a document's partition is key % num_blocks (a held-out
+   document's: num_blocks + key % num_blocks). The task spills the token ids, sorted by (partition, key), to .npy
+   files in the work folder.
 2. Pairs, one task per partition: its documents from every spill file, in key order; NSP pairs by
    pretraining_pairs.create_pairs_from_document `duplicate_factor` times over, with random next segments from the
-   same partition (as LDDL's dask partitions); shuffled; masked statically with masking.mask_batch when asked;
+   same partition (as LDDL's dask partitions), or without NSP single-segment samples by
+   pretraining_pairs.create_segments_from_document; shuffled; masked statically with masking.mask_batch when asked
+   (by single pieces, or with --whole-word-masking by whole words);
    grouped by length bin (stable). Written as a part file.
 3. Shards, one task per output file: the rows of a bin are numbered partition after partition and cut into
    num_shards consecutive runs whose sizes differ by at most one (LDDL's balance guarantee); each task writes one
-   shard, in the writer's format (parquet or HDF5), to a temporary name that is renamed at the end.
-   Format: docs/data-format.md#shard-file-names-and-sample-counts and #binning.
+   shard, in the writer's format (parquet or HDF5), to a temporary name that is renamed at the end. The held-out
+   set is cut the same way into ceil(F * num_shards) shards, so its files are about as large as the training ones.
+   Format: docs/data-format.md#shard-file-names-and-sample-counts, #binning and #held-out-documents.
 
 Determinism: every random draw comes from generators seeded by (seed, partition) and the partition of a document
 depends only on the seed and where the document is in the corpus, so the output is a function of the corpus, the
@@ -51,8 +58,8 @@ import numpy as np
 from tqdm import tqdm
 
 from corpus import INPUT_FORMATS, document_sentences, find_corpus_files, read_documents
-from masking import mask_batch
-from pretraining_pairs import bin_id, create_pairs_from_document
+from masking import continuation_pieces, mask_batch, word_starts
+from pretraining_pairs import bin_id, create_pairs_from_document, create_segments_from_document
 from tokenizer import BertTokenizer, load_vocab
 
 DEFAULT_BLOCK_BYTES = 16 * 2**20  # default partition size: --num-blocks = ceil(corpus bytes / this)
@@ -75,19 +82,31 @@ class PipelineSettings:
     lower_case: bool = True
     max_seq_length: int = 128
     short_seq_prob: float = 0.1
+    next_sentence_prediction: bool = True  # False: single-segment samples [CLS] A [SEP] (RoBERTa's DOC-SENTENCES)
     duplicate_factor: int = 5
     masking: bool = True
     masked_lm_ratio: float = 0.15
+    whole_word_masking: bool = False
     max_predictions_per_seq: int | None = None
     bin_size: int | None = None
     seed: int = 12345
     sample_ratio: float = 1.0
     num_blocks: int = 1
     num_shards: int = 1
+    holdout_fraction: float = 0.0
 
     @property
     def num_bins(self) -> int:
         return self.max_seq_length // self.bin_size if self.bin_size else 1
+
+    @property
+    def num_partitions(self) -> int:
+        """Training partitions 0 .. num_blocks - 1, then as many for the held-out documents when there are any."""
+        return self.num_blocks * (2 if self.holdout_fraction > 0 else 1)
+
+    @property
+    def num_holdout_shards(self) -> int:
+        return math.ceil(self.holdout_fraction * self.num_shards)
 
 
 @dataclass(frozen=True)
@@ -100,9 +119,21 @@ class ReadTask:
     end: int
 
 
+@dataclass(frozen=True)
+class HoldoutResult:
+    """The held-out set a run wrote: its folder, shard files (bin -> paths), rows per file and statistics."""
+
+    output_dir: Path
+    shard_files: dict[int, list[Path]]
+    rows_per_shard: dict[str, int]
+    num_documents: int
+    num_pairs: int
+
+
 @dataclass
 class PipelineResult:
-    """What a run produced: the shard files (bin -> paths) and corpus/pair statistics."""
+    """What a run produced: the training shard files (bin -> paths), corpus/pair statistics of the training set,
+    and the held-out set (None without --holdout-fraction)."""
 
     shard_files: dict[int, list[Path]]
     rows_per_shard: dict[str, int]
@@ -115,6 +146,7 @@ class PipelineResult:
     engine: str  # what ran the tasks: "in-process", "ProcessPoolExecutor" or dask's "ClientExecutor"
     worker_pids: set[int]
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    holdout: HoldoutResult | None = None
 
 
 # A shard writer: (output file, bin id, part slices as (part file, first row, stop row), settings) -> None.
@@ -147,6 +179,15 @@ def sample_draws(keys: np.ndarray) -> np.ndarray:
     Mixing the key once more keeps the draw unrelated to key % num_blocks, the document's partition.
     """
     return (_splitmix64(np.asarray(keys, dtype=np.uint64)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def holdout_draws(keys: np.ndarray) -> np.ndarray:
+    """Each document's uniform draw in [0, 1) for --holdout-fraction: the top 53 bits of SplitMix64(SplitMix64(key)).
+
+    One more round of mixing than sample_draws, so whether a document is held out is unrelated to whether it is
+    sampled and to its partition.
+    """
+    return (_splitmix64(_splitmix64(np.asarray(keys, dtype=np.uint64))) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 def partition_generators(seed: int, partition: int) -> tuple[random.Random, np.random.Generator]:
@@ -198,6 +239,8 @@ def tokenize_range(task: ReadTask, settings: PipelineSettings, work_dir: str) ->
     table["file_index"] = task.file_index
     table["key"] = document_keys(settings.seed, task.file_index, table["offset"])
     table["partition"] = (table["key"] % np.uint64(settings.num_blocks)).astype(np.int32)
+    if settings.holdout_fraction > 0:
+        table["partition"] += np.where(holdout_draws(table["key"]) < settings.holdout_fraction, settings.num_blocks, 0)
     table["num_sentences"] = kept_num_sentences
     sentence_lengths = np.asarray(kept_sentence_lengths, dtype=np.int32)
     document_sentence_starts = np.concatenate([[0], np.cumsum(table["num_sentences"])[:-1]]).astype(np.int64)
@@ -221,10 +264,11 @@ def tokenize_range(task: ReadTask, settings: PipelineSettings, work_dir: str) ->
     return {
         "pid": os.getpid(),
         "block_index": task.block_index,
-        "partition_counts": np.bincount(sorted_table["partition"], minlength=settings.num_blocks),
-        "num_documents": len(sorted_table),
-        "num_sentences": len(sorted_lengths),
-        "num_tokens": int(sorted_lengths.sum()),
+        "partition_counts": np.bincount(sorted_table["partition"], minlength=settings.num_partitions),
+        "partition_sentences": np.bincount(sorted_table["partition"], weights=sorted_table["num_sentences"],
+                                           minlength=settings.num_partitions).astype(np.int64),
+        "partition_tokens": np.bincount(np.repeat(sorted_table["partition"], sorted_table["num_sentences"]),
+                                        weights=sorted_lengths, minlength=settings.num_partitions).astype(np.int64),
     }
 
 
@@ -258,14 +302,18 @@ def _load_partition_documents(partition: int, block_indices: Sequence[int], work
 
 def build_partition(partition: int, block_indices: Sequence[int], settings: PipelineSettings,
                     work_dir: str) -> dict[str, object]:
-    """Stage 2: the shuffled, optionally masked NSP pairs of one partition, grouped by bin, as a part file."""
+    """Stage 2: the shuffled, optionally masked samples (NSP pairs or single segments) of one partition, grouped by
+    bin, as a part file."""
     documents = _load_partition_documents(partition, block_indices, work_dir)
     pair_rng, mask_rng = partition_generators(settings.seed, partition)
     pairs = []
     for _ in range(settings.duplicate_factor):
         for document_index in range(len(documents)):
-            pairs.extend(create_pairs_from_document(documents, document_index, settings.max_seq_length,
-                                                    settings.short_seq_prob, pair_rng))
+            if settings.next_sentence_prediction:
+                pairs.extend(create_pairs_from_document(documents, document_index, settings.max_seq_length,
+                                                        settings.short_seq_prob, pair_rng))
+            else:
+                pairs.extend(create_segments_from_document(documents[document_index], settings.max_seq_length))
     pair_rng.shuffle(pairs)
 
     tokenizer = load_tokenizer(settings.vocab_file, settings.lower_case)
@@ -273,10 +321,11 @@ def build_partition(partition: int, block_indices: Sequence[int], settings: Pipe
     num_rows = len(pairs)
     a_lengths = np.fromiter((len(pair.tokens_a) for pair in pairs), dtype=np.int32, count=num_rows)
     b_lengths = np.fromiter((len(pair.tokens_b) for pair in pairs), dtype=np.int32, count=num_rows)
-    num_tokens = a_lengths + b_lengths + 3
+    num_tokens = a_lengths + 2 + np.where(b_lengths > 0, b_lengths + 1, 0)  # [CLS] A [SEP] (B [SEP])
     is_random_next = np.fromiter((pair.is_random_next for pair in pairs), dtype=bool, count=num_rows)
     flat = np.fromiter(
-        chain.from_iterable(chain((cls_id,), pair.tokens_a, (sep_id,), pair.tokens_b, (sep_id,)) for pair in pairs),
+        chain.from_iterable(chain((cls_id,), pair.tokens_a, (sep_id,), pair.tokens_b,
+                                  (sep_id,) if pair.tokens_b else ()) for pair in pairs),
         dtype=np.int32, count=int(num_tokens.sum()))
     row_starts = np.concatenate([[0], np.cumsum(num_tokens)]).astype(np.int64)
 
@@ -322,6 +371,7 @@ def _mask_rows(flat: np.ndarray, row_starts: np.ndarray, a_lengths: np.ndarray, 
     counts = np.zeros(num_rows, dtype=np.int32)
     positions_chunks, ids_chunks = [], []
     columns = np.arange(settings.max_seq_length)
+    is_continuation = continuation_pieces(tokenizer.vocab)
     for lo in range(0, num_rows, MASKING_CHUNK_ROWS):
         hi = min(num_rows, lo + MASKING_CHUNK_ROWS)
         lengths = num_tokens[lo:hi]
@@ -331,9 +381,10 @@ def _mask_rows(flat: np.ndarray, row_starts: np.ndarray, a_lengths: np.ndarray, 
         # [CLS] at 0, the first [SEP] after A, the last [SEP] at the end are never masked.
         candidates = inside & (columns[None, :] != 0) & (columns[None, :] != (a_lengths[lo:hi] + 1)[:, None]) \
             & (columns[None, :] != (lengths - 1)[:, None])
+        starts = word_starts(padded, candidates, is_continuation) if settings.whole_word_masking else None
         masked, labels = mask_batch(padded, candidates, lengths, rng, tokenizer.vocab_size,
                                     tokenizer.mask_token_id, settings.masked_lm_ratio,
-                                    settings.max_predictions_per_seq)
+                                    settings.max_predictions_per_seq, starts)
         masked_flat[row_starts[lo]:row_starts[hi]] = masked[inside]
         rows, cols = np.nonzero(labels >= 0)  # row-major: positions ascend within a row
         counts[lo:hi] = np.bincount(rows, minlength=hi - lo)
@@ -468,19 +519,26 @@ def run_tasks(executor: Executor | None, function: Callable, argument_lists: Seq
 
 def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: str | Path,
                  settings: PipelineSettings, shard_writer: ShardWriter, shard_name: Callable[[int, int], str],
-                 executor: Executor | None, num_workers: int, range_bytes: int | None = None) -> PipelineResult:
-    """Run the three stages and move the shards into output_dir (which must be empty or absent)."""
+                 executor: Executor | None, num_workers: int, range_bytes: int | None = None,
+                 holdout_dir: str | Path | None = None) -> PipelineResult:
+    """Run the three stages and move the shards into output_dir, and the held-out set's into holdout_dir (both must
+    be empty or absent; holdout_dir is used only with settings.holdout_fraction > 0)."""
     began = time.perf_counter()
     output_dir = Path(output_dir)
-    if output_dir.exists() and any(output_dir.iterdir()):
-        raise ValueError(f"{output_dir}: output folder is not empty")
+    if settings.holdout_fraction > 0 and holdout_dir is None:
+        raise ValueError(f"holdout_fraction {settings.holdout_fraction} needs a holdout_dir")
+    outputs = [output_dir] + ([Path(holdout_dir)] if settings.holdout_fraction > 0 else [])
+    for folder in outputs:
+        if folder.exists() and any(folder.iterdir()):
+            raise ValueError(f"{folder}: output folder is not empty")
     files = [entry for path in inputs for entry in find_corpus_files(path, input_format)]
     total_bytes = sum(path.stat().st_size for path, _ in files)
     if range_bytes is None:
         range_bytes = min(MAX_RANGE_BYTES, max(MIN_RANGE_BYTES, math.ceil(total_bytes / (4 * num_workers))))
     read_tasks = plan_read_tasks(files, range_bytes)
 
-    output_dir.mkdir(parents=True, exist_ok=True)
+    for folder in outputs:
+        folder.mkdir(parents=True, exist_ok=True)
     work_dir = tempfile.mkdtemp(prefix=".preprocess-", dir=output_dir)
     stage_seconds = {}
     try:
@@ -488,56 +546,80 @@ def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: st
         blocks = run_tasks(executor, tokenize_range, [(task, settings, work_dir) for task in read_tasks],
                            "tokenize")
         stage_seconds["tokenize"] = time.perf_counter() - stage_began
-        num_documents = sum(block["num_documents"] for block in blocks)
-        if num_documents == 0:
-            sampled = f" (--sample-ratio {settings.sample_ratio} kept none)" if settings.sample_ratio < 1.0 else ""
-            raise ValueError(f"{', '.join(str(path) for path in inputs)}: no documents with text found{sampled}")
         partition_counts = np.stack([block["partition_counts"] for block in blocks])
+        # [output, partition]: which partitions feed the training set (0) and the held-out set (1)
+        partition_sets = np.arange(settings.num_partitions) // settings.num_blocks
+        documents_per_set = [int(partition_counts[:, partition_sets == index].sum()) for index in range(len(outputs))]
+        _check_documents(inputs, settings, documents_per_set)
 
         stage_began = time.perf_counter()
         partition_tasks = [
             (partition, [int(b) for b in np.flatnonzero(partition_counts[:, partition])], settings, work_dir)
-            for partition in range(settings.num_blocks) if partition_counts[:, partition].any()
+            for partition in range(settings.num_partitions) if partition_counts[:, partition].any()
         ]
         parts = run_tasks(executor, build_partition, partition_tasks, "pairs")
+        parts_per_set = [[part for part in parts if partition_sets[part["partition"]] == index]
+                         for index in range(len(outputs))]
         stage_seconds["pairs"] = time.perf_counter() - stage_began
 
         stage_began = time.perf_counter()
-        staging = Path(work_dir) / "shards"
-        staging.mkdir()
-        shard_tasks, shard_files = [], {}
-        for bin_index in range(settings.num_bins):
-            counts = [int(part["bin_counts"][bin_index]) for part in parts]
-            if sum(counts) < settings.num_shards:
-                raise ValueError(f"{output_dir}: bin {bin_index} has {sum(counts)} pairs, fewer than "
-                                 f"--num-shards {settings.num_shards}")
-            slices = balanced_slices([part["part_file"] for part in parts], counts, settings.num_shards)
-            shard_files[bin_index] = []
-            for shard_index, shard_slices in enumerate(slices):
-                name = shard_name(shard_index, bin_index)
-                shard_tasks.append((shard_writer, staging / name, bin_index, shard_slices, settings))
-                shard_files[bin_index].append(output_dir / name)
+        shard_tasks, destinations, shard_files = [], [], []  # destinations: (set, final path) of each task
+        for index, (folder, set_parts) in enumerate(zip(outputs, parts_per_set, strict=True)):
+            staging = Path(work_dir) / f"shards-{index}"
+            staging.mkdir()
+            num_shards = settings.num_shards if index == 0 else settings.num_holdout_shards
+            shard_files.append({})
+            for bin_index in range(settings.num_bins):
+                counts = [int(part["bin_counts"][bin_index]) for part in set_parts]
+                if sum(counts) < num_shards:
+                    flag = f"--num-shards {num_shards}" if index == 0 else \
+                        f"the {num_shards} held-out shards of --holdout-fraction {settings.holdout_fraction}"
+                    raise ValueError(f"{folder}: bin {bin_index} has {sum(counts)} pairs, fewer than {flag}")
+                slices = balanced_slices([part["part_file"] for part in set_parts], counts, num_shards)
+                shard_files[-1][bin_index] = []
+                for shard_index, shard_slices in enumerate(slices):
+                    name = shard_name(shard_index, bin_index)
+                    shard_tasks.append((shard_writer, staging / name, bin_index, shard_slices, settings))
+                    destinations.append((index, folder / name))
+                    shard_files[-1][bin_index].append(folder / name)
         shard_pids = run_tasks(executor, _write_shard, shard_tasks, "shards")
-        rows_per_shard = {}
-        for _, path, _, shard_slices, _ in shard_tasks:
-            os.replace(path, output_dir / path.name)
-            rows_per_shard[path.name] = sum(stop - first for _, first, stop in shard_slices)
+        rows_per_shard: list[dict[str, int]] = [{} for _ in outputs]
+        for (_, path, _, shard_slices, _), (index, final) in zip(shard_tasks, destinations, strict=True):
+            os.replace(path, final)
+            rows_per_shard[index][final.name] = sum(stop - first for _, first, stop in shard_slices)
         stage_seconds["shards"] = time.perf_counter() - stage_began
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
+    training = partition_sets == 0
+    holdout = None
+    if len(outputs) == 2:
+        holdout = HoldoutResult(outputs[1], shard_files[1], rows_per_shard[1], documents_per_set[1],
+                                sum(part["num_pairs"] for part in parts_per_set[1]))
     return PipelineResult(
-        shard_files=shard_files,
-        rows_per_shard=rows_per_shard,
-        num_documents=num_documents,
-        num_sentences=sum(block["num_sentences"] for block in blocks),
-        num_tokens=sum(block["num_tokens"] for block in blocks),
-        num_pairs=sum(part["num_pairs"] for part in parts),
-        num_random_next=sum(part["num_random_next"] for part in parts),
+        shard_files=shard_files[0],
+        rows_per_shard=rows_per_shard[0],
+        num_documents=documents_per_set[0],
+        num_sentences=int(sum(block["partition_sentences"][training].sum() for block in blocks)),
+        num_tokens=int(sum(block["partition_tokens"][training].sum() for block in blocks)),
+        num_pairs=sum(part["num_pairs"] for part in parts_per_set[0]),
+        num_random_next=sum(part["num_random_next"] for part in parts_per_set[0]),
         seconds=time.perf_counter() - began,
         engine=type(executor).__name__ if executor is not None else "in-process",
         worker_pids={result["pid"] for result in blocks + parts} | set(shard_pids),
         stage_seconds=stage_seconds,
+        holdout=holdout,
     )
+
+
+def _check_documents(inputs: Sequence[str | Path], settings: PipelineSettings, documents_per_set: list[int]) -> None:
+    """Both sets need documents: none at all names the corpus; none on one side names --holdout-fraction."""
+    if sum(documents_per_set) == 0:
+        sampled = f" (--sample-ratio {settings.sample_ratio} kept none)" if settings.sample_ratio < 1.0 else ""
+        raise ValueError(f"{', '.join(str(path) for path in inputs)}: no documents with text found{sampled}")
+    for count, side in zip(documents_per_set, ("training", "held-out"), strict=False):
+        if count == 0:
+            raise ValueError(f"--holdout-fraction {settings.holdout_fraction}: the {side} set gets none of the "
+                             f"{sum(documents_per_set)} documents")
 
 
 def _write_shard(shard_writer: ShardWriter, path: Path, bin_index: int, slices: list[tuple[str, int, int]],
@@ -547,8 +629,11 @@ def _write_shard(shard_writer: ShardWriter, path: Path, bin_index: int, slices: 
     return os.getpid()
 
 
-def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_flag: str) -> None:
-    """The flags both preprocessors share (names follow LDDL's preprocess_bert_pretrain where it has one)."""
+def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_aliases: Sequence[str] = ()) -> None:
+    """The flags both preprocessors share (names follow LDDL's preprocess_bert_pretrain where it has one).
+
+    masked_lm_aliases: other spellings of --masked-lm-ratio (create_pretraining_data keeps Google's --masked-lm-prob).
+    """
     parser.add_argument("--input", required=True, nargs="+",
                         help="corpus file(s) or folder(s); folders are read recursively in sorted order")
     parser.add_argument("--input-format", default="auto", choices=INPUT_FORMATS,
@@ -559,18 +644,28 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_flag: str)
                         help="lowercase and strip accents before WordPiece (uncased vocab); default: on")
     parser.add_argument("--max-seq-length", type=int, default=128,
                         help="length of [CLS] A [SEP] B [SEP] at most (LDDL: --target-seq-length); default: 128")
-    parser.add_argument("--short-seq-prob", type=float, default=0.1,
-                        help="probability of a shorter random target length per document; default: 0.1")
+    parser.add_argument("--short-seq-prob", type=float, default=None,
+                        help="probability of a shorter random target length per document (NSP pairs only); "
+                             f"default: {PipelineSettings.short_seq_prob}")
     parser.add_argument("--duplicate-factor", type=int, default=5,
                         help="times each document is turned into pairs (different random draws); default: 5")
-    parser.add_argument(masked_lm_flag, dest="masked_lm_ratio", type=float, default=0.15,
-                        help="fraction of each sequence's tokens that static masking predicts; default: 0.15")
-    parser.set_defaults(masked_lm_flag=masked_lm_flag)
+    parser.add_argument("--masked-lm-ratio", *masked_lm_aliases, dest="masked_lm_ratio", type=float, default=None,
+                        help="fraction of each sequence's tokens that static masking predicts (MosaicBERT: 0.3); "
+                             f"default: {PipelineSettings.masked_lm_ratio}")
+    parser.add_argument("--whole-word-masking", action="store_true",
+                        help="static masking draws whole words (a piece and its ## continuations), as Google's "
+                             "whole-word-masked BERT; default: single pieces")
     parser.add_argument("--seed", type=int, default=12345,
                         help="seed of every random draw: same seed and flags give the same files; default: 12345")
     parser.add_argument("--sample-ratio", type=float, default=1.0,
                         help="keep this fraction of the documents: each one independently with this probability, "
                              "drawn from --seed and where it is in the corpus (as LDDL's); default: 1 (all)")
+    parser.add_argument("--holdout-fraction", type=float, default=0.0,
+                        help="hold out this fraction of the documents for validation, each one independently, drawn "
+                             "from --seed and where it is in the corpus; their samples go to --holdout-dir, never "
+                             "to --output-dir; default: 0 (none)")
+    parser.add_argument("--holdout-dir", default=None,
+                        help="folder for the held-out shards (empty or absent); default: <output-dir>_holdout")
     parser.add_argument("--num-blocks", type=int, default=None,
                         help="number of document partitions; random next segments come from the same partition "
                              f"(as LDDL's --num-blocks); default: one per {DEFAULT_BLOCK_BYTES // 2**20} MiB of input")
@@ -588,16 +683,24 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
     """Validate the shared flags (parser.error names the bad one) and build the settings."""
     if args.max_seq_length < 5 or args.max_seq_length > 2**16 - 1:
         parser.error(f"--max-seq-length {args.max_seq_length} must be in [5, 65535]")
-    if not 0.0 <= args.short_seq_prob <= 1.0:
-        parser.error(f"--short-seq-prob {args.short_seq_prob} must be in [0, 1]")
+    short_seq_prob = PipelineSettings.short_seq_prob if args.short_seq_prob is None else args.short_seq_prob
+    if not 0.0 <= short_seq_prob <= 1.0:
+        parser.error(f"--short-seq-prob {short_seq_prob} must be in [0, 1]")
     if args.duplicate_factor < 1:
         parser.error(f"--duplicate-factor {args.duplicate_factor} must be at least 1")
-    if not 0.0 < args.masked_lm_ratio <= 1.0:
-        parser.error(f"{args.masked_lm_flag} {args.masked_lm_ratio} must be in (0, 1]")
+    masked_lm_ratio = PipelineSettings.masked_lm_ratio if args.masked_lm_ratio is None else args.masked_lm_ratio
+    if not 0.0 < masked_lm_ratio <= 1.0:
+        parser.error(f"--masked-lm-ratio {masked_lm_ratio} must be in (0, 1]")
     if args.seed < 0:
         parser.error(f"--seed {args.seed} must be non-negative")
     if not 0.0 < args.sample_ratio <= 1.0:
         parser.error(f"--sample-ratio {args.sample_ratio} must be in (0, 1]")
+    if not 0.0 <= args.holdout_fraction < 1.0:
+        parser.error(f"--holdout-fraction {args.holdout_fraction} must be in [0, 1)")
+    if args.holdout_dir is not None and args.holdout_fraction == 0:
+        parser.error("--holdout-dir needs --holdout-fraction above 0")
+    if args.holdout_fraction > 0 and holdout_dir_of(args).resolve() == Path(args.output_dir).resolve():
+        parser.error(f"--holdout-dir {args.holdout_dir} must not be --output-dir")
     if args.num_blocks is not None and args.num_blocks < 1:
         parser.error(f"--num-blocks {args.num_blocks} must be at least 1")
     if args.num_shards < 1:
@@ -621,15 +724,25 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
         vocab_file=str(Path(args.vocab_file).resolve()),
         lower_case=args.lower_case,
         max_seq_length=args.max_seq_length,
-        short_seq_prob=args.short_seq_prob,
+        short_seq_prob=short_seq_prob,
         duplicate_factor=args.duplicate_factor,
-        masked_lm_ratio=args.masked_lm_ratio,
+        masked_lm_ratio=masked_lm_ratio,
+        whole_word_masking=args.whole_word_masking,
         seed=args.seed,
         sample_ratio=args.sample_ratio,
         num_blocks=num_blocks,
         num_shards=args.num_shards,
+        holdout_fraction=args.holdout_fraction,
         **extra,
     )
+
+
+def holdout_dir_of(args: argparse.Namespace) -> Path:
+    """--holdout-dir, or by default the sibling of --output-dir named <output-dir>_holdout."""
+    if args.holdout_dir is not None:
+        return Path(args.holdout_dir)
+    output_dir = Path(args.output_dir).resolve()
+    return output_dir.with_name(output_dir.name + "_holdout")
 
 
 def _corpus_paths(entry: str) -> list[Path]:
@@ -643,13 +756,16 @@ def execute(args: argparse.Namespace, settings: PipelineSettings, shard_writer: 
     try:
         with open_executor(args.num_workers, args.dask, args.scheduler_address) as executor:
             return run_pipeline(args.input, args.input_format, args.output_dir, settings, shard_writer, shard_name,
-                                executor, args.num_workers)
+                                executor, args.num_workers, holdout_dir=holdout_dir_of(args))
     except (ValueError, OSError) as error:
         raise SystemExit(f"error: {error}") from None
 
 
 def print_summary(output_dir: str | Path, result: PipelineResult) -> None:
     """The one-line JSON report both preprocessors print at the end: what was written, how much, how fast."""
+    holdout = {} if result.holdout is None else {"holdout": {
+        "output_dir": str(result.holdout.output_dir), "files": len(result.holdout.rows_per_shard),
+        "documents": result.holdout.num_documents, "samples": result.holdout.num_pairs}}
     print(json.dumps({
         "output_dir": str(Path(output_dir)),
         "files": len(result.rows_per_shard),
@@ -664,4 +780,5 @@ def print_summary(output_dir: str | Path, result: PipelineResult) -> None:
         "worker_processes": len(result.worker_pids),
         "documents_per_second": round(result.num_documents / result.seconds, 2),
         "samples_per_second": round(result.num_pairs / result.seconds, 2),
+        **holdout,
     }))

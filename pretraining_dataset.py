@@ -5,7 +5,8 @@ shell). Only the folder's own files count: sub-folders are not searched, and a p
 an error that names them. The format follows from the file names, and one folder holds one format:
 - LDDL parquet (layout of NVIDIA LDDL 0.1.0, described in shared/data/lddl-sample/README.md): `*.parquet`, or
   `*.parquet_<bin>` for a set binned by length. Columns A and B (WordPiece tokens joined by single spaces),
-  is_random_next, num_tokens (= len(A) + len(B) + 3); a statically masked set also has masked_lm_positions (the
+  is_random_next, num_tokens (= len(A) + len(B) + 3); a row with an empty B is a single-segment (MLM-only) sample
+  `[CLS] A [SEP]` of len(A) + 2 tokens, token_type_ids all 0; a statically masked set also has masked_lm_positions (the
   bytes of a 1-D uint16 .npy array, positions in `[CLS] A [SEP] B [SEP]`) and masked_lm_labels (the original
   tokens, space-joined). `.num_samples.json` (file name -> rows), when present, is checked against the files.
 - NVIDIA/Google HDF5 (`*.hdf5`, `*.h5`, the format of Google's create_pretraining_data.py as NVIDIA stores it):
@@ -34,20 +35,25 @@ max_seq_length, or a statically masked one with more than max_predictions_per_se
 file and row: truncating either would silently change the training objective.
 
 Masking. Static masks are taken from the shards. Shards without masks are masked here by masking.mask_batch
-(Google's rule, counted with max_predictions_per_seq as the cap), with a generator seeded by (seed, epoch, bin,
-the batch's first stream position): the masks do not depend on num_workers or on resuming.
+(Google's rule, masked_lm_ratio of each sequence's tokens with max_predictions_per_seq as the cap; by single pieces,
+or with whole_word_masking by whole words), with a generator seeded by (seed, epoch, bin, the batch's first stream
+position): the masks do not depend on num_workers or on resuming. whole_word_masking on a statically masked set is
+an error (it could not take effect); masked_lm_ratio is only used by dynamic masking.
 
 Position. Batch `step` of `epoch` is computed from those two numbers alone, so the position is
 {epoch, step = batches handed out in that epoch}; a loader restored from state_dict() yields exactly the batches
 an uninterrupted one would. The counter moves when a batch is handed to the trainer, not when a worker makes it.
 
 Workers. With num_workers > 0, forked worker processes build batches ahead (2 per worker) and the main process
-hands them out in step order; the output is identical to num_workers = 0.
+hands them out in step order; the output is identical to num_workers = 0. A worker ends when the process that
+forked it dies, however it died.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import glob
 import io
 import json
@@ -67,7 +73,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from masking import mask_batch
+from masking import continuation_pieces, mask_batch, word_starts
 from tokenizer import load_vocab
 
 PARQUET_COLUMNS = ("A", "B", "is_random_next", "num_tokens")
@@ -78,6 +84,8 @@ NUM_SAMPLES_FILE = ".num_samples.json"
 SEQUENCE_ALIGNMENT = 8
 SHUFFLE_WINDOW_SAMPLES = 16384
 BATCHES_AHEAD_PER_WORKER = 2
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_PARENT_POLL_SECONDS = 1.0
 STATE_VERSION = 1
 _BINNED_PARQUET = re.compile(r"\.parquet_(\d+)$")
 _NPY_MAGIC = b"\x93NUMPY"
@@ -203,7 +211,8 @@ class LoaderSettings:
     batch_size: int
     max_seq_length: int
     max_predictions_per_seq: int
-    masked_lm_prob: float
+    masked_lm_ratio: float
+    whole_word_masking: bool
     seed: int
     rank: int
     world_size: int
@@ -217,17 +226,21 @@ class LoaderSettings:
                 raise ValueError(f"{name}={value!r}: must be a whole number of at least {lowest}")
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank={self.rank!r}: must be in [0, world_size={self.world_size})")
-        if not 0.0 < self.masked_lm_prob < 1.0:
-            raise ValueError(f"masked_lm_prob={self.masked_lm_prob!r}: must be between 0 and 1")
+        if not 0.0 < self.masked_lm_ratio < 1.0:
+            raise ValueError(f"masked_lm_ratio={self.masked_lm_ratio!r}: must be between 0 and 1")
+        if not isinstance(self.whole_word_masking, bool):
+            raise ValueError(f"whole_word_masking={self.whole_word_masking!r}: must be True or False")
 
 
 class Vocab:
-    """The WordPiece vocab as the collators need it: token -> id, the special ids and where it came from."""
+    """The WordPiece vocab as the collators need it: token -> id, the special ids, the "##" pieces (for whole-word
+    masking) and where it came from."""
 
     def __init__(self, vocab_file: str):
         self.file = vocab_file
         self.ids = load_vocab(vocab_file)
         self.size = max(self.ids.values()) + 1
+        self.is_continuation = continuation_pieces(self.ids)
         self.cls_id, self.sep_id, self.mask_id = self.ids["[CLS]"], self.ids["[SEP]"], self.ids["[MASK]"]
 
 
@@ -423,19 +436,23 @@ class ParquetFormat(ShardFormat):
         return columns
 
     def collate(self, parts: BatchParts, masking_key: tuple[int, int, int]) -> dict[str, np.ndarray]:
-        """[CLS] A [SEP] B [SEP] per row, padded; masks from the shards or drawn from `masking_key`."""
+        """[CLS] A [SEP] B [SEP] per row ([CLS] A [SEP] for an empty B), padded; masks from the shards or drawn
+        from `masking_key`."""
         sources = RowSources(parts)
         texts_a = [window.columns["A"][row] for window, rows in parts for row in rows]
         texts_b = [window.columns["B"][row] for window, rows in parts for row in rows]
         ids_a, lengths_a = self._token_ids(texts_a, sources)
         ids_b, lengths_b = self._token_ids(texts_b, sources)
-        lengths = lengths_a + lengths_b + 3
+        for row in np.flatnonzero(lengths_a == 0)[:1]:
+            raise ValueError(f"{sources[row]}: segment A is empty")
+        lengths = lengths_a + 2 + np.where(lengths_b > 0, lengths_b + 1, 0)
         num_tokens = np.concatenate([window.columns["num_tokens"][rows] for window, rows in parts])
         wrong = np.flatnonzero(num_tokens != lengths)
         if wrong.size:
             row = wrong[0]
-            raise ValueError(f"{sources[row]}: num_tokens is {num_tokens[row]} but [CLS] A [SEP] B [SEP] has "
-                             f"{lengths[row]} tokens")
+            layout = "[CLS] A [SEP] B [SEP]" if lengths_b[row] else "[CLS] A [SEP] (B is empty)"
+            raise ValueError(f"{sources[row]}: num_tokens is {num_tokens[row]} but {layout} has {lengths[row]} "
+                             "tokens")
         self._check_lengths(lengths, sources)
 
         batch_size, length = lengths.size, self._padded_length(lengths)
@@ -457,19 +474,24 @@ class ParquetFormat(ShardFormat):
         else:
             candidates = attention_mask & (columns > 0) & (columns != (lengths_a + 1)[:, None]) \
                 & (columns != (lengths - 1)[:, None])
+            starts = word_starts(input_ids, candidates, self.vocab.is_continuation) \
+                if self.settings.whole_word_masking else None
             rng = derived_rng(self.settings.seed, _MASKING, *masking_key)
             input_ids, masked_lm_labels = mask_batch(input_ids, candidates, lengths, rng, self.vocab.size,
-                                                     self.vocab.mask_id, self.settings.masked_lm_prob,
-                                                     self.settings.max_predictions_per_seq)
+                                                     self.vocab.mask_id, self.settings.masked_lm_ratio,
+                                                     self.settings.max_predictions_per_seq, starts)
         next_sentence_labels = np.concatenate([window.columns["is_random_next"][rows] for window, rows in parts])
         return {"input_ids": input_ids, "token_type_ids": token_type_ids.astype(np.int64),
                 "attention_mask": attention_mask.astype(np.int64), "masked_lm_labels": masked_lm_labels,
                 "next_sentence_labels": next_sentence_labels}
 
     def _token_ids(self, texts: list[str], sources: RowSources) -> tuple[np.ndarray, np.ndarray]:
-        """(ids of all tokens of all texts laid end to end, tokens per text) for space-joined token strings."""
-        lengths = np.fromiter(map(str.count, texts, repeat(" ")), dtype=np.int64, count=len(texts)) + 1
-        tokens = " ".join(texts).split(" ")
+        """(ids of all tokens of all texts laid end to end, tokens per text) for space-joined token strings.
+
+        An empty text has no tokens (the B of a single-segment sample)."""
+        nonempty = np.fromiter(map(bool, texts), dtype=bool, count=len(texts))
+        lengths = (np.fromiter(map(str.count, texts, repeat(" ")), dtype=np.int64, count=len(texts)) + 1) * nonempty
+        tokens = " ".join(filter(None, texts)).split(" ") if nonempty.any() else []
         try:
             ids = np.fromiter(map(self.vocab.ids.__getitem__, tokens), dtype=np.int64, count=len(tokens))
         except KeyError as error:
@@ -652,13 +674,33 @@ def _concatenate(parts: list) -> list | np.ndarray:
 # Worker processes
 
 
-def _worker_loop(builder: BatchBuilder, tasks: multiprocessing.Queue, results: multiprocessing.Queue) -> None:
+def _end_with_parent(parent_pid: int) -> None:
+    """Make this worker end when the trainer that forked it dies, whatever killed it (SIGKILL, the OOM killer):
+    on Linux the kernel sends the worker SIGKILL (prctl PR_SET_PDEATHSIG); the worker loop also polls its parent
+    id, for other systems. A parent that died before prctl took effect is caught by the same check."""
+    with contextlib.suppress(OSError, AttributeError):  # no libc with prctl: not Linux, the polling remains
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
+def _worker_loop(builder: BatchBuilder, tasks: multiprocessing.Queue, results: multiprocessing.Queue,
+                 parent_pid: int) -> None:
+    _end_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops the workers
     # Being terminated at exit is normal for a worker; the handler inherited from the trainer (Paddle's prints a
     # fatal-error report) must not run for it.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     results.cancel_join_thread()  # at shutdown, exit without waiting for unread batches to be collected
-    while (task := tasks.get()) is not None:
+    while True:
+        try:
+            task = tasks.get(timeout=_PARENT_POLL_SECONDS)
+        except queue.Empty:
+            if os.getppid() != parent_pid:  # orphaned: the trainer is gone, nobody will read the batches
+                return
+            continue
+        if task is None:
+            return
         try:
             results.put((task, builder.batch(*task), None))
         except Exception as error:  # handed to the main process, which raises it
@@ -670,7 +712,7 @@ def _batches_from_workers(builder: BatchBuilder, positions: Iterator[tuple[int, 
     """Batches in the order of `positions`, built ahead by forked worker processes."""
     context = multiprocessing.get_context("fork")
     tasks, results = context.Queue(), context.Queue()
-    workers = [context.Process(target=_worker_loop, args=(builder, tasks, results), daemon=True)
+    workers = [context.Process(target=_worker_loop, args=(builder, tasks, results, os.getpid()), daemon=True)
                for _ in range(num_workers)]
     for worker in workers:
         worker.start()
@@ -721,14 +763,17 @@ class PretrainingDataLoader:
 
     def __init__(self, input_dir: str, vocab_file: str, batch_size: int, max_seq_length: int,
                  max_predictions_per_seq: int, seed: int, rank: int = 0, world_size: int = 1,
-                 num_workers: int = 0, masked_lm_prob: float = 0.15,
+                 num_workers: int = 0, masked_lm_ratio: float = 0.15, whole_word_masking: bool = False,
                  shuffle_window_samples: int = SHUFFLE_WINDOW_SAMPLES):
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f"num_workers={num_workers!r}: must be a whole number of at least 0")
-        self.settings = LoaderSettings(batch_size, max_seq_length, max_predictions_per_seq, masked_lm_prob, seed,
-                                       rank, world_size, shuffle_window_samples)
+        self.settings = LoaderSettings(batch_size, max_seq_length, max_predictions_per_seq, masked_lm_ratio,
+                                       whole_word_masking, seed, rank, world_size, shuffle_window_samples)
         self.num_workers = num_workers
         self.shards = find_shards(input_dir)
+        if whole_word_masking and self.shards.statically_masked:
+            raise ValueError(f"{input_dir}: the shards are masked statically, so whole_word_masking cannot take "
+                             "effect; make them with --whole-word-masking, or with --no-masking to mask here")
         vocab = Vocab(vocab_file)
         self.ids_to_tokens = {index: token for token, index in vocab.ids.items()}
         self._builder = BatchBuilder(self.shards, vocab, self.settings)

@@ -1,4 +1,5 @@
-"""Tokenized documents -> BERT next-sentence pairs: Google's pair rule, its truncation, and LDDL's length bins.
+"""Tokenized documents -> BERT samples: Google's next-sentence pairs and their truncation, RoBERTa's single-segment
+DOC-SENTENCES samples, and LDDL's length bins.
 
 The logic shared by both preprocessors (lddl_preprocess.py writes LDDL parquet shards, create_pretraining_data.py
 writes NVIDIA/Google HDF5 shards); corpus.py reads the text and splits it into sentences before, and
@@ -14,6 +15,13 @@ chunk) sentences from a random start in a random other document, and the unused 
 put back; then the longer of A and B loses one token at a time, from the front or the back with probability 1/2
 each, until the pair fits. If ten draws only find the document itself, B comes from it and is_random_next is
 False (LDDL's fix of Google's code, which kept the label True).
+
+Without next-sentence prediction (`--no-nsp`) a sample is one segment, `[CLS] A [SEP]`, packed as RoBERTa's
+DOC-SENTENCES inputs (Liu et al. 2019, section 4.2): full sentences taken contiguously from one document, as many as
+fit in max_seq_length - 2 tokens; the next sentence starts the next sample and the document's end ends the last one,
+so a sample never crosses a document boundary (and is shorter only at a document's end). No short samples are drawn
+(RoBERTa trains on full-length inputs). A sentence longer than a whole sample is cut into pieces of that length, in
+order, so no text is lost.
 """
 
 from __future__ import annotations
@@ -81,6 +89,22 @@ def create_pairs_from_document(documents: Sequence[Document], document_index: in
             chunk, chunk_length = [], 0
         i += 1
     return pairs
+
+
+def create_segments_from_document(document: Document, max_seq_length: int) -> list[SentencePair]:
+    """The single-segment DOC-SENTENCES samples of one document (module docstring): B empty, is_random_next False."""
+    max_num_tokens = max_seq_length - 2  # [CLS] A [SEP]
+    pieces = [sentence[start:start + max_num_tokens] for sentence in document
+              for start in range(0, len(sentence), max_num_tokens)]
+    samples, current = [], []
+    for piece in pieces:
+        if current and len(current) + len(piece) > max_num_tokens:
+            samples.append(SentencePair(current, [], False))
+            current = []
+        current.extend(piece)
+    if current:
+        samples.append(SentencePair(current, [], False))
+    return samples
 
 
 def _uniform_int(rng: random.Random, low: int, high: int) -> int:

@@ -44,6 +44,39 @@ def documents_kept(corpus_file: Path, seed: int, sample_ratio: float) -> set[int
     return kept
 
 
+def documents_held_out(corpus_file: Path, seed: int, holdout_fraction: float) -> set[int]:
+    """The documents (line numbers, as documents_kept) that --holdout-fraction sets aside by the rule in
+    preprocess_pipeline's docstring: the top 53 bits of SplitMix64(SplitMix64(key)), over 2**53, are below it."""
+    held, offset = set(), 0
+    for line_number, line in enumerate(corpus_file.read_bytes().splitlines(keepends=True)):
+        key = splitmix64(splitmix64(splitmix64(seed) ^ 0) ^ offset)
+        if (splitmix64(splitmix64(key)) >> 11) / 2**53 < holdout_fraction:
+            held.add(line_number)
+        offset += len(line)
+    return held
+
+
+def words_of(tokens: list[str]) -> list[list[int]]:
+    """The positions of each word of a WordPiece sequence: a piece and the "##" pieces right after it; [CLS],
+    [SEP] and [PAD] belong to no word and end the one before them."""
+    words: list[list[int]] = []
+    in_word = False
+    for position, token in enumerate(tokens):
+        if token in ("[CLS]", "[SEP]", "[PAD]"):
+            in_word = False
+        elif in_word and token.startswith("##"):
+            words[-1].append(position)
+        else:
+            words.append([position])
+            in_word = True
+    return words
+
+
+def partly_masked_words(tokens: list[str], masked_positions: set[int]) -> list[list[int]]:
+    """The words of `tokens` (the original, unmasked pieces) of which some positions are masked and some not."""
+    return [word for word in words_of(tokens) if 0 < len(masked_positions.intersection(word)) < len(word)]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Pretraining runs: a 1-layer, hidden-32 BERT (the uncased vocab, so the LDDL sample shards fit) trained for a few
 # steps by run_pretraining.main() in this process.
@@ -261,3 +294,26 @@ def run_script(script: str, argv: list, timeout: float = 120, launch_ranks: int 
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, *launcher, str(ROOT / script), *map(str, argv)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sequence packing
+
+
+def ragged_batch(lengths: list[int], seq_length: int, vocab_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """A collated pretraining batch (the loader's keys and layout) of samples with these token counts, padded to
+    seq_length: random ids after [CLS] = 1, segment B in each sample's second half, a few masked positions (never
+    the [CLS]) and random NSP labels."""
+    rng = np.random.default_rng(seed)
+    batch = len(lengths)
+    columns = np.arange(seq_length)[None]
+    attention_mask = (columns < np.array(lengths)[:, None]).astype(np.int64)
+    input_ids = rng.integers(2, vocab_size, (batch, seq_length)) * attention_mask
+    input_ids[:, 0] = 1
+    token_type_ids = (columns >= (np.array(lengths) // 2)[:, None]).astype(np.int64) * attention_mask
+    masked_lm_labels = np.full((batch, seq_length), -1, np.int64)
+    for row, length in enumerate(lengths):
+        positions = rng.choice(np.arange(1, length), max(1, length // 4), replace=False)
+        masked_lm_labels[row, positions] = rng.integers(2, vocab_size, len(positions))
+    return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
+            "masked_lm_labels": masked_lm_labels, "next_sentence_labels": rng.integers(0, 2, batch)}

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+from collections import Counter
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from conftest import require_shared
-from masking import mask_batch, mask_tokens, num_to_predict
+from masking import _whole_words, continuation_pieces, mask_batch, mask_tokens, num_to_predict, word_starts
 
 
 def google_num_to_predict(num_tokens: int, masked_lm_prob: float, max_predictions_per_seq: int) -> int:
@@ -121,3 +122,118 @@ def test_rule_matches_real_lddl_static_masks():
     assert [len(p) for p in positions] == num_to_predict(num_tokens, 0.15).tolist()
     for p, length_a, length in zip(positions, lengths_a, num_tokens, strict=True):
         assert p.min() > 0 and length_a + 1 not in p and p.max() < length - 1
+
+
+# ------------------------------------------------------------------------------------------ whole-word masking
+
+
+def google_whole_word_choice(words: list[list[int]], num_to_predict: int) -> set[int]:
+    """The selection loop of Google's create_masked_lm_predictions with do_whole_word_mask, in plain Python, over
+    words already in their shuffled order: a word that would overflow the count is skipped, later ones may fit."""
+    covered: list[int] = []
+    for word in words:
+        if len(covered) >= num_to_predict:
+            break
+        if len(covered) + len(word) > num_to_predict:
+            continue
+        covered.extend(word)
+    return set(covered)
+
+
+def random_words(rng: np.random.Generator, batch: int, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows [CLS] A [SEP] B [SEP] of random lengths, ids 1000.. of which the odd ones are "##" pieces."""
+    input_ids = rng.integers(1000, 1010, size=(batch, length))
+    num_tokens = rng.integers(5, length + 1, size=batch)
+    a_ends = rng.integers(1, num_tokens - 3) + 1  # the first [SEP]
+    columns = np.arange(length)[None, :]
+    candidate_mask = (columns > 0) & (columns < (num_tokens - 1)[:, None]) & (columns != a_ends[:, None])
+    input_ids[~candidate_mask] = 101
+    return input_ids, candidate_mask, num_tokens
+
+
+IS_CONTINUATION = np.zeros(1010, dtype=bool)
+IS_CONTINUATION[1001::2] = True
+
+
+def test_continuation_pieces_and_word_starts():
+    vocab = {"[CLS]": 0, "[SEP]": 1, "un": 2, "##break": 3, "##able": 4, "word": 5}
+    assert continuation_pieces(vocab).tolist() == [False, False, False, True, True, False]
+    #                        [CLS] un ##break ##able word [SEP] ##able ##able [SEP]
+    input_ids = np.array([[0, 2, 3, 4, 5, 1, 4, 4, 1]])
+    candidate_mask = input_ids > 1
+    # A "##" piece right after [SEP] (left by truncation) starts its own word.
+    assert word_starts(input_ids, candidate_mask, continuation_pieces(vocab)).astype(int).tolist() == [
+        [0, 1, 0, 0, 1, 0, 1, 0, 0]]
+
+
+def test_whole_words_follow_googles_loop_in_key_order():
+    """Given the keys (the shuffle), the words taken are exactly those of Google's loop visiting words by key."""
+    rng = np.random.default_rng(11)
+    input_ids, candidate_mask, num_tokens = random_words(rng, 400, 40)
+    starts = word_starts(input_ids, candidate_mask, IS_CONTINUATION)
+    for masked_lm_prob in (0.15, 0.3, 0.6):
+        counts = np.minimum(num_to_predict(num_tokens, masked_lm_prob, 9), candidate_mask.sum(axis=1))
+        keys = np.where(candidate_mask, rng.random(input_ids.shape), np.inf)
+        chosen = _whole_words(keys, candidate_mask, starts, counts)
+        for row in range(len(input_ids)):
+            words: list[list[int]] = []
+            for position in np.flatnonzero(candidate_mask[row]):
+                if starts[row, position]:
+                    words.append([position])
+                else:
+                    words[-1].append(position)
+            words.sort(key=lambda word: keys[row, word[0]])
+            assert set(np.flatnonzero(chosen[row])) == google_whole_word_choice(words, int(counts[row])), row
+
+
+def test_whole_word_masking_masks_every_piece_of_a_word_or_none():
+    rng = np.random.default_rng(12)
+    input_ids, candidate_mask, num_tokens = random_words(rng, 2000, 64)
+    starts = word_starts(input_ids, candidate_mask, IS_CONTINUATION)
+    masked, labels = mask_batch(input_ids, candidate_mask, num_tokens, rng, 1010, 103, 0.15, 20, starts=starts)
+    picked = labels >= 0
+    assert not (picked & ~candidate_mask).any()
+    word_of = np.cumsum(starts, axis=1)
+    budget = num_to_predict(num_tokens, 0.15, 20)
+    counts = picked.sum(axis=1)
+    for row in range(len(input_ids)):
+        words = word_of[row][candidate_mask[row]]
+        hits = picked[row][candidate_mask[row]]
+        for word in np.unique(words):
+            assert hits[words == word].all() or not hits[words == word].any(), row
+        # Google's rule leaves a row unmasked only when every word is longer than the count.
+        assert counts[row] >= 1 or np.unique(words, return_counts=True)[1].min() > budget[row], row
+    assert (counts <= budget).all() and np.mean(counts == budget) > 0.9
+    np.testing.assert_array_equal(labels[picked], input_ids[picked])
+    # Each piece is replaced on its own: 80% [MASK], 10% kept, 10% random.
+    replaced = masked[picked]
+    assert abs(np.mean(replaced == 103) - 0.8) < 0.02
+    assert abs(np.mean(replaced == input_ids[picked]) - (0.1 + 0.1 / 1010)) < 0.02
+
+
+def test_whole_words_of_one_piece_are_the_per_piece_rule():
+    """Without "##" pieces every word is one piece: the same generator state picks the same positions and ids."""
+    rng = np.random.default_rng(13)
+    input_ids, candidate_mask, num_tokens = random_words(rng, 300, 50)
+    starts = word_starts(input_ids, candidate_mask, np.zeros(1010, dtype=bool))
+    per_piece = mask_batch(input_ids, candidate_mask, num_tokens, np.random.default_rng(4), 1010, 103, 0.3, 12)
+    whole_word = mask_batch(input_ids, candidate_mask, num_tokens, np.random.default_rng(4), 1010, 103, 0.3, 12,
+                            starts=starts)
+    for left, right in zip(per_piece, whole_word, strict=True):
+        np.testing.assert_array_equal(left, right)
+
+
+def test_whole_word_choice_is_uniform_over_words():
+    """[CLS] w0 w1 w2(2 pieces) w3 [SEP], count round(0.4 * 7) = 3. Over the 24 equally likely visiting orders
+    Google's rule takes w2 with the single word before or after it when w2 comes first or second (each single
+    word 1/6), and {w0, w1, w3} when w2 comes third (it overflows and is skipped) or last: probability 1/2."""
+    input_ids = np.tile(np.array([101, 1000, 1002, 1004, 1001, 1006, 102]), (20000, 1))
+    candidate_mask = input_ids != 101
+    candidate_mask[:, -1] = False
+    starts = word_starts(input_ids, candidate_mask, IS_CONTINUATION)
+    _, labels = mask_batch(input_ids, candidate_mask, np.full(20000, 7), np.random.default_rng(14), 1010, 103, 0.4,
+                           starts=starts)
+    outcomes = Counter(tuple(np.flatnonzero(row >= 0)) for row in labels)
+    assert set(outcomes) == {(1, 2, 5), (1, 3, 4), (2, 3, 4), (3, 4, 5)}
+    observed = np.array([outcomes[key] for key in sorted(outcomes)], dtype=float)
+    assert chi_square(observed, 20000 * np.array([1 / 2, 1 / 6, 1 / 6, 1 / 6])) < chi_square_bound(3)

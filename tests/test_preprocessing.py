@@ -23,7 +23,7 @@ import create_pretraining_data
 import lddl_preprocess
 import preprocess_pipeline
 from conftest import require_shared
-from helpers import documents_kept
+from helpers import documents_held_out, documents_kept, partly_masked_words, words_of
 from preprocess_pipeline import run_pipeline, run_tasks
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -95,12 +95,18 @@ def positions_of(row: dict) -> list[int]:
 
 
 def sequence_of(row: dict) -> list[str]:
-    return ["[CLS]", *row["A"].split(), "[SEP]", *row["B"].split(), "[SEP]"]
+    """[CLS] A [SEP] B [SEP], or [CLS] A [SEP] for a single-segment row (empty B)."""
+    b_part = [*row["B"].split(), "[SEP]"] if row["B"] else []
+    return ["[CLS]", *row["A"].split(), "[SEP]", *b_part]
 
 
 def owner(token: str) -> int:
     """The document a corpus word belongs to (see document_words)."""
     return SYLLABLES.index(token[:2]) * len(SYLLABLES) + SYLLABLES.index(token[2:4])
+
+
+def vocab_id(corpus: dict[str, Path], token: str) -> int:
+    return corpus["vocab"].read_text().split("\n").index(token)
 
 
 def documents_in(rows: list[dict]) -> set[int]:
@@ -119,8 +125,11 @@ def run_parquet_pipeline(corpus: dict[str, Path], output: Path, flags: list[str]
                               "--max-seq-length", "32", *flags])
     settings = preprocess_pipeline.settings_from_arguments(parser, args, masking=True)
     result = run_pipeline([corpus["text"]], "auto", output, settings, lddl_preprocess.write_parquet_shard,
-                          lddl_preprocess._ShardNamer(False), executor, num_workers, range_bytes=range_bytes)
+                          lddl_preprocess._ShardNamer(False), executor, num_workers, range_bytes=range_bytes,
+                          holdout_dir=preprocess_pipeline.holdout_dir_of(args))
     lddl_preprocess.write_num_samples(output, result.rows_per_shard)
+    if result.holdout is not None:
+        lddl_preprocess.write_num_samples(result.holdout.output_dir, result.holdout.rows_per_shard)
     return result
 
 
@@ -136,13 +145,18 @@ def test_same_seed_same_bytes_whatever_the_workers_engine_or_read_ranges(corpus,
     sampled_flags = ["--sample-ratio", "0.6", "--seed", "3"]
     sampled = run_cli(lddl_preprocess, corpus, tmp_path / "sampled", *sampled_flags)
     assert sampled["documents"] == len(documents_kept(corpus["text"], 3, 0.6)) < NUM_DOCUMENTS
+    held_flags = ["--holdout-fraction", "0.3", "--seed", "3"]
+    held = run_cli(lddl_preprocess, corpus, tmp_path / "held", *held_flags)
+    assert held["holdout"]["documents"] == len(documents_held_out(corpus["text"], 3, 0.3)) > 0
     with preprocess_pipeline.open_executor(2) as pool:
-        for name, flags in [("all", []), ("sampled", sampled_flags)]:
+        for name, flags in [("all", []), ("sampled", sampled_flags), ("held", held_flags)]:
             pooled = run_parquet_pipeline(corpus, tmp_path / f"{name}-pool", flags, pool, 2)
             assert pooled.engine == "ProcessPoolExecutor"
             assert folder_bytes(tmp_path / f"{name}-pool") == folder_bytes(tmp_path / name)
             run_parquet_pipeline(corpus, tmp_path / f"{name}-ranges", flags, range_bytes=97)
             assert folder_bytes(tmp_path / f"{name}-ranges") == folder_bytes(tmp_path / name)
+    for copy in ("held-pool", "held-ranges"):
+        assert folder_bytes(tmp_path / f"{copy}_holdout") == folder_bytes(tmp_path / "held_holdout")
 
 
 def test_dask_local_cluster_gives_the_process_pool_output(corpus, tmp_path):
@@ -203,6 +217,60 @@ def test_flag_sample_ratio_keeps_the_seeded_documents(corpus, tmp_path, capsys):
     message = expect_exit(capsys, lddl_preprocess,
                           cli_argv(corpus, tmp_path / "none", "--num-workers", "1", "--sample-ratio", "1e-9"))
     assert message.endswith("no documents with text found (--sample-ratio 1e-09 kept none)")
+
+# ------------------------------------------------------------------------------------------ held-out documents
+
+
+def test_flag_holdout_fraction_sets_the_seeded_documents_aside(corpus, tmp_path):
+    expected = documents_held_out(corpus["text"], 12345, 0.3)
+    assert 0 < len(expected) < NUM_DOCUMENTS  # the seed makes a real choice
+    summary = run_cli(lddl_preprocess, corpus, tmp_path / "train", "--holdout-fraction", "0.3", "--no-masking")
+    training, held = read_rows(tmp_path / "train"), read_rows(tmp_path / "train_holdout")
+    # Every sample, random next segments included, comes from its own set's documents.
+    assert documents_in(held) == expected and documents_in(training) == set(range(NUM_DOCUMENTS)) - expected
+    assert summary["documents"] == NUM_DOCUMENTS - len(expected)
+    assert summary["holdout"] == {"output_dir": str(tmp_path / "train_holdout"), "files": 1,
+                                  "documents": len(expected), "samples": len(held)}
+    # ceil(0.3 * 2 shards) = 1 held-out shard, listed in its own .num_samples.json
+    assert json.loads((tmp_path / "train_holdout" / ".num_samples.json").read_text()) == {
+        "shard-0.parquet": len(held)}
+
+    # --holdout-dir names the folder; --seed changes the choice; sampling first, then holding out of the rest.
+    run_cli(lddl_preprocess, corpus, tmp_path / "again", "--holdout-fraction", "0.3", "--no-masking",
+            "--holdout-dir", str(tmp_path / "elsewhere"))
+    assert folder_bytes(tmp_path / "elsewhere") == folder_bytes(tmp_path / "train_holdout")
+    assert folder_bytes(tmp_path / "again") == folder_bytes(tmp_path / "train")
+    reseeded = documents_held_out(corpus["text"], 7, 0.3)
+    assert reseeded != expected
+    run_cli(lddl_preprocess, corpus, tmp_path / "seed7", "--holdout-fraction", "0.3", "--seed", "7", "--no-masking")
+    assert documents_in(read_rows(tmp_path / "seed7_holdout")) == reseeded
+    kept = documents_kept(corpus["text"], 12345, 0.6)
+    run_cli(lddl_preprocess, corpus, tmp_path / "sampled", "--holdout-fraction", "0.3", "--sample-ratio", "0.6",
+            "--no-masking")
+    assert documents_in(read_rows(tmp_path / "sampled_holdout")) == expected & kept
+    assert documents_in(read_rows(tmp_path / "sampled")) == kept - expected
+
+    hdf5 = run_cli(create_pretraining_data, corpus, tmp_path / "h5", "--holdout-fraction", "0.3")
+    assert (hdf5["documents"], hdf5["holdout"]["documents"]) == (NUM_DOCUMENTS - len(expected), len(expected))
+    assert sorted(p.name for p in (tmp_path / "h5_holdout").iterdir()) == ["shard-0.hdf5"]
+
+
+def test_bad_holdout_flags_name_the_flag(corpus, tmp_path, capsys):
+    cases = [(["--holdout-fraction", "1"], "--holdout-fraction 1.0 must be in [0, 1)"),
+             (["--holdout-fraction", "-0.1"], "--holdout-fraction -0.1 must be in [0, 1)"),
+             (["--holdout-dir", str(tmp_path / "h")], "--holdout-dir needs --holdout-fraction above 0"),
+             (["--holdout-fraction", "0.5", "--holdout-dir", str(tmp_path / "out")], "must not be --output-dir"),
+             (["--holdout-fraction", "1e-9"], "--holdout-fraction 1e-09: the held-out set gets none of the 12 "
+                                              "documents"),
+             (["--holdout-fraction", "0.999999"], "--holdout-fraction 0.999999: the training set gets none")]
+    for flags, message in cases:
+        argv = cli_argv(corpus, tmp_path / "out", "--num-workers", "1", *flags)
+        assert message in expect_exit(capsys, lddl_preprocess, argv), flags
+    (tmp_path / "full_holdout").mkdir()
+    (tmp_path / "full_holdout" / "x").write_text("x")
+    argv = cli_argv(corpus, tmp_path / "full", "--num-workers", "1", "--holdout-fraction", "0.3")
+    assert "full_holdout: output folder is not empty" in expect_exit(capsys, lddl_preprocess, argv)
+
 
 # ------------------------------------------------------------------------------------------ LDDL compatibility
 
@@ -319,6 +387,42 @@ def test_pairs_follow_nsp_rules_on_the_corpus(corpus, tmp_path):
             assert len({owner(t) for t in a_words}) == 1
             assert (owner(a_words[0]) != owner(b_words[0])) == row["is_random_next"]
     assert 0.45 < np.mean([row["is_random_next"] for row in rows]) < 0.65
+
+
+def test_no_nsp_packs_whole_sentences_of_one_document(corpus, tmp_path):
+    """RoBERTa's DOC-SENTENCES: each sample is B-less, at most 32 tokens, whole sentences of one document; a
+    document's samples, in text order, tile it exactly, and each is cut only where the next sentence would not fit."""
+    summary, rows = rows_of(lddl_preprocess, corpus, tmp_path, "single", "--no-nsp", "--no-masking",
+                            "--duplicate-factor", "1")
+    assert summary["random_next_fraction"] == 0 and len(rows) > 50
+    documents = [" ".join(line.lower().replace(".", " .").split()).split(" ")
+                 for line in corpus["text"].read_text().splitlines()]
+    by_document: dict[int, list[list[str]]] = {}
+    for row in rows:
+        assert row["B"] == "" and row["is_random_next"] is False
+        tokens = row["A"].split(" ")
+        assert row["num_tokens"] == len(tokens) + 2 <= 32 and tokens[-1] == "."
+        assert len({owner(token) for token in tokens if token not in ".,"}) == 1
+        by_document.setdefault(owner(tokens[0]), []).append(tokens)
+    assert sorted(by_document) == list(range(NUM_DOCUMENTS))
+    for document, samples in by_document.items():
+        text = documents[document]
+        starts = {}
+        for sample in samples:
+            start = next(i for i in range(len(text)) if text[i:i + len(sample)] == sample
+                         and (i == 0 or text[i - 1] == "."))
+            starts[start] = sample
+        ordered = [starts[start] for start in sorted(starts)]
+        assert [token for sample in ordered for token in sample] == text
+        for sample, following in zip(ordered, ordered[1:], strict=False):
+            next_sentence = following[:following.index(".") + 1]
+            assert len(sample) + len(next_sentence) > 30
+
+
+def test_no_nsp_needs_no_short_seq_prob(corpus, tmp_path, capsys):
+    message = expect_exit(capsys, lddl_preprocess, cli_argv(corpus, tmp_path / "out", "--no-nsp",
+                                                            "--short-seq-prob", "0.2"))
+    assert message.endswith("--short-seq-prob shortens NSP pairs; --no-nsp samples are packed full (RoBERTa)")
 
 
 def test_binning_and_balancing(corpus, tmp_path):
@@ -475,6 +579,77 @@ def test_flag_masked_lm_ratio_and_prob(corpus, tmp_path):
     assert (counts == np.maximum(1, np.rint(0.3 * data["input_mask"].sum(axis=1)))).all()
 
 
+def test_masked_lm_ratio_is_one_flag_with_googles_name_as_alias(corpus, tmp_path):
+    run_cli(create_pretraining_data, corpus, tmp_path / "ratio", "--masked-lm-ratio", "0.3")
+    run_cli(create_pretraining_data, corpus, tmp_path / "prob", "--masked-lm-prob", "0.3")
+    run_cli(create_pretraining_data, corpus, tmp_path / "default")
+    assert folder_bytes(tmp_path / "ratio") == folder_bytes(tmp_path / "prob") != folder_bytes(tmp_path / "default")
+
+
+# ----------------------------------------------------------------------------------------- whole-word masking
+
+
+def wikitext_shards(tmp_path: Path, module, name: str, *flags: str) -> Path:
+    """Shards of WikiText-2's test split with the real uncased vocab (one duplicate, two shards)."""
+    output = tmp_path / name
+    with contextlib.redirect_stdout(io.StringIO()):
+        module.main(["--input", str(require_shared("data", "wikitext-2", "wiki.test.raw")),
+                     "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")), "--output-dir",
+                     str(output), "--num-shards", "2", "--num-blocks", "2", "--duplicate-factor", "1",
+                     "--num-workers", "1", "--seed", "5", *flags])
+    return output
+
+
+def parquet_masks(folder: Path) -> list[tuple[list[str], set[int]]]:
+    """(original tokens of [CLS] A [SEP] B [SEP], masked positions) of every row of a parquet set."""
+    samples = []
+    for row in read_rows(folder):
+        tokens, positions = sequence_of(row), positions_of(row)
+        for position, label in zip(positions, row["masked_lm_labels"].split(), strict=True):
+            tokens[position] = label
+        samples.append((tokens, set(positions)))
+    return samples
+
+
+def hdf5_masks(folder: Path) -> list[tuple[list[str], set[int]]]:
+    """(original tokens, masked positions) of every row of an HDF5 set, read through the uncased vocab."""
+    vocab = require_shared("vocab", "bert-uncased-vocab.txt").read_text(encoding="utf-8").split("\n")
+    samples = []
+    for path in sorted(folder.iterdir()):
+        data = decode_hdf5(path)
+        for i in range(len(data["input_ids"])):
+            ids = data["input_ids"][i][:int(data["input_mask"][i].sum())].copy()
+            count = int((data["masked_lm_positions"][i] > 0).sum())
+            ids[data["masked_lm_positions"][i][:count]] = data["masked_lm_ids"][i][:count]
+            samples.append(([vocab[t] for t in ids], set(data["masked_lm_positions"][i][:count].tolist())))
+    return samples
+
+
+@pytest.mark.parametrize("ratio", ["0.15", "0.3"])
+@pytest.mark.parametrize("module, read_masks, flags", [
+    (lddl_preprocess, parquet_masks, []),
+    (create_pretraining_data, hdf5_masks, ["--max-predictions-per-seq", "80"]),
+])
+def test_whole_word_masking_masks_whole_words_at_the_ratio(tmp_path, module, read_masks, flags, ratio):
+    whole = read_masks(wikitext_shards(tmp_path, module, "whole", "--masked-lm-ratio", ratio, "--whole-word-masking",
+                                       *flags))
+    pieces = read_masks(wikitext_shards(tmp_path, module, "pieces", "--masked-lm-ratio", ratio, *flags))
+    assert [tokens for tokens, _ in whole] == [tokens for tokens, _ in pieces]  # the flag changes only the masks
+    assert sum(len(partly_masked_words(tokens, masked)) for tokens, masked in pieces) > 100
+    assert all(partly_masked_words(tokens, masked) == [] for tokens, masked in whole)
+    masked_long_words = sum(1 for tokens, masked in whole for word in words_of(tokens)
+                            if len(word) > 1 and masked.issuperset(word))
+    assert masked_long_words > 100
+    rate = sum(len(masked) for _, masked in whole) / sum(len(tokens) for tokens, _ in whole)
+    assert abs(rate - float(ratio)) < 0.005
+
+
+def test_whole_word_masking_needs_static_masking(corpus, tmp_path, capsys):
+    for flags in (["--whole-word-masking"], ["--masked-lm-ratio", "0.3"]):
+        message = expect_exit(capsys, lddl_preprocess, cli_argv(corpus, tmp_path / "out", "--no-masking", *flags))
+        assert f"{flags[0]} set static masking, which --no-masking turns off" in message
+
+
 def test_flag_num_blocks_keeps_random_next_inside_a_partition(corpus, tmp_path):
     # With far more partitions than documents every document is alone: no random next is possible.
     alone = run_cli(lddl_preprocess, corpus, tmp_path / "alone", "--num-blocks", "5000")
@@ -538,10 +713,13 @@ def test_bad_flag_values_name_the_flag(corpus, tmp_path, capsys, module, flag, v
 
 @pytest.mark.parametrize("module, flag, value", [
     (lddl_preprocess, "--bin-size", "5"), (lddl_preprocess, "--bin-size", "0"),
-    (lddl_preprocess, "--masked-lm-ratio", "0"), (create_pretraining_data, "--masked-lm-prob", "1.5"),
+    (lddl_preprocess, "--masked-lm-ratio", "0"), (create_pretraining_data, "--masked-lm-ratio", "1.5"),
     (create_pretraining_data, "--max-predictions-per-seq", "0")])
 def test_bad_writer_flags(corpus, tmp_path, capsys, module, flag, value):
     assert f"{flag} {value}" in expect_exit(capsys, module, cli_argv(corpus, tmp_path / "out", flag, value))
+    if flag == "--masked-lm-ratio":  # Google's spelling is the same flag
+        argv = cli_argv(corpus, tmp_path / "out", "--masked-lm-prob", value)
+        assert f"--masked-lm-ratio {float(value)}" in expect_exit(capsys, create_pretraining_data, argv)
 
 
 def test_bad_vocab_names_the_file(corpus, tmp_path, capsys):
@@ -602,6 +780,8 @@ def test_arrow_table_reads_back_with_lddl_types(corpus, tmp_path):
 @pytest.mark.parametrize("module, flags", [
     (lddl_preprocess, []),
     (lddl_preprocess, ["--no-masking", "--bin-size", "16", "--short-seq-prob", "0.5"]),
+    (lddl_preprocess, ["--no-nsp", "--whole-word-masking"]),
+    (lddl_preprocess, ["--no-nsp", "--no-masking", "--bin-size", "16"]),
     (create_pretraining_data, ["--max-predictions-per-seq", "8"]),
 ])
 def test_our_shards_load_in_the_training_loader(corpus, tmp_path, module, flags):
@@ -612,6 +792,12 @@ def test_our_shards_load_in_the_training_loader(corpus, tmp_path, module, flags)
                                    max_predictions_per_seq=8, seed=0)
     served = Counter()
     for _, batch in zip(range(loader.steps_per_epoch), loader, strict=False):
+        if "--no-nsp" in flags:  # [CLS] A [SEP]: one segment, one [SEP] at the end, never masked
+            lengths = batch["attention_mask"].sum(axis=1)
+            assert not batch["token_type_ids"].any() and not batch["next_sentence_labels"].any()
+            sep = batch["input_ids"] == vocab_id(corpus, "[SEP]")
+            assert (sep.sum(axis=1) == 1).all() and sep[np.arange(len(lengths)), lengths - 1].all()
+            assert (batch["masked_lm_labels"][np.arange(len(lengths)), lengths - 1] == -1).all()
         for ids, mask, labels, nsp in zip(batch["input_ids"], batch["attention_mask"], batch["masked_lm_labels"],
                                           batch["next_sentence_labels"], strict=True):
             length = int(mask.sum())

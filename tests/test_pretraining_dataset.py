@@ -26,6 +26,7 @@ import pytest
 import create_pretraining_data
 import lddl_preprocess
 from conftest import ROOT, require_shared
+from helpers import partly_masked_words, words_of
 from pretraining_dataset import BatchBuilder, PretrainingDataLoader, main
 
 KEYS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_labels", "next_sentence_labels")
@@ -195,6 +196,56 @@ def test_lddl_dynamic_set_is_masked_by_googles_rule(uncased_vocab):
             replaced_by_mask += (np.array(sample["input_ids"])[labels >= 0] == vocab["[MASK]"]).sum()
     assert seen == expected and sum(seen.values()) == 5406
     assert abs(replaced_by_mask / picked - 0.8) < 0.02
+
+
+@pytest.fixture(scope="module")
+def wikitext_unmasked(tmp_path_factory) -> Path:
+    """WikiText-2's test split as shards without static masks (our preprocessor, the uncased vocab)."""
+    output = tmp_path_factory.mktemp("wikitext") / "unmasked"
+    with contextlib.redirect_stdout(io.StringIO()):
+        lddl_preprocess.main(["--input", str(require_shared("data", "wikitext-2", "wiki.test.raw")),
+                              "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")),
+                              "--output-dir", str(output), "--num-shards", "2", "--duplicate-factor", "1",
+                              "--num-workers", "1", "--no-masking"])
+    return output
+
+
+def dynamic_masks(loader: PretrainingDataLoader, vocab_file: Path) -> list[tuple[list[str], set[int]]]:
+    """(original tokens, masked positions) of every sample of one epoch."""
+    tokens_of = {index: token for token, index in vocab_ids(vocab_file).items()}
+    masks = []
+    for batch in one_epoch(loader):
+        for sample in samples(batch):
+            original = unmasked(sample)["input_ids"]
+            masks.append(([tokens_of[index] for index in original],
+                          {position for position, label in enumerate(sample["masked_lm_labels"]) if label >= 0}))
+    return masks
+
+
+@pytest.mark.parametrize("ratio", [0.15, 0.3])
+def test_whole_word_masking_masks_whole_words_at_the_ratio(wikitext_unmasked, uncased_vocab, ratio):
+    def masks(whole_word_masking: bool) -> list[tuple[list[str], set[int]]]:
+        loader = PretrainingDataLoader(str(wikitext_unmasked), str(uncased_vocab), batch_size=64, max_seq_length=128,
+                                       max_predictions_per_seq=80, seed=5, masked_lm_ratio=ratio,
+                                       whole_word_masking=whole_word_masking)
+        return dynamic_masks(loader, uncased_vocab)
+
+    whole, pieces = masks(True), masks(False)
+    assert [tokens for tokens, _ in whole] == [tokens for tokens, _ in pieces]  # same samples, other masks
+    assert sum(len(partly_masked_words(tokens, masked)) for tokens, masked in pieces) > 100
+    assert all(partly_masked_words(tokens, masked) == [] for tokens, masked in whole)
+    assert sum(1 for tokens, masked in whole for word in words_of(tokens)
+               if len(word) > 1 and masked.issuperset(word)) > 100
+    rate = sum(len(masked) for _, masked in whole) / sum(len(tokens) for tokens, _ in whole)
+    assert abs(rate - ratio) < 0.005
+
+
+def test_whole_word_masking_of_a_statically_masked_set_is_refused(uncased_vocab):
+    folder = require_shared("data", "lddl-sample", "wikitext2-test-seq128-unbinned")
+    with pytest.raises(ValueError, match="the shards are masked statically, so whole_word_masking cannot take effect"):
+        PretrainingDataLoader(str(folder), str(uncased_vocab), 8, 128, 20, seed=0, whole_word_masking=True)
+    with pytest.raises(ValueError, match="masked_lm_ratio=1.5: must be between 0 and 1"):
+        PretrainingDataLoader(str(folder), str(uncased_vocab), 8, 128, 20, seed=0, masked_lm_ratio=1.5)
 
 
 def test_parent_folder_is_refused_with_the_shard_folders_named(uncased_vocab):
@@ -471,6 +522,38 @@ def test_bad_parquet_shards_are_named(tiny_vocab, tmp_path):
     pq.write_table(pq.read_table(folder / "shard-0.parquet").drop_columns(["num_tokens"]), shard)
     with pytest.raises(ValueError, match=r"shard-1.parquet: missing column\(s\) num_tokens"):
         PretrainingDataLoader(str(folder), str(tiny_vocab), 4, 64, 10, seed=0)
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    schema = pa.schema([("A", pa.string()), ("B", pa.string()), ("is_random_next", pa.bool_()),
+                        ("num_tokens", pa.uint16())])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+
+
+def test_single_segment_rows_are_cls_a_sep(tiny_vocab, tmp_path):
+    """A row with an empty B (lddl_preprocess --no-nsp) is [CLS] A [SEP] with token types 0; pairs beside it keep
+    their layout."""
+    vocab = vocab_ids(tiny_vocab)
+    single = {"A": "w1 w2 w3", "B": "", "is_random_next": False, "num_tokens": 5}
+    pair = {"A": "w4", "B": "w5 w6", "is_random_next": True, "num_tokens": 6}
+    write_rows(tmp_path / "set" / "shard-0.parquet", [single, pair])
+    loader = PretrainingDataLoader(str(tmp_path / "set"), str(tiny_vocab), 2, 16, 2, seed=0)
+    got = sorted((unmasked(sample) for sample in samples(take(loader, 1)[0])), key=lambda row: len(row["input_ids"]))
+    ids = [vocab[token] for token in ("[CLS]", "w1", "w2", "w3", "[SEP]")]
+    assert got[0] == {"input_ids": ids, "token_type_ids": [0] * 5, "next_sentence_labels": 0}
+    ids = [vocab[token] for token in ("[CLS]", "w4", "[SEP]", "w5", "w6", "[SEP]")]
+    assert got[1] == {"input_ids": ids, "token_type_ids": [0, 0, 0, 1, 1, 1], "next_sentence_labels": 1}
+
+    write_rows(tmp_path / "long" / "shard-0.parquet", [single | {"num_tokens": 6}, pair])
+    loader = PretrainingDataLoader(str(tmp_path / "long"), str(tiny_vocab), 2, 16, 2, seed=0)
+    with pytest.raises(ValueError, match=r"shard-0.parquet: row 0: num_tokens is 6 but \[CLS\] A \[SEP\] "
+                                         r"\(B is empty\) has 5 tokens"):
+        take(loader, 1)
+    write_rows(tmp_path / "empty" / "shard-0.parquet", [single | {"A": "", "num_tokens": 2}, pair])
+    loader = PretrainingDataLoader(str(tmp_path / "empty"), str(tiny_vocab), 2, 16, 2, seed=0)
+    with pytest.raises(ValueError, match="shard-0.parquet: row 0: segment A is empty"):
+        take(loader, 1)
 
 
 def test_inconsistent_sets_are_named(uncased_vocab, tiny_vocab, tmp_path):

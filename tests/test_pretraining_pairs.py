@@ -1,4 +1,5 @@
-"""Tests for pretraining_pairs.py: Google's NSP pair rule, its truncation and LDDL's length bins."""
+"""Tests for pretraining_pairs.py: Google's NSP pair rule, its truncation, RoBERTa's DOC-SENTENCES samples and
+LDDL's length bins."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import random
 
 import pytest
 
-from pretraining_pairs import bin_id, create_pairs_from_document, truncate_seq_pair
+from pretraining_pairs import (
+    SentencePair,
+    bin_id,
+    create_pairs_from_document,
+    create_segments_from_document,
+    truncate_seq_pair,
+)
 
 
 def one_token_documents(num_documents: int, rng: random.Random) -> list[list[list[int]]]:
@@ -106,3 +113,15 @@ def test_bin_id_is_lddls_rule():
     # LDDL: bin_id = min((num_tokens - 1) // bin_size, nbins - 1): 1..64 -> 0, 65..128 -> 1.
     assert [bin_id(n, 64, 2) for n in (1, 64, 65, 128)] == [0, 0, 1, 1]
     assert [bin_id(n, 32, 4) for n in (32, 33, 96, 97, 128)] == [0, 1, 2, 3, 3]
+
+
+def test_doc_sentences_pack_whole_sentences_of_the_document():
+    """max_seq_length 10 leaves 8 tokens: sentences of 3, 4, 2, 5, 1 tokens pack as [3 + 4], [2 + 5 + 1]."""
+    document = [[1, 2, 3], [4, 5, 6, 7], [8, 9], [10, 11, 12, 13, 14], [15]]
+    assert create_segments_from_document(document, 10) == [
+        SentencePair([1, 2, 3, 4, 5, 6, 7], [], False), SentencePair([8, 9, 10, 11, 12, 13, 14, 15], [], False)]
+    # A sentence that fills a sample exactly, and one longer than a sample, which is cut in order (no text lost).
+    assert create_segments_from_document([[1, 2], list(range(10, 18)), list(range(20, 31)), [40]], 10) == [
+        SentencePair([1, 2], [], False), SentencePair(list(range(10, 18)), [], False),
+        SentencePair(list(range(20, 28)), [], False), SentencePair([28, 29, 30, 40], [], False)]
+    assert create_segments_from_document([[7]], 10) == [SentencePair([7], [], False)]
