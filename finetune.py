@@ -119,10 +119,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--from-pretrained-params", "--init-checkpoint", dest="from_pretrained_params",
                        help="initial weights: a .pdparams or .safetensors file (pretraining, converted Hugging Face "
                             "or fine-tuned) or a folder holding <model-prefix>.pdparams or <model-prefix>.safetensors")
-    model.add_argument("--from-checkpoint",
-                       help="initial weights from run_pretraining.py's checkpoints: one step folder, or with "
-                            "--last-step-of-checkpoint the phase folder holding the <step>/ folders (its optimizer "
-                            "state and progress are not used)")
+    model.add_argument("--from-checkpoint", help="initial weights from run_pretraining.py's checkpoints: one step "
+                       "folder, or with --last-step-of-checkpoint the phase folder holding the <step>/ folders (their "
+                       "optimizer state and progress are not used)")
     model.add_argument("--last-step-of-checkpoint", type=_last_step, default=None,
                        help="--from-checkpoint is a phase folder: take its step folder N, or with auto the newest "
                             "complete one; None: --from-checkpoint is the step folder itself")
