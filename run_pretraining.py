@@ -5,8 +5,9 @@
     python -m paddle.distributed.launch --nnodes 2 --master HOST:PORT --nproc_per_node 8 run_pretraining.py ...
 
 The command line is NVIDIA's Paddle BERT run_pretraining.py (same names and defaults), plus --num-workers,
---keep-checkpoint-max, --amp-dtype, --lr-decay-power, --constant-proportion, --max-grad-norm and
---max-nonfinite-steps. `build_parser()` is the single definition of the options.
+--keep-checkpoint-max, --amp-dtype, --lr-decay-power, --constant-proportion, --max-grad-norm,
+--max-nonfinite-steps, --masked-lm-ratio and --whole-word-masking (dynamic masking). `build_parser()` is the
+single definition of the options.
 
 One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W ranks:
   1. each rank draws k micro-batches of --batch-size sequences;
@@ -70,6 +71,12 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        help="Longest sequence allowed in the shards (phase 1: 128, phase 2: 512).")
     group.add_argument("--max-predictions-per-seq", type=int, default=80,
                        help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
+    group.add_argument("--masked-lm-ratio", type=float, default=0.15,
+                       help="Fraction of each sequence's tokens masked, up to --max-predictions-per-seq (shards "
+                       "without static masks, which the loader masks anew every epoch; e.g. 0.3 as MosaicBERT).")
+    group.add_argument("--whole-word-masking", action="store_true",
+                       help="Mask whole words (a piece and its ## continuations) rather than single pieces (shards "
+                       "without static masks; statically masked shards are refused).")
     group.add_argument("--num-workers", type=int, default=4, help="Data-loader worker processes per rank.")
     group.add_argument("--output-dir", required=True,
                        help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
@@ -212,6 +219,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.benchmark and args.benchmark_warmup_steps + args.benchmark_steps > args.max_steps:
         parser.error(f"--benchmark-warmup-steps + --benchmark-steps ({args.benchmark_warmup_steps} + "
                      f"{args.benchmark_steps}) exceed --max-steps {args.max_steps}")
+    if not 0.0 < args.masked_lm_ratio < 1.0:
+        parser.error(f"--masked-lm-ratio must be between 0 and 1, got {args.masked_lm_ratio}")
     check_amp_arguments(parser, args)
 
     if not Path(args.input_dir).is_dir():
@@ -592,7 +601,8 @@ def build_loader(args: argparse.Namespace, rank: int, world_size: int) -> Pretra
     return PretrainingDataLoader(
         args.input_dir, args.vocab_file, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
         max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, rank=rank, world_size=world_size,
-        num_workers=args.num_workers,
+        num_workers=args.num_workers, masked_lm_ratio=args.masked_lm_ratio,
+        whole_word_masking=args.whole_word_masking,
     )
 
 
