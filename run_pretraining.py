@@ -13,11 +13,11 @@ One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W
   1. each rank draws k micro-batches of --batch-size sequences;
   2. the ranks agree (one all-reduce) on N, the masked tokens, and S, the sequences, of the whole global batch;
   3. for each micro-batch: forward, then backward of  W * (mlm_mean * n / N + nsp_mean * b / S)  with n, b the
-     micro-batch's own counts. Only the last micro-batch's backward all-reduces the gradients (no_sync on the
-     others) and DataParallel averages them over the W ranks, so the update follows the gradient of the
-     masked-LM mean over all N tokens plus the NSP mean over all S sequences: exactly what one process would
-     compute on the whole global batch. When every micro-batch has the same counts this is the usual 1/k
-     scaling of each micro-batch's mean loss;
+     micro-batch's own counts (with --no-nsp there is no NSP head and the second term is absent). Only the last
+     micro-batch's backward all-reduces the gradients (no_sync on the others) and DataParallel averages them over
+     the W ranks, so the update follows the gradient of the masked-LM mean over all N tokens plus the NSP mean over
+     all S sequences: exactly what one process would compute on the whole global batch. When every micro-batch has
+     the same counts this is the usual 1/k scaling of each micro-batch's mean loss;
   4. float16 AMP: the gradients are unscaled, and the update is skipped on overflow; otherwise they are clipped
      (--max-grad-norm) and the optimizer steps. The learning-rate schedule advances either way.
 
@@ -49,7 +49,7 @@ from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from cli import str_to_bool
 from dllog import DLLogger
-from loss import IGNORE_INDEX, BertPretrainingCriterion
+from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
 from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
 from optimizer import OPTIMIZER_NAMES, create_optimizer
@@ -92,6 +92,10 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--config-file", default=None, help="BERT config JSON (overrides --bert-model's).")
     group.add_argument("--fuse-mha", action="store_true",
                        help="One [H, 3H] projection for Q, K and V (weights load into either layout).")
+    group.add_argument("--no-nsp", action="store_true",
+                       help="Masked LM alone (RoBERTa): no next-sentence head, loss or pooler, so fine-tuning starts "
+                       "the pooler from random initialisation; the report then has no nsp_loss. For shards made with "
+                       "lddl_preprocess.py --no-nsp, or any others (their NSP labels are ignored).")
 
 
 def _add_schedule_options(parser: argparse.ArgumentParser) -> None:
@@ -275,7 +279,7 @@ class Trainer:
         self.config = load_bert_config(args)
         paddle.seed(args.seed)
         np.random.seed(args.seed)
-        self.model = BertForPretraining(self.config)
+        self.model = BertForPretraining(self.config, nsp=not args.no_nsp)
         self.criterion = BertPretrainingCriterion()
         self.scheduler = create_lr_scheduler(
             "constant_poly" if args.constant_proportion > 0 else "poly",
@@ -343,9 +347,12 @@ class Trainer:
                     prediction_scores, seq_relationship_score = self.network(
                         input_ids, token_type_ids, attention_mask, positions
                     )
-                    _, mlm_mean, nsp_mean = self.criterion(
-                        prediction_scores, seq_relationship_score, labels, next_sentence_labels
-                    )
+                    if self.args.no_nsp:
+                        mlm_mean, nsp_mean = masked_lm_loss(prediction_scores, labels), paddle.zeros([], "float32")
+                    else:
+                        _, mlm_mean, nsp_mean = self.criterion(
+                            prediction_scores, seq_relationship_score, labels, next_sentence_labels
+                        )
                 mlm_weighted = mlm_mean * (masked / max(total_masked, 1.0))
                 nsp_weighted = nsp_mean * (sequences / total_sequences)
                 loss = (mlm_weighted + nsp_weighted) * self.world_size
@@ -502,11 +509,14 @@ REPORT_METRICS = {
 
 class ProgressReporter:
     """The loss and throughput of each --log-freq interval (DLLogger records and a printed line with the ETA),
-    the skipped updates, and the run's summary over its timed steps (all of them, or a benchmark's)."""
+    the skipped updates, and the run's summary over its timed steps (all of them, or a benchmark's).
 
-    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int):
+    A run without NSP (--no-nsp) reports no nsp_loss: its loss is mlm_loss."""
+
+    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int, nsp: bool = True):
         self.logger, self.say = logger, say
         self.start_step, self.last_step, self.log_freq = start_step, last_step, log_freq
+        self.loss_keys = ("loss", "mlm_loss", "nsp_loss") if nsp else ("loss", "mlm_loss")
         for name, meta in REPORT_METRICS.items():
             logger.metadata(name, meta)
         self.loop_start = time.perf_counter()
@@ -532,7 +542,7 @@ class ProgressReporter:
                      f"(loss scale {result.loss_scale:g})", flush=True)
             self.logger.log(step, {"skipped_update": 1, "loss": result.loss, "loss_scale": result.loss_scale})
         else:
-            for key in ("loss", "mlm_loss", "nsp_loss"):
+            for key in self.loss_keys:
                 self.interval[key] += getattr(result, key)
             self.interval["steps"] += 1
         if step % self.log_freq == 0 or step == self.last_step or stopping:
@@ -545,9 +555,7 @@ class ProgressReporter:
             self.final_loss = interval["loss"] / interval["steps"]
             sequences_per_second = interval["sequences"] / (now - self.interval_start)
             self.logger.log(step, {
-                "loss": self.final_loss,
-                "mlm_loss": interval["mlm_loss"] / interval["steps"],
-                "nsp_loss": interval["nsp_loss"] / interval["steps"],
+                **{key: interval[key] / interval["steps"] for key in self.loss_keys},
                 "learning_rate": result.learning_rate,
                 "loss_scale": result.loss_scale,
                 "sequences_per_second": sequences_per_second,
@@ -634,7 +642,7 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
     nonfinite_streak = progress.get("nonfinite_streak", 0)
     last_step = last_step_of_run(args, start_step)
     say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
-    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq)
+    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, nsp=not args.no_nsp)
     batches = iter(loader)
     with StopSignal() as stop_signal:
         while step < last_step:
