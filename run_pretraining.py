@@ -6,8 +6,9 @@
 
 The command line is NVIDIA's Paddle BERT run_pretraining.py (same names and defaults), plus --num-workers,
 --keep-checkpoint-max, --amp-dtype, --lr-decay-power, --constant-proportion, --max-grad-norm,
---max-nonfinite-steps, --masked-lm-ratio and --whole-word-masking (dynamic masking). `build_parser()` is the
-single definition of the options.
+--max-nonfinite-steps, --masked-lm-ratio and --whole-word-masking (dynamic masking), --no-nsp (masked LM alone)
+and --eval-dir, --eval-freq, --num-eval-batches (validation on held-out shards, pretraining_eval.py).
+`build_parser()` is the single definition of the options.
 
 One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W ranks:
   1. each rank draws k micro-batches of --batch-size sequences;
@@ -54,6 +55,7 @@ from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
 from optimizer import OPTIMIZER_NAMES, create_optimizer
 from pretraining_dataset import PretrainingDataLoader
+from pretraining_eval import add_eval_arguments, build_evaluator, check_eval_arguments
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from weights import load_pretrained, load_state
 
@@ -175,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     for add_options in (_add_data_options, _add_model_options, _add_schedule_options, _add_optimizer_options,
-                        _add_checkpoint_options, _add_process_options, add_amp_arguments, _add_benchmark_options):
+                        _add_checkpoint_options, _add_process_options, add_amp_arguments, add_eval_arguments,
+                        _add_benchmark_options):
         add_options(parser)
     return parser
 
@@ -226,6 +229,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if not 0.0 < args.masked_lm_ratio < 1.0:
         parser.error(f"--masked-lm-ratio must be between 0 and 1, got {args.masked_lm_ratio}")
     check_amp_arguments(parser, args)
+    check_eval_arguments(parser, args)
 
     if not Path(args.input_dir).is_dir():
         parser.error(f"--input-dir {args.input_dir}: no such folder")
@@ -643,6 +647,7 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
     last_step = last_step_of_run(args, start_step)
     say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
     reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, nsp=not args.no_nsp)
+    evaluator = build_evaluator(args, rank, world_size, logger, say)
     batches = iter(loader)
     with StopSignal() as stop_signal:
         while step < last_step:
@@ -653,6 +658,8 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
             step += 1
             reporter.record(step, result, stopping=stop)
             nonfinite_streak = count_nonfinite(nonfinite_streak, step, result, args.max_nonfinite_steps)
+            if evaluator is not None and evaluator.due(step, last_step, stop):
+                evaluator.run(step, trainer.model, trainer.policy)
             checkpoint_due = step % args.num_steps_per_checkpoint == 0 or step == last_step or stop
             if checkpoint_due and not args.benchmark:
                 checkpoints.save(step, trainer, loader, nonfinite_streak)
