@@ -7,6 +7,8 @@ The held-out shards of these tests are the dynamically masked LDDL sample, so th
 
 from __future__ import annotations
 
+from itertools import islice
+
 import numpy as np
 import paddle
 import pytest
@@ -14,9 +16,12 @@ import pytest
 import checkpoint
 import pretraining_eval
 import run_pretraining
+from amp import amp_policy
 from conftest import require_shared
 from dllog import DLLogger
-from helpers import DYNAMIC, checkpoint_params, pretraining_argv, step_records, train
+from helpers import DYNAMIC, checkpoint_params, pretraining_argv, run_script, step_folder, step_records, train
+from modeling import BertForPretraining
+from weights import load_state
 
 EVAL_KEYS = {"eval_mlm_loss", "eval_mlm_accuracy", "eval_masked_tokens", "eval_nsp_loss", "eval_nsp_accuracy",
              "eval_sequences"}
@@ -164,3 +169,27 @@ def parse_error(argv: list[str], capsys) -> str:
 def test_invalid_validation_options_exit_with_one_line_naming_the_flag(tmp_path, capsys, extra, message):
     extra = [str(require_shared(*DYNAMIC)) if value == "DYNAMIC" else value for value in extra]
     assert message in parse_error(pretraining_argv(tmp_path, *extra), capsys)
+
+
+def test_two_ranks_evaluate_their_slices_and_report_the_sums_of_both(tmp_path):
+    # Each rank evaluates its own slice of --eval-dir; the report's numbers are those of both slices together,
+    # recomputed here from the final checkpoint (the evaluation at the last step sees the final weights).
+    argv = eval_argv(tmp_path, "--max-steps", "2", "--num-eval-batches", "2", "--eval-freq", "2")
+    completed = run_script("run_pretraining.py", argv, timeout=300, launch_ranks=2, log_dir=tmp_path / "log")
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    [record] = eval_records(tmp_path / "report.json")
+    args = run_pretraining.parse_args(argv)
+    model = BertForPretraining(checkpoint.read_config(step_folder(tmp_path / "out", 2)))
+    load_state(model, checkpoint_params(tmp_path / "out", 2), "final checkpoint")
+    model.eval()
+    totals: dict[str, float] = {}
+    with paddle.no_grad():
+        for rank in range(2):
+            evaluator = pretraining_eval.PretrainingEvaluator(args, rank, 2, DLLogger(None, enabled=False),
+                                                              lambda *a, **k: None)
+            for batch in islice(evaluator.loader, 2):
+                for name, value in pretraining_eval.batch_sums(model, batch, amp_policy(args)).items():
+                    totals[name] = totals.get(name, 0.0) + value
+    expected = pretraining_eval.metrics_from_sums(totals, nsp=True)
+    assert record["data"]["eval_sequences"] == expected["eval_sequences"] == 2 * 2 * args.batch_size
+    assert record["data"] == pytest.approx(expected, rel=1e-5)
