@@ -53,9 +53,9 @@ def test_the_no_nsp_step_is_the_mlm_loss_and_its_gradient(tmp_path, monkeypatch)
     both = BertForPretraining(trainer.config)
     both.set_state_dict(trainer.model.state_dict() | {name: value for name, value in both.state_dict().items()
                                                       if name.startswith(NSP_PARTS)})
-    tensors, _, _ = trainer._micro_batch_tensors(batch)
-    input_ids, token_type_ids, attention_mask, positions, labels, next_sentence_labels = tensors
-    scores = trainer.model(input_ids, token_type_ids, attention_mask, positions)[0].numpy()
+    micro_batch = trainer._micro_batch_tensors(batch)
+    labels, next_sentence_labels = micro_batch.masked_lm_labels, micro_batch.next_sentence_labels
+    scores = trainer.model(*micro_batch.inputs)[0].numpy()
     expected_loss = -log_softmax(scores)[np.arange(len(labels)), labels.numpy()].mean()
 
     gradients = {}
@@ -70,7 +70,7 @@ def test_the_no_nsp_step_is_the_mlm_loss_and_its_gradient(tmp_path, monkeypatch)
         """The gradients of the masked-LM (1) or NSP (2) part of the two-task loss (one forward each: the CPU
         kernels' PyLayers cannot run backward twice over one graph)."""
         both.clear_gradients()
-        scores = both(input_ids, token_type_ids, attention_mask, positions)
+        scores = both(*micro_batch.inputs)
         BertPretrainingCriterion()(*scores, labels, next_sentence_labels)[part].backward()
         return {name: p.grad.numpy() for name, p in both.named_parameters() if p.grad is not None}
 
@@ -83,8 +83,9 @@ def test_the_no_nsp_step_is_the_mlm_loss_and_its_gradient(tmp_path, monkeypatch)
     assert max(np.abs(nsp_gradients[name]).max() for name in gradients if name in nsp_gradients) > 1e-4
 
 
-def test_a_no_nsp_run_reports_the_mlm_loss_and_saves_no_nsp_weights(tmp_path):
-    assert train(pretraining_argv(tmp_path, "--max-steps", "2", "--no-nsp", shards=DYNAMIC)) == 0
+@pytest.mark.parametrize("packing", [[], ["--pack-sequences"]])
+def test_a_no_nsp_run_reports_the_mlm_loss_and_saves_no_nsp_weights(tmp_path, packing):
+    assert train(pretraining_argv(tmp_path, "--max-steps", "2", "--no-nsp", *packing, shards=DYNAMIC)) == 0
     records = step_records(tmp_path / "report.json")
     assert [r["step"] for r in records] == [1, 2]
     for record in records:
