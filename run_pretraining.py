@@ -484,9 +484,13 @@ class RunCheckpoints:
             # Resuming phase 2 from phase 1's optimizer state would also take over its finished schedule (LR 0).
             raise ValueError(f"{folder}: a phase-{progress['phase']} checkpoint cannot resume phase "
                              f"{self.phase}; start phase 2 from its weights with --from-phase1-final-params")
-        if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
-            raise ValueError(f"{folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
-                             "resume with the same setting, or start from its weights with --from-pretrained-params")
+        # Switches that change the model's parameters: a resume under the other setting would silently start
+        # (or drop) layers that the optimizer state and the schedule say are trained.
+        for name in ("fuse_mha", "no_nsp"):
+            if progress.get(name, getattr(args, name)) != getattr(args, name):
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{folder}: saved {'with' if progress[name] else 'without'} {flag}; resume with the "
+                                 "same setting, or start from its weights with --from-pretrained-params")
         if progress.get("max_steps", args.max_steps) != args.max_steps:
             raise ValueError(f"{folder}: saved by a run with --max-steps {progress['max_steps']}, this one has "
                              f"--max-steps {args.max_steps}; the learning-rate schedule spans --max-steps, so resume "
@@ -535,7 +539,7 @@ class RunCheckpoints:
         positions = gather_from_ranks(loader.state_dict(), self.world_size)
         record = {
             "phase": self.phase, "world_size": self.world_size, "fuse_mha": self.args.fuse_mha,
-            "max_steps": self.args.max_steps,
+            "no_nsp": self.args.no_nsp, "max_steps": self.args.max_steps,
             "epoch": loader.epoch, "data_positions": positions, "rng_states": rng_states,
             "nonfinite_streak": nonfinite_streak,
             "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,

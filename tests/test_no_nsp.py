@@ -112,3 +112,12 @@ def test_fine_tuning_from_a_no_nsp_checkpoint_starts_the_pooler_from_random(tmp_
     assert logged(read_report(output_dir / "report.json"), "loss")
     assert (output_dir / "bert_paddle.pdparams").is_file()
 
+
+
+@pytest.mark.parametrize("saved_with, resumed_with", [(["--no-nsp"], []), ([], ["--no-nsp"])])
+def test_a_checkpoint_resumes_only_with_its_own_nsp_setting(tmp_path, saved_with, resumed_with):
+    # Without the check, a resume would silently start the NSP head from random, or drop its trained weights.
+    assert train(pretraining_argv(tmp_path, "--max-steps", "2", "--steps-this-run", "1", *saved_with)) == 0
+    word = "with" if saved_with else "without"
+    with pytest.raises(ValueError, match=f"phase1/1: saved {word} --no-nsp; resume with the same setting"):
+        train(pretraining_argv(tmp_path, "--max-steps", "2", "--last-step-of-checkpoint", "auto", *resumed_with))
