@@ -37,7 +37,6 @@ JSON and back, so that they can live in the progress file and a resumed run draw
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -53,6 +52,7 @@ import numpy as np
 import paddle
 
 import paddle_private
+from atomic_io import TEMP_PREFIX, fsync_dir, temp_beside, text_writer, write_synced
 from bert_config import BertConfig
 from paddle_files import read_paddle_file
 
@@ -61,7 +61,6 @@ PARAMS_SUFFIX = ".pdparams"
 OPTIMIZER_SUFFIX = ".pdopt"
 PROGRESS_SUFFIX = "_progress.json"
 CONFIG_SUFFIX = "_config.json"
-_TEMP_PREFIX = ".tmp-"
 _REPLACED_PATTERN = re.compile(r"\.replaced-(\d+)-\d+")
 _SET_ASIDE_MARK = ".unreadable-"
 _SET_ASIDE_PATTERN = re.compile(r".+" + re.escape(_SET_ASIDE_MARK) + r".+")
@@ -212,7 +211,7 @@ def set_aside(error: UnreadableCheckpoint) -> SetAside:
         copy += 1
         moved_to = folder.with_name(f"{folder.name}{_SET_ASIDE_MARK}{error.reason}-{copy}")
     os.rename(folder, moved_to)
-    _fsync_dir(folder.parent)
+    fsync_dir(folder.parent)
     return SetAside(folder, moved_to, str(error))
 
 
@@ -333,63 +332,6 @@ def load_optimizer_state(
     optimizer.set_state_dict(renamed)
 
 
-def _temp_beside(path: Path, label: str | None = None) -> Path:
-    """`.tmp-<label>-<pid>` beside path (label defaults to its name): hidden from discovery, one per process."""
-    return path.with_name(f"{_TEMP_PREFIX}{label or path.name}-{os.getpid()}")
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as written:
-        os.fsync(written.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _write_synced(path: Path, write: Callable[[str], None]) -> None:
-    """write(path), then give the file the usual permissions (0666 less the umask; paddle.save and
-    safetensors create files 0600) and fsync it: the file is on disk before anything refers to it."""
-    write(str(path))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
-    _fsync_file(path)
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
-    """The project's one way to write an output file: write(temp) beside path, fsync, rename over path.
-
-    A kill at any moment leaves either the old file or the complete new one, never a torn file. Returns the
-    path written.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = _temp_beside(path)
-    try:
-        _write_synced(temp, write)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-def _text_writer(text: str) -> Callable[[str], None]:
-    return lambda path: Path(path).write_text(text, encoding="utf-8")
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """atomic_write of a UTF-8 text file."""
-    return atomic_write(path, _text_writer(text))
-
-
 def _json_default(value: Any) -> Any:
     """NumPy scalars (common in data positions and losses) are written as the Python numbers they hold."""
     if isinstance(value, np.generic):
@@ -399,7 +341,7 @@ def _json_default(value: Any) -> Any:
 
 def _remove_folder(folder: Path) -> None:
     """Delete a folder so that no kill can leave a half-deleted step folder that still looks complete."""
-    doomed = _temp_beside(folder, f"deleting-{folder.name}")
+    doomed = temp_beside(folder, f"deleting-{folder.name}")
     os.rename(folder, doomed)
     shutil.rmtree(doomed)
 
@@ -407,7 +349,7 @@ def _remove_folder(folder: Path) -> None:
 def _recover_interrupted_saves(phase_folder: Path, prefix: str) -> None:
     """Remove temp folders of killed saves; put back a step moved aside by an interrupted re-save."""
     for entry in phase_folder.iterdir():
-        if entry.name.startswith(_TEMP_PREFIX):
+        if entry.name.startswith(TEMP_PREFIX):
             shutil.rmtree(entry, ignore_errors=True)
         elif match := _REPLACED_PATTERN.fullmatch(entry.name):
             original = phase_folder / match.group(1)
@@ -461,7 +403,7 @@ def save_checkpoint(
     phase_folder.mkdir(parents=True, exist_ok=True)
     _recover_interrupted_saves(phase_folder, prefix)
     final = phase_folder / str(global_step)
-    temp = _temp_beside(final)
+    temp = temp_beside(final)
     try:
         temp.mkdir()
         writes: list[tuple[str, Callable[[str], None]]] = [
@@ -469,12 +411,12 @@ def save_checkpoint(
         ]
         if optimizer_state is not None:
             writes.append((OPTIMIZER_SUFFIX, lambda path: paddle.save(dict(optimizer_state), path)))
-        writes.append((CONFIG_SUFFIX, _text_writer(config.to_json_string())))
+        writes.append((CONFIG_SUFFIX, text_writer(config.to_json_string())))
         # The progress file goes last: its presence is what marks the checkpoint complete.
-        writes.append((PROGRESS_SUFFIX, _text_writer(progress_text)))
+        writes.append((PROGRESS_SUFFIX, text_writer(progress_text)))
         for suffix, write in writes:
-            _write_synced(temp / (prefix + suffix), write)
-        _fsync_dir(temp)
+            write_synced(temp / (prefix + suffix), write)
+        fsync_dir(temp)
     except OSError as error:  # a full disk, most often: say where, and that the older checkpoints are intact
         shutil.rmtree(temp, ignore_errors=True)
         raise OSError(error.errno, f"{final}: checkpoint not saved, the earlier ones are unchanged "
@@ -490,7 +432,7 @@ def save_checkpoint(
         shutil.rmtree(moved_aside)
     else:
         os.rename(temp, final)
-    _fsync_dir(phase_folder)
+    fsync_dir(phase_folder)
 
     if keep_max is not None:
         _rotate(phase_folder, global_step, keep_max, prefix)

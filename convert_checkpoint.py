@@ -57,8 +57,8 @@ import paddle
 import safetensors
 from safetensors.numpy import save_file
 
+from atomic_io import atomic_write, atomic_write_text
 from bert_config import HF_ARCHITECTURE_VALUES, BertConfig
-from checkpoint import atomic_write, atomic_write_text
 from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification
 from weights import (
     ENCODER_PARTS,

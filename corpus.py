@@ -33,11 +33,12 @@ splits after every `.`, `?` or `!` followed by whitespace.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from atomic_io import atomic_write
 
 INPUT_FORMATS = ("auto", "lines", "lddl", "wikiextractor", "wikitext")
 
@@ -256,14 +257,16 @@ def convert_to_lddl_source(corpora: Sequence[str | Path], lddl_source_dir: str |
     written, document_id = [], 0
     for file_index, (path, file_format) in enumerate(files):
         output = output_dir / f"{file_index}.txt"
-        temporary = output.with_name(output.name + ".tmp")
-        with open(temporary, "w", encoding="utf-8", newline="\n") as writer:
-            separator = ""
-            for document in read_documents(path, file_index, file_format):
-                writer.write(f"{separator}wiki-{document_id} {' '.join(document.paragraphs)}")
-                separator = "\n"
-                document_id += 1
-        os.replace(temporary, output)
+        def write(temp: str, path: Path = path, file_index: int = file_index, file_format: str = file_format) -> None:
+            nonlocal document_id
+            with open(temp, "w", encoding="utf-8", newline="\n") as writer:
+                separator = ""
+                for document in read_documents(path, file_index, file_format):
+                    writer.write(f"{separator}wiki-{document_id} {' '.join(document.paragraphs)}")
+                    separator = "\n"
+                    document_id += 1
+
+        atomic_write(output, write)
         written.append(output)
     return written
 

@@ -21,13 +21,13 @@ Format: docs/data-format.md#nvidia-hdf5-shards.
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import h5py
 import numpy as np
 
+from atomic_io import atomic_write
 from preprocess_pipeline import (
     PipelineSettings,
     add_pipeline_arguments,
@@ -53,7 +53,7 @@ def shard_name(shard_index: int, bin_index: int) -> str:
 
 def write_hdf5_shard(path: Path, bin_index: int, slices: Sequence[tuple[str, int, int]],
                      settings: PipelineSettings) -> None:
-    """One HDF5 shard from the part-file rows in `slices`, written to a temporary name and renamed."""
+    """One HDF5 shard from the part-file rows in `slices`, written atomically (atomic_io)."""
     rows = read_part_rows(slices, bin_index)
     num_rows, length = len(rows.num_tokens), settings.max_seq_length
     columns = np.arange(length)
@@ -78,11 +78,12 @@ def write_hdf5_shard(path: Path, bin_index: int, slices: Sequence[tuple[str, int
         "masked_lm_ids": masked_lm_ids,
         "next_sentence_labels": rows.is_random_next.astype(np.int8),
     }
-    temporary = path.with_name(path.name + ".tmp")
-    with h5py.File(temporary, "w") as output:
-        for name, values in datasets.items():
-            output.create_dataset(name, data=values, dtype=HDF5_DTYPES[name], compression="gzip")
-    os.replace(temporary, path)
+    def write(temp: str) -> None:
+        with h5py.File(temp, "w") as output:
+            for name, values in datasets.items():
+                output.create_dataset(name, data=values, dtype=HDF5_DTYPES[name], compression="gzip")
+
+    atomic_write(path, write)
 
 
 def build_parser() -> argparse.ArgumentParser:

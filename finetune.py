@@ -47,16 +47,9 @@ from amp import (
     check_amp_arguments,
     create_loss_scaler,
 )
+from atomic_io import atomic_write, atomic_write_text
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
-from checkpoint import (
-    CONFIG_SUFFIX,
-    PARAMS_SUFFIX,
-    PROGRESS_SUFFIX,
-    atomic_write,
-    atomic_write_text,
-    list_checkpoints,
-    read_progress,
-)
+from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, PROGRESS_SUFFIX, list_checkpoints, read_progress
 from cli import check_at_least, str_to_bool
 from dllog import DLLogger
 from gradient_merge import all_reduce_sum, merged_backward

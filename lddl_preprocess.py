@@ -24,7 +24,6 @@ import argparse
 import functools
 import io
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from atomic_io import atomic_write, atomic_write_text
 from preprocess_pipeline import (
     PipelineSettings,
     add_pipeline_arguments,
@@ -92,7 +92,7 @@ def serialize_positions(positions: np.ndarray) -> bytes:
 
 def write_parquet_shard(path: Path, bin_index: int, slices: Sequence[tuple[str, int, int]],
                         settings: PipelineSettings) -> None:
-    """One LDDL shard from the part-file rows in `slices`, written to a temporary name and renamed."""
+    """One LDDL shard from the part-file rows in `slices`, written atomically (atomic_io)."""
     rows = read_part_rows(slices, bin_index)
     words = vocab_words(settings.vocab_file, settings.lower_case)
     starts = rows.token_starts[:-1]
@@ -110,9 +110,8 @@ def write_parquet_shard(path: Path, bin_index: int, slices: Sequence[tuple[str, 
     if binned:
         columns.append(pa.array(np.full(len(rows.num_tokens), bin_index, dtype=np.int64), pa.int64()))
     table = pa.Table.from_arrays(columns, schema=lddl_schema(settings.masking, binned))
-    temporary = path.with_name(path.name + ".tmp")
-    pq.write_table(table, temporary, compression="snappy", row_group_size=max(1, len(table)))
-    os.replace(temporary, path)
+    atomic_write(path, lambda temp: pq.write_table(table, temp, compression="snappy",
+                                                   row_group_size=max(1, len(table))))
 
 
 @functools.lru_cache(maxsize=4)
@@ -132,9 +131,7 @@ def join_tokens(words: pa.Array, token_ids: np.ndarray, starts: np.ndarray, leng
 
 def write_num_samples(output_dir: Path, rows_per_shard: dict[str, int]) -> None:
     """LDDL's .num_samples.json (file name -> rows), written atomically."""
-    temporary = output_dir / (NUM_SAMPLES_FILE + ".tmp")
-    temporary.write_text(json.dumps(dict(sorted(rows_per_shard.items()))))
-    os.replace(temporary, output_dir / NUM_SAMPLES_FILE)
+    atomic_write_text(output_dir / NUM_SAMPLES_FILE, json.dumps(dict(sorted(rows_per_shard.items()))))
 
 
 class _ShardNamer:

@@ -5,8 +5,8 @@ One sample's way through the model:
     input_ids [B, S] --BertEmbeddings--> [B, S, H] --BertLayer x L--> sequence_output [B, S, H]
                                                                    \\--BertPooler--> pooled_output [B, H]
 
-and then a head: BertPretrainingHeads (masked-LM + next-sentence), a span head for SQuAD,
-or a classifier for GLUE. The architecture follows Devlin et al. 2019 (arXiv:1810.04805) and
+and then a head: BertPretrainingHeads (masked-LM + next-sentence, or masked-LM alone without the pooler),
+a span head for SQuAD, or a classifier for GLUE. The architecture follows Devlin et al. 2019 (arXiv:1810.04805) and
 Google's reference implementation: post-LayerNorm residual blocks, exact (erf) GELU, weights
 drawn from N(0, initializer_range).
 
@@ -271,7 +271,8 @@ class UnpaddedTokens:
 
 
 class BertModel(nn.Layer):
-    """The BERT encoder: embeddings, a stack of BertLayers and the pooler."""
+    """The BERT encoder: embeddings, a stack of BertLayers and the pooler (None in an MLM-only BertForPretraining,
+    whose pooled_output is then None)."""
 
     def __init__(self, config: BertConfig, use_cpu_kernels: bool | None = None):
         super().__init__()
@@ -309,7 +310,7 @@ class BertModel(nn.Layer):
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids)
         for layer in self.encoder:
             hidden_states = layer(hidden_states, mask)
-        return hidden_states, self.pooler(hidden_states, cls_positions)
+        return hidden_states, None if self.pooler is None else self.pooler(hidden_states, cls_positions)
 
     def _attention_input(self, attention_mask: paddle.Tensor | None, sample_ids: paddle.Tensor | None
                          ) -> paddle.Tensor | UnpaddedTokens | None:
@@ -332,13 +333,15 @@ class BertModel(nn.Layer):
 
     def _compute_dtype(self) -> str | paddle.dtype:
         """The dtype of the attention scores: autocast's under AMP (its matmuls), else the weights'."""
-        return paddle.get_autocast_dtype() if paddle.is_autocast_enabled() else self.pooler.dense.weight.dtype
+        if paddle.is_autocast_enabled():
+            return paddle.get_autocast_dtype()
+        return self.embeddings.word_embeddings.weight.dtype
 
 
 class BertPretrainingHeads(nn.Layer):
-    """Masked-LM head (decoder tied to the word embeddings, own bias) and next-sentence head."""
+    """Masked-LM head (decoder tied to the word embeddings, own bias) and, with nsp, the next-sentence head."""
 
-    def __init__(self, config: BertConfig, use_cpu_kernels: bool):
+    def __init__(self, config: BertConfig, use_cpu_kernels: bool, nsp: bool = True):
         super().__init__()
         Linear, LayerNorm, _ = layer_classes(use_cpu_kernels)
         self.transform = Linear(config.hidden_size, config.hidden_size)
@@ -347,15 +350,15 @@ class BertPretrainingHeads(nn.Layer):
         self.decoder_bias = self.create_parameter(
             [config.padded_vocab_size], is_bias=True, default_initializer=nn.initializer.Constant(0.0)
         )
-        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2) if nsp else None
 
     def forward(
         self,
         sequence_output: paddle.Tensor,
-        pooled_output: paddle.Tensor,
+        pooled_output: paddle.Tensor | None,
         word_embeddings: paddle.Tensor,
         masked_lm_positions: paddle.Tensor | None,
-    ) -> tuple[paddle.Tensor, paddle.Tensor]:
+    ) -> tuple[paddle.Tensor, paddle.Tensor | None]:
         hidden = sequence_output.shape[-1]
         flat = sequence_output.reshape([-1, hidden])  # [B*S, H]
         if masked_lm_positions is not None:
@@ -363,6 +366,8 @@ class BertPretrainingHeads(nn.Layer):
             flat = paddle.gather(flat, masked_lm_positions)  # [M, H]
         transformed = self.transform_layer_norm(self.activation(self.transform(flat)))
         prediction_scores = paddle.matmul(transformed, word_embeddings, transpose_y=True) + self.decoder_bias
+        if self.seq_relationship is None:
+            return prediction_scores, None
         return prediction_scores, self.seq_relationship(pooled_output)
 
 
@@ -377,11 +382,18 @@ class _BertWithHead(nn.Layer):
 
 
 class BertForPretraining(_BertWithHead):
-    """BERT with the masked-LM and next-sentence-prediction heads."""
+    """BERT with the masked-LM and next-sentence-prediction heads; with nsp=False, the masked-LM head alone
+    (RoBERTa's objective, Liu et al. 2019, arXiv:1907.11692)."""
 
-    def __init__(self, config: BertConfig, use_cpu_kernels: bool | None = None):
+    def __init__(self, config: BertConfig, use_cpu_kernels: bool | None = None, nsp: bool = True):
         super().__init__(config, use_cpu_kernels)
-        self.cls = BertPretrainingHeads(config, self.use_cpu_kernels)
+        self.nsp = nsp
+        if not nsp:
+            # Only NSP reads the pooled [CLS] vector. Without the pooler no weight goes untrained (DataParallel
+            # needs a gradient for every parameter) and the checkpoint holds none, so fine-tuning reports the
+            # pooler as starting from random initialisation rather than loading an untrained one.
+            self.bert.pooler = None
+        self.cls = BertPretrainingHeads(config, self.use_cpu_kernels, nsp)
         init_bert_weights(self.cls, config.initializer_range)
 
     def forward(
@@ -394,7 +406,8 @@ class BertForPretraining(_BertWithHead):
         sample_ids: paddle.Tensor | None = None,
         cls_positions: paddle.Tensor | None = None,
     ) -> tuple[paddle.Tensor, paddle.Tensor]:
-        """Returns prediction_scores and seq_relationship_score [B, 2] ([number of samples, 2] for packed rows).
+        """Returns prediction_scores and seq_relationship_score [B, 2] ([number of samples, 2] for packed rows;
+        None without nsp).
 
         masked_lm_positions holds flat indices into the [B*S] tokens of the batch (int64 [M]); the
         scores are then [M, V]. Without it they cover every token: [B*S, V]. position_ids, sample_ids and
@@ -450,7 +463,8 @@ def standard_copy(model: BertModel | _BertWithHead) -> BertModel | _BertWithHead
     so under pure fp16 (O2) they come out as the fp32 that amp_decorate's save_dtype asks for.
     """
     head_arguments = (model.num_labels,) if isinstance(model, BertForSequenceClassification) else ()
-    standard = type(model)(model.config, *head_arguments, use_cpu_kernels=False)
+    head_options = {"nsp": model.nsp} if isinstance(model, BertForPretraining) else {}
+    standard = type(model)(model.config, *head_arguments, use_cpu_kernels=False, **head_options)
     standard.set_state_dict({name: value.astype("float32") for name, value in model.state_dict().items()})
     standard.train(model.training)
     return standard

@@ -35,7 +35,7 @@ writes them as protocol 4 pickles like any other.
 
 `read_safetensors_state` / `write_safetensors_state` read and write a .safetensors file of parameters
 under the project's names; safetensors holds no code, so it needs no allowlist. Like paddle.save, the
-writer writes its path directly; callers wrap it in checkpoint.atomic_write.
+writer writes its path directly; callers wrap it in atomic_io.atomic_write.
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ def write_safetensors_state(
 
     A uint16 array is taken as bfloat16 bits, Paddle's own convention (Tensor.numpy() of a bfloat16
     Tensor). metadata goes into the header as text (transformers, for one, wants {"format": "pt"}). Like
-    paddle.save, this writes path directly: wrap it in checkpoint.atomic_write, the project's one writer.
+    paddle.save, this writes path directly: wrap it in atomic_io.atomic_write, the project's one writer.
     """
     tensors = {
         name: value if isinstance(value, paddle.Tensor) else paddle.to_tensor(value, place=paddle.CPUPlace())

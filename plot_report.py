@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import matplotlib
@@ -21,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen before pyplot is imported)
 from matplotlib.figure import Figure  # noqa: E402
 
+from atomic_io import atomic_write
 from dllog import LOG, METADATA, read_report  # noqa: E402
 
 LOSS_METRICS = ("loss", "mlm_loss", "nsp_loss")
@@ -88,25 +87,11 @@ def build_figure(records: list[dict], title: str) -> Figure:
 
 
 def save_figure(figure: Figure, output: Path) -> None:
-    """Write the PNG atomically: a temp file in the output's folder, then os.replace; an OSError names output.
-
-    Not checkpoint.atomic_write: that module imports Paddle, whose import is slow and prints warnings."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temp_name = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    """Write the PNG atomically (atomic_io); an OSError names output."""
     try:
-        with os.fdopen(descriptor, "wb") as temp_file:
-            figure.savefig(temp_file, format="png", dpi=100)
-        # mkstemp creates the file private (0600); give the PNG the permissions a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp_name, 0o666 & ~umask)
-        os.replace(temp_name, output)
+        atomic_write(output, lambda temp: figure.savefig(temp, format="png", dpi=100))
     except OSError as error:
-        os.unlink(temp_name)
         raise OSError(error.errno, f"{output}: cannot write the plot ({error.strerror or error})") from error
-    except BaseException:
-        os.unlink(temp_name)
-        raise
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,7 +39,7 @@ import paddle.nn.functional as F
 
 import finetune
 from amp import AmpPolicy, amp_autocast
-from checkpoint import atomic_write_text
+from atomic_io import atomic_write_text
 from cli import run_main
 from dllog import DLLogger
 from finetune import SEQUENCE_MULTIPLE, Session, model_inputs

@@ -5,18 +5,20 @@
     python -m paddle.distributed.launch --nnodes 2 --master HOST:PORT --nproc_per_node 8 run_pretraining.py ...
 
 The command line is NVIDIA's Paddle BERT run_pretraining.py (same names and defaults), plus --num-workers,
---keep-checkpoint-max, --amp-dtype, --lr-decay-power, --constant-proportion, --max-grad-norm and
---max-nonfinite-steps. `build_parser()` is the single definition of the options.
+--keep-checkpoint-max, --amp-dtype, --lr-decay-power, --constant-proportion, --max-grad-norm,
+--max-nonfinite-steps, --masked-lm-ratio and --whole-word-masking (dynamic masking), --no-nsp (masked LM alone)
+and --eval-dir, --eval-freq, --num-eval-batches (validation on held-out shards, pretraining_eval.py).
+`build_parser()` is the single definition of the options.
 
 One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W ranks:
   1. each rank draws k micro-batches of --batch-size sequences;
   2. the ranks agree (one all-reduce) on N, the masked tokens, and S, the sequences, of the whole global batch;
   3. for each micro-batch: forward, then backward of  W * (mlm_mean * n / N + nsp_mean * b / S)  with n, b the
-     micro-batch's own counts. Only the last micro-batch's backward all-reduces the gradients (no_sync on the
-     others) and DataParallel averages them over the W ranks, so the update follows the gradient of the
-     masked-LM mean over all N tokens plus the NSP mean over all S sequences: exactly what one process would
-     compute on the whole global batch. When every micro-batch has the same counts this is the usual 1/k
-     scaling of each micro-batch's mean loss;
+     micro-batch's own counts (with --no-nsp there is no NSP head and the second term is absent). Only the last
+     micro-batch's backward all-reduces the gradients (no_sync on the others) and DataParallel averages them over
+     the W ranks, so the update follows the gradient of the masked-LM mean over all N tokens plus the NSP mean over
+     all S sequences: exactly what one process would compute on the whole global batch. When every micro-batch has
+     the same counts this is the usual 1/k scaling of each micro-batch's mean loss;
   4. float16 AMP: the gradients are unscaled, and the update is skipped on overflow; otherwise they are clipped
      (--max-grad-norm) and the optimizer steps. The learning-rate schedule advances either way.
 
@@ -51,12 +53,13 @@ from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from cli import str_to_bool
 from dllog import DLLogger
-from loss import IGNORE_INDEX, BertPretrainingCriterion
+from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
 from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
 from optimizer import OPTIMIZER_NAMES, create_optimizer
 from packing import PACKED_MODEL_INPUTS, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader
+from pretraining_eval import add_eval_arguments, build_evaluator, check_eval_arguments
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from weights import (
     SAFETENSORS_SUFFIX,
@@ -81,6 +84,12 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        help="Longest sequence allowed in the shards (phase 1: 128, phase 2: 512).")
     group.add_argument("--max-predictions-per-seq", type=int, default=80,
                        help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
+    group.add_argument("--masked-lm-ratio", type=float, default=0.15,
+                       help="Fraction of each sequence's tokens masked, up to --max-predictions-per-seq (shards "
+                       "without static masks, which the loader masks anew every epoch; e.g. 0.3 as MosaicBERT).")
+    group.add_argument("--whole-word-masking", action="store_true",
+                       help="Mask whole words (a piece and its ## continuations) rather than single pieces (shards "
+                       "without static masks; statically masked shards are refused).")
     group.add_argument("--num-workers", type=int, default=4, help="Data-loader worker processes per rank.")
     group.add_argument("--pack-sequences", action="store_true",
                        help="Pack each micro-batch's samples into as few rows of --max-seq-length as "
@@ -100,6 +109,10 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--config-file", default=None, help="BERT config JSON (overrides --bert-model's).")
     group.add_argument("--fuse-mha", action="store_true",
                        help="One [H, 3H] projection for Q, K and V (weights load into either layout).")
+    group.add_argument("--no-nsp", action="store_true",
+                       help="Masked LM alone (RoBERTa): no next-sentence head, loss or pooler, so fine-tuning starts "
+                       "the pooler from random initialisation; the report then has no nsp_loss. For shards made with "
+                       "lddl_preprocess.py --no-nsp, or any others (their NSP labels are ignored).")
 
 
 def _add_schedule_options(parser: argparse.ArgumentParser) -> None:
@@ -187,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     for add_options in (_add_data_options, _add_model_options, _add_schedule_options, _add_optimizer_options,
-                        _add_checkpoint_options, _add_process_options, add_amp_arguments, _add_benchmark_options):
+                        _add_checkpoint_options, _add_process_options, add_amp_arguments, add_eval_arguments,
+                        _add_benchmark_options):
         add_options(parser)
     return parser
 
@@ -233,7 +247,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.weight_decay < 0:
         parser.error(f"--weight-decay must not be negative, got {args.weight_decay}")
     cli.check_seed(parser, args)
+    if not 0.0 < args.masked_lm_ratio < 1.0:
+        parser.error(f"--masked-lm-ratio must be between 0 and 1, got {args.masked_lm_ratio}")
     check_amp_arguments(parser, args)
+    check_eval_arguments(parser, args)
 
     if not Path(args.input_dir).is_dir():
         parser.error(f"--input-dir {args.input_dir}: no such folder")
@@ -302,7 +319,7 @@ class Trainer:
         self.config = load_bert_config(args)
         paddle.seed(args.seed)
         np.random.seed(args.seed)
-        self.model = BertForPretraining(self.config)
+        self.model = BertForPretraining(self.config, nsp=not args.no_nsp)
         self.criterion = BertPretrainingCriterion()
         self.scheduler = create_lr_scheduler(
             "constant_poly" if args.constant_proportion > 0 else "poly",
@@ -371,10 +388,14 @@ class Trainer:
             with sync_context:
                 with amp_autocast(self.policy):
                     prediction_scores, seq_relationship_score = self.network(*micro_batch.inputs)
-                    _, mlm_mean, nsp_mean = self.criterion(
-                        prediction_scores, seq_relationship_score, micro_batch.masked_lm_labels,
-                        micro_batch.next_sentence_labels,
-                    )
+                    if self.args.no_nsp:
+                        mlm_mean = masked_lm_loss(prediction_scores, micro_batch.masked_lm_labels)
+                        nsp_mean = paddle.zeros([], "float32")
+                    else:
+                        _, mlm_mean, nsp_mean = self.criterion(
+                            prediction_scores, seq_relationship_score, micro_batch.masked_lm_labels,
+                            micro_batch.next_sentence_labels,
+                        )
                 mlm_weighted = mlm_mean * (micro_batch.masked / max(total_masked, 1.0))
                 nsp_weighted = nsp_mean * (micro_batch.sequences / total_sequences)
                 loss = (mlm_weighted + nsp_weighted) * self.world_size
@@ -463,9 +484,13 @@ class RunCheckpoints:
             # Resuming phase 2 from phase 1's optimizer state would also take over its finished schedule (LR 0).
             raise ValueError(f"{folder}: a phase-{progress['phase']} checkpoint cannot resume phase "
                              f"{self.phase}; start phase 2 from its weights with --from-phase1-final-params")
-        if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
-            raise ValueError(f"{folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
-                             "resume with the same setting, or start from its weights with --from-pretrained-params")
+        # Switches that change the model's parameters: a resume under the other setting would silently start
+        # (or drop) layers that the optimizer state and the schedule say are trained.
+        for name in ("fuse_mha", "no_nsp"):
+            if progress.get(name, getattr(args, name)) != getattr(args, name):
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{folder}: saved {'with' if progress[name] else 'without'} {flag}; resume with the "
+                                 "same setting, or start from its weights with --from-pretrained-params")
         if progress.get("max_steps", args.max_steps) != args.max_steps:
             raise ValueError(f"{folder}: saved by a run with --max-steps {progress['max_steps']}, this one has "
                              f"--max-steps {args.max_steps}; the learning-rate schedule spans --max-steps, so resume "
@@ -514,7 +539,7 @@ class RunCheckpoints:
         positions = gather_from_ranks(loader.state_dict(), self.world_size)
         record = {
             "phase": self.phase, "world_size": self.world_size, "fuse_mha": self.args.fuse_mha,
-            "max_steps": self.args.max_steps,
+            "no_nsp": self.args.no_nsp, "max_steps": self.args.max_steps,
             "epoch": loader.epoch, "data_positions": positions, "rng_states": rng_states,
             "nonfinite_streak": nonfinite_streak,
             "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,
@@ -582,11 +607,14 @@ REPORT_METRICS = {
 
 class ProgressReporter:
     """The loss and throughput of each --log-freq interval (DLLogger records and a printed line with the ETA),
-    the skipped updates, and the run's summary over its timed steps (all of them, or a benchmark's)."""
+    the skipped updates, and the run's summary over its timed steps (all of them, or a benchmark's).
 
-    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int):
+    A run without NSP (--no-nsp) reports no nsp_loss: its loss is mlm_loss."""
+
+    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int, nsp: bool = True):
         self.logger, self.say = logger, say
         self.start_step, self.last_step, self.log_freq = start_step, last_step, log_freq
+        self.loss_keys = ("loss", "mlm_loss", "nsp_loss") if nsp else ("loss", "mlm_loss")
         for name, meta in REPORT_METRICS.items():
             logger.metadata(name, meta)
         self.loop_start = time.perf_counter()
@@ -614,7 +642,7 @@ class ProgressReporter:
                      f"(loss scale {result.loss_scale:g})", flush=True)
             self.logger.log(step, {"skipped_update": 1, "loss": result.loss, "loss_scale": result.loss_scale})
         else:
-            for key in ("loss", "mlm_loss", "nsp_loss"):
+            for key in self.loss_keys:
                 self.interval[key] += getattr(result, key)
             self.interval["steps"] += 1
         if step % self.log_freq == 0 or step == self.last_step or stopping:
@@ -627,9 +655,7 @@ class ProgressReporter:
             self.final_loss = interval["loss"] / interval["steps"]
             sequences_per_second = interval["sequences"] / (now - self.interval_start)
             self.logger.log(step, {
-                "loss": self.final_loss,
-                "mlm_loss": interval["mlm_loss"] / interval["steps"],
-                "nsp_loss": interval["nsp_loss"] / interval["steps"],
+                **{key: interval[key] / interval["steps"] for key in self.loss_keys},
                 "learning_rate": result.learning_rate,
                 "loss_scale": result.loss_scale,
                 "sequences_per_second": sequences_per_second,
@@ -684,7 +710,8 @@ def build_loader(args: argparse.Namespace, rank: int, world_size: int) -> Pretra
     return PretrainingDataLoader(
         args.input_dir, args.vocab_file, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
         max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, rank=rank, world_size=world_size,
-        num_workers=args.num_workers,
+        num_workers=args.num_workers, masked_lm_ratio=args.masked_lm_ratio,
+        whole_word_masking=args.whole_word_masking,
     )
 
 
@@ -725,7 +752,8 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
     nonfinite_streak = progress.get("nonfinite_streak", 0)
     last_step = last_step_of_run(args, start_step)
     say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
-    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq)
+    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, nsp=not args.no_nsp)
+    evaluator = build_evaluator(args, rank, world_size, logger, say)
     batches = iter(loader)
     with StopRequest(os.environ.get(STOP_FILE_VARIABLE)) as stop_request:
         while step < last_step:
@@ -737,6 +765,8 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
             step += 1
             reporter.record(step, result, stopping=stop)
             nonfinite_streak = count_nonfinite(nonfinite_streak, step, result, args.max_nonfinite_steps)
+            if evaluator is not None and evaluator.due(step, last_step, stop):
+                evaluator.run(step, trainer.model, trainer.policy)
             checkpoint_due = step % args.num_steps_per_checkpoint == 0 or step == last_step or stop
             if checkpoint_due and not args.benchmark:
                 checkpoints.save(step, trainer, loader, nonfinite_streak)

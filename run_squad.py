@@ -33,7 +33,7 @@ import paddle
 
 import finetune
 from amp import AmpPolicy, amp_autocast
-from checkpoint import atomic_write_text
+from atomic_io import atomic_write_text
 from cli import check_at_least, run_main
 from dllog import DLLogger
 from finetune import INPUT_NAMES, SEQUENCE_MULTIPLE, Session, model_inputs

@@ -26,7 +26,8 @@ import numpy as np
 import paddle
 import paddle.nn as nn
 
-from checkpoint import PARAMS_SUFFIX, atomic_write
+from atomic_io import atomic_write
+from checkpoint import PARAMS_SUFFIX
 from paddle_files import read_paddle_file, read_safetensors_state, write_safetensors_state
 
 SAFETENSORS_SUFFIX = ".safetensors"
@@ -125,7 +126,7 @@ def safetensors_beside(params_path: str | os.PathLike) -> Path:
 
 def write_safetensors_weights(path: str | os.PathLike, state: Mapping) -> Path:
     """Write a state dict (Tensors or arrays, under the project's parameter names, each in its own dtype) as a
-    .safetensors file through checkpoint.atomic_write, readable by everyone the umask allows (0644 under 022);
+    .safetensors file through atomic_io.atomic_write, readable by everyone the umask allows (0644 under 022);
     returns the path. The format to share: reading it runs no code, unlike a pickled .pdparams."""
     return atomic_write(path, lambda temp: write_safetensors_state(temp, state))
 

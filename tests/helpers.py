@@ -83,6 +83,7 @@ def partly_masked_words(tokens: list[str], masked_positions: set[int]) -> list[l
 
 UNBINNED = ("data", "lddl-sample", "wikitext2-test-seq128-unbinned")
 BINNED = ("data", "lddl-sample", "wikitext2-test-seq128-bin64")
+DYNAMIC = ("data", "lddl-sample", "wikitext2-test-seq128-unbinned-dynamic")
 
 
 def write_config(folder: Path, dropout: float = 0.1, name: str = "bert-test.json", positions: int = 128) -> Path:

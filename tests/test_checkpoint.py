@@ -375,8 +375,8 @@ def test_load_checkpoint_without_params_names_folder(tmp_path):
 
 def test_config_is_written_before_the_progress_file(tmp_path, monkeypatch):
     written = []
-    real_write = checkpoint._write_synced
-    monkeypatch.setattr(checkpoint, "_write_synced", lambda path, write: (written.append(path.name),
+    real_write = checkpoint.write_synced
+    monkeypatch.setattr(checkpoint, "write_synced", lambda path, write: (written.append(path.name),
                                                                           real_write(path, write)))
     save(tmp_path, 5)
     assert written == ["bert_paddle.pdparams", "bert_paddle.pdopt", "bert_paddle_config.json",

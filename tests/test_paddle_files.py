@@ -19,8 +19,8 @@ import safetensors.numpy
 from paddle.pir_utils import OldIrGuard
 
 import convert_checkpoint
+from atomic_io import atomic_write
 from bert_config import BertConfig
-from checkpoint import atomic_write
 from lr_scheduler import LinearWarmupConstantPolyDecay
 from modeling import BertForPretraining
 from optimizer import Lamb

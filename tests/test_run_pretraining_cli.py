@@ -20,8 +20,10 @@ from amp import LossScaler
 from conftest import ROOT, require_shared
 from dllog import read_report
 from helpers import (
+    DYNAMIC,
     UNBINNED,
     checkpoint_params,
+    partly_masked_words,
     pretraining_argv,
     step_folders,
     step_records,
@@ -231,6 +233,52 @@ def test_data_options_reach_the_loader(tmp_path, monkeypatch):
     assert (seen["num_workers"], seen["batch_size"], seen["max_predictions_per_seq"], seen["seed"],
             seen["max_seq_length"]) == (1, 3, 19, 7, 128)
     assert seen["input_dir"] == str(require_shared(*UNBINNED))
+
+
+def batches_trained_on(monkeypatch) -> list[dict]:
+    """The micro-batches Trainer.step receives, filled in as the run goes."""
+    seen: list[dict] = []
+    original = run_pretraining.Trainer.step
+
+    def recording(self, micro_batches, *args, **kwargs):
+        seen.extend(micro_batches)
+        return original(self, micro_batches, *args, **kwargs)
+    monkeypatch.setattr(run_pretraining.Trainer, "step", recording)
+    return seen
+
+
+@pytest.mark.parametrize("ratio", [0.15, 0.3])
+def test_masked_lm_ratio_sets_the_masked_count_of_each_dynamic_sequence(tmp_path, monkeypatch, ratio):
+    batches = batches_trained_on(monkeypatch)
+    assert train(pretraining_argv(tmp_path, "--max-steps", "2", "--max-predictions-per-seq", "80",
+                                  "--masked-lm-ratio", str(ratio), shards=DYNAMIC)) == 0
+    for batch in batches:
+        lengths = batch["attention_mask"].sum(axis=1)
+        # masking.py's rule (Google's): round(tokens x ratio), at least 1, at most --max-predictions-per-seq.
+        expected = np.minimum(80, np.maximum(1, np.rint(lengths * ratio)))
+        np.testing.assert_array_equal((batch["masked_lm_labels"] != -1).sum(axis=1), expected)
+
+
+@pytest.mark.parametrize("whole_words", [False, True])
+def test_whole_word_masking_masks_every_piece_of_a_chosen_word(tmp_path, monkeypatch, whole_words):
+    batches = batches_trained_on(monkeypatch)
+    flag = ["--whole-word-masking"] if whole_words else []
+    assert train(pretraining_argv(tmp_path, "--max-steps", "2", *flag, shards=DYNAMIC)) == 0
+    vocab = require_shared("vocab", "bert-uncased-vocab.txt").read_text(encoding="utf-8").splitlines()
+    partly_masked = 0
+    for batch in batches:
+        labels = batch["masked_lm_labels"]
+        original = np.where(labels != -1, labels, batch["input_ids"])
+        for row in range(len(original)):
+            tokens = [vocab[index] for index in original[row]]
+            partly_masked += len(partly_masked_words(tokens, set(np.flatnonzero(labels[row] != -1))))
+    # Masking single pieces splits some words of these 8 sequences; whole-word masking never does.
+    assert (partly_masked == 0) == whole_words
+
+
+def test_masked_lm_ratio_outside_0_1_names_the_flag(tmp_path, capsys):
+    assert "--masked-lm-ratio must be between 0 and 1, got 1.0" in parse_error(
+        pretraining_argv(tmp_path, "--masked-lm-ratio", "1"), capsys)
 
 
 def test_shard_limits_are_enforced_through_the_loader(tmp_path):
