@@ -1,0 +1,109 @@
+"""VisualDL logs (visualdl_log.py), read back with VisualDL's own LogReader: tags and values, the configuration
+text, appending on resume without a repeated step, rank 0 only, and a run without VisualDL installed."""
+
+from __future__ import annotations
+
+import builtins
+import json
+
+import pytest
+from visualdl import LogReader
+
+import visualdl_log
+from visualdl_log import VisualDLLog, newest_log_file, open_run_log, tag_of
+
+
+def read_log(logdir) -> dict[str, dict[str, list]]:
+    """component -> tag -> [(step, value or text)] of the folder's newest file, as VisualDL reads it."""
+    reader = LogReader(file_path=str(newest_log_file(logdir)))
+    content = {}
+    for component, tags in reader.get_tags().items():
+        if component == "meta_data":
+            continue
+        for tag in tags:
+            records = reader.get_data(component, tag)
+            content.setdefault(component, {})[tag] = [
+                (record.id, record.value if component == "scalar" else record.text.encoded_text_string)
+                for record in records]
+    return content
+
+
+def test_tags_of_report_keys():
+    assert [tag_of(key) for key in ("loss", "learning_rate", "eval_mlm_accuracy")] == [
+        "train/loss", "train/learning_rate", "eval/mlm_accuracy"]
+
+
+def test_scalars_and_text_read_back_with_visualdls_reader(tmp_path):
+    log = VisualDLLog.open(tmp_path, resume=False)
+    log.text("config", '{"seed": 42}', 0)
+    log.scalars(10, {"loss": 2.5, "learning_rate": 1e-4, "loss_scale": 32768, "eval_mlm_loss": 3.25,
+                     "note": "text is not a scalar", "done": True})
+    log.scalars(20, {"loss": 2.0, "learning_rate": 5e-5, "loss_scale": 32768})
+    log.close()
+    content = read_log(tmp_path)
+    assert content["scalar"] == {
+        "train/loss": [(10, 2.5), (20, 2.0)],
+        "train/learning_rate": [(10, pytest.approx(1e-4)), (20, pytest.approx(5e-5))],
+        "train/loss_scale": [(10, 32768.0), (20, 32768.0)],
+        "eval/mlm_loss": [(10, 3.25)],
+    }
+    assert content["text"] == {"config": [(0, '{"seed": 42}')]}
+
+
+def test_resume_appends_without_a_repeated_step(tmp_path):
+    first = VisualDLLog.open(tmp_path, resume=False)
+    first.text("config", "first run", 0)
+    for step in range(1, 6):
+        first.scalars(step, {"loss": float(step)})
+    first.close()
+    # The second run resumes from a checkpoint at step 2: steps 3-5 come again (with other values here).
+    second = VisualDLLog.open(tmp_path, resume=True)
+    second.text("config", "first run again", 0)  # not written: step 0 has its text
+    second.text("config", "resumed at 2", 2)
+    for step in range(3, 9):
+        second.scalars(step, {"loss": 100.0 + step, "eval_loss": 0.5})
+    second.close()
+    assert len(list(tmp_path.iterdir())) == 1  # one file, the one VisualDL shows
+    content = read_log(tmp_path)
+    assert content["scalar"]["train/loss"] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0), (6, 106.0),
+                                               (7, 107.0), (8, 108.0)]
+    assert [step for step, _ in content["scalar"]["eval/loss"]] == [3, 4, 5, 6, 7, 8]  # a tag of its own
+    assert content["text"]["config"] == [(0, "first run"), (2, "resumed at 2")]
+
+
+def test_a_run_that_does_not_resume_starts_the_newest_file(tmp_path):
+    old = VisualDLLog.open(tmp_path, resume=False)
+    old.scalars(1, {"loss": 1.0})
+    old.close()
+    new = VisualDLLog.open(tmp_path, resume=False)  # within the same second: still a file of its own
+    new.scalars(1, {"loss": 9.0})
+    new.close()
+    assert old.path != new.path and newest_log_file(tmp_path) == new.path
+    assert read_log(tmp_path)["scalar"]["train/loss"] == [(1, 9.0)]
+
+
+def test_only_rank_0_writes_and_the_configuration_is_text(tmp_path):
+    config = {"learning_rate": 1e-3, "input_dir": tmp_path}
+    assert open_run_log(str(tmp_path / "rank1"), rank=1, resume=False, start_step=0, config=config) is None
+    assert not (tmp_path / "rank1").exists()
+    assert open_run_log(None, rank=0, resume=False, start_step=0, config=config) is None
+    log = open_run_log(str(tmp_path / "rank0"), rank=0, resume=False, start_step=7, config=config)
+    log.close()
+    [(step, text)] = read_log(tmp_path / "rank0")["text"]["config"]
+    assert step == 7 and json.loads(text) == {"learning_rate": 1e-3, "input_dir": str(tmp_path)}
+
+
+def test_without_visualdl_one_line_says_so_and_nothing_is_written(tmp_path, monkeypatch, capsys):
+    real_import = builtins.__import__
+
+    def import_without_visualdl(name, *args, **kwargs):
+        if name.split(".")[0] == "visualdl":
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", import_without_visualdl)
+    assert open_run_log(str(tmp_path / "logs"), rank=0, resume=False, start_step=0, config={}) is None
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "VisualDL is not installed" in err
+    assert not (tmp_path / "logs").exists()
+    assert visualdl_log.VisualDLLog.open(tmp_path / "logs", resume=True) is None
