@@ -54,6 +54,7 @@ from modeling import BertForPretraining
 from optimizer import OPTIMIZER_NAMES, create_optimizer
 from pretraining_dataset import PretrainingDataLoader
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
+from visualdl_log import VisualDLLog, open_run_log
 from weights import load_pretrained, load_state
 
 # The reference pads the vocabulary to a multiple of 8 for tensor cores; load_weights handles either size.
@@ -75,6 +76,9 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
     group.add_argument("--report-file", default="./report.json", help="DLLogger JSON-lines report, appended to.")
     group.add_argument("--log-freq", type=int, default=10, help="Report the loss every this many steps.")
+    group.add_argument("--visualdl-log-dir", default=None,
+                       help="Also write the report's scalars and the configuration to a VisualDL log in this folder "
+                       "(rank 0; appended to on resume; needs `pip install visualdl`). Give each phase its own.")
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -492,11 +496,13 @@ REPORT_METRICS = {
 
 
 class ProgressReporter:
-    """The loss and throughput of each --log-freq interval (DLLogger records and a printed line with the ETA),
-    the skipped updates, and the run's summary over its timed steps (all of them, or a benchmark's)."""
+    """The loss and throughput of each --log-freq interval (DLLogger records, the VisualDL log if there is one,
+    and a printed line with the ETA), the skipped updates, and the run's summary over its timed steps (all of
+    them, or a benchmark's)."""
 
-    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int):
-        self.logger, self.say = logger, say
+    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int,
+                 visualdl: VisualDLLog | None = None):
+        self.logger, self.say, self.visualdl = logger, say, visualdl
         self.start_step, self.last_step, self.log_freq = start_step, last_step, log_freq
         for name, meta in REPORT_METRICS.items():
             logger.metadata(name, meta)
@@ -535,7 +541,7 @@ class ProgressReporter:
         if interval["steps"]:
             self.final_loss = interval["loss"] / interval["steps"]
             sequences_per_second = interval["sequences"] / (now - self.interval_start)
-            self.logger.log(step, {
+            self.log(step, {
                 "loss": self.final_loss,
                 "mlm_loss": interval["mlm_loss"] / interval["steps"],
                 "nsp_loss": interval["nsp_loss"] / interval["steps"],
@@ -549,6 +555,12 @@ class ProgressReporter:
                      flush=True)
         self._start_interval(now)
 
+    def log(self, step: int, metrics: dict) -> None:
+        """A step's metrics to the report and the VisualDL log (validation metrics are named eval_*)."""
+        self.logger.log(step, metrics)
+        if self.visualdl is not None:
+            self.visualdl.scalars(step, metrics)
+
     def summarise(self, process_start: float, world_size: int) -> dict:
         train_time = time.perf_counter() - self.timed_start
         summary = {
@@ -561,6 +573,8 @@ class ProgressReporter:
         }
         self.logger.log((), summary)
         self.say("Summary: " + json.dumps(summary), flush=True)
+        if self.visualdl is not None:
+            self.visualdl.close()
         return summary
 
 
@@ -624,7 +638,9 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
     nonfinite_streak = progress.get("nonfinite_streak", 0)
     last_step = last_step_of_run(args, start_step)
     say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
-    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq)
+    visualdl = open_run_log(args.visualdl_log_dir, rank=rank, resume=start_step > 0, start_step=start_step,
+                            config=vars(args))
+    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, visualdl)
     batches = iter(loader)
     with StopSignal() as stop_signal:
         while step < last_step:

@@ -1,15 +1,30 @@
 """VisualDL logs (visualdl_log.py), read back with VisualDL's own LogReader: tags and values, the configuration
-text, appending on resume without a repeated step, rank 0 only, and a run without VisualDL installed."""
+text, appending on resume without a repeated step, rank 0 only, a run without VisualDL installed, and
+--visualdl-log-dir of run_pretraining.py, run_glue.py and run_squad.py."""
 
 from __future__ import annotations
 
 import builtins
 import json
+import shutil
 
 import pytest
 from visualdl import LogReader
 
+import run_glue
+import run_squad
 import visualdl_log
+from conftest import require_shared
+from helpers import (
+    common_argv,
+    logged,
+    pretraining_argv,
+    run_in_process,
+    step_folder,
+    step_records,
+    train,
+    write_tiny_model,
+)
 from visualdl_log import VisualDLLog, newest_log_file, open_run_log, tag_of
 
 
@@ -107,3 +122,55 @@ def test_without_visualdl_one_line_says_so_and_nothing_is_written(tmp_path, monk
     assert len(err.splitlines()) == 1 and "VisualDL is not installed" in err
     assert not (tmp_path / "logs").exists()
     assert visualdl_log.VisualDLLog.open(tmp_path / "logs", resume=True) is None
+
+
+# ---------------------------------------------------------------------------------------------- the training scripts
+
+
+def test_pretraining_logs_the_report_and_appends_on_resume(tmp_path):
+    logdir = tmp_path / "visualdl"
+    argv = pretraining_argv(tmp_path, "--max-steps", "6", "--num-steps-per-checkpoint", "2",
+                            "--last-step-of-checkpoint", "auto", "--visualdl-log-dir", str(logdir))
+    assert train(argv + ["--steps-this-run", "3"]) == 0
+    # Resume from step 2, an older checkpoint than the last logged step: steps 3.. run again.
+    shutil.rmtree(step_folder(tmp_path / "out", 3))
+    assert train(argv) == 0
+    content = read_log(logdir)
+    records = step_records(tmp_path / "report.json")  # every step of both runs, 3 twice
+    assert [r["step"] for r in records] == [1, 2, 3, 3, 4, 5, 6]
+    for key in ("loss", "mlm_loss", "nsp_loss", "learning_rate", "loss_scale", "sequences_per_second"):
+        first_of_each_step = {}
+        for record in records:
+            first_of_each_step.setdefault(record["step"], record["data"][key])
+        assert content["scalar"]["train/" + key] == [(step, pytest.approx(value, rel=1e-6))
+                                                      for step, value in first_of_each_step.items()], key
+    assert [step for step, _ in content["text"]["config"]] == [0, 2]
+    [(_, first), (_, resumed)] = content["text"]["config"]
+    assert json.loads(first)["max_steps"] == 6 and json.loads(first)["steps_this_run"] == 3
+    assert json.loads(resumed)["steps_this_run"] is None
+
+
+@pytest.mark.parametrize("script", [run_glue, run_squad])
+def test_fine_tuning_logs_the_training_scalars(script, tmp_path):
+    write_tiny_model(tmp_path)
+    if script is run_glue:
+        lines = require_shared("data", "glue", "MRPC", "train.tsv").read_bytes().split(b"\n")
+        (tmp_path / "train.tsv").write_bytes(b"\n".join(lines[:9]) + b"\n")
+        task_argv = ["--task-name", "mrpc", "--train-file", tmp_path / "train.tsv"]
+    else:
+        article = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())["data"][0]
+        paragraph = dict(article["paragraphs"][0], qas=article["paragraphs"][0]["qas"][:4])
+        (tmp_path / "train.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t",
+                                                                                      "paragraphs": [paragraph]}]}))
+        task_argv = ["--max-seq-length", "128", "--doc-stride", "64", "--max-query-length", "32",
+                     "--train-file", tmp_path / "train.json"]
+    output_dir, records = run_in_process(script.main, [
+        *common_argv(tmp_path, tmp_path / "out"), *task_argv, "--do-train", "--max-steps", 3, "--log-freq", 1,
+        "--visualdl-log-dir", tmp_path / "visualdl"], tmp_path / "out")
+    content = read_log(tmp_path / "visualdl")
+    assert content["scalar"]["train/loss"] == [(step, pytest.approx(loss, rel=1e-6))
+                                               for step, loss in zip((1, 2, 3), logged(records, "loss"), strict=True)]
+    assert [step for step, _ in content["scalar"]["train/learning_rate"]] == [1, 2, 3]
+    assert content["scalar"]["train/training_sequences_per_second"] == [
+        (3, pytest.approx(logged(records, "training_sequences_per_second")[0], rel=1e-6))]
+    assert json.loads(content["text"]["config"][0][1])["max_steps"] == 3
