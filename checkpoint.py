@@ -21,8 +21,15 @@ save. Re-saving a step that already exists moves the old folder aside to `.repla
 before renaming the new one in; if a kill falls between those two renames, discovery still finds the
 moved-aside copy, and the next save puts it back.
 
+Resume (`open_resume_checkpoint`, NVIDIA's --from-checkpoint / --last-step-of-checkpoint forms; the rules are
+in docs/resume.md). A run never writes over a checkpoint it did not write itself: one that cannot be read
+(`UnreadableCheckpoint`) is renamed `<step>.unreadable-<reason>` (`set_aside`), where neither discovery nor
+rotation nor a save will touch it again, and a run refuses to start below checkpoints of an earlier run
+(`check_no_later_checkpoints`).
+
 Only one process may write a phase folder: `save_checkpoint` takes the caller's rank and writes
-nothing unless it is 0. Every rank may call `find_checkpoint` and `load_checkpoint`.
+nothing unless it is 0, and only rank 0 may resolve an "auto" resume (it sets folders aside). Every rank
+may call `load_checkpoint`.
 
 `capture_rng_state` / `restore_rng_state` turn the Python, NumPy and Paddle generator states into
 JSON and back, so that they can live in the progress file and a resumed run draws the same numbers.
@@ -31,6 +38,7 @@ JSON and back, so that they can live in the progress file and a resumed run draw
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -55,6 +63,8 @@ PROGRESS_SUFFIX = "_progress.json"
 CONFIG_SUFFIX = "_config.json"
 _TEMP_PREFIX = ".tmp-"
 _REPLACED_PATTERN = re.compile(r"\.replaced-(\d+)-\d+")
+_SET_ASIDE_MARK = ".unreadable-"
+_SET_ASIDE_PATTERN = re.compile(r".+" + re.escape(_SET_ASIDE_MARK) + r".+")
 
 
 def phase_dir(output_dir: str | os.PathLike, bert_model: str, phase: int) -> Path:
@@ -87,63 +97,41 @@ def is_complete(step_dir: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -> bo
 
 
 def list_checkpoints(phase_folder: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -> list[tuple[int, Path]]:
-    """Complete checkpoints in a phase folder as (global_step, folder), oldest step first.
-
-    A `.replaced-<step>-*` folder (left by a kill while a step was being re-saved) stands in for its
-    step when `<step>` itself is missing.
-    """
-    phase_folder = Path(phase_folder)
-    if not phase_folder.is_dir():
-        return []
-    numbered: dict[int, Path] = {}
-    replaced: dict[int, Path] = {}
-    for entry in phase_folder.iterdir():
-        if entry.name.isdigit():
-            numbered[int(entry.name)] = entry
-        elif match := _REPLACED_PATTERN.fullmatch(entry.name):
-            replaced[int(match.group(1))] = entry
-    candidates = {**replaced, **numbered}
-    return sorted((step, folder) for step, folder in candidates.items() if is_complete(folder, prefix))
+    """Complete checkpoints in a phase folder as (global_step, folder), oldest step first (see _step_folders)."""
+    return sorted((step, folder) for step, folder in _step_folders(Path(phase_folder)).items()
+                  if is_complete(folder, prefix))
 
 
-def find_checkpoint(
-    phase_folder: str | os.PathLike, last_step: None | str | int, prefix: str = DEFAULT_PREFIX
-) -> Path | None:
-    """The checkpoint folder to resume from, following `--last-step-of-checkpoint`.
+class UnreadableCheckpoint(ValueError):
+    """A checkpoint folder whose files are missing, truncated or garbled. `reason` says which in a few words fit
+    for a folder name ("bad-params"); the message names the file."""
 
-    None: start fresh. "auto": the newest complete checkpoint, or None if there is none. An int (or a
-    string of digits): that step's folder, which must be complete; read its global_step with
-    `read_progress`.
-    """
-    if last_step is None:
-        return None
-    if last_step == "auto":
-        checkpoints = list_checkpoints(phase_folder, prefix)
-        return checkpoints[-1][1] if checkpoints else None
-    if isinstance(last_step, str):
-        if not last_step.isdigit():
-            raise ValueError(f"last step of checkpoint must be 'auto' or a step number, got {last_step!r}")
-        last_step = int(last_step)
-    complete = dict(list_checkpoints(phase_folder, prefix))
-    if last_step in complete:
-        return complete[last_step]
-    folder = Path(phase_folder) / str(last_step)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: no checkpoint folder for step {last_step}")
-    read_progress(folder, prefix)  # the folder is incomplete: this raises, saying what is wrong
-    return folder
+    def __init__(self, folder: Path, reason: str, message: str):
+        super().__init__(message)
+        self.folder, self.reason = folder, reason
 
 
 def load_checkpoint(step_dir: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -> tuple[dict, dict | None, dict]:
-    """(model_state, optimizer_state or None, progress) of a complete checkpoint folder."""
+    """(model_state, optimizer_state or None, progress) of a checkpoint folder; UnreadableCheckpoint otherwise."""
     step_dir = Path(step_dir)
-    progress = read_progress(step_dir, prefix)
+    try:
+        progress = read_progress(step_dir, prefix)
+    except FileNotFoundError as error:
+        raise UnreadableCheckpoint(step_dir, "no-progress-file", str(error)) from None
+    except ValueError as error:
+        raise UnreadableCheckpoint(step_dir, "bad-progress-file", str(error)) from None
     params_path = step_dir / (prefix + PARAMS_SUFFIX)
     if not params_path.is_file():
-        raise FileNotFoundError(f"{step_dir}: checkpoint has no {params_path.name}")
-    model_state = read_paddle_file(params_path)
+        raise UnreadableCheckpoint(step_dir, "no-params", f"{step_dir}: checkpoint has no {params_path.name}")
+    try:
+        model_state = read_paddle_file(params_path)
+    except ValueError as error:
+        raise UnreadableCheckpoint(step_dir, "bad-params", str(error)) from None
     optimizer_path = step_dir / (prefix + OPTIMIZER_SUFFIX)
-    optimizer_state = read_paddle_file(optimizer_path) if optimizer_path.is_file() else None
+    try:
+        optimizer_state = read_paddle_file(optimizer_path) if optimizer_path.is_file() else None
+    except ValueError as error:
+        raise UnreadableCheckpoint(step_dir, "bad-optimizer-state", str(error)) from None
     return model_state, optimizer_state, progress
 
 
@@ -155,30 +143,150 @@ def read_config(step_dir: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -> Be
     return BertConfig.from_json_file(path)
 
 
-def resolve_resume_folder(
+# ---------------------------------------------------------------------------------------------------------------
+# Resume: which checkpoint a run continues from (see docs/resume.md)
+
+
+@dataclasses.dataclass(frozen=True)
+class SetAside:
+    """An unreadable checkpoint folder that was renamed out of the way, and why."""
+
+    original: Path
+    moved_to: Path
+    reason: str  # the UnreadableCheckpoint message, naming the file
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """A loaded checkpoint to resume from, and the unreadable newer ones set aside on the way to it."""
+
+    folder: Path
+    model_state: dict
+    optimizer_state: dict | None
+    progress: dict
+    set_aside: tuple[SetAside, ...] = ()
+
+
+def _step_folders(phase_folder: Path) -> dict[int, Path]:
+    """step -> `<step>` folder of a phase folder, whatever its state; a `.replaced-<step>-*` folder (left by a kill
+    while a step was being re-saved) stands in for its step when `<step>` itself is missing."""
+    if not phase_folder.is_dir():
+        return {}
+    numbered: dict[int, Path] = {}
+    replaced: dict[int, Path] = {}
+    for entry in phase_folder.iterdir():
+        if entry.name.isdigit():
+            numbered[int(entry.name)] = entry
+        elif match := _REPLACED_PATTERN.fullmatch(entry.name):
+            replaced[int(match.group(1))] = entry
+    return {**replaced, **numbered}
+
+
+def _set_aside_folders(phase_folder: Path) -> list[str]:
+    if not phase_folder.is_dir():
+        return []
+    return sorted(entry.name for entry in phase_folder.iterdir() if _SET_ASIDE_PATTERN.fullmatch(entry.name))
+
+
+def _holds_checkpoint(folder: Path, prefix: str) -> bool:
+    """Whether folder holds checkpoint files itself (rather than <step>/ folders of them)."""
+    return any((folder / (prefix + suffix)).is_file() for suffix in (PROGRESS_SUFFIX, PARAMS_SUFFIX, OPTIMIZER_SUFFIX))
+
+
+def open_checkpoint(folder: Path, prefix: str = DEFAULT_PREFIX, step: int | None = None) -> Resume:
+    """Load folder; with `step`, its progress must say that step (a folder's name is its step)."""
+    model_state, optimizer_state, progress = load_checkpoint(folder, prefix)
+    if step is not None and progress["global_step"] != step:
+        raise UnreadableCheckpoint(folder, "step-mismatch", f"{folder}: its progress file says global_step "
+                                   f"{progress['global_step']}, not {step}")
+    return Resume(folder, model_state, optimizer_state, progress)
+
+
+def set_aside(error: UnreadableCheckpoint) -> SetAside:
+    """Rename an unreadable checkpoint folder to `<name>.unreadable-<reason>` (with -2, -3, ... if taken), where
+    no discovery, rotation or save will ever use it again."""
+    folder = error.folder
+    moved_to = folder.with_name(f"{folder.name}{_SET_ASIDE_MARK}{error.reason}")
+    copy = 1
+    while moved_to.exists():
+        copy += 1
+        moved_to = folder.with_name(f"{folder.name}{_SET_ASIDE_MARK}{error.reason}-{copy}")
+    os.rename(folder, moved_to)
+    _fsync_dir(folder.parent)
+    return SetAside(folder, moved_to, str(error))
+
+
+def _newest_intact(phase_folder: Path, prefix: str) -> Resume | None:
+    """The newest step folder that loads, after setting aside each newer one that does not; None if the phase
+    folder holds no step folders and nothing set aside, ValueError if it holds nothing intact."""
+    moved: list[SetAside] = []
+    for step, folder in sorted(_step_folders(phase_folder).items(), reverse=True):
+        try:
+            return dataclasses.replace(open_checkpoint(folder, prefix, step), set_aside=tuple(moved))
+        except UnreadableCheckpoint as error:
+            moved.append(set_aside(error))
+    unreadable = _set_aside_folders(phase_folder)
+    if unreadable:
+        raise ValueError(f"{phase_folder}: no intact checkpoint to resume from, only the unreadable "
+                         f"{', '.join(unreadable)}; move them elsewhere to start this phase afresh")
+    return None
+
+
+def open_resume_checkpoint(
     from_checkpoint: str | os.PathLike | None,
     last_step_of_checkpoint: None | str | int,
     default_phase_folder: str | os.PathLike,
     prefix: str = DEFAULT_PREFIX,
-) -> Path | None:
-    """The checkpoint folder to resume from (--from-checkpoint, --last-step-of-checkpoint), or None to start fresh.
+) -> Resume | None:
+    """The checkpoint to resume from (--from-checkpoint, --last-step-of-checkpoint), loaded; None to start fresh.
 
-    With a last step ("auto" or a step number, as for `find_checkpoint`) the phase folder searched is
-    from_checkpoint, or default_phase_folder (the run's own) without it. Without one, from_checkpoint names a
-    single checkpoint folder, which must be complete.
+    NVIDIA's forms, plus a phase folder with a step:
+    - no last step: from_checkpoint is one checkpoint folder (None: start fresh);
+    - a step N: from_checkpoint, if it holds checkpoint files itself, which must be those of step N; else
+      `<phase folder>/N`, the phase folder being from_checkpoint or, without it, default_phase_folder (the run's);
+    - "auto": the phase folder's newest intact `<step>/` folder (None if the folder does not exist or holds
+      none); each newer one that cannot be read is set aside (`set_aside`), and if none is intact, ValueError.
+      A from_checkpoint that holds checkpoint files itself is that checkpoint.
+    A checkpoint named explicitly that cannot be read raises UnreadableCheckpoint and stays where it is.
+    Only the process that writes the phase folder (rank 0) may call this with "auto": it renames folders.
     """
+    explicit = Path(from_checkpoint) if from_checkpoint is not None else None
     if last_step_of_checkpoint is None:
-        if from_checkpoint is None:
+        if explicit is None:
             return None
-        folder = Path(from_checkpoint)
-        try:
-            read_progress(folder, prefix)
-        except (FileNotFoundError, ValueError) as error:
-            raise type(error)(f"{error} (for a folder of <step>/ checkpoints add --last-step-of-checkpoint "
-                              "auto or a step)") from None
-        return folder
-    search = Path(from_checkpoint) if from_checkpoint is not None else Path(default_phase_folder)
-    return find_checkpoint(search, last_step_of_checkpoint, prefix)
+        if not _holds_checkpoint(explicit, prefix):
+            raise FileNotFoundError(f"{explicit}: incomplete or missing checkpoint (no {prefix}{PROGRESS_SUFFIX}) "
+                                    "(for a folder of <step>/ checkpoints add --last-step-of-checkpoint auto or a "
+                                    "step)")
+        return open_checkpoint(explicit, prefix)
+    search = explicit if explicit is not None else Path(default_phase_folder)
+    if last_step_of_checkpoint == "auto":
+        if search.is_dir() and not _step_folders(search) and _holds_checkpoint(search, prefix):
+            return open_checkpoint(search, prefix)
+        return _newest_intact(search, prefix)
+    step = int(last_step_of_checkpoint)
+    if explicit is not None and _holds_checkpoint(explicit, prefix):
+        resume = open_checkpoint(explicit, prefix)
+        if resume.progress["global_step"] != step:
+            raise ValueError(f"{explicit} holds the checkpoint of step {resume.progress['global_step']}, not of "
+                             f"--last-step-of-checkpoint {step}")
+        return resume
+    folder = _step_folders(search).get(step)
+    if folder is None:
+        raise FileNotFoundError(f"{search / str(step)}: no checkpoint folder for step {step}")
+    return open_checkpoint(folder, prefix, step)
+
+
+def check_no_later_checkpoints(phase_folder: str | os.PathLike, start_step: int) -> None:
+    """ValueError if the phase folder holds step folders after start_step: a run from there would write over the
+    checkpoints of an earlier run, and a later "auto" resume would take them for its own."""
+    later = sorted(step for step in _step_folders(Path(phase_folder)) if step > start_step)
+    if later:
+        after = f" after step {start_step}" if start_step else ""
+        steps = f"step{'s' if len(later) > 1 else ''} {', '.join(map(str, later))}"
+        raise ValueError(f"{phase_folder} holds checkpoints of an earlier run{after} ({steps}) that this run would "
+                         "write over; resume from the newest "
+                         "with --last-step-of-checkpoint auto, or write to another --output-dir")
 
 
 def _rename_optimizer_state(state: Mapping[str, Any], renames: Mapping[str, str]) -> dict:
@@ -354,8 +462,8 @@ def save_checkpoint(
     _recover_interrupted_saves(phase_folder, prefix)
     final = phase_folder / str(global_step)
     temp = _temp_beside(final)
-    temp.mkdir()
     try:
+        temp.mkdir()
         writes: list[tuple[str, Callable[[str], None]]] = [
             (PARAMS_SUFFIX, lambda path: paddle.save(dict(model_state), path)),
         ]
@@ -367,6 +475,10 @@ def save_checkpoint(
         for suffix, write in writes:
             _write_synced(temp / (prefix + suffix), write)
         _fsync_dir(temp)
+    except OSError as error:  # a full disk, most often: say where, and that the older checkpoints are intact
+        shutil.rmtree(temp, ignore_errors=True)
+        raise OSError(error.errno, f"{final}: checkpoint not saved, the earlier ones are unchanged "
+                      f"({error.strerror or error})") from error
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise

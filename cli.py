@@ -1,8 +1,8 @@
 """Command-line helpers shared by the entry scripts: argparse types and checks, and one-line errors.
 
 Every entry script ends with `sys.exit(cli.run_main(main, "script.py"))`: the project's own errors
-(ValueError, FileNotFoundError) print as one line naming the script, and PADDLEBERT_DEBUG=1 brings the
-traceback back. (A SystemExit with a message already prints as one line.)
+(ValueError, and OSError such as a missing file or a full disk) print as one line naming the script, and
+PADDLEBERT_DEBUG=1 brings the traceback back. (A SystemExit with a message already prints as one line.)
 """
 
 from __future__ import annotations
@@ -32,11 +32,22 @@ def check_at_least(parser: argparse.ArgumentParser, args: argparse.Namespace, *n
             parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
 
 
+# NumPy's legacy seeding (np.random.seed), which every trainer calls with --seed, takes [0, 2**32).
+SEED_LIMIT = 2**32
+
+
+def check_seed(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """parser.error unless --seed is in [0, 2**32): NumPy rejects other seeds, and Paddle's generator takes no
+    negative ones (a pybind TypeError rather than a message)."""
+    if not 0 <= args.seed < SEED_LIMIT:
+        parser.error(f"--seed must be in [0, {SEED_LIMIT - 1}], got {args.seed}")
+
+
 def run_main(main: Callable[[], int | None], script: str) -> int:
     """Run an entry script's main(); the project's errors become `<script>: <message>` on stderr, exit 1."""
     try:
         return main() or 0
-    except (FileNotFoundError, ValueError) as error:
+    except (OSError, ValueError) as error:
         if os.environ.get("PADDLEBERT_DEBUG"):
             traceback.print_exc()
         print(f"{script}: {error}", file=sys.stderr)

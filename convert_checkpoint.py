@@ -1,16 +1,19 @@
 """Convert BERT checkpoints between Hugging Face's format and PaddleBERT's Paddle parameters.
 
-    python convert_checkpoint.py hf2paddle HF_DIR OUT.pdparams [--config-out CONFIG.json]
+    python convert_checkpoint.py hf2paddle HF_DIR OUT.pdparams|OUT.safetensors [--config-out CONFIG.json]
                                                               [--require-heads HEAD [HEAD ...]]
     python convert_checkpoint.py paddle2hf PADDLE.pdparams CONFIG.json OUT_DIR
+    python convert_checkpoint.py nvidia2paddle NGC_PREFIX_OR_FILE OUT.pdparams|OUT.safetensors [--config CONFIG.json]
+                                                                                            [--fuse-mha]
 
 hf2paddle reads HF_DIR/config.json and HF_DIR/model.safetensors, else HF_DIR/pytorch_model.bin. The
 .bin is read without torch: it is a zip holding a pickle whose tensors point at raw storages in the
 zip's data/ entries, so a restricted unpickler that knows only the few globals torch.save writes
 rebuilds every tensor as a NumPy array. OUT.pdparams is a paddle.save'd dict of float32 arrays under
 the names of BertForPretraining / BertForQuestionAnswering / BertForSequenceClassification
-(`bert.`-prefixed encoder, `cls.`, `qa_outputs.`, `classifier.`); weights.load_state loads it
-into any of them or into a bare BertModel, fused or unfused, with or without a padded vocabulary.
+(`bert.`-prefixed encoder, `cls.`, `qa_outputs.`, `classifier.`); an output path ending in .safetensors
+gets the same arrays as a safetensors file, the format to share. weights.load_state loads either into
+any of them or into a bare BertModel, fused or unfused, with or without a padded vocabulary.
 
 The encoder (embeddings and every layer) must be complete. Each head -- pooler, mlm, nsp, qa,
 classifier -- is all there or absent; the command prints which, so that a model built with an absent
@@ -20,6 +23,18 @@ paddle2hf writes OUT_DIR/model.safetensors and OUT_DIR/config.json in HF naming:
 unpadded vocabulary, torch's [out, in] Linear layout, `bert.` prefix only when a head is present
 (as transformers' BertModel and BertFor* models save themselves). The tied decoder weight is not
 written, as transformers does not write it either.
+
+nvidia2paddle reads a checkpoint of NVIDIA's "BERT for PaddlePaddle" (the NGC downloads): the .pdparams of
+a paddle.static.save, through paddle_files' restricted reader like every other file. Static graphs name
+parameters by layer type and creation counter (embedding_0.w_0, layer_norm_3.b_0, linear_17.w_0), so the
+names carry no role; each counter's order is the order NVIDIA's modeling.py creates its layers in:
+embeddings (word, position, token type, layer norm), the encoder layers, the pooler, then the head (the
+masked-LM transform, its layer norm, the decoder bias and next-sentence classifier; or the SQuAD
+classifier). Without --fuse-mha each layer is Paddle's nn.TransformerEncoderLayer (q, k, v and output
+projections, linear1, linear2, norm1, norm2; post-norm); with it, paddle.incubate.nn.FusedTransformerEncoderLayer
+(qkv_weight [3, heads, head size, hidden] as x @ W^T, its output projection and post-norm, then the
+feed-forward's two linears and post-norm). NVIDIA's encoder layer norms use those layers' epsilon, 1e-5;
+ours use the config's layer_norm_eps (1e-12) everywhere, which changes outputs by about 1e-6.
 """
 
 from __future__ import annotations
@@ -49,6 +64,7 @@ from progress import progress_bar
 from weights import (
     ENCODER_PARTS,
     HEADS,
+    SAFETENSORS_SUFFIX,
     VOCAB_ROWS,
     as_numpy,
     check_parts,
@@ -57,6 +73,7 @@ from weights import (
     part_of,
     read_weights,
     with_bert_prefix,
+    write_safetensors_weights,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -426,6 +443,132 @@ def hf_config_dict(config: BertConfig, heads: Mapping[str, bool], num_labels: in
 
 
 # ---------------------------------------------------------------------------------------------
+# NVIDIA's static-graph checkpoints (NGC)
+# ---------------------------------------------------------------------------------------------
+
+# A static-graph parameter name: <layer type>_<creation counter>.<w|b>_<parameter counter within the layer>.
+_STATIC_NAME = re.compile(r"(?P<kind>[a-z_]+?)_(?P<index>\d+)\.(?P<role>[wb]_\d+)")
+# Each layer type's parameters, by role, as our names' suffixes ("" for a parameter that is the whole module).
+_LINEAR = {"w_0": "weight", "b_0": "bias"}
+_LAYER_NORM = {"w_0": "weight", "b_0": "bias"}
+# paddle.incubate.nn.FusedMultiHeadAttention / FusedFeedForward (post-norm) create, in this order:
+_FUSED_ATTENTION = ("qkv_weight", "qkv_bias", "linear_weight", "linear_bias", "ln_scale", "ln_bias")
+_FUSED_FEED_FORWARD = ("linear1_weight", "linear1_bias", "linear2_weight", "linear2_bias", "ln2_scale", "ln2_bias")
+_FUSED_ROLES = ("w_0", "b_0", "w_1", "b_1", "w_2", "b_2")
+
+
+def read_ngc_checkpoint(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], Path]:
+    """(parameters by static name as float arrays, the file read) of a paddle.static.save prefix or .pdparams."""
+    path = Path(path)
+    file = path if path.suffix == ".pdparams" else path.with_name(path.name + ".pdparams")
+    if not file.is_file():
+        raise FileNotFoundError(f"{path}: neither a .pdparams file nor the prefix of one")
+    return {name: as_numpy(value) for name, value in read_weights(file).items()}, file
+
+
+def _layers_in_creation_order(state: Mapping[str, np.ndarray]) -> tuple[dict, dict]:
+    """({layer type: [{role: array} per layer, in creation order]}, {name: array} of names of no layer type)."""
+    layers: dict[str, dict[int, dict[str, np.ndarray]]] = {}
+    others = {}
+    for name, value in state.items():
+        match = _STATIC_NAME.fullmatch(name)
+        if match is None or match["kind"] not in ("embedding", "layer_norm", "linear", "fused_multi_head_attention",
+                                                  "fused_feed_forward"):
+            others[name] = value
+            continue
+        layers.setdefault(match["kind"], {}).setdefault(int(match["index"]), {})[match["role"]] = value
+    return {kind: [by_index[index] for index in sorted(by_index)] for kind, by_index in layers.items()}, others
+
+
+def _take(layers: list[dict], roles: Mapping[str, str], prefix: str, state: dict, source: str, kind: str) -> None:
+    """Put the next layer of `layers` into state as <prefix>.<suffix> for each of its roles."""
+    if not layers:
+        raise ValueError(f"{source}: fewer {kind} layers than NVIDIA's BERT creates; is it one of its checkpoints?")
+    layer = layers.pop(0)
+    if set(layer) != set(roles):
+        raise ValueError(f"{source}: a {kind} layer holds {sorted(layer)}, expected {sorted(roles)}")
+    for role, suffix in roles.items():
+        state[f"{prefix}.{suffix}" if suffix else prefix] = layer[role]
+
+
+def _fused_layer(attention: Mapping[str, np.ndarray], feed_forward: Mapping[str, np.ndarray], prefix: str,
+                 state: dict) -> None:
+    """One FusedTransformerEncoderLayer's parameters under our names (unfused Q/K/V, Linear weights [in, out])."""
+    attention = dict(zip(_FUSED_ATTENTION, (attention[role] for role in _FUSED_ROLES), strict=True))
+    feed_forward = dict(zip(_FUSED_FEED_FORWARD, (feed_forward[role] for role in _FUSED_ROLES), strict=True))
+    qkv_weight, qkv_bias = attention["qkv_weight"], attention["qkv_bias"]  # [3, heads, head size, H], [3, heads, hs]
+    hidden = qkv_weight.shape[-1]
+    for part, weight, bias in zip(("query", "key", "value"), qkv_weight, qkv_bias, strict=True):
+        # The fused kernel computes x @ W^T with W = qkv_weight[part] as [heads * head size, H].
+        state[f"{prefix}.attention.{part}.weight"] = np.ascontiguousarray(weight.reshape(-1, hidden).T)
+        state[f"{prefix}.attention.{part}.bias"] = bias.reshape(-1)
+    state[f"{prefix}.attention_output.weight"] = attention["linear_weight"]
+    state[f"{prefix}.attention_output.bias"] = attention["linear_bias"]
+    state[f"{prefix}.attention_layer_norm.weight"] = attention["ln_scale"]
+    state[f"{prefix}.attention_layer_norm.bias"] = attention["ln_bias"]
+    state[f"{prefix}.intermediate.weight"] = feed_forward["linear1_weight"]
+    state[f"{prefix}.intermediate.bias"] = feed_forward["linear1_bias"]
+    state[f"{prefix}.output.weight"] = feed_forward["linear2_weight"]
+    state[f"{prefix}.output.bias"] = feed_forward["linear2_bias"]
+    state[f"{prefix}.output_layer_norm.weight"] = feed_forward["ln2_scale"]
+    state[f"{prefix}.output_layer_norm.bias"] = feed_forward["ln2_bias"]
+
+
+def nvidia_to_paddle(ngc_state: Mapping[str, np.ndarray], fuse_mha: bool, source: str) -> dict[str, np.ndarray]:
+    """NVIDIA's static-graph BERT parameters (pretraining or SQuAD) under our names and layouts, float32."""
+    layers, others = _layers_in_creation_order(ngc_state)
+    fused_kinds = {"fused_multi_head_attention", "fused_feed_forward"} & set(layers)
+    if fused_kinds and not fuse_mha:
+        raise ValueError(f"{source}: holds {sorted(fused_kinds)[0]} parameters, written with NVIDIA's --fuse-mha; "
+                         "convert with --fuse-mha")
+    if fuse_mha and not fused_kinds:
+        raise ValueError(f"{source}: holds no fused_multi_head_attention parameters, so it was written without "
+                         "NVIDIA's --fuse-mha; convert without --fuse-mha")
+    if len(others) > 1:
+        raise ValueError(f"{source}: parameters of no BERT layer: {', '.join(sorted(others))}")
+    has_mlm = bool(others)  # the masked-LM decoder bias is the one parameter a layer type does not name
+    embeddings, norms, linears = (layers.get(kind, []) for kind in ("embedding", "layer_norm", "linear"))
+    state: dict[str, np.ndarray] = {}
+    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        _take(embeddings, {"w_0": ""}, f"bert.embeddings.{name}.weight", state, source, "embedding")
+    _take(norms, _LAYER_NORM, "bert.embeddings.layer_norm", state, source, "layer_norm")
+    if fuse_mha:
+        attentions, feed_forwards = layers.get("fused_multi_head_attention", []), layers.get("fused_feed_forward", [])
+        if len(attentions) != len(feed_forwards):
+            raise ValueError(f"{source}: {len(attentions)} fused attention layers but {len(feed_forwards)} "
+                             "fused feed-forward layers")
+        for layer, (attention, feed_forward) in enumerate(zip(attentions, feed_forwards, strict=True)):
+            if set(attention) != set(_FUSED_ROLES) or set(feed_forward) != set(_FUSED_ROLES):
+                raise ValueError(f"{source}: fused layer {layer} is not in FusedTransformerEncoderLayer's post-norm "
+                                 "layout")
+            _fused_layer(attention, feed_forward, f"bert.encoder.{layer}", state)
+    else:
+        # Each nn.TransformerEncoderLayer has two layer norms; the masked-LM head has one more.
+        num_layers, odd = divmod(len(norms) - has_mlm, 2)
+        if odd:
+            raise ValueError(f"{source}: {len(norms) + 1} layer norms fit no NVIDIA BERT")
+        for layer in range(num_layers):
+            prefix = f"bert.encoder.{layer}"
+            for module in ("attention.query", "attention.key", "attention.value", "attention_output",
+                           "intermediate", "output"):
+                _take(linears, _LINEAR, f"{prefix}.{module}", state, source, "linear")
+            for module in ("attention_layer_norm", "output_layer_norm"):
+                _take(norms, _LAYER_NORM, f"{prefix}.{module}", state, source, "layer_norm")
+    _take(linears, _LINEAR, "bert.pooler.dense", state, source, "linear")
+    if has_mlm:
+        _take(linears, _LINEAR, "cls.transform", state, source, "linear")
+        _take(norms, _LAYER_NORM, "cls.transform_layer_norm", state, source, "layer_norm")
+        state["cls.decoder_bias"] = next(iter(others.values()))
+        _take(linears, _LINEAR, "cls.seq_relationship", state, source, "linear")
+    elif linears:
+        _take(linears, _LINEAR, "qa_outputs", state, source, "linear")
+    left = len(embeddings) + len(norms) + len(linears)
+    if left:
+        raise ValueError(f"{source}: {left} layers more than NVIDIA's BERT creates; is it one of its checkpoints?")
+    return {name: value.astype(np.float32) for name, value in state.items()}
+
+
+# ---------------------------------------------------------------------------------------------
 # Files
 # ---------------------------------------------------------------------------------------------
 
@@ -434,6 +577,16 @@ def _describe_heads(heads: Mapping[str, bool]) -> list[str]:
     prefixes = hf_head_prefixes()
     return [f"  {head:<10} {'present' if present else 'absent'} ({prefixes[head]}.*)"
             for head, present in heads.items()]
+
+
+def write_weights(path: str | os.PathLike, state: Mapping[str, np.ndarray]) -> None:
+    """Write our parameters to a .safetensors file, or else a paddle.save'd .pdparams; print what was written."""
+    path = Path(path)
+    if path.suffix == SAFETENSORS_SUFFIX:
+        write_safetensors_weights(path, state)
+    else:
+        atomic_write(path, lambda temp_path: paddle.save(dict(state), temp_path))
+    print(f"wrote {len(state)} parameters to {path}")
 
 
 def run_hf2paddle(args: argparse.Namespace) -> None:
@@ -449,9 +602,7 @@ def run_hf2paddle(args: argparse.Namespace) -> None:
     if absent:
         raise ValueError(f"{weights_path}: required head(s) absent: "
                          + ", ".join(f"{head} ({hf_head_prefixes()[head]}.*)" for head in absent))
-    out_path = Path(args.out_pdparams)
-    atomic_write(out_path, lambda temp_path: paddle.save(conversion.state, temp_path))
-    print(f"wrote {len(conversion.state)} parameters to {out_path}")
+    write_weights(args.out_weights, conversion.state)
     if args.config_out:
         atomic_write_text(Path(args.config_out), config.to_json_string())
         print(f"wrote PaddleBERT config to {args.config_out}")
@@ -474,12 +625,29 @@ def run_paddle2hf(args: argparse.Namespace) -> None:
     print("\n".join(_describe_heads(heads)))
 
 
+def run_nvidia2paddle(args: argparse.Namespace) -> None:
+    ngc_state, file = read_ngc_checkpoint(args.ngc_checkpoint)
+    state = nvidia_to_paddle(ngc_state, args.fuse_mha, str(file))
+    if args.config:
+        config = BertConfig.from_json_file(args.config)
+        rows = _expected_shapes(config, num_labels=2)[VOCAB_ROWS[0]][0]
+        # NVIDIA's configs pad the vocabulary to a multiple of 8 (30528 rows); the loader pads again as needed.
+        state.update((name, fit_vocab_rows(state[name], rows)) for name in VOCAB_ROWS if name in state)
+        check_parameters(state, config, f"{file} (checked against {args.config})")
+    print(f"read {len(ngc_state)} parameters from {file}: "
+          f"{sum(name.endswith('attention.query.weight') for name in state)} layers, "
+          f"hidden {state['bert.embeddings.word_embeddings.weight'].shape[1]}")
+    print("\n".join(_describe_heads({head: any(part_of(name) == head for name in state) for head in HEADS})))
+    write_weights(args.out_weights, state)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     hf2paddle = commands.add_parser("hf2paddle", help="Hugging Face folder -> Paddle .pdparams")
     hf2paddle.add_argument("hf_dir", help="folder with config.json and model.safetensors or pytorch_model.bin")
-    hf2paddle.add_argument("out_pdparams", help="Paddle parameter file to write")
+    hf2paddle.add_argument("out_weights", metavar="out",
+                           help="weights file to write: OUT.pdparams, or OUT.safetensors (the format to share)")
     hf2paddle.add_argument("--config-out", help="also write the PaddleBERT config JSON here")
     hf2paddle.add_argument("--require-heads", nargs="+", default=[], choices=sorted(HEAD_GROUPS),
                            help="fail unless these heads are in the source; pretraining = pooler mlm nsp")
@@ -489,6 +657,16 @@ def build_parser() -> argparse.ArgumentParser:
     paddle2hf.add_argument("config", help="PaddleBERT config JSON the parameters were trained with")
     paddle2hf.add_argument("out_dir", help="folder to write model.safetensors and config.json into")
     paddle2hf.set_defaults(run=run_paddle2hf)
+    nvidia2paddle = commands.add_parser("nvidia2paddle", help="NVIDIA's static-graph (NGC) checkpoint -> ours")
+    nvidia2paddle.add_argument("ngc_checkpoint", help="the checkpoint's .pdparams, or its prefix (without .pdparams)")
+    nvidia2paddle.add_argument("out_weights", metavar="out",
+                               help="weights file to write: OUT.pdparams, or OUT.safetensors (the format to share)")
+    nvidia2paddle.add_argument("--config", help="BERT config JSON to check every parameter's shape against "
+                                                "(NVIDIA's bert_configs/*.json, or ours)")
+    nvidia2paddle.add_argument("--fuse-mha", action="store_true",
+                               help="the checkpoint was trained with NVIDIA's --fuse-mha "
+                                    "(FusedTransformerEncoderLayer parameters)")
+    nvidia2paddle.set_defaults(run=run_nvidia2paddle)
     return parser
 
 

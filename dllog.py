@@ -21,6 +21,7 @@ logger prints and writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -88,12 +89,21 @@ class DLLogger:
         self.start_time = datetime.now()
         self._metadata: dict[str, dict] = {}
         self._file = None
-        if enabled and json_path is not None:
-            path = Path(json_path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.exists():
-                _cut_partial_last_line(path)
-            self._file = open(path, "a", encoding="utf-8")
+        self.path = Path(json_path) if json_path is not None else None
+        if enabled and self.path is not None:
+            with self._naming_the_file():
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                if self.path.exists():
+                    _cut_partial_last_line(self.path)
+                self._file = open(self.path, "a", encoding="utf-8")
+
+    @contextlib.contextmanager
+    def _naming_the_file(self):
+        """An OSError (a full disk, a read-only folder) names the report file, which the bare error does not."""
+        try:
+            yield
+        except OSError as error:
+            raise OSError(error.errno, f"{self.path}: cannot write the report ({error.strerror or error})") from error
 
     def _write(self, record_type: str, fields: dict) -> datetime:
         now = datetime.now()
@@ -106,8 +116,9 @@ class DLLogger:
                 **fields,
             }
             # One write() per record, then flush: a killed process leaves at most one partial line.
-            self._file.write(RECORD_PREFIX + json.dumps(record, default=_json_value) + "\n")
-            self._file.flush()
+            with self._naming_the_file():
+                self._file.write(RECORD_PREFIX + json.dumps(record, default=_json_value) + "\n")
+                self._file.flush()
         return now
 
     def metadata(self, name: str, meta: Mapping[str, Any]) -> None:
@@ -181,8 +192,13 @@ def read_report(path: str | os.PathLike) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: DLLogger report not found")
     records = []
-    with open(path, encoding="utf-8") as report:
-        for line_number, line in enumerate(report, start=1):
+    with open(path, "rb") as report:
+        for line_number, raw_line in enumerate(report, start=1):
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path}:{line_number}: not UTF-8 text (byte {raw_line[error.start]:#04x} at "
+                                 f"column {error.start + 1})") from None
             if not line.startswith(RECORD_PREFIX):
                 continue
             try:

@@ -56,7 +56,7 @@ from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel
 from squad_utils import batch_indices
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
 from visualdl_log import open_run_log
-from weights import load_pretrained
+from weights import load_pretrained, safetensors_beside, write_safetensors_weights
 
 MAX_GRAD_NORM = 1.0  # gradient clipping of Google's and NVIDIA's fine-tuning recipes
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
@@ -94,9 +94,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="architecture; its bert_configs/<name>.json unless --config-file is given")
     model.add_argument("--config-file", help="BERT config JSON (needed for --bert-model custom)")
     model.add_argument("--from-pretrained-params", "--init-checkpoint", dest="from_pretrained_params",
-                       help="initial weights: a .pdparams file (pretraining, converted Hugging Face or fine-tuned) "
-                            "or a folder holding <model-prefix>.pdparams")
+                       help="initial weights: a .pdparams or .safetensors file (pretraining, converted Hugging Face "
+                            "or fine-tuned) or a folder holding <model-prefix>.pdparams or <model-prefix>.safetensors")
     model.add_argument("--fuse-mha", action="store_true", help="one fused QKV projection per attention layer")
+    model.add_argument("--save-safetensors", action="store_true",
+                       help="also write the fine-tuned weights as <output-dir>/<model-prefix>.safetensors, the "
+                            "format to share (reading it runs no code)")
 
 
 def add_training_arguments(parser: argparse.ArgumentParser, *, unit: str, learning_rate: float,
@@ -217,12 +220,16 @@ def build_model(args: argparse.Namespace, make: Callable[[BertConfig], paddle.nn
 
 
 def save_fine_tuned(model: paddle.nn.Layer, args: argparse.Namespace, session: Session) -> None:
-    """Rank 0 writes <output-dir>/<model-prefix>.pdparams and the architecture beside it as
-    <model-prefix>_config.json, and reports the weights' path."""
+    """Rank 0 writes <output-dir>/<model-prefix>.pdparams (and with --save-safetensors the same weights as
+    <model-prefix>.safetensors) and the architecture beside it as <model-prefix>_config.json, and reports the
+    weights' path."""
     if session.rank != 0:
         return
     params_path = os.path.join(args.output_dir, args.model_prefix + PARAMS_SUFFIX)
-    atomic_write(params_path, lambda path: paddle.save(model.state_dict(), path))
+    state = model.state_dict()
+    atomic_write(params_path, lambda path: paddle.save(state, path))
+    if args.save_safetensors:
+        write_safetensors_weights(safetensors_beside(params_path), state)
     atomic_write_text(os.path.join(args.output_dir, args.model_prefix + "_config.json"),
                       model.config.to_json_string())
     session.logger.log("PARAMETER", {"saved_model": params_path})

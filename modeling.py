@@ -10,6 +10,10 @@ or a classifier for GLUE. The architecture follows Devlin et al. 2019 (arXiv:181
 Google's reference implementation: post-LayerNorm residual blocks, exact (erf) GELU, weights
 drawn from N(0, initializer_range).
 
+A packed batch (packing.py) holds several samples per row: then position_ids restart for each sample, attention
+is block-diagonal over `sample_ids`, and the pooler reads each sample's [CLS] at `cls_positions`, so pooled_output
+is [number of samples, H].
+
 Every model chooses once, when it is built, between two sets of layers (`use_cpu_kernels`, default: whether
 Paddle's current device is a CPU): cpu_kernels.py's Linear, LayerNorm, Dropout and attention core, which
 compute the same functions with kernels that are faster on a CPU, or Paddle's own layers and
@@ -17,16 +21,19 @@ scaled_dot_product_attention (flash attention on a GPU). Exported programs need 
 `standard_copy` gives the model with those.
 
 Shapes in comments use B = batch, S = sequence length, H = hidden size, N = attention heads,
-D = H / N, V = (padded) vocabulary size, M = number of masked positions in the batch.
+D = H / N, V = (padded) vocabulary size, M = number of masked positions in the batch, T = real (non-padding)
+tokens of packed rows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
+from paddle.nn.functional import flash_attention
 
 import cpu_kernels
 from bert_config import BertConfig
@@ -66,9 +73,10 @@ class BertEmbeddings(nn.Layer):
         self.layer_norm = LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: paddle.Tensor, token_type_ids: paddle.Tensor) -> paddle.Tensor:
-        seq_length = input_ids.shape[1]
-        position_ids = paddle.arange(seq_length, dtype="int64").unsqueeze(0)  # [1, S]
+    def forward(self, input_ids: paddle.Tensor, token_type_ids: paddle.Tensor,
+                position_ids: paddle.Tensor | None = None) -> paddle.Tensor:
+        if position_ids is None:
+            position_ids = paddle.arange(input_ids.shape[1], dtype="int64").unsqueeze(0)  # [1, S]
         embeddings = (
             self.word_embeddings(input_ids)
             + self.position_embeddings(position_ids)
@@ -79,7 +87,7 @@ class BertEmbeddings(nn.Layer):
 
 class BertSelfAttention(nn.Layer):
     """Multi-head self-attention: scaled_dot_product_attention (flash attention on a GPU), or the same function
-    through cpu_kernels.attention."""
+    through cpu_kernels.attention, or for packed rows on a GPU under AMP variable-length flash attention."""
 
     def __init__(self, config: BertConfig, use_cpu_kernels: bool):
         super().__init__()
@@ -99,7 +107,8 @@ class BertSelfAttention(nn.Layer):
             self.value = Linear(hidden, hidden)
         self.dropout_prob = config.attention_probs_dropout_prob
 
-    def forward(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | None) -> paddle.Tensor:
+    def forward(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | UnpaddedTokens | None
+                ) -> paddle.Tensor:
         if self.use_cpu_kernels:
             # Heads moved by whole rows into [B, N, S, D] and back (cpu_kernels.attention says why).
             if self.fuse_mha:
@@ -120,10 +129,13 @@ class BertSelfAttention(nn.Layer):
             query = self.query(hidden_states).reshape(head_shape)
             key = self.key(hidden_states).reshape(head_shape)
             value = self.value(hidden_states).reshape(head_shape)
-        context = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=attention_mask,
-            dropout_p=self.dropout_prob if self.training else 0.0, training=self.training,
-        )  # [B, S, N, D]
+        dropout_p = self.dropout_prob if self.training else 0.0
+        if isinstance(attention_mask, UnpaddedTokens):
+            context = attention_mask.attention(query, key, value, dropout_p, self.training)  # [B, S, N, D]
+        else:
+            context = F.scaled_dot_product_attention(
+                query, key, value, attn_mask=attention_mask, dropout_p=dropout_p, training=self.training,
+            )  # [B, S, N, D]
         return context.reshape([batch, seq_length, self.num_heads * self.head_dim])
 
 
@@ -142,7 +154,8 @@ class BertLayer(nn.Layer):
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.activation = ACTIVATIONS[config.hidden_act]
 
-    def forward(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | None) -> paddle.Tensor:
+    def forward(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | UnpaddedTokens | None
+                ) -> paddle.Tensor:
         attention = self.attention_output(self.attention(hidden_states, attention_mask))
         hidden_states = self.attention_layer_norm(hidden_states + self.dropout(attention))
         feed_forward = self.output(self.activation(self.intermediate(hidden_states)))
@@ -156,8 +169,13 @@ class BertPooler(nn.Layer):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, sequence_output: paddle.Tensor) -> paddle.Tensor:
-        return paddle.tanh(self.dense(sequence_output[:, 0]))
+    def forward(self, sequence_output: paddle.Tensor, cls_positions: paddle.Tensor | None = None) -> paddle.Tensor:
+        """[B, S, H] -> [B, H] from each row's first token, or [number of samples, H] from the flat [B*S] token
+        indices cls_positions (packed rows)."""
+        if cls_positions is None:
+            return paddle.tanh(self.dense(sequence_output[:, 0]))
+        tokens = sequence_output.reshape([-1, sequence_output.shape[-1]])  # [B*S, H]
+        return paddle.tanh(self.dense(paddle.gather(tokens, cls_positions)))
 
 
 def init_bert_weights(layer: nn.Layer, initializer_range: float) -> None:
@@ -183,6 +201,75 @@ def attention_bias(attention_mask: paddle.Tensor | None, heads: int, dtype: str 
     return paddle.expand(keys.reshape([batch, 1, 1, seq_length]), [batch, heads, seq_length, seq_length])
 
 
+def block_diagonal_bias(sample_ids: paddle.Tensor, heads: int, dtype: str | paddle.dtype) -> paddle.Tensor:
+    """[B, S] sample ids of packed rows (-1 = padding)  ->  additive [B, heads, S, S] in `dtype`: 0 where query and
+    key belong to the same sample, -inf elsewhere (Krell et al. 2021, arXiv:2107.02027: no cross-contamination).
+    Padding queries see only padding; nothing reads their outputs, and no softmax row is all -inf."""
+    batch, seq_length = sample_ids.shape
+    same_sample = sample_ids.unsqueeze(2) == sample_ids.unsqueeze(1)  # [B, S_q, S_k]
+    bias = paddle.where(same_sample, paddle.zeros([], dtype), paddle.full([], -math.inf, dtype))
+    return paddle.expand(bias.unsqueeze(1), [batch, heads, seq_length, seq_length])
+
+
+HALF_DTYPES = ("float16", "bfloat16")
+
+
+def varlen_attention_available() -> bool:
+    """Whether Paddle's variable-length flash attention (flash_attn_unpadded, FlashAttention-2) runs here: a CUDA
+    build on a GPU of compute capability 8.0 or newer, which FlashAttention-2 needs."""
+    if not paddle.is_compiled_with_cuda() or not paddle.get_device().startswith("gpu"):
+        return False
+    return paddle.device.cuda.get_device_capability()[0] >= 8
+
+
+@dataclasses.dataclass(frozen=True)
+class UnpaddedTokens:
+    """The real tokens of packed rows, for flash_attn_unpadded (paddle/nn/functional/flash_attention.py), which
+    takes the tokens of all samples one after the other, [T, N, D] in float16/bfloat16, with cu_seqlens.
+
+    token_index: int64 [T], flat indices into the B*S token slots, sample after sample;
+    cu_seqlens: int32 [number of samples + 1], 0, then the running sum of the sample lengths, T last;
+    max_seqlen: the row length S, a bound on every sample's length (the kernel sizes its grid by it, and the
+        bound needs no copy of the lengths to the host);
+    dtype: the half dtype the kernel runs in (autocast's: the projections already give it, so the cast is free).
+    """
+
+    token_index: paddle.Tensor
+    cu_seqlens: paddle.Tensor
+    max_seqlen: int
+    dtype: str | paddle.dtype
+
+    @classmethod
+    def of(cls, sample_ids: paddle.Tensor, dtype: str | paddle.dtype) -> UnpaddedTokens:
+        """From [B, S] sample ids: each sample's tokens contiguous in one row, -1 for padding."""
+        seq_length = sample_ids.shape[1]
+        flat = sample_ids.reshape([-1])  # [B*S]
+        token_index = paddle.nonzero(flat >= 0).reshape([-1])  # [T]
+        ids = paddle.gather(flat, token_index)
+        # A sample starts where the id changes or a row begins (so ids need only differ within a row).
+        starts = paddle.nonzero((ids[1:] != ids[:-1]) | (token_index[1:] % seq_length == 0)).reshape([-1]) + 1
+        ends = paddle.full([1], token_index.shape[0], "int64")
+        cu_seqlens = paddle.concat([paddle.zeros([1], "int64"), starts, ends]).astype("int32")
+        return cls(token_index, cu_seqlens, seq_length, dtype)
+
+    def attention(self, query: paddle.Tensor, key: paddle.Tensor, value: paddle.Tensor, dropout_p: float,
+                  training: bool) -> paddle.Tensor:
+        """query, key, value [B, S, N, D] -> the context [B, S, N, D] of each sample's own tokens, 0 at padding."""
+        batch, seq_length, heads, head_dim = query.shape
+
+        def unpad(tensor: paddle.Tensor) -> paddle.Tensor:
+            return paddle.gather(tensor.reshape([batch * seq_length, heads, head_dim]), self.token_index
+                                 ).astype(self.dtype)  # [T, N, D]
+
+        context, _ = flash_attention.flash_attn_unpadded(
+            unpad(query), unpad(key), unpad(value), self.cu_seqlens, self.cu_seqlens, self.max_seqlen,
+            self.max_seqlen, scale=1.0 / math.sqrt(head_dim), dropout=dropout_p, causal=False, training=training,
+        )  # [T, N, D]
+        slots = paddle.zeros([batch * seq_length, heads, head_dim], query.dtype)
+        return paddle.scatter(slots, self.token_index, context.astype(query.dtype)).reshape(
+            [batch, seq_length, heads, head_dim])
+
+
 class BertModel(nn.Layer):
     """The BERT encoder: embeddings, a stack of BertLayers and the pooler."""
 
@@ -190,6 +277,8 @@ class BertModel(nn.Layer):
         super().__init__()
         self.config = config
         self.use_cpu_kernels = choose_cpu_kernels(use_cpu_kernels)
+        # Packed rows under AMP on a GPU skip the padding and the other samples' keys altogether.
+        self.varlen_attention = not self.use_cpu_kernels and varlen_attention_available()
         self.embeddings = BertEmbeddings(config, self.use_cpu_kernels)
         self.encoder = nn.LayerList([BertLayer(config, self.use_cpu_kernels) for _ in range(config.num_hidden_layers)])
         self.pooler = BertPooler(config)
@@ -200,25 +289,46 @@ class BertModel(nn.Layer):
         input_ids: paddle.Tensor,
         token_type_ids: paddle.Tensor | None = None,
         attention_mask: paddle.Tensor | None = None,
+        position_ids: paddle.Tensor | None = None,
+        sample_ids: paddle.Tensor | None = None,
+        cls_positions: paddle.Tensor | None = None,
     ) -> tuple[paddle.Tensor, paddle.Tensor]:
         """Returns sequence_output [B, S, H] and pooled_output [B, H].
 
         attention_mask is [B, S] with 1 for a token and 0 for padding; None means no padding.
+        Packed rows (packing.pack_batch) give instead of it position_ids [B, S] (each token's position in its
+        sample), sample_ids [B, S] (its sample, -1 for padding; a token attends to its own sample only) and
+        cls_positions int64 [number of samples] (flat indices into the B*S tokens of each sample's [CLS]);
+        pooled_output is then [number of samples, H].
         """
+        if attention_mask is not None and sample_ids is not None:
+            raise ValueError("BertModel: give attention_mask (padded rows) or sample_ids (packed rows), not both")
         if token_type_ids is None:
             token_type_ids = paddle.zeros_like(input_ids)
-        # One materialised mask per forward, for all layers. scaled_dot_product_attention (paddle/nn/functional/
-        # sdpa.py) takes it as it is in every backend: flash attention wants a 4-D mask of the query's dtype
-        # with [B, 1 or N, S_q, S_k] rows (it reads heads modulo dim 1); memory-efficient attention (fp32, S a
-        # multiple of 8) expands dim 1 to N and needs dim 2 to be S_q (a [B, 1, 1, S] mask fails there); the
-        # math backend broadcasts. cpu_kernels.attention adds a same-shape [B, N, S, S] mask, 13x faster
-        # than a broadcasting add.
-        heads = self.config.num_attention_heads if self.use_cpu_kernels else 1
-        mask = attention_bias(attention_mask, heads, self._compute_dtype())
-        hidden_states = self.embeddings(input_ids, token_type_ids)
+        mask = self._attention_input(attention_mask, sample_ids)
+        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids)
         for layer in self.encoder:
             hidden_states = layer(hidden_states, mask)
-        return hidden_states, self.pooler(hidden_states)
+        return hidden_states, self.pooler(hidden_states, cls_positions)
+
+    def _attention_input(self, attention_mask: paddle.Tensor | None, sample_ids: paddle.Tensor | None
+                         ) -> paddle.Tensor | UnpaddedTokens | None:
+        """One materialised mask per forward, for all layers (or the unpadded layout of packed rows).
+
+        scaled_dot_product_attention (paddle/nn/functional/sdpa.py) takes the mask as it is in every backend:
+        flash attention wants a 4-D mask of the query's dtype with [B, 1 or N, S_q, S_k] rows (it reads heads
+        modulo dim 1); memory-efficient attention (fp32, S a multiple of 8) expands dim 1 to N and needs dim 2 to
+        be S_q (a [B, 1, 1, S] mask fails there); the math backend broadcasts. cpu_kernels.attention adds a
+        same-shape [B, N, S, S] mask, 13x faster than a broadcasting add. Packed rows get the block-diagonal
+        [B, 1 or N, S, S] mask, except in float16/bfloat16 where flash_attn_unpadded runs (it takes no fp32).
+        """
+        heads = self.config.num_attention_heads if self.use_cpu_kernels else 1
+        dtype = self._compute_dtype()
+        if sample_ids is None:
+            return attention_bias(attention_mask, heads, dtype)
+        if self.varlen_attention and str(dtype).removeprefix("paddle.") in HALF_DTYPES:
+            return UnpaddedTokens.of(sample_ids, dtype)
+        return block_diagonal_bias(sample_ids, heads, dtype)
 
     def _compute_dtype(self) -> str | paddle.dtype:
         """The dtype of the attention scores: autocast's under AMP (its matmuls), else the weights'."""
@@ -280,13 +390,18 @@ class BertForPretraining(_BertWithHead):
         token_type_ids: paddle.Tensor | None = None,
         attention_mask: paddle.Tensor | None = None,
         masked_lm_positions: paddle.Tensor | None = None,
+        position_ids: paddle.Tensor | None = None,
+        sample_ids: paddle.Tensor | None = None,
+        cls_positions: paddle.Tensor | None = None,
     ) -> tuple[paddle.Tensor, paddle.Tensor]:
-        """Returns prediction_scores and seq_relationship_score [B, 2].
+        """Returns prediction_scores and seq_relationship_score [B, 2] ([number of samples, 2] for packed rows).
 
         masked_lm_positions holds flat indices into the [B*S] tokens of the batch (int64 [M]); the
-        scores are then [M, V]. Without it they cover every token: [B*S, V].
+        scores are then [M, V]. Without it they cover every token: [B*S, V]. position_ids, sample_ids and
+        cls_positions describe packed rows (BertModel.forward).
         """
-        sequence_output, pooled_output = self.bert(input_ids, token_type_ids, attention_mask)
+        sequence_output, pooled_output = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
+                                                   sample_ids, cls_positions)
         return self.cls(
             sequence_output, pooled_output, self.bert.embeddings.word_embeddings.weight, masked_lm_positions
         )

@@ -88,7 +88,9 @@ def build_figure(records: list[dict], title: str) -> Figure:
 
 
 def save_figure(figure: Figure, output: Path) -> None:
-    """Write the PNG atomically: a temp file in the output's folder, then os.replace."""
+    """Write the PNG atomically: a temp file in the output's folder, then os.replace; an OSError names output.
+
+    Not checkpoint.atomic_write: that module imports Paddle, whose import is slow and prints warnings."""
     output.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temp_name = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
     try:
@@ -99,6 +101,9 @@ def save_figure(figure: Figure, output: Path) -> None:
         os.umask(umask)
         os.chmod(temp_name, 0o666 & ~umask)
         os.replace(temp_name, output)
+    except OSError as error:
+        os.unlink(temp_name)
+        raise OSError(error.errno, f"{output}: cannot write the plot ({error.strerror or error})") from error
     except BaseException:
         os.unlink(temp_name)
         raise
@@ -109,11 +114,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("report", type=Path, help="DLLogger JSON-lines report written by a training run")
     parser.add_argument("--output", type=Path, required=True, help="PNG file to write")
     args = parser.parse_args(argv)
+    if args.output.is_dir():
+        raise SystemExit(f"--output {args.output}: is a folder; give the PNG file to write, e.g. "
+                         f"{args.output / 'plot.png'}")
     try:
         figure = build_figure(read_report(args.report), str(args.report))
-    except (FileNotFoundError, ValueError) as error:
+        save_figure(figure, args.output)
+    except (OSError, ValueError) as error:
         raise SystemExit(str(error)) from None
-    save_figure(figure, args.output)
     plt.close(figure)
 
 

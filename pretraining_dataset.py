@@ -45,12 +45,15 @@ Position. Batch `step` of `epoch` is computed from those two numbers alone, so t
 an uninterrupted one would. The counter moves when a batch is handed to the trainer, not when a worker makes it.
 
 Workers. With num_workers > 0, forked worker processes build batches ahead (2 per worker) and the main process
-hands them out in step order; the output is identical to num_workers = 0.
+hands them out in step order; the output is identical to num_workers = 0. A worker ends when the process that
+forked it dies, however it died.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import glob
 import io
 import json
@@ -81,6 +84,8 @@ NUM_SAMPLES_FILE = ".num_samples.json"
 SEQUENCE_ALIGNMENT = 8
 SHUFFLE_WINDOW_SAMPLES = 16384
 BATCHES_AHEAD_PER_WORKER = 2
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_PARENT_POLL_SECONDS = 1.0
 STATE_VERSION = 1
 _BINNED_PARQUET = re.compile(r"\.parquet_(\d+)$")
 _NPY_MAGIC = b"\x93NUMPY"
@@ -669,13 +674,33 @@ def _concatenate(parts: list) -> list | np.ndarray:
 # Worker processes
 
 
-def _worker_loop(builder: BatchBuilder, tasks: multiprocessing.Queue, results: multiprocessing.Queue) -> None:
+def _end_with_parent(parent_pid: int) -> None:
+    """Make this worker end when the trainer that forked it dies, whatever killed it (SIGKILL, the OOM killer):
+    on Linux the kernel sends the worker SIGKILL (prctl PR_SET_PDEATHSIG); the worker loop also polls its parent
+    id, for other systems. A parent that died before prctl took effect is caught by the same check."""
+    with contextlib.suppress(OSError, AttributeError):  # no libc with prctl: not Linux, the polling remains
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
+def _worker_loop(builder: BatchBuilder, tasks: multiprocessing.Queue, results: multiprocessing.Queue,
+                 parent_pid: int) -> None:
+    _end_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops the workers
     # Being terminated at exit is normal for a worker; the handler inherited from the trainer (Paddle's prints a
     # fatal-error report) must not run for it.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     results.cancel_join_thread()  # at shutdown, exit without waiting for unread batches to be collected
-    while (task := tasks.get()) is not None:
+    while True:
+        try:
+            task = tasks.get(timeout=_PARENT_POLL_SECONDS)
+        except queue.Empty:
+            if os.getppid() != parent_pid:  # orphaned: the trainer is gone, nobody will read the batches
+                return
+            continue
+        if task is None:
+            return
         try:
             results.put((task, builder.batch(*task), None))
         except Exception as error:  # handed to the main process, which raises it
@@ -687,7 +712,7 @@ def _batches_from_workers(builder: BatchBuilder, positions: Iterator[tuple[int, 
     """Batches in the order of `positions`, built ahead by forked worker processes."""
     context = multiprocessing.get_context("fork")
     tasks, results = context.Queue(), context.Queue()
-    workers = [context.Process(target=_worker_loop, args=(builder, tasks, results), daemon=True)
+    workers = [context.Process(target=_worker_loop, args=(builder, tasks, results, os.getpid()), daemon=True)
                for _ in range(num_workers)]
     for worker in workers:
         worker.start()

@@ -21,9 +21,11 @@ One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W
      (--max-grad-norm) and the optimizer steps. The learning-rate schedule advances either way.
 
 Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/ every --num-steps-per-checkpoint steps, at the
-end of the run and on SIGTERM (which then exits with status 0). They hold the model and its config, the optimizer
-with its schedule, and a progress file with every rank's data position and random-generator states, so a run resumed
-with --last-step-of-checkpoint auto continues exactly as if it had never stopped (bitwise on CPU).
+end of the run, and at the step boundary after a SIGTERM or once the file named in $PADDLEBERT_STOP_FILE exists
+(the run then exits with status 0). They hold the model and its config, the optimizer with its schedule, and a
+progress file with every rank's data position and random-generator states, so a run resumed with
+--last-step-of-checkpoint auto continues exactly as if it had never stopped (bitwise on CPU). A run never writes
+over a checkpoint it did not write itself; docs/resume.md has the resume forms and rules.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -52,10 +55,18 @@ from loss import IGNORE_INDEX, BertPretrainingCriterion
 from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
 from optimizer import OPTIMIZER_NAMES, create_optimizer
+from packing import PACKED_MODEL_INPUTS, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from visualdl_log import VisualDLLog, open_run_log
-from weights import load_pretrained, load_state
+from weights import (
+    SAFETENSORS_SUFFIX,
+    load_pretrained,
+    load_state,
+    resolve_weights_file,
+    safetensors_beside,
+    write_safetensors_weights,
+)
 
 # The reference pads the vocabulary to a multiple of 8 for tensor cores; load_weights handles either size.
 VOCAB_PAD_MULTIPLE = 8
@@ -72,6 +83,10 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-predictions-per-seq", type=int, default=80,
                        help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
     group.add_argument("--num-workers", type=int, default=4, help="Data-loader worker processes per rank.")
+    group.add_argument("--pack-sequences", action="store_true",
+                       help="Pack each micro-batch's samples into as few rows of --max-seq-length as "
+                       "first-fit-decreasing finds, each sample attending only to itself (Krell et al. 2021), so "
+                       "less padding is computed; --batch-size still counts samples.")
     group.add_argument("--output-dir", required=True,
                        help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
     group.add_argument("--report-file", default="./report.json", help="DLLogger JSON-lines report, appended to.")
@@ -133,16 +148,23 @@ def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
                        help="Keep only the newest N checkpoints of the phase, counting those of earlier runs.")
     group.add_argument("--model-prefix", default="bert_paddle", help="File-name prefix of checkpoint files.")
     group.add_argument("--from-checkpoint", default=None,
-                       help="Resume from checkpoints: a phase folder of <step>/ folders with "
-                       "--last-step-of-checkpoint auto|N, or one checkpoint folder without it. With auto and "
-                       "no --from-checkpoint the run's own phase folder is searched.")
+                       help="Resume from a checkpoint: one checkpoint folder (with or without "
+                       "--last-step-of-checkpoint), or a phase folder of <step>/ folders with "
+                       "--last-step-of-checkpoint auto|N. With auto and no --from-checkpoint the run's own phase "
+                       "folder is searched. See docs/resume.md.")
     group.add_argument("--last-step-of-checkpoint", default=None,
-                       help="None, auto (the newest complete checkpoint; start fresh if there is none) or a step.")
+                       help="None, auto (the newest intact checkpoint, setting unreadable ones aside; start fresh "
+                       "if there is none) or a step.")
     group.add_argument("--from-pretrained-params", default=None,
-                       help="Folder holding <model-prefix>.pdparams: start from these weights (nothing else).")
+                       help="A .pdparams or .safetensors file, or a folder holding <model-prefix>.pdparams or "
+                       "<model-prefix>.safetensors: start from these weights (nothing else).")
     group.add_argument("--from-phase1-final-params", default=None,
-                       help="Phase 2: folder of phase 1's final <model-prefix>.pdparams, loaded only when phase 2 "
-                       "starts (not when it resumes from its own checkpoint).")
+                       help="Phase 2 (the default phase): folder of phase 1's final <model-prefix>.pdparams, loaded "
+                       "only when phase 2 starts (not when it resumes from its own checkpoint).")
+    group.add_argument("--save-safetensors", action="store_true",
+                       help="Also write the final weights as <model-prefix>.safetensors beside the last checkpoint's "
+                       ".pdparams, the format to share (reading it runs no code). Not with --benchmark, which saves "
+                       "no checkpoint.")
 
 
 def _add_process_options(parser: argparse.ArgumentParser) -> None:
@@ -156,7 +178,8 @@ def _add_process_options(parser: argparse.ArgumentParser) -> None:
 def _add_benchmark_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Benchmark")
     group.add_argument("--benchmark", action="store_true",
-                       help="Run --benchmark-warmup-steps, then time --benchmark-steps; no checkpoints are written.")
+                       help="Run --benchmark-warmup-steps, then time --benchmark-steps, whatever --max-steps says "
+                       "(as NVIDIA's does); no checkpoints are written.")
     group.add_argument("--benchmark-steps", type=int, default=20, help="Timed steps of a benchmark run.")
     group.add_argument("--benchmark-warmup-steps", type=int, default=20, help="Untimed steps before them.")
 
@@ -185,8 +208,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--phase1 and --phase2 cannot both be set")
     if args.from_checkpoint is not None and args.from_pretrained_params is not None:
         parser.error("--from-checkpoint and --from-pretrained-params cannot both be set")
-    if args.from_phase1_final_params is not None and not args.phase2:
-        parser.error("--from-phase1-final-params needs --phase2")
+    if args.from_phase1_final_params is not None and args.phase1:
+        parser.error("--from-phase1-final-params is for phase 2, not with --phase1")
     if args.from_phase1_final_params is not None and args.from_pretrained_params is not None:
         parser.error("--from-phase1-final-params and --from-pretrained-params cannot both be set")
     if args.last_step_of_checkpoint in (None, "None"):
@@ -213,9 +236,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     if args.weight_decay < 0:
         parser.error(f"--weight-decay must not be negative, got {args.weight_decay}")
-    if args.benchmark and args.benchmark_warmup_steps + args.benchmark_steps > args.max_steps:
-        parser.error(f"--benchmark-warmup-steps + --benchmark-steps ({args.benchmark_warmup_steps} + "
-                     f"{args.benchmark_steps}) exceed --max-steps {args.max_steps}")
+    cli.check_seed(parser, args)
     check_amp_arguments(parser, args)
 
     if not Path(args.input_dir).is_dir():
@@ -229,11 +250,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if not Path(args.config_file).is_file():
         parser.error(f"--config-file {args.config_file}: no such file")
     for flag in ("from_pretrained_params", "from_phase1_final_params"):
-        folder = getattr(args, flag)
-        if folder is not None:
-            params = Path(folder) / (args.model_prefix + checkpoint.PARAMS_SUFFIX)
-            if not params.is_file():
-                parser.error(f"--{flag.replace('_', '-')} {folder}: no {params.name} there")
+        path = getattr(args, flag)
+        if path is not None:
+            try:
+                resolve_weights_file(path, args.model_prefix, flag)
+            except FileNotFoundError:
+                parser.error(f"--{flag.replace('_', '-')} {path}: no {args.model_prefix}{checkpoint.PARAMS_SUFFIX} or "
+                             f"{args.model_prefix}{SAFETENSORS_SUFFIX} there, and no such weights file")
     return args
 
 
@@ -258,6 +281,19 @@ class StepResult:
     learning_rate: float
     loss_scale: float
     skipped: bool
+    padding_fraction: float  # this rank's micro-batches as the model got them (packed or not), their mean
+
+
+@dataclasses.dataclass
+class MicroBatch:
+    """One micro-batch as tensors: BertForPretraining's positional inputs, the loss targets, and its counts."""
+
+    inputs: list[paddle.Tensor | None]
+    masked_lm_labels: paddle.Tensor
+    next_sentence_labels: paddle.Tensor
+    masked: int
+    sequences: int
+    padding_fraction: float
 
 
 class Trainer:
@@ -296,7 +332,9 @@ class Trainer:
         if self.world_size > 1:
             self.network = paddle.DataParallel(self.model)
 
-    def _micro_batch_tensors(self, batch: dict) -> tuple[list[paddle.Tensor], int, int]:
+    def _micro_batch_tensors(self, batch: dict) -> MicroBatch:
+        if self.args.pack_sequences:
+            batch = pack_batch(batch, self.args.max_seq_length)
         labels = batch["masked_lm_labels"].reshape(-1)
         positions = np.flatnonzero(labels != IGNORE_INDEX)
         masked = len(positions)
@@ -304,15 +342,16 @@ class Trainer:
             # A micro-batch with nothing masked still needs an [M, V] head output: point at token 0 with an
             # ignored label, which contributes nothing.
             positions = np.zeros(1, np.int64)
-        tensors = [
-            paddle.to_tensor(batch["input_ids"]),
-            paddle.to_tensor(batch["token_type_ids"]),
-            paddle.to_tensor(batch["attention_mask"]),
-            paddle.to_tensor(positions.astype(np.int64)),
+        masked_lm_positions = paddle.to_tensor(positions.astype(np.int64))
+        # Packed rows have no attention_mask argument: their sample ids say who attends to whom.
+        layout = ([None, masked_lm_positions, *(paddle.to_tensor(batch[name]) for name in PACKED_MODEL_INPUTS)]
+                  if self.args.pack_sequences else [paddle.to_tensor(batch["attention_mask"]), masked_lm_positions])
+        return MicroBatch(
+            [paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]), *layout],
             paddle.to_tensor(labels[positions].astype(np.int64)),
             paddle.to_tensor(batch["next_sentence_labels"].reshape(-1).astype(np.int64)),
-        ]
-        return tensors, masked, len(batch["next_sentence_labels"])
+            masked, len(batch["next_sentence_labels"]), padding_fraction(batch),
+        )
 
     def _all_reduce(self, values: paddle.Tensor) -> paddle.Tensor:
         if self.world_size > 1:
@@ -323,26 +362,25 @@ class Trainer:
         """One optimizer step over this rank's micro-batches; returns the result and whether any rank asked to
         stop (SIGTERM), which every rank learns at the same step."""
         prepared = [self._micro_batch_tensors(batch) for batch in micro_batches]
-        total_masked, total_sequences = float(sum(p[1] for p in prepared)), float(sum(p[2] for p in prepared))
+        total_masked = float(sum(p.masked for p in prepared))
+        total_sequences = float(sum(p.sequences for p in prepared))
         if self.world_size > 1:
             counts = self._all_reduce(paddle.to_tensor([total_masked, total_sequences], "float64"))
             total_masked, total_sequences = counts.numpy().tolist()
         mlm_part = paddle.zeros([], "float32")
         nsp_part = paddle.zeros([], "float32")
-        for index, (tensors, masked, sequences) in enumerate(prepared):
-            input_ids, token_type_ids, attention_mask, positions, labels, next_sentence_labels = tensors
+        for index, micro_batch in enumerate(prepared):
             inner = index < len(prepared) - 1
             sync_context = self.network.no_sync() if inner and self.world_size > 1 else contextlib.nullcontext()
             with sync_context:
                 with amp_autocast(self.policy):
-                    prediction_scores, seq_relationship_score = self.network(
-                        input_ids, token_type_ids, attention_mask, positions
-                    )
+                    prediction_scores, seq_relationship_score = self.network(*micro_batch.inputs)
                     _, mlm_mean, nsp_mean = self.criterion(
-                        prediction_scores, seq_relationship_score, labels, next_sentence_labels
+                        prediction_scores, seq_relationship_score, micro_batch.masked_lm_labels,
+                        micro_batch.next_sentence_labels,
                     )
-                mlm_weighted = mlm_mean * (masked / max(total_masked, 1.0))
-                nsp_weighted = nsp_mean * (sequences / total_sequences)
+                mlm_weighted = mlm_mean * (micro_batch.masked / max(total_masked, 1.0))
+                nsp_weighted = nsp_mean * (micro_batch.sequences / total_sequences)
                 loss = (mlm_weighted + nsp_weighted) * self.world_size
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             mlm_part += mlm_weighted.detach()
@@ -361,7 +399,8 @@ class Trainer:
         if self.scaler:
             self.scaler.update(skipped)
         self.scheduler.step()
-        result = StepResult(loss, mlm_loss, nsp_loss, int(total_sequences), learning_rate, loss_scale, skipped)
+        padding = sum(p.padding_fraction for p in prepared) / len(prepared)
+        result = StepResult(loss, mlm_loss, nsp_loss, int(total_sequences), learning_rate, loss_scale, skipped, padding)
         return result, stop_votes > 0
 
 
@@ -395,13 +434,54 @@ class RunCheckpoints:
         self.folder = checkpoint.phase_dir(args.output_dir, args.bert_model, phase)
         self.resumed_from: Path | None = None
 
+    def _resolve(self, say) -> checkpoint.Resume | None:
+        """The checkpoint to resume from, loaded (None: start fresh). Rank 0 resolves it, setting unreadable ones
+        aside, and checks that the run writes over nothing of an earlier run; every rank learns the outcome."""
+        args = self.args
+        resume, failure, outcome = None, None, {}
+        if self.rank == 0:
+            try:
+                resume = checkpoint.open_resume_checkpoint(args.from_checkpoint, args.last_step_of_checkpoint,
+                                                           self.folder, args.model_prefix)
+                if not args.benchmark:  # a benchmark writes no checkpoints
+                    checkpoint.check_no_later_checkpoints(self.folder, resume.progress["global_step"] if resume
+                                                          else 0)
+                outcome = {"folder": str(resume.folder) if resume else None}
+            except (OSError, ValueError) as error:
+                failure, outcome = error, {"error": str(error)}
+            for moved in resume.set_aside if resume else ():
+                say(f"Set aside {moved.original} as {moved.moved_to.name}: {moved.reason}", flush=True)
+        outcome = gather_from_ranks(outcome, self.world_size)[0]
+        if failure is not None:
+            raise failure
+        if "error" in outcome:
+            raise ValueError(outcome["error"])  # rank 0's error, so that every rank stops with it
+        if self.rank == 0 or outcome["folder"] is None:
+            return resume
+        return checkpoint.open_checkpoint(Path(outcome["folder"]), args.model_prefix)
+
+    def _check_compatible(self, resume: checkpoint.Resume) -> None:
+        """The settings a checkpoint can only be resumed with; each error says what to do instead."""
+        args, progress, folder = self.args, resume.progress, resume.folder
+        if progress.get("phase", self.phase) != self.phase:
+            # Resuming phase 2 from phase 1's optimizer state would also take over its finished schedule (LR 0).
+            raise ValueError(f"{folder}: a phase-{progress['phase']} checkpoint cannot resume phase "
+                             f"{self.phase}; start phase 2 from its weights with --from-phase1-final-params")
+        if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
+            raise ValueError(f"{folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
+                             "resume with the same setting, or start from its weights with --from-pretrained-params")
+        if progress.get("max_steps", args.max_steps) != args.max_steps:
+            raise ValueError(f"{folder}: saved by a run with --max-steps {progress['max_steps']}, this one has "
+                             f"--max-steps {args.max_steps}; the learning-rate schedule spans --max-steps, so resume "
+                             f"with --max-steps {progress['max_steps']} (for a new schedule, start from its weights: "
+                             f"--from-pretrained-params {folder} with another --output-dir)")
+
     def restore(self, trainer: Trainer, say) -> dict:
         """Load the checkpoint to resume from (weights, optimizer, schedule, loss scale), or else the starting
         weights of --from-phase1-final-params / --from-pretrained-params. Returns its progress ({} if fresh)."""
         args = self.args
-        resume_folder = checkpoint.resolve_resume_folder(args.from_checkpoint, args.last_step_of_checkpoint,
-                                                         self.folder, args.model_prefix)
-        if resume_folder is None:
+        resume = self._resolve(say)
+        if resume is None:
             if args.last_step_of_checkpoint == "auto":
                 say("No checkpoint to resume from; starting at step 1", flush=True)
             if args.from_phase1_final_params is not None:
@@ -411,21 +491,14 @@ class RunCheckpoints:
                 load_weights_only(trainer.model, args.from_pretrained_params, args.model_prefix,
                                   "--from-pretrained-params")
             return {}
-        model_state, optimizer_state, progress = checkpoint.load_checkpoint(resume_folder, args.model_prefix)
-        if progress.get("phase", self.phase) != self.phase:
-            # Resuming phase 2 from phase 1's optimizer state would also take over its finished schedule (LR 0).
-            raise ValueError(f"{resume_folder}: a phase-{progress['phase']} checkpoint cannot resume phase "
-                             f"{self.phase}; start phase 2 from its weights with --from-phase1-final-params")
-        if progress.get("fuse_mha", args.fuse_mha) != args.fuse_mha:
-            raise ValueError(f"{resume_folder}: saved {'with' if progress['fuse_mha'] else 'without'} --fuse-mha; "
-                             "resume with the same setting, or start from its weights with --from-pretrained-params")
-        load_state(trainer.model, model_state, str(resume_folder))
-        checkpoint.load_optimizer_state(trainer.model, trainer.optimizer, optimizer_state, str(resume_folder))
-        if trainer.scaler and progress.get("loss_scaler"):
-            trainer.scaler.load_state_dict(progress["loss_scaler"])
-        say(f"Resuming from {resume_folder} at step {progress['global_step']}", flush=True)
-        self.resumed_from = resume_folder
-        return progress
+        self._check_compatible(resume)
+        load_state(trainer.model, resume.model_state, str(resume.folder))
+        checkpoint.load_optimizer_state(trainer.model, trainer.optimizer, resume.optimizer_state, str(resume.folder))
+        if trainer.scaler and resume.progress.get("loss_scaler"):
+            trainer.scaler.load_state_dict(resume.progress["loss_scaler"])
+        say(f"Resuming from {resume.folder} at step {resume.progress['global_step']}", flush=True)
+        self.resumed_from = resume.folder
+        return resume.progress
 
     def continue_streams(self, loader: PretrainingDataLoader, progress: dict, say) -> None:
         """Put this rank's data position and random generators back where the checkpoint left them."""
@@ -445,6 +518,7 @@ class RunCheckpoints:
         positions = gather_from_ranks(loader.state_dict(), self.world_size)
         record = {
             "phase": self.phase, "world_size": self.world_size, "fuse_mha": self.args.fuse_mha,
+            "max_steps": self.args.max_steps,
             "epoch": loader.epoch, "data_positions": positions, "rng_states": rng_states,
             "nonfinite_streak": nonfinite_streak,
             "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,
@@ -457,17 +531,32 @@ class RunCheckpoints:
         )
 
 
-class StopSignal:
-    """Turns SIGTERM (what Slurm sends before a time limit) into a flag that the training loop checks."""
+# run.sub creates this file when Slurm's --signal warning arrives (Paddle's launcher would not wait for its ranks
+# to checkpoint on a SIGTERM of its own).
+STOP_FILE_VARIABLE = "PADDLEBERT_STOP_FILE"
 
-    def __init__(self):
-        self.requested = False
+
+class StopRequest:
+    """Whether this rank has been asked to stop at the next step boundary: by SIGTERM (what Slurm sends before a
+    time limit), or by the file named in $PADDLEBERT_STOP_FILE existing. The run saves and exits 0."""
+
+    def __init__(self, stop_file: str | None):
+        self.stop_file = stop_file or None
+        self.signalled = False
         self._previous = None
 
     def _handle(self, signum, frame) -> None:
-        self.requested = True
+        self.signalled = True
 
-    def __enter__(self) -> StopSignal:
+    def reason(self) -> str | None:
+        """What asked this rank to stop, or None."""
+        if self.signalled:
+            return "SIGTERM"
+        if self.stop_file is not None and os.path.exists(self.stop_file):
+            return f"stop file {self.stop_file}"
+        return None
+
+    def __enter__(self) -> StopRequest:
         self._previous = signal.signal(signal.SIGTERM, self._handle)
         return self
 
@@ -491,7 +580,7 @@ REPORT_METRICS = {
     "sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
     "e2e_train_time": {"unit": "s", "format": ":.2f"}, "raw_train_time": {"unit": "s", "format": ":.2f"},
     "training_sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
-    "final_loss": {"format": ":.4f"},
+    "final_loss": {"format": ":.4f"}, "padding_fraction": {"format": ":.4f"},
 }
 
 
@@ -519,10 +608,12 @@ class ProgressReporter:
         """The summary's throughput counts the steps from here (a benchmark calls this after its warmup)."""
         self.timed_start = time.perf_counter() if now is None else now
         self.timed_sequences = self.timed_steps = 0
+        self.timed_padding = 0.0
 
     def record(self, step: int, result: StepResult, stopping: bool) -> None:
         self.timed_sequences += result.sequences
         self.timed_steps += 1
+        self.timed_padding += result.padding_fraction
         self.interval["sequences"] += result.sequences
         if result.skipped:
             self.say(f"Step {step}: non-finite loss or float16 overflow; update skipped "
@@ -569,6 +660,7 @@ class ProgressReporter:
             "final_loss": self.final_loss,
             "raw_train_time": train_time,
             "timed_steps": self.timed_steps,
+            "padding_fraction": self.timed_padding / self.timed_steps if self.timed_steps else 0.0,
             "world_size": world_size,
         }
         self.logger.log((), summary)
@@ -610,6 +702,14 @@ def build_loader(args: argparse.Namespace, rank: int, world_size: int) -> Pretra
     )
 
 
+def check_vocab_fits(args: argparse.Namespace, config: BertConfig, loader: PretrainingDataLoader) -> None:
+    """Every id of --vocab-file must have an embedding row (else the embedding kernel fails on the first batch)."""
+    vocab_size = max(loader.ids_to_tokens) + 1
+    if config.vocab_size < vocab_size:
+        raise ValueError(f"--config-file {args.config_file}: vocab_size {config.vocab_size} is smaller than the "
+                         f"{vocab_size} tokens of --vocab-file {args.vocab_file}")
+
+
 def announce(args: argparse.Namespace, logger: DLLogger, say, rank: int, world_size: int,
              process_info: dict) -> None:
     """Print this rank's CPUs; with --show-config, print and report the arguments (once, from rank 0)."""
@@ -629,10 +729,11 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
     say = print if rank == 0 else (lambda *a, **k: None)
     announce(args, logger, say, rank, world_size, process_info)
     trainer = Trainer(args, rank, world_size)
+    loader = build_loader(args, rank, world_size)
+    check_vocab_fits(args, trainer.config, loader)
     checkpoints = RunCheckpoints(args, phase, rank, world_size)
     progress = checkpoints.restore(trainer, say)
     trainer.wrap_data_parallel()
-    loader = build_loader(args, rank, world_size)
     checkpoints.continue_streams(loader, progress, say)
     step = start_step = progress.get("global_step", 0)
     nonfinite_streak = progress.get("nonfinite_streak", 0)
@@ -642,12 +743,13 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
                             config=vars(args))
     reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, visualdl)
     batches = iter(loader)
-    with StopSignal() as stop_signal:
+    with StopRequest(os.environ.get(STOP_FILE_VARIABLE)) as stop_request:
         while step < last_step:
             if args.benchmark and step == start_step + args.benchmark_warmup_steps:
                 reporter.start_timing()
+            reason = stop_request.reason()
             result, stop = trainer.step([next(batches) for _ in range(args.gradient_merge_steps)],
-                                        stop_signal.requested)
+                                        reason is not None)
             step += 1
             reporter.record(step, result, stopping=stop)
             nonfinite_streak = count_nonfinite(nonfinite_streak, step, result, args.max_nonfinite_steps)
@@ -657,8 +759,12 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
             if stop:
                 where = checkpoints.folder / str(step)
                 saved = "no checkpoint in benchmark mode" if args.benchmark else f"checkpoint in {where}"
-                say(f"SIGTERM: stopped after step {step} ({saved})", flush=True)
+                say(f"{reason or 'Another rank was asked to stop'}: stopped after step {step} ({saved})", flush=True)
                 break
+    if args.save_safetensors and rank == 0 and step == last_step > start_step and not args.benchmark:
+        params = checkpoints.folder / str(step) / (args.model_prefix + checkpoint.PARAMS_SUFFIX)
+        shared = write_safetensors_weights(safetensors_beside(params), trainer.model.state_dict())
+        say(f"Final weights also in {shared}", flush=True)
     summary = reporter.summarise(process_start, world_size)
     if args.benchmark:
         say(f"Benchmark: {summary['training_sequences_per_second']:.2f} sequences/s over {summary['timed_steps']} "

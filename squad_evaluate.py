@@ -221,12 +221,15 @@ def _best_threshold(
 
 
 def load_json(path: str) -> object:
-    """Parse a JSON file; a missing file or bad JSON raises an error naming the path."""
+    """Parse a JSON file; a missing file, text that is not UTF-8 or bad JSON raises an error naming the path."""
     try:
-        with open(path, encoding="utf-8") as reader:
-            return json.load(reader)
+        with open(path, "rb") as reader:
+            return json.loads(reader.read().decode("utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: file not found") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+                         f"{error.start})") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
 

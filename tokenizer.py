@@ -226,8 +226,12 @@ def load_vocab(vocab_file: str | Path) -> dict[str, int]:
     path = Path(vocab_file)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: vocab file not found")
-    with open(path, encoding="utf-8") as reader:
-        vocab = {line.strip(): index for index, line in enumerate(reader)}
+    try:
+        with open(path, encoding="utf-8") as reader:
+            vocab = {line.strip(): index for index, line in enumerate(reader)}
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not a UTF-8 vocab file (byte {error.object[error.start]:#04x}: {error.reason})"
+                         ) from None
     if not vocab:
         raise ValueError(f"{path}: vocab file is empty")
     missing = [token for token in SPECIAL_TOKENS if token not in vocab]

@@ -26,8 +26,8 @@ import numpy as np
 import paddle
 import paddle.nn as nn
 
-from checkpoint import PARAMS_SUFFIX
-from paddle_files import read_paddle_file, read_safetensors_state
+from checkpoint import PARAMS_SUFFIX, atomic_write
+from paddle_files import read_paddle_file, read_safetensors_state, write_safetensors_state
 
 SAFETENSORS_SUFFIX = ".safetensors"
 
@@ -116,6 +116,18 @@ def read_weights(path: str | os.PathLike) -> dict:
     if not isinstance(state, Mapping):
         raise ValueError(f"{path}: holds a {type(state).__name__}, not a dict of parameters")
     return dict(state)
+
+
+def safetensors_beside(params_path: str | os.PathLike) -> Path:
+    """The <prefix>.safetensors that --save-safetensors writes beside a <prefix>.pdparams."""
+    return Path(params_path).with_suffix(SAFETENSORS_SUFFIX)
+
+
+def write_safetensors_weights(path: str | os.PathLike, state: Mapping) -> Path:
+    """Write a state dict (Tensors or arrays, under the project's parameter names, each in its own dtype) as a
+    .safetensors file through checkpoint.atomic_write, readable by everyone the umask allows (0644 under 022);
+    returns the path. The format to share: reading it runs no code, unlike a pickled .pdparams."""
+    return atomic_write(path, lambda temp: write_safetensors_state(temp, state))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,7 +247,8 @@ def load_pretrained(
     flag: str,
     model_prefix: str = "bert_paddle",
 ) -> LoadReport:
-    """Load the weights of `path` (a file, or a folder holding <model_prefix>.pdparams) into model.
+    """Load the weights of `path` (a .pdparams or .safetensors file, or a folder holding <model_prefix>.pdparams
+    or <model_prefix>.safetensors) into model.
 
     Every part in `required` that the model has must come complete from the file, and any other part
     either complete or not at all (a part with some of its weights means a damaged or foreign file):

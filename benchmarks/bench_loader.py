@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import machine
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -146,6 +147,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2, help="worker processes for the multi-process figure")
     args = parser.parse_args()
+    machine.print_header()
 
     vocab_file = SHARED / "vocab" / "bert-uncased-vocab.txt"
     vocab = load_vocab(vocab_file)

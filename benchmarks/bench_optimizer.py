@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import machine
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -25,6 +27,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="timed steps per optimizer (after one warm-up step)")
     parser.add_argument("--config", default=str(ROOT / "bert_configs" / "bert-base-uncased.json"))
     args = parser.parse_args()
+    machine.print_header()
 
     import paddle
 

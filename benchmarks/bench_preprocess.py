@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+import machine
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -90,6 +92,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--bin-size", type=int, default=None)
     args = parser.parse_args()
+    machine.print_header()
 
     num_documents = make_source(args.wikitext, args.work_dir, args.repeat)
     source = args.work_dir / "source"

@@ -26,8 +26,12 @@ When other processes keep the cores busy, a contender whose elementwise ops run 
 the transformers figure falls furthest; --threads 1 compares without that effect. MFU divides by the GEMM
 rate of the same round, which the load moves as much as the step times.
 
+    benchmarks/setup_peers.sh /work/peers && export PADDLEBERT_PEERS_DIR=/work/peers
     python benchmarks/bench_pretraining.py [--rounds 3] [--steps 2] [--threads 2] [--only ours,paddlenlp]
     python benchmarks/bench_pretraining.py --layers 2 --threads 1 --only ours,transformers   # quick look
+
+The peers run in the venvs setup_peers.sh builds: --paddlenlp-python and --torch-python, by default under
+$PADDLEBERT_PEERS_DIR.
 """
 
 from __future__ import annotations
@@ -36,11 +40,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import machine
+import peers
+import workers
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH, SEQ, MASKED_PER_SEQ = 8, 128, 20
@@ -50,6 +57,8 @@ TOKENS = BATCH * SEQ
 LAYER_GEMMS = ((TOKENS, HIDDEN, 3 * HIDDEN), (TOKENS, HIDDEN, HIDDEN), (TOKENS, HIDDEN, INTERMEDIATE),
                (TOKENS, INTERMEDIATE, HIDDEN))
 CONTENDERS = ("ours", "paddlenlp", "paddlenlp-tuned", "transformers")
+# The contenders that run in a peer's venv (peers.py), and which peer's.
+PEER_CONTENDERS = {"paddlenlp": "paddlenlp", "paddlenlp-tuned": "paddlenlp", "transformers": "transformers"}
 
 
 def bert_base_train_flops(layers: int) -> float:
@@ -104,6 +113,7 @@ def build_ours(threads: int, layers: int):
     import runtime
 
     runtime.configure_cpu_threads()
+    runtime.apply_cpu_tweaks()  # as run_pretraining.py does on a CPU
     folder = tempfile.mkdtemp(prefix="bench_pretraining_")
     vocab = Path(folder) / "vocab.txt"
     vocab.write_text("[PAD]\n", encoding="utf-8")
@@ -222,57 +232,34 @@ BUILDERS = {"ours": build_ours, "paddlenlp": build_paddlenlp, "paddlenlp-tuned":
             "matmul": build_matmul}
 
 
-def serve(kind: str, threads: int, layers: int, warmup: int) -> None:
-    """Worker loop: build, warm up, say ready; then for each "run N" line time N steps and print the times."""
+def worker_answers(kind: str, threads: int, layers: int, warmup: int):
+    """Build and warm up the contender; the worker then answers {"steps": N} with the wall and CPU seconds
+    of N training steps."""
     step = BUILDERS[kind](threads, layers)
     for _ in range(warmup):
         step()
-    print(json.dumps({"ready": kind}), flush=True)
-    for line in sys.stdin:
-        if not line.startswith("run "):
-            break
+
+    def answer(request: dict) -> dict:
         wall, cpu = [], []
-        for _ in range(int(line.split()[1])):
+        for _ in range(request["steps"]):
             wall_start, cpu_start = time.perf_counter(), time.process_time()
             step()
             cpu.append(time.process_time() - cpu_start)
             wall.append(time.perf_counter() - wall_start)
-        print(json.dumps({"wall": wall, "cpu": cpu}), flush=True)
+        return {"wall": wall, "cpu": cpu}
+
+    return answer
 
 
-class Worker:
-    """A contender in its own process, driven over stdin/stdout."""
-
-    def __init__(self, kind: str, python: str, threads: int, layers: int, warmup: int):
-        self.kind = kind
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-                   PADDLEBERT_NUM_THREADS=str(threads))
-        self.stderr = tempfile.TemporaryFile(mode="w+")
-        command = [python, __file__, "--worker", kind, "--threads", str(threads), "--layers", str(layers),
-                   "--warmup", str(warmup)]
-        self.process = subprocess.Popen(command, env=env, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.stderr, text=True)
-        self._reply()
-
-    def _reply(self) -> dict:
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                return json.loads(line)
-        self.stderr.seek(0)
-        raise RuntimeError(f"{self.kind} worker failed:\n{self.stderr.read()[-3000:]}")
-
-    def run(self, steps: int) -> dict:
-        self.process.stdin.write(f"run {steps}\n")
-        self.process.stdin.flush()
-        return self._reply()
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.stdin.close()
-            self.process.wait()
+def start_worker(kind: str, python: str, threads: int, layers: int, warmup: int) -> workers.WorkerProcess:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               PADDLEBERT_NUM_THREADS=str(threads))
+    command = [python, __file__, "--worker", kind, "--threads", str(threads), "--layers", str(layers),
+               "--warmup", str(warmup)]
+    return workers.WorkerProcess(kind, command, env=env, cwd=str(ROOT))
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of every contender.")
     parser.add_argument("--rounds", type=int, default=3, help="Rounds in which every contender takes a turn.")
@@ -280,49 +267,49 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=12,
                         help="Encoder layers of every model: 12 is BERT-base; fewer for quick profiling.")
     parser.add_argument("--warmup", type=int, default=2, help="Untimed steps after building each contender.")
-    parser.add_argument("--only", default=",".join(CONTENDERS),
-                        help=f"Comma-separated contenders to run, from {','.join(CONTENDERS)}.")
-    parser.add_argument("--paddlenlp-python", default="/work/pnlp-venv/bin/python",
-                        help="A Python with paddlenlp 2.8.1 installed.")
+    peers.add_contender_flags(parser, CONTENDERS, "paddlenlp", "transformers")
     parser.add_argument("--worker", choices=sorted(BUILDERS), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        serve(args.worker, args.threads, args.layers, args.warmup)
-        return
-    names = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(names) - set(CONTENDERS))
-    if unknown or not names:
-        parser.error(f"--only {args.only}: expected some of {','.join(CONTENDERS)}")
+    args = parser.parse_args(argv)
+    args.only = peers.chosen_contenders(parser, args, CONTENDERS)
     if min(args.threads, args.rounds, args.steps, args.layers) < 1 or args.warmup < 0:
         parser.error("--threads, --rounds, --steps and --layers must be at least 1, --warmup at least 0")
-    if {"paddlenlp", "paddlenlp-tuned"} & set(names) and not Path(args.paddlenlp_python).is_file():
-        parser.error(f"--paddlenlp-python {args.paddlenlp_python}: no such file")
+    return args
 
-    pythons = {"paddlenlp": args.paddlenlp_python, "paddlenlp-tuned": args.paddlenlp_python}
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.worker:
+        workers.serve(lambda: worker_answers(args.worker, args.threads, args.layers, args.warmup))
+        return
+    machine.print_header()
+    names = args.only
+    pythons = peers.peer_pythons(args, PEER_CONTENDERS, names, "bench_pretraining.py")
     print(f"load average {os.getloadavg()[0]:.1f}; building contenders ({args.threads} threads each)", flush=True)
-    workers = {}
+    pool = {}
     try:
         for name in ["matmul", *names]:
-            workers[name] = Worker(name, pythons.get(name, sys.executable), args.threads, args.layers,
-                                   args.warmup)
-        report(workers, names, args.rounds, args.steps, args.layers)
+            pool[name] = start_worker(name, pythons.get(name, sys.executable), args.threads, args.layers,
+                                      args.warmup)
+        report(pool, names, args.rounds, args.steps, args.layers)
     finally:
-        for worker in workers.values():
+        for worker in pool.values():
             worker.close()
+    print(workers.warning_report(pool.values()))
 
 
-def report(workers: dict, names: list[str], rounds: int, steps: int, layers: int) -> None:
+def report(pool: dict, names: list[str], rounds: int, steps: int, layers: int) -> None:
     step_flops = bert_base_train_flops(layers)
     print(f"{layers} layers, model FLOPs per step {step_flops / 1e9:.0f} G; {steps} steps per contender per round")
     medians = {name: {"wall": [], "cpu": []} for name in ["matmul", *names]}
-    ratios = {other: [] for other in names if other != "ours"}
+    # ours / each other contender, per round; none without ours
+    ratios = {other: [] for other in names if other != "ours" and "ours" in names}
     loads = []
     order = ["matmul", *names]
     for round_index in range(rounds):
         loads.append(os.getloadavg()[0])
         turn = order[round_index % len(order):] + order[:round_index % len(order)]
         for name in turn:
-            times = workers[name].run(steps)
+            times = pool[name].request({"steps": steps})
             for clock in ("wall", "cpu"):
                 medians[name][clock].append(statistics.median(times[clock]))
         gemm_rate = MATMUL_STEP_FLOPS / medians["matmul"]["wall"][-1]
@@ -331,9 +318,8 @@ def report(workers: dict, names: list[str], rounds: int, steps: int, layers: int
             seconds = medians[name]["wall"][-1]
             line.append(f"{name} {BATCH / seconds:.2f} seq/s (MFU {step_flops / seconds / gemm_rate:.0%})")
         for other in ratios:
-            if "ours" in names:
-                ratios[other].append(medians[other]["wall"][-1] / medians["ours"]["wall"][-1])
-                line.append(f"ours/{other} {ratios[other][-1]:.2f}x")
+            ratios[other].append(medians[other]["wall"][-1] / medians["ours"]["wall"][-1])
+            line.append(f"ours/{other} {ratios[other][-1]:.2f}x")
         print(", ".join(line), flush=True)
 
     print(f"\nmedians over {rounds} rounds (load average {statistics.median(loads):.1f}, "

@@ -1,14 +1,23 @@
-"""SQuAD inference speed: sequences/s of our span model in dygraph, with paddle.jit.to_static, and through the
-exported Paddle Inference predictor that `run_squad.py --inference-model-dir` uses; optionally the same three
-for PaddleNLP's BertForQuestionAnswering, run in its own venv by benchmarks/paddlenlp_squad_worker.py.
+"""SQuAD inference speed: sequences/s of our span model against PaddleNLP's and transformers', interleaved in one run.
 
-    python benchmarks/bench_squad_inference.py                      # BERT-base, batch 32 and 8, seq 384
-    python benchmarks/bench_squad_inference.py --paddlenlp-venv /work/pnlp-venv
+Contenders (CONTENDERS), each group in its own worker process with the same thread count:
 
-Every mode gets one untimed pass per batch size, then the modes take turns, one timed forward pass each,
-`--repeats` times; the PaddleNLP worker waits while ours run and vice versa. Interleaving keeps the ratios
-fair when other work on the machine changes the speed during the run. Inputs are random token ids with
-no padding (every sequence is seq_length tokens long); weights are random.
+- ours:         our BertForQuestionAnswering in dygraph, with paddle.jit.to_static, and through the exported
+                Paddle Inference predictor that `run_squad.py --inference-model-dir` uses, in each precision
+                of OUR_PREDICTOR_PRECISIONS; the process gets the CPU settings run_squad.py applies;
+- paddlenlp:    paddlenlp 2.8.1's BertForQuestionAnswering in the same three forms (--paddlenlp-python);
+- transformers: HF BertForQuestionAnswering on torch, eager, torch.compile and eager under bf16 autocast
+                (--torch-python).
+
+    benchmarks/setup_peers.sh /work/peers && export PADDLEBERT_PEERS_DIR=/work/peers
+    python benchmarks/bench_squad_inference.py                      # BERT-base, batch 8, seq 384, 3 rounds
+    python benchmarks/bench_squad_inference.py --only ours --config bert_configs/bert-tiny-uncased.json
+
+For each batch size every contender first runs untimed (torch.compile compiles then), then the contenders
+take turns, `--passes` timed forward passes each, round after round, the order rotating every round, so that
+a change in machine load hits all of them alike. The figures are medians over rounds; each ratio of ours to a
+peer is the median of the per-round ratios. Inputs are the same random token ids in every worker, with no
+padding (every sequence is seq_length tokens long); weights are random, which inference speed does not see.
 """
 
 from __future__ import annotations
@@ -16,124 +25,271 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+import machine
+import peers
+import workers
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import paddle  # noqa: E402
-
-import run_squad  # noqa: E402
-from modeling import BertConfig, BertForQuestionAnswering, standard_copy  # noqa: E402
-from runtime import AmpPolicy, configure_cpu_threads  # noqa: E402
-
-
-class PaddleNLPWorker:
-    """The PaddleNLP peer process; `time(mode, batch_size, seq_length)` returns the seconds of one pass."""
-
-    def __init__(self, venv: str, config: str, threads: int):
-        python = os.path.join(venv, "bin", "python")
-        if not os.path.isfile(python):
-            raise SystemExit(f"--paddlenlp-venv {venv}: no bin/python")
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        self.process = subprocess.Popen(
-            [python, str(ROOT / "benchmarks" / "paddlenlp_squad_worker.py"), "--config", config,
-             "--threads", str(threads)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-        )
-        self._reply()
-
-    def _reply(self) -> dict:
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                return json.loads(line)
-        raise SystemExit(f"PaddleNLP worker exited with code {self.process.wait()}")
-
-    def time(self, mode: str, batch_size: int, seq_length: int) -> float:
-        request = {"mode": mode, "batch_size": batch_size, "seq_length": seq_length}
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        return self._reply()["seconds"]
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait()
+SCRIPT = "bench_squad_inference.py"
+# Our exported predictor's precisions; a new one (run_squad.INFERENCE_PRECISIONS) is one more entry.
+OUR_PREDICTOR_PRECISIONS = ("fp32",)
+# (worker, mode): the rows of the report, in this order.
+CONTENDERS = (
+    ("ours", "dygraph"), ("ours", "to_static"), *(("ours", f"predictor {p}") for p in OUR_PREDICTOR_PRECISIONS),
+    ("paddlenlp", "dygraph"), ("paddlenlp", "to_static"), ("paddlenlp", "predictor"),
+    ("transformers", "eager"), ("transformers", "torch.compile"), ("transformers", "bf16 autocast"),
+)
+WORKER_NAMES = tuple(dict.fromkeys(worker for worker, _ in CONTENDERS))
+# The peers' workers run in their own venvs (peers.py).
+PEER_WORKERS = {"paddlenlp": "paddlenlp", "transformers": "transformers"}
+# The architecture fields of a Google-style BERT config, which every framework's BertConfig takes by name.
+ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+                     "type_vocab_size", "initializer_range")
 
 
-def our_runners(config: BertConfig, threads: int, export_dir: str) -> dict:
-    paddle.seed(0)
-    model = BertForQuestionAnswering(config)
-    model.eval()
-    static_model = standard_copy(model)
-    input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in run_squad.INPUT_NAMES]
-    static_model = paddle.jit.to_static(static_model, input_spec=input_spec, full_graph=True)
-    run_squad.export_inference_model(model, export_dir, "qa")
-    return {
-        "dygraph": run_squad.dygraph_predictor(model, AmpPolicy()),
-        "to_static": run_squad.dygraph_predictor(static_model, AmpPolicy()),
-        "predictor": run_squad.inference_predictor(export_dir, "qa", threads),
-    }
+def random_batch(batch_size: int, seq_length: int):
+    """[B, S] input_ids, token_type_ids (second half 1) and attention_mask (all 1), the same in every worker."""
+    import numpy as np
 
-
-def random_batch(rng: np.random.Generator, batch_size: int, seq_length: int) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(0)
     input_ids = rng.integers(1000, 20000, (batch_size, seq_length), dtype=np.int64)
     token_type_ids = np.zeros_like(input_ids)
     token_type_ids[:, seq_length // 2:] = 1
     return input_ids, token_type_ids, np.ones_like(input_ids)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default=str(ROOT / "bert_configs" / "bert-base-uncased.json"))
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 8])
-    parser.add_argument("--seq-length", type=int, default=384)
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes per mode and batch size")
-    parser.add_argument("--paddlenlp-venv", help="venv with paddlenlp==2.8.1: also time PaddleNLP's model")
-    args = parser.parse_args()
-    threads = configure_cpu_threads()
-    config = BertConfig.from_json_file(args.config)
-    rng = np.random.default_rng(0)
-    print(f"config {args.config}, seq {args.seq_length}, fp32, {threads} threads, {args.repeats} timed passes, "
-          f"MKL_DEBUG_CPU_TYPE={os.environ.get('MKL_DEBUG_CPU_TYPE')} (the PaddleNLP worker inherits it)")
+def architecture(config_path: str) -> dict:
+    with open(config_path, encoding="utf-8") as reader:
+        values = json.load(reader)
+    return {key: values[key] for key in ARCHITECTURE_KEYS}
 
-    worker = PaddleNLPWorker(args.paddlenlp_venv, args.config, threads) if args.paddlenlp_venv else None
-    with tempfile.TemporaryDirectory() as export_dir:
-        ours = our_runners(config, threads, export_dir)
-        modes = [f"ours {name}" for name in ours] + ([f"paddlenlp {name}" for name in ours] if worker else [])
 
-        def one_pass(mode: str, batch: tuple[np.ndarray, ...]) -> float:
-            owner, name = mode.split(" ")
-            if owner == "paddlenlp":
-                return worker.time(name, batch[0].shape[0], batch[0].shape[1])
+# ---------------------------------------------------------------------------------------------
+# Workers: each builds its models and returns mode -> function(input_ids, token_type_ids, attention_mask)
+# that returns the start logits as a NumPy array
+# ---------------------------------------------------------------------------------------------
+
+
+def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
+    sys.path.insert(0, str(ROOT))
+    import paddle
+
+    import run_squad
+    from amp import AmpPolicy
+    from bert_config import BertConfig
+    from modeling import BertForQuestionAnswering, standard_copy
+    from runtime import apply_cpu_tweaks
+
+    apply_cpu_tweaks()  # as run_squad.py does on a CPU
+    paddle.base.core.set_num_threads(threads)
+    paddle.seed(0)
+    model = BertForQuestionAnswering(BertConfig.from_json_file(config_path))
+    model.eval()
+    input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in run_squad.INPUT_NAMES]
+    static_model = paddle.jit.to_static(standard_copy(model), input_spec=input_spec, full_graph=True)
+    run_squad.export_inference_model(model, export_dir, "qa")
+    runners = {"dygraph": run_squad.dygraph_predictor(model, AmpPolicy()),
+               "to_static": run_squad.dygraph_predictor(static_model, AmpPolicy())}
+    for precision in OUR_PREDICTOR_PRECISIONS:
+        # The shape bounds are TensorRT's, which a CPU does not use.
+        settings = run_squad.predictor_settings("cpu", precision, False, max_batch_size=1, max_seq_length=1)
+        runners[f"predictor {precision}"] = run_squad.inference_predictor(export_dir, "qa", threads, settings)
+    return {mode: start_logits_of(run) for mode, run in runners.items()}
+
+
+def start_logits_of(run):
+    """run_squad's BatchPredictor, reduced to the start logits that the workers compare."""
+    return lambda *batch: run(*batch)[0]
+
+
+def build_paddlenlp(config_path: str, threads: int, export_dir: str) -> dict:
+    import paddle
+    from paddlenlp.transformers import BertConfig, BertForQuestionAnswering
+
+    paddle.base.core.set_num_threads(threads)
+    paddle.seed(0)
+    config = BertConfig(**architecture(config_path))
+    model = BertForQuestionAnswering(config)
+    model.eval()
+    input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in ("input_ids", "token_type_ids")]
+    static_model = BertForQuestionAnswering(config)
+    static_model.set_state_dict(model.state_dict())
+    static_model.eval()
+    static_model = paddle.jit.to_static(static_model, input_spec=input_spec, full_graph=True)
+    prefix = os.path.join(export_dir, "paddlenlp_qa")
+    paddle.jit.save(model, prefix, input_spec=input_spec)
+    program = prefix + ".json" if os.path.isfile(prefix + ".json") else prefix + ".pdmodel"
+    predictor_config = paddle.inference.Config(program, prefix + ".pdiparams")
+    predictor_config.disable_gpu()
+    predictor_config.enable_mkldnn()
+    predictor_config.disable_glog_info()
+    predictor_config.set_cpu_math_library_num_threads(threads)
+    predictor = paddle.inference.create_predictor(predictor_config)
+
+    # No padding in the inputs, so PaddleNLP's default attention mask (attend everywhere) is the same.
+    def eager(layer):
+        def run(input_ids, token_type_ids, attention_mask):
+            with paddle.no_grad():
+                start, _ = layer(paddle.to_tensor(input_ids), token_type_ids=paddle.to_tensor(token_type_ids))
+            return start.numpy()
+        return run
+
+    def predict(input_ids, token_type_ids, attention_mask):
+        predictor.get_input_handle("input_ids").copy_from_cpu(input_ids)
+        predictor.get_input_handle("token_type_ids").copy_from_cpu(token_type_ids)
+        predictor.run()
+        return predictor.get_output_handle(predictor.get_output_names()[0]).copy_to_cpu()
+
+    return {"dygraph": eager(model), "to_static": eager(static_model), "predictor": predict}
+
+
+def build_transformers(config_path: str, threads: int, export_dir: str) -> dict:
+    import torch
+    from transformers import BertConfig, BertForQuestionAnswering
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(BertConfig(**architecture(config_path), attn_implementation="sdpa"))
+    model.eval()
+    compiled = torch.compile(model)
+
+    def runner(module, autocast: bool):
+        def run(input_ids, token_type_ids, attention_mask):
+            with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                output = module(input_ids=torch.from_numpy(input_ids), token_type_ids=torch.from_numpy(token_type_ids),
+                                attention_mask=torch.from_numpy(attention_mask))
+            return output.start_logits.float().numpy()
+        return run
+
+    return {"eager": runner(model, False), "torch.compile": runner(compiled, False),
+            "bf16 autocast": runner(model, True)}
+
+
+BUILDERS = {"ours": build_ours, "paddlenlp": build_paddlenlp, "transformers": build_transformers}
+
+
+def worker_answers(kind: str, config_path: str, threads: int, export_dir: str):
+    """The worker's request handler: {"warm": [B, S]} runs every mode once and replies each mode's largest
+    difference in start logits from the first mode; {"mode": M, "shape": [B, S], "passes": P} replies the
+    wall seconds of P forward passes."""
+    runners = BUILDERS[kind](config_path, threads, export_dir)
+
+    def answer(request: dict) -> dict:
+        if "warm" in request:
+            batch = random_batch(*request["warm"])
+            outputs = {mode: run(*batch) for mode, run in runners.items()}
+            first = next(iter(outputs.values()))
+            return {"difference": {mode: float(abs(output - first).max()) for mode, output in outputs.items()}}
+        batch, seconds = random_batch(*request["shape"]), []
+        for _ in range(request["passes"]):
             start = time.perf_counter()
-            ours[name](*batch)
-            return time.perf_counter() - start
+            runners[request["mode"]](*batch)
+            seconds.append(time.perf_counter() - start)
+        return {"seconds": seconds}
 
+    return answer
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------------
+
+
+def start_worker(kind: str, python: str, config: str, threads: int) -> workers.WorkerProcess:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               PADDLEBERT_NUM_THREADS=str(threads))
+    command = [python, __file__, "--worker", kind, "--config", config, "--threads", str(threads)]
+    return workers.WorkerProcess(kind, command, env=env, cwd=str(ROOT))
+
+
+def contender_name(contender: tuple[str, str]) -> str:
+    return " ".join(contender)
+
+
+def time_batch(pool: dict, contenders: list, shape: list[int], rounds: int, passes: int) -> dict:
+    """Contender -> its sequences/s in each round, the contenders taking turns in a rotating order."""
+    throughput = {contender: [] for contender in contenders}
+    for round_index in range(rounds):
+        shift = round_index % len(contenders)
+        for worker, mode in contenders[shift:] + contenders[:shift]:
+            seconds = pool[worker].request({"mode": mode, "shape": shape, "passes": passes})["seconds"]
+            throughput[(worker, mode)].append(shape[0] / statistics.median(seconds))
+    return throughput
+
+
+def report_lines(throughput: dict) -> list[str]:
+    """The report of one batch size: every contender's median seq/s, then each of our contenders' ratios
+    to every peer's, the median of the per-round ratios."""
+    lines = []
+    for contender, values in throughput.items():
+        per_round = ", ".join(f"{value:.2f}" for value in values)
+        lines.append(f"  {contender_name(contender):28s} {statistics.median(values):8.2f} seq/s   "
+                     f"(rounds: {per_round})")
+    ours = [contender for contender in throughput if contender[0] == "ours"]
+    others = [contender for contender in throughput if contender[0] != "ours"]
+    for mine in ours if others else []:
+        ratios = [statistics.median(a / b for a, b in zip(throughput[mine], throughput[other], strict=True))
+                  for other in others]
+        lines.append(f"  {contender_name(mine)}: " + ", ".join(
+            f"{ratio:.2f}x {contender_name(other)}" for ratio, other in zip(ratios, others, strict=True)))
+    return lines
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default=str(ROOT / "bert_configs" / "bert-base-uncased.json"),
+                        help="BERT config JSON of every contender's model (Google's field names).")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8])
+    parser.add_argument("--seq-length", type=int, default=384)
+    parser.add_argument("--rounds", type=int, default=3, help="Rounds in which every contender takes a turn.")
+    parser.add_argument("--passes", type=int, default=2, help="Timed forward passes per contender per round.")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="CPU threads of every contender.")
+    peers.add_contender_flags(parser, WORKER_NAMES, *PEER_WORKERS.values())
+    parser.add_argument("--worker", choices=sorted(BUILDERS), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.only = peers.chosen_contenders(parser, args, WORKER_NAMES)
+    if min(args.threads, args.rounds, args.passes, args.seq_length, *args.batch_sizes) < 1:
+        parser.error("--threads, --rounds, --passes, --seq-length and --batch-sizes must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.worker:
+        with tempfile.TemporaryDirectory() as export_dir:
+            workers.serve(lambda: worker_answers(args.worker, args.config, args.threads, export_dir))
+        return
+    machine.print_header()
+    pythons = {name: sys.executable for name in args.only}
+    pythons.update(peers.peer_pythons(args, PEER_WORKERS, args.only, SCRIPT))
+    contenders = [contender for contender in CONTENDERS if contender[0] in args.only]
+    print(f"config {args.config}, seq {args.seq_length}, {args.threads} threads per contender, {args.rounds} rounds "
+          f"of {args.passes} timed passes; load average {os.getloadavg()[0]:.1f}", flush=True)
+    pool = {}
+    try:
+        for name in args.only:
+            pool[name] = start_worker(name, pythons[name], args.config, args.threads)
         for batch_size in args.batch_sizes:
-            batch = random_batch(rng, batch_size, args.seq_length)
-            outputs = [ours[name](*batch)[0] for name in ours]  # also the untimed first pass
-            agreement = max(float(np.abs(output - outputs[0]).max()) for output in outputs)
-            for mode in modes[len(ours):]:
-                one_pass(mode, batch)
-            seconds = dict.fromkeys(modes, 0.0)
-            for _ in range(args.repeats):
-                for mode in modes:
-                    seconds[mode] += one_pass(mode, batch)
-            throughput = {mode: batch_size * args.repeats / seconds[mode] for mode in modes}
-            print(f"\nbatch {batch_size} (our three modes agree to {agreement:.1e} in start logits)")
-            for mode in modes:
-                ratios = f"{throughput[mode] / throughput['ours predictor']:.2f}x ours predictor"
-                if worker:
-                    ratios += f", {throughput[mode] / throughput['paddlenlp predictor']:.2f}x PaddleNLP predictor"
-                print(f"  {mode:22s} {throughput[mode]:7.2f} seq/s   {ratios}")
-    if worker:
-        worker.close()
+            shape = [batch_size, args.seq_length]
+            print(f"\nbatch {batch_size}, seq {args.seq_length}:")
+            for name, worker in pool.items():
+                difference = worker.request({"warm": shape})["difference"]
+                print(f"  {name}: start logits differ from {next(iter(difference))} by at most "
+                      + ", ".join(f"{value:.1e} ({mode})" for mode, value in list(difference.items())[1:]))
+            throughput = time_batch(pool, contenders, shape, args.rounds, args.passes)
+            print("\n".join(report_lines(throughput)), flush=True)
+    finally:
+        for worker in pool.values():
+            worker.close()
+    print(f"\nload average now {os.getloadavg()[0]:.1f}\n{workers.warning_report(pool.values())}")
 
 
 if __name__ == "__main__":

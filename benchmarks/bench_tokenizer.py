@@ -20,6 +20,7 @@ import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import machine  # noqa: E402
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +49,7 @@ def timed(run: Callable[[], int]) -> tuple[float, int]:
 
 
 def main() -> None:
+    machine.print_header()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     texts = [line for path in WIKITEXT for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
     batches = [texts[start : start + BATCH_SIZE] for start in range(0, len(texts), BATCH_SIZE)]

@@ -266,3 +266,26 @@ def run_script(script: str, argv: list, timeout: float = 120, launch_ranks: int 
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, *launcher, str(ROOT / script), *map(str, argv)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sequence packing
+
+
+def ragged_batch(lengths: list[int], seq_length: int, vocab_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """A collated pretraining batch (the loader's keys and layout) of samples with these token counts, padded to
+    seq_length: random ids after [CLS] = 1, segment B in each sample's second half, a few masked positions (never
+    the [CLS]) and random NSP labels."""
+    rng = np.random.default_rng(seed)
+    batch = len(lengths)
+    columns = np.arange(seq_length)[None]
+    attention_mask = (columns < np.array(lengths)[:, None]).astype(np.int64)
+    input_ids = rng.integers(2, vocab_size, (batch, seq_length)) * attention_mask
+    input_ids[:, 0] = 1
+    token_type_ids = (columns >= (np.array(lengths) // 2)[:, None]).astype(np.int64) * attention_mask
+    masked_lm_labels = np.full((batch, seq_length), -1, np.int64)
+    for row, length in enumerate(lengths):
+        positions = rng.choice(np.arange(1, length), max(1, length // 4), replace=False)
+        masked_lm_labels[row, positions] = rng.integers(2, vocab_size, len(positions))
+    return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
+            "masked_lm_labels": masked_lm_labels, "next_sentence_labels": rng.integers(0, 2, batch)}

@@ -18,14 +18,14 @@ import pytest
 import checkpoint
 from bert_config import BertConfig
 from checkpoint import (
+    UnreadableCheckpoint,
     capture_rng_state,
-    find_checkpoint,
+    check_no_later_checkpoints,
     list_checkpoints,
     load_checkpoint,
+    open_resume_checkpoint,
     phase_dir,
     read_config,
-    read_progress,
-    resolve_resume_folder,
     restore_rng_state,
     save_checkpoint,
 )
@@ -57,6 +57,17 @@ def save(folder, step: int, **kwargs):
 
 def saved_steps(folder) -> list[int]:
     return [step for step, _ in list_checkpoints(folder)]
+
+
+def resumed_from(from_checkpoint, last_step, own):
+    """The folder open_resume_checkpoint resumes from (None: start fresh)."""
+    resume = open_resume_checkpoint(from_checkpoint, last_step, own)
+    return resume and resume.folder
+
+
+def file_bytes(folder) -> dict[str, bytes]:
+    """Every file under folder (relative path -> content)."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 def test_phase_dir_layout(tmp_path):
@@ -127,10 +138,10 @@ def test_failed_save_leaves_previous_checkpoint(tmp_path, monkeypatch):
         real_save(obj, path, *args, **kwargs)
 
     monkeypatch.setattr(checkpoint.paddle, "save", failing_save)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OSError, match=r"/20: checkpoint not saved, the earlier ones are unchanged \(disk full\)"):
         save(tmp_path, 20)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["10"]  # temp folder removed too
-    assert find_checkpoint(tmp_path, "auto") == tmp_path / "10"
+    assert resumed_from(None, "auto", tmp_path) == tmp_path / "10"
     model_state, _, progress = load_checkpoint(tmp_path / "10")
     assert progress["global_step"] == 10
     assert model_state["bert.embeddings.word_embeddings.weight"].numpy()[0, 0] == 10.0
@@ -179,7 +190,7 @@ def test_sigkill_during_save_leaves_previous_checkpoint(tmp_path):
     leftovers = sorted(p.name for p in folder.iterdir())
     assert len(leftovers) == 2 and leftovers[0].startswith(".tmp-20-") and leftovers[1] == "10"
     assert saved_steps(folder) == [10]
-    assert find_checkpoint(folder, "auto") == folder / "10"
+    assert resumed_from(None, "auto", folder) == folder / "10"
     assert load_checkpoint(folder / "10")[2]["global_step"] == 10
 
     # The next save (a resumed run reaching step 20) removes the killed save's temp folder.
@@ -202,8 +213,8 @@ def test_kill_between_renames_of_a_resave_is_recovered(tmp_path):
     save(tmp_path, 10)
     os.rename(tmp_path / "10", tmp_path / ".replaced-10-4242")
     (tmp_path / ".tmp-10-4242").mkdir()
-    assert find_checkpoint(tmp_path, "auto") == tmp_path / ".replaced-10-4242"
-    assert find_checkpoint(tmp_path, 10) == tmp_path / ".replaced-10-4242"
+    assert resumed_from(None, "auto", tmp_path) == tmp_path / ".replaced-10-4242"
+    assert resumed_from(None, 10, tmp_path) == tmp_path / ".replaced-10-4242"
     assert load_checkpoint(tmp_path / ".replaced-10-4242")[2]["global_step"] == 10
     save(tmp_path, 20)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["10", "20"]
@@ -235,36 +246,130 @@ def test_keep_max_must_be_positive(tmp_path):
         save(tmp_path, 1, keep_max=0)
 
 
-def test_find_checkpoint(tmp_path):
+def test_auto_resumes_from_the_newest_checkpoint(tmp_path):
     folder = tmp_path / "phase2"
-    assert find_checkpoint(folder, "auto") is None  # folder does not exist yet
-    assert find_checkpoint(folder, None) is None
+    assert resumed_from(None, "auto", folder) is None  # folder does not exist yet
+    assert resumed_from(None, None, folder) is None
     for step in (8, 16, 24):
         save(folder, step)
-    assert find_checkpoint(folder, None) is None
-    assert find_checkpoint(folder, "auto") == folder / "24"
-    assert find_checkpoint(folder, 16) == folder / "16"
-    assert find_checkpoint(folder, "16") == folder / "16"
-    assert read_progress(find_checkpoint(folder, 16))["global_step"] == 16
+    assert resumed_from(None, None, folder) is None  # no resume flags: start fresh
+    assert resumed_from(None, "auto", folder) == folder / "24"
+    resume = open_resume_checkpoint(None, 16, folder)
+    assert resume.folder == folder / "16" and resume.progress["global_step"] == 16 and resume.set_aside == ()
+    assert resume.model_state["cls.predictions.bias"].numpy()[0] == 16.0
+    assert resume.optimizer_state["LR_Scheduler"]["last_epoch"] == 16
+    with pytest.raises(FileNotFoundError, match=r"phase2/12: no checkpoint folder for step 12"):
+        open_resume_checkpoint(None, 12, folder)
 
-    with pytest.raises(FileNotFoundError, match=r"phase2/12: no checkpoint folder"):
-        find_checkpoint(folder, 12)
-    (folder / "32").mkdir()
-    (folder / "32" / "bert_paddle.pdparams").write_bytes(b"")
-    assert find_checkpoint(folder, "auto") == folder / "24"  # incomplete folders are never "newest"
-    with pytest.raises(FileNotFoundError, match=r"phase2/32: incomplete"):
-        find_checkpoint(folder, 32)
-    (folder / "32" / "bert_paddle_progress.json").write_text('{"global_st', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"32/bert_paddle_progress.json: unreadable"):
-        find_checkpoint(folder, 32)
-    with pytest.raises(ValueError, match="'latest'"):
-        find_checkpoint(folder, "latest")
+
+def test_nvidia_resume_forms(tmp_path):
+    own, other = tmp_path / "own", tmp_path / "other"
+    for step in (2, 4):
+        save(own, step)
+        save(other, step + 10)
+    # NVIDIA's README: --from-checkpoint <phase>/600 --last-step-of-checkpoint 600, or with the step omitted
+    # (the progress file records it), or with auto (a folder of checkpoint files or of <step>/ folders).
+    assert resumed_from(other / "12", 12, own) == other / "12"
+    assert resumed_from(other / "12", None, own) == other / "12"
+    assert resumed_from(other / "12", "auto", own) == other / "12"
+    assert resumed_from(other, "auto", own) == other / "14"
+    assert resumed_from(tmp_path / "not-yet", "auto", own) is None  # the first run of a job that always resumes
+    # The project's addition: a phase folder and a step.
+    assert resumed_from(other, 12, own) == other / "12"
+    assert resumed_from(None, 2, own) == own / "2"
+    with pytest.raises(ValueError, match=r"other/12 holds the checkpoint of step 12, not of "
+                       r"--last-step-of-checkpoint 14"):
+        open_resume_checkpoint(other / "12", 14, own)
+    with pytest.raises(FileNotFoundError, match=r"other/13: no checkpoint folder for step 13"):
+        open_resume_checkpoint(other, 13, own)
+    # A phase folder without a last step is not a checkpoint: the error says what to add.
+    with pytest.raises(FileNotFoundError, match=r"other: incomplete or missing .*add --last-step-of-checkpoint auto"):
+        open_resume_checkpoint(other, None, own)
+
+
+def break_checkpoint(folder, how: str) -> None:
+    """Damage a checkpoint folder the way a crash, a full disk or a stray edit does."""
+    if how == "garbled progress":
+        (folder / "bert_paddle_progress.json").write_text('{"global_st', encoding="utf-8")
+    elif how == "truncated params":
+        params = folder / "bert_paddle.pdparams"
+        params.write_bytes(params.read_bytes()[:100])
+    elif how == "truncated optimizer state":
+        optimizer = folder / "bert_paddle.pdopt"
+        optimizer.write_bytes(optimizer.read_bytes()[:50])
+    elif how == "no progress file":
+        (folder / "bert_paddle_progress.json").unlink()
+    elif how == "wrong step":
+        (folder / "bert_paddle_progress.json").write_text('{"global_step": 3}', encoding="utf-8")
+
+
+@pytest.mark.parametrize("how, reason, names", [
+    ("garbled progress", "bad-progress-file", "32/bert_paddle_progress.json: unreadable progress file"),
+    ("truncated params", "bad-params", "32/bert_paddle.pdparams: not a readable Paddle pickle"),
+    ("truncated optimizer state", "bad-optimizer-state", "32/bert_paddle.pdopt: not a readable Paddle pickle"),
+    ("no progress file", "no-progress-file", "32: incomplete or missing checkpoint"),
+    ("wrong step", "step-mismatch", "32: its progress file says global_step 3, not 32"),
+])
+def test_auto_sets_an_unreadable_newest_checkpoint_aside_and_resumes_from_the_one_before(tmp_path, how, reason,
+                                                                                          names):
+    for step in (16, 24, 32):
+        save(tmp_path, step)
+    break_checkpoint(tmp_path / "32", how)
+    before = file_bytes(tmp_path)
+    resume = open_resume_checkpoint(None, "auto", tmp_path)
+    assert resume.folder == tmp_path / "24"
+    (moved,) = resume.set_aside
+    assert moved.original == tmp_path / "32" and moved.moved_to == tmp_path / f"32.unreadable-{reason}"
+    assert names in moved.reason
+    # Nothing is lost: the same files, byte for byte, the damaged folder's under its new name.
+    assert file_bytes(tmp_path) == {name.replace("32/", f"32.unreadable-{reason}/"): content
+                                    for name, content in before.items()}
+    # The set-aside folder is no checkpoint any more: not resumed from, not counted or deleted by rotation.
+    assert resumed_from(None, "auto", tmp_path) == tmp_path / "24"
+    save(tmp_path, 40, keep_max=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"32.unreadable-{reason}", "40"]
+
+
+def test_auto_with_no_intact_checkpoint_stops_instead_of_starting_fresh(tmp_path):
+    for step in (1, 2):
+        save(tmp_path, step)
+        break_checkpoint(tmp_path / str(step), "garbled progress")
+    (tmp_path / "2.unreadable-bad-progress-file").mkdir()  # set aside by an earlier run: a second name is found
+    message = (r"no intact checkpoint to resume from, only the unreadable 1.unreadable-bad-progress-file, "
+               r"2.unreadable-bad-progress-file, 2.unreadable-bad-progress-file-2; move them elsewhere")
+    with pytest.raises(ValueError, match=message):
+        open_resume_checkpoint(None, "auto", tmp_path)
+    # The same command again still refuses: the set-aside folders are there until someone looks at them.
+    with pytest.raises(ValueError, match=message):
+        open_resume_checkpoint(None, "auto", tmp_path)
+
+
+def test_an_unreadable_checkpoint_named_explicitly_is_an_error_and_stays(tmp_path):
+    save(tmp_path, 8)
+    break_checkpoint(tmp_path / "8", "truncated params")
+    for from_checkpoint, last_step in ((None, 8), (tmp_path / "8", None), (tmp_path / "8", 8)):
+        with pytest.raises(UnreadableCheckpoint, match=r"8/bert_paddle.pdparams: not a readable Paddle pickle"):
+            open_resume_checkpoint(from_checkpoint, last_step, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["8"]
+
+
+def test_a_run_may_not_start_below_checkpoints_of_an_earlier_run(tmp_path):
+    check_no_later_checkpoints(tmp_path / "absent", 0)
+    for step in (2, 4, 6):
+        save(tmp_path, step)
+    (tmp_path / "4.unreadable-bad-params").mkdir()
+    check_no_later_checkpoints(tmp_path, 6)
+    with pytest.raises(ValueError, match=r"holds checkpoints of an earlier run after step 2 \(steps 4, 6\) that "
+                       r"this run would write over; resume from the newest with --last-step-of-checkpoint auto"):
+        check_no_later_checkpoints(tmp_path, 2)
+    with pytest.raises(ValueError, match=r"of an earlier run \(steps 2, 4, 6\)"):
+        check_no_later_checkpoints(tmp_path, 0)
 
 
 def test_load_checkpoint_without_params_names_folder(tmp_path):
     save(tmp_path, 3)
     (tmp_path / "3" / "bert_paddle.pdparams").unlink()
-    with pytest.raises(FileNotFoundError, match=r"/3: checkpoint has no bert_paddle.pdparams"):
+    with pytest.raises(UnreadableCheckpoint, match=r"/3: checkpoint has no bert_paddle.pdparams"):
         load_checkpoint(tmp_path / "3")
 
 
@@ -296,7 +401,7 @@ def test_folder_without_config_still_loads(tmp_path):
     save(tmp_path, 4)
     (tmp_path / "4" / "bert_paddle_config.json").unlink()
     assert read_config(tmp_path / "4") is None
-    assert find_checkpoint(tmp_path, "auto") == tmp_path / "4"
+    assert resumed_from(None, "auto", tmp_path) == tmp_path / "4"
     model_state, optimizer_state, progress = load_checkpoint(tmp_path / "4")
     assert progress["global_step"] == 4 and optimizer_state["LR_Scheduler"]["last_epoch"] == 4
     assert model_state["cls.predictions.bias"].numpy()[0] == 4.0
@@ -307,28 +412,6 @@ def test_unreadable_config_names_the_file(tmp_path):
     (tmp_path / "4" / "bert_paddle_config.json").write_text('{"hidden_size": ', encoding="utf-8")
     with pytest.raises(ValueError, match=r"4/bert_paddle_config.json: not valid JSON"):
         read_config(tmp_path / "4")
-
-
-def test_resolve_resume_folder(tmp_path):
-    own, other = tmp_path / "own", tmp_path / "other"
-    assert resolve_resume_folder(None, None, own) is None  # neither flag: start fresh
-    assert resolve_resume_folder(None, "auto", own) is None  # auto in an empty phase folder: start fresh
-    for step in (2, 4):
-        save(own, step)
-        save(other, step + 10)
-    assert resolve_resume_folder(None, "auto", own) == own / "4"  # the run's own phase folder
-    assert resolve_resume_folder(None, 2, own) == own / "2"
-    assert resolve_resume_folder(other, "auto", own) == other / "14"  # --from-checkpoint's phase folder
-    assert resolve_resume_folder(other, 12, own) == other / "12"
-    assert resolve_resume_folder(other / "12", None, own) == other / "12"  # one checkpoint folder
-    with pytest.raises(FileNotFoundError, match=r"other/13: no checkpoint folder for step 13"):
-        resolve_resume_folder(other, 13, own)
-    # A phase folder without a last step is not a checkpoint: the error says what to add.
-    with pytest.raises(FileNotFoundError, match=r"other: incomplete or missing .*add --last-step-of-checkpoint auto"):
-        resolve_resume_folder(other, None, own)
-    (other / "12" / "bert_paddle_progress.json").write_text("[]", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"12/bert_paddle_progress.json: progress file has no integer global_step"):
-        resolve_resume_folder(other / "12", None, own)
 
 
 def trained_adamw(model: paddle.nn.Layer, scale: float) -> paddle.optimizer.Optimizer:

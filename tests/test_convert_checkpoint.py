@@ -529,3 +529,108 @@ def test_command_line_entry_point_exits_with_one_line(tmp_path, monkeypatch):
     # A string exit code is printed to stderr as the only line, and the exit status is 1.
     assert raised.value.code == (f"convert_checkpoint.py hf2paddle: {tmp_path / 'missing'}: "
                                  "Hugging Face checkpoint folder not found")
+
+
+def test_hf2paddle_writes_safetensors_equal_to_the_pdparams(capsys, tmp_path):
+    """An output path ending in .safetensors gets the arrays the .pdparams gets, bit for bit, readable by all."""
+    convert(capsys, "hf2paddle", str(TINY_DIR), str(tmp_path / "tiny.pdparams"))
+    out = convert(capsys, "hf2paddle", str(TINY_DIR), str(tmp_path / "tiny.safetensors"))
+    assert f"to {tmp_path / 'tiny.safetensors'}" in out
+    pdparams = paddle.load(str(tmp_path / "tiny.pdparams"))
+    shared = load_file(tmp_path / "tiny.safetensors")  # safetensors' own reader
+    assert sorted(shared) == sorted(pdparams)
+    for name, value in pdparams.items():
+        value = np.asarray(value)
+        assert (shared[name].dtype, shared[name].tobytes()) == (value.dtype, value.tobytes()), name
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "tiny.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+# ---------------------------------------------------------------------------------------------
+# nvidia2paddle: NVIDIA's static-graph checkpoints (a stand-in built by tests/fixtures/ngc_static_bert.py)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ngc_checkpoints(tmp_path_factory) -> dict:
+    from fixtures.ngc_static_bert import HEADS, write_ngc_checkpoints
+
+    folder = tmp_path_factory.mktemp("ngc")
+    return {head: write_ngc_checkpoints(folder, head) for head in HEADS}
+
+
+def ngc_config(tmp_path: Path) -> Path:
+    from fixtures.ngc_static_bert import CONFIG
+
+    path = tmp_path / "ngc_config.json"
+    path.write_text(json.dumps({**CONFIG, "hidden_act": "gelu", "hidden_dropout_prob": 0.0,
+                                "attention_probs_dropout_prob": 0.0}))
+    return path
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
+@pytest.mark.parametrize("head", ["pretraining", "squad"])
+def test_nvidia2paddle_gives_the_static_programs_outputs(ngc_checkpoints, capsys, tmp_path, head, fused):
+    """The converted weights in our model (either attention layout) give the static program's outputs; NVIDIA's
+    encoder layer norms have epsilon 1e-5 where ours have 1e-12, hence not bit for bit."""
+    unfused_prefix, fused_prefix, feed, expected = ngc_checkpoints[head]
+    out = convert(capsys, "nvidia2paddle", str(fused_prefix if fused else unfused_prefix),
+                  str(tmp_path / "ngc.pdparams"), "--config", str(ngc_config(tmp_path)), *(["--fuse-mha"] * fused))
+    assert "2 layers, hidden 16" in out
+    assert ("mlm        present" in out) == (head == "pretraining")
+    assert ("qa         present" in out) == (head == "squad")
+    state = paddle.load(str(tmp_path / "ngc.pdparams"))
+    model_class = BertForPretraining if head == "pretraining" else BertForQuestionAnswering
+    inputs = [paddle.to_tensor(feed[name]) for name in ("input_ids", "token_type_ids", "attention_mask")]
+    for fuse_mha in (False, True):
+        config = dataclasses.replace(BertConfig.from_json_file(ngc_config(tmp_path)), fuse_mha=fuse_mha)
+        model = model_class(config)
+        assert load_state(model, state, "ngc")[0] == []
+        model.eval()
+        with paddle.no_grad():
+            sequence, pooled = model.bert(*inputs)
+            outputs = model(*inputs)
+        assert max_diff(sequence.numpy(), expected[0]) <= 1e-5
+        assert max_diff(pooled.numpy(), expected[1]) <= 1e-5
+        if head == "pretraining":
+            assert max_diff(outputs[0].numpy(), expected[2].reshape(-1, expected[2].shape[-1])) <= 1e-5
+            assert max_diff(outputs[1].numpy(), expected[3]) <= 1e-5
+        else:
+            assert max_diff(outputs[0].numpy(), expected[2]) <= 1e-5
+            assert max_diff(outputs[1].numpy(), expected[3]) <= 1e-5
+
+
+def test_nvidia2paddle_output_serves_squad_and_pretraining_from_weights(ngc_checkpoints, capsys, tmp_path):
+    """What run_squad.py and run_pretraining.py --from-pretrained-params load: the encoder complete, from a file
+    given as the .pdparams or its prefix, written as .pdparams or .safetensors."""
+    from weights import ENCODER_PARTS, load_pretrained
+
+    unfused_prefix = ngc_checkpoints["pretraining"][0]
+    convert(capsys, "nvidia2paddle", str(unfused_prefix), str(tmp_path / "ngc.pdparams"))
+    convert(capsys, "nvidia2paddle", f"{unfused_prefix}.pdparams", str(tmp_path / "ngc.safetensors"))
+    config = BertConfig.from_json_file(ngc_config(tmp_path))
+    for path in (tmp_path / "ngc.pdparams", tmp_path / "ngc.safetensors"):
+        squad = load_pretrained(BertForQuestionAnswering(config), path, required=ENCODER_PARTS,
+                                flag="--from-pretrained-params")
+        assert squad.initialised == ["qa"]
+        pretraining = load_pretrained(BertForPretraining(config), path, required=ENCODER_PARTS,
+                                      flag="--from-pretrained-params")
+        assert pretraining.initialised == [] and pretraining.missing == []
+
+
+def test_nvidia2paddle_layout_and_input_errors_name_the_file(ngc_checkpoints, tmp_path):
+    unfused_prefix, fused_prefix = ngc_checkpoints["squad"][:2]
+    out = str(tmp_path / "out.pdparams")
+    message = cli_error("nvidia2paddle", str(fused_prefix), out)
+    assert message.startswith(f"convert_checkpoint.py nvidia2paddle: {fused_prefix}.pdparams: holds "
+                              "fused_feed_forward parameters") and "convert with --fuse-mha" in message
+    message = cli_error("nvidia2paddle", str(unfused_prefix), out, "--fuse-mha")
+    assert "convert without --fuse-mha" in message
+    message = cli_error("nvidia2paddle", str(tmp_path / "absent"), out)
+    assert message.endswith(f"{tmp_path / 'absent'}: neither a .pdparams file nor the prefix of one")
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({**json.loads(ngc_config(tmp_path).read_text()), "intermediate_size": 64}))
+    message = cli_error("nvidia2paddle", str(unfused_prefix), out, "--config", str(wrong))
+    assert "has shape [16, 32], the config implies [16, 64]" in message
+    assert not (tmp_path / "out.pdparams").exists()

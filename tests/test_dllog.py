@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 
 import numpy as np
@@ -132,6 +133,22 @@ def test_read_report_names_file_and_line_of_a_bad_record(tmp_path, bad_line, mes
         report.write(bad_line + "\n")
     with pytest.raises(ValueError, match=rf"report\.json:2: .*{message}"):
         read_report(path)
+
+
+def test_read_report_names_file_and_line_of_text_that_is_not_utf8(tmp_path):
+    path = tmp_path / "report.json"
+    with DLLogger(path, stdout=False) as logger:
+        logger.log(1, {"loss": 2.0})
+    with open(path, "ab") as report:
+        report.write(b"written by some other tool: \xff\n")
+    with pytest.raises(ValueError, match=r"report\.json:2: not UTF-8 text \(byte 0xff at column 29\)"):
+        read_report(path)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full (every write: ENOSPC)")
+def test_a_full_disk_names_the_report_file():
+    with pytest.raises(OSError, match=r"/dev/full: cannot write the report \(No space left on device\)"):
+        DLLogger("/dev/full", stdout=False).log(1, {"loss": 2.0})
 
 
 def test_read_report_missing_file(tmp_path):

@@ -12,7 +12,9 @@ import pytest
 
 import modeling
 from conftest import ROOT
+from helpers import ragged_batch
 from loss import BertPretrainingCriterion
+from packing import pack_batch
 from weights import load_state
 
 CONFIG_DIR = ROOT / "bert_configs"
@@ -136,6 +138,100 @@ def test_attention_mask_suits_every_sdpa_backend(backend, monkeypatch):
     valid = batch[2].astype(bool)
     np.testing.assert_allclose(sequence_output[valid], expected_sequence[valid], atol=2e-5)
     np.testing.assert_allclose(pooled_output, expected_pooled, atol=2e-5)
+
+
+def stand_in_flash_attn_unpadded(calls: list):
+    """flash_attn_unpadded as Paddle 3.3 declares it (paddle/nn/functional/flash_attention.py), its argument contract
+    enforced (3-D [total tokens, N, D] float16/bfloat16 inputs, int32 cumulative cu_seqlens ending at the total,
+    max_seqlen bounding every length), then the plain math in float32, each sample on its own."""
+
+    def flash_attn_unpadded(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
+                            dropout=0.0, causal=False, return_softmax=False, fixed_seed_offset=None, rng_name="",
+                            training=True, name=None):
+        total, heads, head_dim = query.shape
+        assert query.dtype in (paddle.float16, paddle.bfloat16), query.dtype
+        assert key.dtype == value.dtype == query.dtype and key.shape == value.shape == query.shape
+        assert cu_seqlens_q.dtype == cu_seqlens_k.dtype == paddle.int32
+        cumulative = cu_seqlens_q.numpy()
+        np.testing.assert_array_equal(cu_seqlens_k.numpy(), cumulative)
+        lengths = np.diff(cumulative)
+        assert cumulative[0] == 0 and cumulative[-1] == total and lengths.min() > 0, cumulative
+        assert isinstance(max_seqlen_q, int) and max_seqlen_q == max_seqlen_k >= lengths.max()
+        assert scale == pytest.approx(1 / math.sqrt(head_dim)) and not causal and not return_softmax
+        calls.append(lengths)
+        q, k, v = (t.astype("float32").transpose([1, 0, 2]) for t in (query, key, value))  # [N, T, D]
+        contexts = []
+        for start, end in zip(cumulative[:-1], cumulative[1:], strict=True):
+            scores = paddle.matmul(q[:, start:end], k[:, start:end], transpose_y=True) * scale
+            contexts.append(paddle.matmul(paddle.nn.functional.softmax(scores), v[:, start:end]))
+        return paddle.concat(contexts, axis=1).transpose([1, 0, 2]).astype(query.dtype), None
+
+    return flash_attn_unpadded
+
+
+@pytest.mark.parametrize("amp_dtype", [None, "float16", "bfloat16"])
+def test_packed_rows_use_varlen_flash_attention_on_a_gpu_under_amp_only(amp_dtype, monkeypatch):
+    """On a GPU (emulated: the device check and, for AMP, autocast's state) packed rows go through
+    flash_attn_unpadded in float16/bfloat16 and through the block-diagonal mask in fp32; either way each sample
+    comes out as it does alone in a padded row."""
+    calls = []
+    monkeypatch.setattr(modeling, "varlen_attention_available", lambda: True)
+    monkeypatch.setattr(paddle.nn.functional.flash_attention, "flash_attn_unpadded",
+                        stand_in_flash_attn_unpadded(calls))
+    paddle.seed(8)
+    config = tiny_config(initializer_range=0.3)
+    model = modeling.BertModel(config, use_cpu_kernels=False)
+    model.eval()
+    batch = ragged_batch([9, 4, 12, 7, 3], seq_length=16, vocab_size=config.vocab_size, seed=2)
+    padded_sequence, padded_pooled = run_model(model, batch["input_ids"], batch["token_type_ids"],
+                                               batch["attention_mask"])
+    packed = pack_batch(batch, max_seq_length=16)
+    if amp_dtype is not None:
+        monkeypatch.setattr(paddle, "is_autocast_enabled", lambda: True)
+        monkeypatch.setattr(paddle, "get_autocast_dtype", lambda: amp_dtype)
+    sequence, pooled = (output.numpy() for output in model(
+        paddle.to_tensor(packed["input_ids"]), paddle.to_tensor(packed["token_type_ids"]),
+        position_ids=paddle.to_tensor(packed["position_ids"]), sample_ids=paddle.to_tensor(packed["sample_ids"]),
+        cls_positions=paddle.to_tensor(packed["cls_positions"])))
+    if amp_dtype is None:
+        assert calls == []
+    else:
+        starts = (packed["position_ids"] == 0) & (packed["sample_ids"] >= 0)
+        in_row_order = packed["sample_ids"][starts]  # each row's samples, left to right
+        assert len(calls) == config.num_hidden_layers
+        for lengths in calls:
+            np.testing.assert_array_equal(lengths, batch["attention_mask"].sum(1)[in_row_order])
+    tolerance = {None: 2e-5, "float16": 5e-3, "bfloat16": 4e-2}[amp_dtype]  # q, k, v rounded to 11 or 8 bits
+    flat = sequence.reshape(-1, config.hidden_size)
+    for sample, length in enumerate(batch["attention_mask"].sum(1)):
+        start = packed["cls_positions"][sample]
+        np.testing.assert_allclose(flat[start:start + length], padded_sequence[sample, :length], atol=tolerance)
+    np.testing.assert_allclose(pooled, padded_pooled, atol=tolerance)
+
+
+@pytest.mark.parametrize("use_cpu_kernels", [True, False])
+def test_packed_rows_give_each_sample_its_padded_outputs(use_cpu_kernels):
+    paddle.seed(9)
+    config = tiny_config(initializer_range=0.3)
+    model = modeling.BertForPretraining(config, use_cpu_kernels)
+    model.eval()
+    batch = ragged_batch([9, 4, 12, 7, 3, 10], seq_length=16, vocab_size=config.vocab_size, seed=4)
+    packed = pack_batch(batch, max_seq_length=16)
+    flat_positions = [int(packed["cls_positions"][sample]) + 2 for sample in range(6)]  # each sample's 3rd token
+    scores, nsp = model(paddle.to_tensor(packed["input_ids"]), paddle.to_tensor(packed["token_type_ids"]),
+                        masked_lm_positions=paddle.to_tensor(flat_positions),
+                        position_ids=paddle.to_tensor(packed["position_ids"]),
+                        sample_ids=paddle.to_tensor(packed["sample_ids"]),
+                        cls_positions=paddle.to_tensor(packed["cls_positions"]))
+    assert nsp.shape == [6, 2]  # one NSP pair per sample, in batch order
+    padded_scores, padded_nsp = model(*(paddle.to_tensor(batch[name]) for name in
+                                        ("input_ids", "token_type_ids", "attention_mask")),
+                                      paddle.to_tensor(np.arange(6) * 16 + 2))
+    np.testing.assert_allclose(scores.numpy(), padded_scores.numpy(), atol=2e-5)
+    np.testing.assert_allclose(nsp.numpy(), padded_nsp.numpy(), atol=2e-5)
+    with pytest.raises(ValueError, match="attention_mask .* or sample_ids"):
+        model(paddle.to_tensor(packed["input_ids"]), attention_mask=paddle.to_tensor(packed["attention_mask"]),
+              sample_ids=paddle.to_tensor(packed["sample_ids"]))
 
 
 def test_padding_does_not_change_real_tokens():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -123,3 +124,22 @@ def test_cli_requires_output(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path / "report.json")])
     assert "--output" in capsys.readouterr().err
+
+
+def test_cli_output_that_is_a_folder_is_one_line(tmp_path):
+    report = tmp_path / "report.json"
+    write_report(report)
+    with pytest.raises(SystemExit, match=r"--output .*: is a folder; give the PNG file to write, e\.g\. .*plot\.png"):
+        main([str(report), "--output", str(tmp_path)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_cli_report_that_is_not_utf8_names_the_file_and_line(tmp_path):
+    report = tmp_path / "report.json"
+    write_report(report)
+    with open(report, "ab") as file:
+        file.write(b"DLLL {\"type\": \"LOG\", \"data\": {\"caf\xe9\": 1}}\n")
+    last_line = report.read_bytes().splitlines()[-1]
+    where = f"{len(report.read_bytes().splitlines())}: not UTF-8 text (byte 0xe9 at column {last_line.index(0xe9) + 1})"
+    with pytest.raises(SystemExit, match=re.escape(f"report.json:{where}")):
+        main([str(report), "--output", str(tmp_path / "plot.png")])

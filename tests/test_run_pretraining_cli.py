@@ -52,7 +52,7 @@ def parse_error(argv: list[str], capsys) -> str:
 @pytest.mark.parametrize("extra, flag", [
     (["--phase2", "--phase1"], "--phase1 and --phase2"),
     (["--from-checkpoint", "x", "--from-pretrained-params", "y"], "--from-checkpoint and --from-pretrained-params"),
-    (["--from-phase1-final-params", "x"], "--from-phase1-final-params needs --phase2"),
+    (["--from-phase1-final-params", "x"], "--from-phase1-final-params is for phase 2, not with --phase1"),
     (["--max-steps", "0"], "--max-steps must be at least 1"),
     (["--gradient-merge-steps", "0"], "--gradient-merge-steps must be at least 1"),
     (["--log-freq", "-1"], "--log-freq must be at least 1"),
@@ -64,7 +64,8 @@ def parse_error(argv: list[str], capsys) -> str:
     (["--learning-rate", "0"], "--learning-rate must be positive"),
     (["--max-grad-norm", "-1"], "--max-grad-norm must be positive"),
     (["--beta2", "1.0"], "--beta2 must be in [0, 1)"),
-    (["--benchmark", "--benchmark-steps", "5", "--benchmark-warmup-steps", "5"], "exceed --max-steps 4"),
+    (["--seed", "-1"], "--seed must be in [0, 4294967295], got -1"),
+    (["--seed", str(2**32)], "--seed must be in [0, 4294967295]"),
     (["--use-pure-fp16"], "--use-pure-fp16 needs --amp"),
     (["--show-config", "maybe"], "--show-config"),
     (["--input-dir", "/nonexistent/shards"], "--input-dir /nonexistent/shards: no such folder"),
@@ -276,6 +277,49 @@ def test_benchmark_runs_warmup_then_timed_steps_without_checkpoints(tmp_path, ca
     assert not (tmp_path / "out" / "custom").exists()
 
 
+def test_benchmark_runs_its_steps_even_beyond_max_steps(tmp_path):
+    # NVIDIA's rule: the run ends at the last step + warmup + timed steps, whatever --max-steps says.
+    argv = pretraining_argv(tmp_path, "--max-steps", "2", "--benchmark", "--benchmark-warmup-steps", "2",
+                            "--benchmark-steps", "3")
+    assert train(argv) == 0
+    assert [r["step"] for r in step_records(tmp_path / "report.json")] == [1, 2, 3, 4, 5]
+    assert summaries(tmp_path / "report.json")[0]["timed_steps"] == 3
+
+
+def test_phase1_final_params_need_no_explicit_phase2(tmp_path, capsys):
+    assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--output-dir", str(tmp_path / "p1"))) == 0
+    argv = pretraining_argv(tmp_path, "--max-steps", "1", "--from-phase1-final-params",
+                            str(tmp_path / "p1" / "custom" / "phase1" / "1"))
+    argv.remove("--phase1")  # phase 2 is the default
+    capsys.readouterr()
+    assert train(argv) == 0
+    assert "--from-phase1-final-params " in capsys.readouterr().out
+    assert step_folders(tmp_path / "out", phase=2) == [1]
+
+
+def test_a_config_vocab_smaller_than_the_vocab_file_is_an_error_naming_both(tmp_path):
+    config = tmp_path / "small-vocab.json"
+    config.write_text('{"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, '
+                      '"intermediate_size": 64, "max_position_embeddings": 128}')
+    with pytest.raises(ValueError, match=r"small-vocab.json: vocab_size 1000 is smaller than the 30522 tokens of "
+                       r"--vocab-file .*bert-uncased-vocab.txt"):
+        train(pretraining_argv(tmp_path, "--config-file", str(config)))
+    assert not (tmp_path / "out" / "custom").exists()
+
+
+def test_the_stop_file_saves_a_checkpoint_and_exits_0_at_the_next_step(tmp_path, monkeypatch, capsys):
+    stop_file = tmp_path / "stop-now"
+    monkeypatch.setenv("PADDLEBERT_STOP_FILE", str(stop_file))
+    argv = pretraining_argv(tmp_path, "--max-steps", "100", "--num-steps-per-checkpoint", "50")
+    assert train([*argv, "--steps-this-run", "2"]) == 0  # no file, no stop: steps 1 and 2, saved at 2
+    stop_file.touch()
+    assert train([*argv, "--last-step-of-checkpoint", "auto"]) == 0
+    assert f"stop file {stop_file}: stopped after step 3" in capsys.readouterr().out
+    assert step_folders(tmp_path / "out") == [2, 3]
+    assert [r["step"] for r in step_records(tmp_path / "report.json")] == [1, 2, 3]
+    assert stop_file.exists()  # the file belongs to whoever made it
+
+
 def test_amp_on_cpu_says_so_once_and_trains_in_fp32(tmp_path, capsys):
     assert train(pretraining_argv(tmp_path, "--max-steps", "2", "--output-dir", str(tmp_path / "fp32"))) == 0
     capsys.readouterr()
@@ -382,6 +426,7 @@ def test_pretrained_params_may_lack_the_heads_but_not_encoder_weights(tmp_path, 
     assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--from-pretrained-params", str(encoder_only))) == 0
     assert "mlm, nsp not in the file, starting from random initialisation" in capsys.readouterr().out
     with pytest.raises(ValueError, match="incomplete pooler weights .*bert.pooler.dense.weight"):
-        train(pretraining_argv(tmp_path, "--max-steps", "1", "--from-pretrained-params", str(incomplete)))
+        train(pretraining_argv(tmp_path, "--max-steps", "1", "--from-pretrained-params", str(incomplete),
+                               "--output-dir", str(tmp_path / "second")))
     with pytest.raises(FileNotFoundError, match="phase1: incomplete .*add --last-step-of-checkpoint auto"):
         train(pretraining_argv(tmp_path, "--from-checkpoint", str(tmp_path / "out" / "custom" / "phase1")))

@@ -115,6 +115,20 @@ def test_cli_reports_malformed_json_in_one_line(tmp_path):
     assert result.stderr.startswith(f"{broken}: not valid JSON")
 
 
+@pytest.mark.parametrize("which", ["dataset", "predictions"])
+def test_cli_names_a_file_that_is_not_utf8(tmp_path, which):
+    dataset = tmp_path / "dev.json"
+    dataset.write_text(json.dumps({"version": "1.1", "data": _dataset(("q1", ["a"]))}))
+    predictions = tmp_path / "predictions.json"
+    predictions.write_text('{"q1": "a"}')
+    latin1 = dataset if which == "dataset" else predictions
+    latin1.write_bytes(latin1.read_bytes().replace(b'"a"', b'"caf\xe9"', 1))
+    result = _run_cli(dataset, predictions)
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0
+    assert result.stderr.startswith(f"{latin1}: not UTF-8 text (byte 0xe9 at offset ")
+
+
 @pytest.mark.parametrize(
     ("prediction", "truth", "expected"),
     [

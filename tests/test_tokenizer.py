@@ -297,6 +297,13 @@ def test_missing_vocab_file_names_the_file(tmp_path: Path) -> None:
         BertTokenizer(str(tmp_path / "absent.txt"))
 
 
+def test_non_utf8_vocab_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("[PAD]\n[UNK]\ncaf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=f"{path}: not a UTF-8 vocab file \\(byte 0xe9"):
+        BertTokenizer(str(path))
+
+
 def test_empty_vocab_file_names_the_file(tmp_path: Path) -> None:
     path = write_vocab(tmp_path / "empty.txt", [])
     with pytest.raises(ValueError, match=f"{path}: vocab file is empty"):

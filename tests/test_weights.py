@@ -15,7 +15,17 @@ import pytest
 
 from bert_config import BertConfig
 from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification, BertModel
-from weights import ENCODER_PARTS, HEADS, PARTS, check_parts, load_pretrained, load_state, part_of
+from weights import (
+    ENCODER_PARTS,
+    HEADS,
+    PARTS,
+    check_parts,
+    load_pretrained,
+    load_state,
+    part_of,
+    safetensors_beside,
+    write_safetensors_weights,
+)
 
 FLAG = "--from-pretrained-params"
 CONFIG = BertConfig(vocab_size=29, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16,
@@ -241,3 +251,25 @@ def test_wrong_shape_names_the_file_and_parameter(tmp_path):
     path = save(tmp_path, state)
     with pytest.raises(ValueError, match=rf"^{path}: parameter bert.encoder.0.intermediate.weight has shape \[8, 12\]"):
         load_pretrained(make(BertForPretraining), path, required=ENCODER_PARTS, flag=FLAG)
+
+
+def test_safetensors_file_or_folder_loads_like_the_pdparams(tmp_path):
+    """--from-pretrained-params takes a .safetensors file, or a folder holding <prefix>.safetensors; a folder
+    holding both reads the .pdparams. The values come from the source model itself."""
+    source = make(BertForPretraining, seed=1)
+    expected = arrays(source)
+    shared = write_safetensors_weights(safetensors_beside(tmp_path / "only" / "bert_paddle.pdparams"),
+                                       source.state_dict())
+    assert shared == tmp_path / "only" / "bert_paddle.safetensors"
+    for path in (shared, shared.parent):
+        target = make(BertForPretraining, seed=2)
+        report = load_pretrained(target, path, required=ENCODER_PARTS, flag=FLAG)
+        assert report.path == str(shared) and report.initialised == []
+        for name, value in arrays(target).items():
+            assert value.tobytes() == expected[name].tobytes(), name
+    both = tmp_path / "both"
+    both.mkdir()
+    save(both, make(BertForPretraining, seed=3).state_dict())
+    write_safetensors_weights(both / "bert_paddle.safetensors", source.state_dict())
+    assert load_pretrained(make(BertForPretraining), both, required=ENCODER_PARTS, flag=FLAG).path == str(
+        both / "bert_paddle.pdparams")

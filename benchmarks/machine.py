@@ -1,0 +1,49 @@
+"""The header line every benchmark prints first: the machine (CPU model, cores), the date (UTC) and the command.
+
+A figure quoted in the README is only worth what its context says, so every benchmark starts its output with
+this line and the figure can be traced to where, when and how it was measured.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shlex
+import sys
+
+
+def cpu_model_and_cores(cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, int]:
+    """The CPU's model name and its physical cores, from /proc/cpuinfo ("unknown CPU" and the logical CPUs
+    where the file lacks the fields, as on some virtual machines and non-x86 kernels)."""
+    model, cores, processor = "unknown CPU", set(), {}
+    try:
+        with open(cpuinfo_path, encoding="utf-8") as reader:
+            lines = reader.read().splitlines() + [""]
+    except OSError:
+        lines = []
+    for line in lines:
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if not key:  # a blank line ends one processor's block
+            if "physical id" in processor and "core id" in processor:
+                cores.add((processor["physical id"], processor["core id"]))
+            processor = {}
+        else:
+            processor[key] = value
+            if key == "model name":
+                model = value
+    return model, len(cores) or (os.cpu_count() or 1)
+
+
+def header_line(cpuinfo_path: str = "/proc/cpuinfo", now: datetime.datetime | None = None,
+                command: list[str] | None = None) -> str:
+    """`machine: <CPU model>, <N> cores, <M> CPUs usable; date: <UTC>; command: <the exact command line>`."""
+    model, cores = cpu_model_and_cores(cpuinfo_path)
+    usable = len(os.sched_getaffinity(0))
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    command = command if command is not None else sys.orig_argv
+    return (f"machine: {model}, {cores} cores, {usable} CPUs usable; date: {now:%Y-%m-%d %H:%M} UTC; "
+            f"command: {shlex.join(command)}")
+
+
+def print_header() -> None:
+    print(header_line(), flush=True)

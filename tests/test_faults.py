@@ -1,0 +1,546 @@
+"""The fault suite: real tiny pre-training jobs (the 1-layer BERT of tests/helpers.py) with one fault injected each.
+
+Every case asserts the exit status, that the message is one line naming the thing at fault, and that every file
+that existed before is still there byte for byte (moved aside at most). Most jobs run in this process exactly as
+`python run_pretraining.py` runs them (`cli.run_main` around `main`); the kills, the launched ranks and one
+traceback check run real processes. docs/resume.md states the rules the resume cases check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import checkpoint
+import cli
+import plot_report
+import run_pretraining
+import squad_evaluate
+from conftest import ROOT, require_shared
+from helpers import UNBINNED, checkpoint_params, pretraining_argv, step_folder, step_folders, train
+
+SCRIPT = str(ROOT / "run_pretraining.py")
+# The tiny job: 4 steps, checkpoints at 2 and 4, and the resume flag NVIDIA's recipes always pass.
+JOB = ("--max-steps", "4", "--num-steps-per-checkpoint", "2", "--keep-checkpoint-max", "10",
+       "--last-step-of-checkpoint", "auto")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running a job and checking what it left
+
+
+def run_entry(argv: list[str], capsys, main=run_pretraining.main,
+              script: str = "run_pretraining.py") -> tuple[int, str]:
+    """(exit status, stdout + stderr) of `python <script> argv`, run in this process the way the script's
+    __main__ runs it."""
+    capsys.readouterr()
+    try:
+        status = cli.run_main(lambda: main(argv), script)
+    except SystemExit as exit_request:  # argparse (status 2), or a message (printed to stderr, status 1)
+        status = exit_request.code
+        if isinstance(status, str):
+            print(status, file=sys.stderr)
+            status = 1
+    captured = capsys.readouterr()
+    return status, captured.out + captured.err
+
+
+def one_line_error(output: str, prefix: str, *names: str) -> str:
+    """The only error line of output: it starts with prefix and names each of names; no traceback anywhere."""
+    assert "Traceback" not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith(prefix)]
+    assert len(errors) == 1, output[-3000:]
+    for name in names:
+        assert name in errors[0], errors[0]
+    return errors[0]
+
+
+def snapshot(*roots: Path) -> dict[str, str]:
+    """sha256 of every file under roots (a root may be a file), by path."""
+    files = {}
+    for root in roots:
+        for path in [root] if root.is_file() else sorted(root.rglob("*")):
+            if path.is_file():
+                files[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return files
+
+
+def assert_kept(before: dict[str, str], moved: dict[Path, Path] | None = None) -> None:
+    """Every file of the snapshot is still there with the same bytes, at its new place if its folder was moved."""
+    moved = {str(old): str(new) for old, new in (moved or {}).items()}
+    for path, digest in before.items():
+        for old, new in moved.items():
+            if path.startswith(old + os.sep):
+                path = new + path[len(old):]
+        assert Path(path).is_file(), f"{path} is gone"
+        assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == digest, f"{path} changed"
+
+
+def assert_bitwise_equal(actual: dict, expected: dict) -> None:
+    assert actual.keys() == expected.keys()
+    assert not [name for name in expected if not np.array_equal(actual[name], expected[name])]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A finished tiny job: tmp/out with the checkpoints of steps 2 and 4."""
+    folder = tmp_path_factory.mktemp("trained")
+    assert train(pretraining_argv(folder, *JOB)) == 0
+    return folder
+
+
+@pytest.fixture
+def job(trained, tmp_path) -> Path:
+    """A copy of the finished job's output folder in tmp_path/out, for one fault to damage."""
+    shutil.copytree(trained / "out", tmp_path / "out")
+    return tmp_path
+
+
+def phase1(folder: Path) -> Path:
+    return folder / "out" / "custom" / "phase1"
+
+
+def truncate(path: Path, keep: int = 1000) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data loss and silent fresh starts
+
+
+def test_every_progress_file_unreadable_stops_in_one_line_and_starts_nothing_fresh(job, capsys):
+    for step in (2, 4):
+        (step_folder(job / "out", step) / "bert_paddle_progress.json").write_text("{garbage", encoding="utf-8")
+    before = snapshot(phase1(job))
+    status, output = run_entry(pretraining_argv(job, *JOB), capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", f"{phase1(job)}: no intact checkpoint to resume from",
+                   "2.unreadable-bad-progress-file, 4.unreadable-bad-progress-file")
+    assert_kept(before, {phase1(job) / s: phase1(job) / f"{s}.unreadable-bad-progress-file" for s in ("2", "4")})
+    assert step_folders(job / "out") == []  # nothing trained, nothing saved over them
+    # The same command again still refuses, rather than starting fresh beside the set-aside folders.
+    assert run_entry(pretraining_argv(job, *JOB), capsys)[0] == 1
+
+
+@pytest.mark.parametrize("damage, reason, named", [
+    ("bert_paddle_progress.json", "bad-progress-file", "4/bert_paddle_progress.json: unreadable progress file"),
+    ("bert_paddle.pdparams", "bad-params", "4/bert_paddle.pdparams: not a readable Paddle pickle"),
+])
+def test_an_unreadable_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
+        trained, job, capsys, damage, reason, named):
+    truncate(step_folder(job / "out", 4) / damage, keep=40)
+    before = snapshot(phase1(job))
+    status, output = run_entry(pretraining_argv(job, *JOB), capsys)
+    assert status == 0, output[-3000:]
+    assert "Traceback" not in output
+    set_aside = phase1(job) / f"4.unreadable-{reason}"
+    (line,) = [line for line in output.splitlines() if line.startswith("Set aside")]
+    assert line.startswith(f"Set aside {step_folder(job / 'out', 4)} as {set_aside.name}: ") and named in line
+    assert f"Resuming from {step_folder(job / 'out', 2)} at step 2" in output
+    assert_kept(before, {step_folder(job / "out", 4): set_aside})
+    # Steps 3 and 4 again, exactly as the first time: the new step 4 equals the one the damage destroyed.
+    assert_bitwise_equal(checkpoint_params(job / "out", 4), checkpoint_params(trained / "out", 4))
+
+
+def test_a_truncated_newest_params_file_is_no_traceback_through_the_real_script(job):
+    truncate(step_folder(job / "out", 4) / "bert_paddle.pdparams")
+    before = snapshot(phase1(job))
+    argv = pretraining_argv(job, *JOB, "--steps-this-run", "1")  # resume from step 2, train and save step 3
+    result = subprocess.run([sys.executable, "-W", "ignore", SCRIPT, *argv], capture_output=True, text=True,
+                            cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == ""
+    assert f"as 4.unreadable-bad-params: {step_folder(job / 'out', 4)}/bert_paddle.pdparams" in result.stdout
+    assert_kept(before, {step_folder(job / "out", 4): phase1(job) / "4.unreadable-bad-params"})
+    assert step_folders(job / "out") == [2, 3]
+
+
+@pytest.mark.parametrize("from_checkpoint, last_step", [
+    ("2", "2"),  # NVIDIA's README: --from-checkpoint .../phase1/600 --last-step-of-checkpoint 600
+    ("2", None),  # the same with the step omitted (the progress file records it)
+    ("2", "auto"),  # one checkpoint folder with auto (run_pretraining.sh's init_checkpoint)
+    ("", "auto"),  # a phase folder with auto, the form of NVIDIA's recipes: the newest of it is step 4
+    ("", "2"),  # a phase folder and a step: the project's addition
+])
+def test_nvidia_resume_forms_continue_exactly(trained, tmp_path, capsys, from_checkpoint, last_step):
+    source = phase1(trained) / from_checkpoint if from_checkpoint else phase1(trained)
+    before = snapshot(phase1(trained))
+    argv = pretraining_argv(tmp_path, *JOB[:-2], "--from-checkpoint", str(source))
+    if last_step is not None:
+        argv += ["--last-step-of-checkpoint", last_step]
+    status, output = run_entry(argv, capsys)
+    assert status == 0, output[-3000:]
+    resumed_at = 4 if (from_checkpoint, last_step) == ("", "auto") else 2
+    assert f"Resuming from {phase1(trained) / str(resumed_at)} at step {resumed_at}" in output
+    if resumed_at == 2:
+        assert step_folders(tmp_path / "out") == [4]
+        assert_bitwise_equal(checkpoint_params(tmp_path / "out", 4), checkpoint_params(trained / "out", 4))
+    assert_kept(before)  # another job's checkpoints are only read
+
+
+def test_a_step_that_is_not_the_folders_is_one_line(trained, tmp_path, capsys):
+    argv = pretraining_argv(tmp_path, *JOB[:-2], "--from-checkpoint", str(phase1(trained) / "2"),
+                            "--last-step-of-checkpoint", "600")
+    status, output = run_entry(argv, capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", f"{phase1(trained) / '2'} holds the checkpoint of step 2",
+                   "--last-step-of-checkpoint 600")
+
+
+@pytest.mark.parametrize("extra, named", [
+    ((), "(steps 2, 4) that this run would write over"),  # a fresh start over an earlier run's checkpoints
+    (("--last-step-of-checkpoint", "2"), "after step 2 (step 4) that this run would write over"),
+])
+def test_a_run_never_writes_over_checkpoints_of_an_earlier_run(job, capsys, extra, named):
+    before = snapshot(phase1(job))
+    status, output = run_entry(pretraining_argv(job, "--max-steps", "4", "--num-steps-per-checkpoint", "2", *extra),
+                               capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", str(phase1(job)), named, "--last-step-of-checkpoint auto")
+    assert_kept(before)
+    assert snapshot(phase1(job)) == before
+
+
+def test_a_changed_max_steps_on_resume_names_the_flag_and_what_to_do(job, capsys):
+    before = snapshot(phase1(job))
+    status, output = run_entry(pretraining_argv(job, *JOB, "--max-steps", "6"), capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", "saved by a run with --max-steps 4, this one has --max-steps 6",
+                   "resume with --max-steps 4", "--from-pretrained-params")
+    assert snapshot(phase1(job)) == before
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bad input: one line naming the file, record or flag; the inputs are never touched
+
+
+@pytest.fixture
+def shards(tmp_path) -> Path:
+    """A writable copy of the LDDL sample shards."""
+    copy = tmp_path / "shards"
+    shutil.copytree(require_shared(*UNBINNED), copy)
+    for path in copy.iterdir():
+        path.chmod(0o644)
+    return copy
+
+
+def vocab_lines() -> list[str]:
+    return require_shared("vocab", "bert-uncased-vocab.txt").read_text(encoding="utf-8").splitlines()
+
+
+def test_a_truncated_shard_is_one_line_naming_it(tmp_path, shards, capsys):
+    truncate(shards / "shard-1.parquet", keep=300000)
+    before = snapshot(shards)
+    status, output = run_entry(pretraining_argv(tmp_path, shards=shards), capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", f"{shards / 'shard-1.parquet'}: not a readable parquet file")
+    assert snapshot(shards) == before
+
+
+def test_a_corrupt_shard_read_by_a_worker_is_one_line_naming_it(tmp_path, shards, capsys):
+    data = bytearray((shards / "shard-2.parquet").read_bytes())
+    data[100000:100400] = bytes(byte ^ 0x5A for byte in data[100000:100400])  # inside a compressed data page
+    (shards / "shard-2.parquet").write_bytes(bytes(data))
+    before = snapshot(shards)
+    status, output = run_entry(pretraining_argv(tmp_path, "--num-workers", "2", shards=shards), capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", f"{shards / 'shard-2.parquet'}: cannot read the parquet data")
+    assert snapshot(shards) == before
+
+
+def test_an_empty_input_folder_is_one_line_naming_it(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    status, output = run_entry(pretraining_argv(tmp_path, shards=tmp_path / "empty"), capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", f"{tmp_path / 'empty'}: no shard files")
+
+
+@pytest.mark.parametrize("keep, named", [
+    (lambda token, index: token != "[MASK]", "vocab lacks the special token(s) [MASK]"),
+    (lambda token, index: index < 5000, "token 'ranges' is not in the vocab"),  # the shards' tokens
+])
+def test_a_vocab_that_misses_tokens_is_one_line_naming_it(tmp_path, capsys, keep, named):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"{t}\n" for i, t in enumerate(vocab_lines()) if keep(t, i)), encoding="utf-8")
+    before = snapshot(vocab)
+    status, output = run_entry(pretraining_argv(tmp_path, "--vocab-file", str(vocab)), capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", str(vocab), named)
+    assert snapshot(vocab) == before
+
+
+def test_a_config_vocab_size_below_the_vocab_file_is_one_line_naming_both(tmp_path, capsys):
+    config = tmp_path / "small.json"
+    config.write_text(json.dumps({"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 1,
+                                  "num_attention_heads": 2, "intermediate_size": 64,
+                                  "max_position_embeddings": 128}))
+    status, output = run_entry(pretraining_argv(tmp_path, "--config-file", str(config)), capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", f"--config-file {config}: vocab_size 1000 is smaller than the "
+                   "30522 tokens of --vocab-file", "bert-uncased-vocab.txt")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_negative_seed_is_a_parser_error(tmp_path, capsys):
+    status, output = run_entry(pretraining_argv(tmp_path, "--seed", "-1"), capsys)
+    assert status == 2
+    # argparse's usage summary, then its one error line.
+    assert "Traceback" not in output
+    (error,) = [line for line in output.splitlines() if " error: " in line]
+    assert error.endswith("error: --seed must be in [0, 4294967295], got -1")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 20 MB tmpfs: room for one checkpoint of the tiny job (12.3 MB), not two."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        message = f"cannot mount a tmpfs to fill ({mounted.stderr.strip() or 'mount refused'})"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_a_full_disk_is_one_line_naming_the_checkpoint_and_keeps_the_earlier_one(tmp_path, small_disk, capsys):
+    argv = pretraining_argv(tmp_path, *JOB, "--output-dir", str(small_disk))
+    status, output = run_entry(argv, capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", f"{small_disk}/custom/phase1/4: checkpoint not saved",
+                   "No space left on device")
+    phase_folder = small_disk / "custom" / "phase1"
+    assert sorted(p.name for p in phase_folder.iterdir()) == ["2"]  # the failed save's temp folder is gone
+    checkpoint.load_checkpoint(phase_folder / "2")
+
+
+def test_reports_and_squad_files_that_are_not_utf8_name_the_file(trained, tmp_path, capsys):
+    report = tmp_path / "report.json"
+    report.write_bytes((trained / "report.json").read_bytes() + b"\xff\n")
+    lines = len(report.read_bytes().splitlines())
+    status, output = run_entry([str(report), "--output", str(tmp_path / "plot.png")], capsys, plot_report.main,
+                               "plot_report.py")
+    assert status == 1
+    one_line_error(output, str(report), f"{report}:{lines}: not UTF-8 text (byte 0xff at column 1)")
+    status, output = run_entry([str(trained / "report.json"), "--output", str(tmp_path)], capsys, plot_report.main,
+                               "plot_report.py")
+    assert status == 1
+    one_line_error(output, "--output", f"--output {tmp_path}: is a folder")
+    dataset = tmp_path / "dev.json"
+    dataset.write_bytes(b'{"version": "1.1", "data": [{"title": "caf\xe9", "paragraphs": []}]}')
+    (tmp_path / "predictions.json").write_text("{}")
+    status, output = run_entry([str(dataset), str(tmp_path / "predictions.json")], capsys, squad_evaluate.main,
+                               "squad_evaluate.py")
+    assert status == 1
+    one_line_error(output, str(dataset), f"{dataset}: not UTF-8 text (byte 0xe9 at offset 42)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kills
+
+
+# run_pretraining.main() that SIGKILLs itself KILL_AFTER_SECONDS after its first save began.
+KILL_DURING_SAVE = """
+import os, signal, sys, threading
+sys.path.insert(0, os.getcwd())
+import checkpoint, run_pretraining
+real_save = checkpoint.save_checkpoint
+def save_and_die(*args, **kwargs):
+    threading.Timer(float(os.environ["KILL_AFTER_SECONDS"]), os.kill, (os.getpid(), signal.SIGKILL)).start()
+    print("saving", args[1], flush=True)
+    return real_save(*args, **kwargs)
+checkpoint.save_checkpoint = save_and_die
+sys.exit(run_pretraining.main(sys.argv[1:]))
+"""
+KILL_JOB = ("--max-steps", "12", "--num-steps-per-checkpoint", "1", "--keep-checkpoint-max", "100",
+            "--last-step-of-checkpoint", "auto")
+
+
+def without_temp_folders(files: dict[str, str]) -> dict[str, str]:
+    """A killed save's .tmp-* folder is no checkpoint; the next save removes it, by design."""
+    return {path: digest for path, digest in files.items() if f"{os.sep}{checkpoint._TEMP_PREFIX}" not in path}
+
+
+def test_sigkill_at_random_points_of_saves_then_the_same_command_finishes_exactly(tmp_path, monkeypatch):
+    # The uninterrupted job, timing its saves to aim the kills.
+    durations = []
+    real_save = checkpoint.save_checkpoint
+
+    def timed_save(*args, **kwargs):
+        start = time.perf_counter()
+        result = real_save(*args, **kwargs)
+        durations.append(time.perf_counter() - start)
+        return result
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", timed_save)
+    (tmp_path / "whole").mkdir()
+    assert train(pretraining_argv(tmp_path / "whole", *KILL_JOB)) == 0
+    monkeypatch.setattr(checkpoint, "save_checkpoint", real_save)
+    save_seconds = float(np.median(durations))
+
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    argv = pretraining_argv(killed, *KILL_JOB)
+    generator = random.Random(18)
+    mid_save = []  # the trials whose kill landed before their save's final rename
+    for trial in range(10):  # one kill in each tenth of a save, at a random point of it
+        before = without_temp_folders(snapshot(killed / "out")) if (killed / "out").exists() else {}
+        delay = save_seconds * (trial + generator.random()) / 10
+        result = subprocess.run([sys.executable, "-W", "ignore", "-c", KILL_DURING_SAVE, *argv], capture_output=True,
+                                text=True, cwd=ROOT, timeout=300, env={**os.environ, "KILL_AFTER_SECONDS": str(delay)})
+        assert result.returncode == -signal.SIGKILL, result.stdout[-2000:] + result.stderr[-2000:]
+        assert "saving" in result.stdout
+        left = list(phase1(killed).iterdir()) if phase1(killed).exists() else []  # a kill may precede its mkdir
+        mid_save.append(any(p.name.startswith(checkpoint._TEMP_PREFIX) for p in left))
+        assert_kept(before)
+        # Whatever the moment, every step folder is a whole checkpoint: none is torn, none needs setting aside.
+        for folder in left:
+            if folder.name.isdigit():
+                checkpoint.load_checkpoint(folder)
+    assert any(mid_save), "no kill landed inside a save"
+    assert train(argv) == 0
+    assert not [p for p in phase1(killed).iterdir() if ".unreadable-" in p.name]
+    assert_bitwise_equal(checkpoint_params(killed / "out", 12), checkpoint_params(tmp_path / "whole" / "out", 12))
+
+
+def process_tree(root: int) -> list[int]:
+    """The pids of every descendant of root (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie has ended; only its exit status is left to collect)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_until_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in pids if running(pid)]
+
+
+def wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def end_leftovers(process: subprocess.Popen, pids: list[int]) -> None:
+    """After a failed check: end the test's process and whatever of its tree is still running."""
+    process.kill()
+    for pid in pids:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def two_rank_launch(argv: list[str], log_dir: Path, env: dict | None = None) -> tuple[list[str], dict]:
+    """(command, environment) of a 2-rank CPU launch of run_pretraining.py (see tests/test_run_pretraining_dp.py)."""
+    command = [sys.executable, "-W", "ignore", "-m", "paddle.distributed.launch", "--log_dir", str(log_dir),
+               "--nproc_per_node", "2", SCRIPT, *argv]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE")}
+    return command, {**clean, **(env or {})}
+
+
+LONG_JOB = ("--max-steps", "100000", "--num-steps-per-checkpoint", "100000", "--num-workers", "2")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_sigkill_of_the_trainer_leaves_no_loader_worker(tmp_path):
+    trainer = subprocess.Popen([sys.executable, "-W", "ignore", SCRIPT, *pretraining_argv(tmp_path, *LONG_JOB)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    workers = []
+    try:
+        for line in trainer.stdout:
+            if line.startswith("step 3/"):
+                break
+        workers = process_tree(trainer.pid)
+        assert len(workers) == 2
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait(timeout=30)
+        assert wait_until_gone(workers, seconds=5) == []
+    finally:
+        end_leftovers(trainer, workers)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_a_rank_killed_in_a_two_rank_launch_ends_the_whole_run(tmp_path):
+    command, env = two_rank_launch(pretraining_argv(tmp_path, *LONG_JOB), tmp_path / "log")
+    launcher = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = []
+    try:
+        rank0_log = tmp_path / "log" / "workerlog.0"
+        wait_for(lambda: rank0_log.exists() and "step 3/" in rank0_log.read_text(), 240, "the ranks to train")
+        run = process_tree(launcher.pid)
+        ranks = [pid for pid in run if parent_of(pid) == launcher.pid]
+        assert len(ranks) == 2 and len(run) == 2 + 2 * 2  # two trainers with two loader workers each
+        rank1 = next(pid for pid in ranks
+                     if b"PADDLE_TRAINER_ID=1\0" in Path(f"/proc/{pid}/environ").read_bytes())
+        os.kill(rank1, signal.SIGKILL)
+        assert launcher.wait(timeout=60) != 0
+        assert wait_until_gone(run, seconds=5) == []
+    finally:
+        end_leftovers(launcher, run)
+
+
+def test_two_ranks_set_aside_resume_and_stop_together(tmp_path):
+    # A 2-rank job that saved steps 2 and 4, then lost step 4's parameters.
+    argv = pretraining_argv(tmp_path, "--max-steps", "6", "--num-steps-per-checkpoint", "2",
+                            "--last-step-of-checkpoint", "auto")
+    command, env = two_rank_launch([*argv, "--steps-this-run", "4"], tmp_path / "log1")
+    first = subprocess.run(command, env=env, capture_output=True, timeout=300)
+    assert first.returncode == 0, (tmp_path / "log1" / "workerlog.0").read_text()[-3000:]
+    truncate(step_folder(tmp_path / "out", 4) / "bert_paddle.pdparams")
+    before = snapshot(phase1(tmp_path))
+    # The same command with the stop file present: rank 0 sets step 4 aside, both ranks resume from step 2 and
+    # both stop after step 3, which is saved.
+    stop_file = tmp_path / "stop"
+    stop_file.touch()
+    command, env = two_rank_launch(argv, tmp_path / "log2", {"PADDLEBERT_STOP_FILE": str(stop_file)})
+    second = subprocess.run(command, env=env, capture_output=True, timeout=300)
+    rank0_log = (tmp_path / "log2" / "workerlog.0").read_text()
+    assert second.returncode == 0, rank0_log[-3000:]
+    assert f"Set aside {step_folder(tmp_path / 'out', 4)} as 4.unreadable-bad-params" in rank0_log
+    assert f"stop file {stop_file}: stopped after step 3" in rank0_log
+    assert_kept(before, {step_folder(tmp_path / "out", 4): phase1(tmp_path) / "4.unreadable-bad-params"})
+    assert step_folders(tmp_path / "out") == [2, 3]
+    # Rank 1 continued from step 2's data position too (it was told which folder rank 0 chose).
+    progress = checkpoint.read_progress(step_folder(tmp_path / "out", 3))
+    assert [position["step"] for position in progress["data_positions"]] == [3, 3]
