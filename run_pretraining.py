@@ -61,6 +61,7 @@ from packing import PACKED_MODEL_INPUTS, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader
 from pretraining_eval import add_eval_arguments, build_evaluator, check_eval_arguments
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
+from visualdl_log import VisualDLLog, open_run_log
 from weights import (
     SAFETENSORS_SUFFIX,
     load_pretrained,
@@ -99,6 +100,9 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
     group.add_argument("--report-file", default="./report.json", help="DLLogger JSON-lines report, appended to.")
     group.add_argument("--log-freq", type=int, default=10, help="Report the loss every this many steps.")
+    group.add_argument("--visualdl-log-dir", default=None,
+                       help="Also write the report's scalars and the configuration to a VisualDL log in this folder "
+                       "(rank 0; appended to on resume; needs `pip install visualdl`). Give each phase its own.")
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -606,13 +610,15 @@ REPORT_METRICS = {
 
 
 class ProgressReporter:
-    """The loss and throughput of each --log-freq interval (DLLogger records and a printed line with the ETA),
-    the skipped updates, and the run's summary over its timed steps (all of them, or a benchmark's).
+    """The loss and throughput of each --log-freq interval (DLLogger records, the VisualDL log if there is one,
+    and a printed line with the ETA), the skipped updates, and the run's summary over its timed steps (all of
+    them, or a benchmark's).
 
     A run without NSP (--no-nsp) reports no nsp_loss: its loss is mlm_loss."""
 
-    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int, nsp: bool = True):
-        self.logger, self.say = logger, say
+    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int, nsp: bool = True,
+                 visualdl: VisualDLLog | None = None):
+        self.logger, self.say, self.visualdl = logger, say, visualdl
         self.start_step, self.last_step, self.log_freq = start_step, last_step, log_freq
         self.loss_keys = ("loss", "mlm_loss", "nsp_loss") if nsp else ("loss", "mlm_loss")
         for name, meta in REPORT_METRICS.items():
@@ -654,7 +660,7 @@ class ProgressReporter:
         if interval["steps"]:
             self.final_loss = interval["loss"] / interval["steps"]
             sequences_per_second = interval["sequences"] / (now - self.interval_start)
-            self.logger.log(step, {
+            self.log(step, {
                 **{key: interval[key] / interval["steps"] for key in self.loss_keys},
                 "learning_rate": result.learning_rate,
                 "loss_scale": result.loss_scale,
@@ -665,6 +671,12 @@ class ProgressReporter:
                      f"  lr {result.learning_rate:.3e}  {sequences_per_second:.1f} seq/s  ETA {format_duration(eta)}",
                      flush=True)
         self._start_interval(now)
+
+    def log(self, step: int, metrics: dict) -> None:
+        """A step's metrics to the report and the VisualDL log (validation metrics are named eval_*)."""
+        self.logger.log(step, metrics)
+        if self.visualdl is not None:
+            self.visualdl.scalars(step, metrics)
 
     def summarise(self, process_start: float, world_size: int) -> dict:
         train_time = time.perf_counter() - self.timed_start
@@ -679,6 +691,8 @@ class ProgressReporter:
         }
         self.logger.log((), summary)
         self.say("Summary: " + json.dumps(summary), flush=True)
+        if self.visualdl is not None:
+            self.visualdl.close()
         return summary
 
 
@@ -752,7 +766,10 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
     nonfinite_streak = progress.get("nonfinite_streak", 0)
     last_step = last_step_of_run(args, start_step)
     say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
-    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, nsp=not args.no_nsp)
+    visualdl = open_run_log(args.visualdl_log_dir, rank=rank, resume=start_step > 0, start_step=start_step,
+                            config=vars(args))
+    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, nsp=not args.no_nsp,
+                                visualdl=visualdl)
     evaluator = build_evaluator(args, rank, world_size, logger, say)
     batches = iter(loader)
     with StopRequest(os.environ.get(STOP_FILE_VARIABLE)) as stop_request:
@@ -766,7 +783,7 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
             reporter.record(step, result, stopping=stop)
             nonfinite_streak = count_nonfinite(nonfinite_streak, step, result, args.max_nonfinite_steps)
             if evaluator is not None and evaluator.due(step, last_step, stop):
-                evaluator.run(step, trainer.model, trainer.policy)
+                evaluator.run(step, trainer.model, trainer.policy, reporter.log)
             checkpoint_due = step % args.num_steps_per_checkpoint == 0 or step == last_step or stop
             if checkpoint_due and not args.benchmark:
                 checkpoints.save(step, trainer, loader, nonfinite_streak)
