@@ -13,7 +13,8 @@ and --eval-dir, --eval-freq, --num-eval-batches (validation on held-out shards, 
 One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W ranks:
   1. each rank draws k micro-batches of --batch-size sequences;
   2. the ranks agree (one all-reduce) on N, the masked tokens, and S, the sequences, of the whole global batch;
-  3. for each micro-batch: forward, then backward of  W * (mlm_mean * n / N + nsp_mean * b / S)  with n, b the
+  3. for each micro-batch (gradient_merge.py, the convention fine-tuning shares): forward, then backward of
+     W * (mlm_mean * n / N + nsp_mean * b / S)  with n, b the
      micro-batch's own counts (with --no-nsp there is no NSP head and the second term is absent). Only the last
      micro-batch's backward all-reduces the gradients (no_sync on the others) and DataParallel averages them over
      the W ranks, so the update follows the gradient of the masked-LM mean over all N tokens plus the NSP mean over
@@ -33,7 +34,6 @@ over a checkpoint it did not write itself; docs/resume.md has the resume forms a
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
@@ -53,6 +53,7 @@ from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from cli import str_to_bool
 from dllog import DLLogger
+from gradient_merge import merged_backward
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
 from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
@@ -312,6 +313,10 @@ class MicroBatch:
     sequences: int
     padding_fraction: float
 
+    def counts(self) -> tuple[int, int]:
+        """The items the loss terms average over: masked tokens (MLM) and sequences (NSP)."""
+        return self.masked, self.sequences
+
 
 class Trainer:
     """Model, optimizer, schedule and loss scaler, and the optimizer step over a list of micro-batches."""
@@ -375,40 +380,27 @@ class Trainer:
             paddle.distributed.all_reduce(values)
         return values
 
+    def _loss_terms(self, network: paddle.nn.Layer, micro_batch: MicroBatch) -> list[tuple[paddle.Tensor, int]]:
+        """The micro-batch's masked-LM mean (over its masked tokens, count 0) and NSP mean (over its sequences,
+        count 1), for gradient_merge.merged_backward."""
+        with amp_autocast(self.policy):
+            prediction_scores, seq_relationship_score = network(*micro_batch.inputs)
+            if self.args.no_nsp:
+                return [(masked_lm_loss(prediction_scores, micro_batch.masked_lm_labels), 0)]
+            _, mlm_mean, nsp_mean = self.criterion(prediction_scores, seq_relationship_score,
+                                                   micro_batch.masked_lm_labels, micro_batch.next_sentence_labels)
+        return [(mlm_mean, 0), (nsp_mean, 1)]
+
     def step(self, micro_batches: Sequence[dict], stop_requested: bool = False) -> tuple[StepResult, bool]:
         """One optimizer step over this rank's micro-batches; returns the result and whether any rank asked to
-        stop (SIGTERM), which every rank learns at the same step."""
+        stop (SIGTERM or the stop file), which every rank learns at the same step."""
         prepared = [self._micro_batch_tensors(batch) for batch in micro_batches]
-        total_masked = float(sum(p.masked for p in prepared))
-        total_sequences = float(sum(p.sequences for p in prepared))
-        if self.world_size > 1:
-            counts = self._all_reduce(paddle.to_tensor([total_masked, total_sequences], "float64"))
-            total_masked, total_sequences = counts.numpy().tolist()
-        mlm_part = paddle.zeros([], "float32")
-        nsp_part = paddle.zeros([], "float32")
-        for index, micro_batch in enumerate(prepared):
-            inner = index < len(prepared) - 1
-            sync_context = self.network.no_sync() if inner and self.world_size > 1 else contextlib.nullcontext()
-            with sync_context:
-                with amp_autocast(self.policy):
-                    prediction_scores, seq_relationship_score = self.network(*micro_batch.inputs)
-                    if self.args.no_nsp:
-                        mlm_mean = masked_lm_loss(prediction_scores, micro_batch.masked_lm_labels)
-                        nsp_mean = paddle.zeros([], "float32")
-                    else:
-                        _, mlm_mean, nsp_mean = self.criterion(
-                            prediction_scores, seq_relationship_score, micro_batch.masked_lm_labels,
-                            micro_batch.next_sentence_labels,
-                        )
-                mlm_weighted = mlm_mean * (micro_batch.masked / max(total_masked, 1.0))
-                nsp_weighted = nsp_mean * (micro_batch.sequences / total_sequences)
-                loss = (mlm_weighted + nsp_weighted) * self.world_size
-                (self.scaler.scale(loss) if self.scaler else loss).backward()
-            mlm_part += mlm_weighted.detach()
-            nsp_part += nsp_weighted.detach()
-
-        stats = self._all_reduce(paddle.stack([mlm_part, nsp_part, paddle.to_tensor(float(stop_requested))]))
-        mlm_loss, nsp_loss, stop_votes = stats.numpy().tolist()
+        shares = merged_backward(self.network, prepared, MicroBatch.counts, self._loss_terms, self.world_size,
+                                 self.scaler, all_reduce=self._all_reduce)
+        mlm_share, nsp_share = shares if len(shares) == 2 else (shares[0], 0.0)
+        sequences = float(sum(micro_batch.sequences for micro_batch in prepared))
+        stats = self._all_reduce(paddle.to_tensor([mlm_share, nsp_share, float(stop_requested), sequences], "float32"))
+        mlm_loss, nsp_loss, stop_votes, total_sequences = stats.numpy().tolist()
         loss = mlm_loss + nsp_loss
         learning_rate = self.optimizer.get_lr()
         overflow = self.scaler.unscale_and_check(self.model.parameters()) if self.scaler else False
