@@ -60,6 +60,7 @@ from safetensors.numpy import save_file
 from atomic_io import atomic_write, atomic_write_text
 from bert_config import HF_ARCHITECTURE_VALUES, BertConfig
 from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification
+from progress import progress_bar
 from weights import (
     ENCODER_PARTS,
     HEADS,
@@ -359,7 +360,7 @@ def hf_to_paddle(hf_state: Mapping[str, np.ndarray], config: BertConfig, source:
     origin: dict[str, str] = {}
     dropped, unknown = [], []
     tied_decoder_weight = None
-    for hf_name, value in hf_state.items():
+    for hf_name, value in progress_bar(hf_state.items(), desc="convert", total=len(hf_state), unit="tensor"):
         name = _normalise_hf_name(hf_name)
         if name in _HF_BUFFERS:
             dropped.append(hf_name)
@@ -409,7 +410,7 @@ def paddle_to_hf(
     heads = check_parameters(state, config, source)
     with_prefix = any(heads[head] for head in HEADS if head != "pooler")
     hf_state = {}
-    for name, array in sorted(state.items()):
+    for name, array in progress_bar(sorted(state.items()), desc="convert", unit="tensor"):
         if name in VOCAB_ROWS:
             array = fit_vocab_rows(array, config.vocab_size)  # drop the rows added by pad_vocab_size_multiple
         if _is_linear_weight(name, array):

@@ -58,6 +58,7 @@ from optimizer import OPTIMIZER_NAMES, create_optimizer
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from squad_utils import batch_indices
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
+from visualdl_log import open_run_log
 from weights import load_pretrained, safetensors_beside, write_safetensors_weights
 
 MAX_GRAD_NORM = 1.0  # gradient clipping of Google's and NVIDIA's fine-tuning recipes
@@ -152,6 +153,9 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, unit: str, learni
                           help="decoupled weight decay (not on biases and LayerNorm)")
     training.add_argument("--seed", type=int, default=42, help="seed of weights, dropout and data order")
     training.add_argument("--log-freq", type=int, default=10, help="log the loss every this many updates")
+    training.add_argument("--visualdl-log-dir",
+                          help="also write the training scalars and the configuration to a VisualDL log in this "
+                               "folder (rank 0; needs `pip install visualdl`)")
 
 
 def add_advanced_arguments(parser: argparse.ArgumentParser) -> None:
@@ -387,6 +391,7 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
     logger.log("PARAMETER", {f"training_{unit}": len(features), "train_batch_size": args.train_batch_size,
                              "world_size": world_size, "steps": total_steps})
     batches = training_batches(features, collate, args.train_batch_size, args.seed, session.rank, world_size)
+    visualdl = open_run_log(args.visualdl_log_dir, rank=session.rank, resume=False, start_step=0, config=vars(args))
 
     def loss_terms(network: paddle.nn.Layer, batch: Batch) -> list[tuple[paddle.Tensor, int]]:
         with amp_autocast(policy):
@@ -418,15 +423,22 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
             if scaler:
                 metrics.update(loss_scale=scaler.scale_value, skipped_steps=skipped_steps)
             logger.log((epoch, step), metrics)
-    _log_throughput(logger, args.train_batch_size * args.gradient_merge_steps * world_size, total_steps,
-                    benchmark, time.perf_counter() - timed_start, time.perf_counter() - train_start)
+            if visualdl is not None:
+                visualdl.scalars(step, metrics)
+    throughput = _log_throughput(logger, args.train_batch_size * args.gradient_merge_steps * world_size, total_steps,
+                                 benchmark, time.perf_counter() - timed_start, time.perf_counter() - train_start)
+    if visualdl is not None:
+        visualdl.scalars(total_steps, throughput)
+        visualdl.close()
     return model
 
 
 def _log_throughput(logger: DLLogger, global_batch: int, total_steps: int, benchmark: tuple[int, int] | None,
-                    timed_seconds: float, total_seconds: float) -> None:
+                    timed_seconds: float, total_seconds: float) -> dict[str, float]:
     if benchmark:
-        logger.log((), {"training_sequences_per_second": global_batch * benchmark[1] / timed_seconds})
+        throughput = {"training_sequences_per_second": global_batch * benchmark[1] / timed_seconds}
     else:
-        logger.log((), {"e2e_train_time": total_seconds,
-                        "training_sequences_per_second": global_batch * total_steps / timed_seconds})
+        throughput = {"e2e_train_time": total_seconds,
+                      "training_sequences_per_second": global_batch * total_steps / timed_seconds}
+    logger.log((), throughput)
+    return throughput

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from progress import progress_bar
 from squad_utils import pad_token_rows
 from tokenizer import BertTokenizer
 
@@ -207,7 +208,8 @@ def convert_examples_to_features(
         ids_b[row] = ids
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     features = []
-    for example, tokens_a, tokens_b in zip(examples, ids_a, ids_b, strict=True):
+    rows = zip(examples, ids_a, ids_b, strict=True)
+    for example, tokens_a, tokens_b in progress_bar(rows, desc="GLUE features", total=len(examples), unit="example"):
         if tokens_b is None:
             input_ids = [cls, *tokens_a[:max_seq_length - 2], sep]
             token_type_ids = [0] * len(input_ids)

@@ -1,15 +1,18 @@
 """Learning-rate schedules for BERT pre-training: linear warmup, optional constant hold, polynomial decay.
 
-Step convention (the one NVIDIA's Paddle recipe ends up with, and GluonNLP's LANS scripts use): the k-th
-optimizer update, k = 1 .. total_steps, runs at lr(k), where
+Step convention: the k-th optimizer update, k = 1 .. total_steps, runs at lr(k), where
 
     lr(k) = warmup_start_lr + (learning_rate - warmup_start_lr) * k / W      k < W          (linear warmup)
           = learning_rate                                                    W <= k < W + C (constant hold)
-          = learning_rate * (1 - (k - W - C) / D) ** power                   otherwise      (polynomial decay)
+          = learning_rate * (1 - (k - W - C) / (D + 1)) ** power             otherwise      (polynomial decay)
 
 with W = floor(warmup_proportion * total_steps), C = floor(constant_proportion * total_steps) and
 D = total_steps - W - C. The warmup line starts at warmup_start_lr at k = 0 and reaches learning_rate at
-k = W; the decay reaches 0 at k = total_steps.
+k = W; the decay line reaches 0 at k = total_steps + 1, one update after the last, and stays there.
+
+That is one step later than NVIDIA's Paddle recipe (LinearWarmup(PolynomialDecay(decay_steps=D))) and GluonNLP's
+LANS scripts, whose last update runs at learning rate 0 and so changes nothing: a one-step run would train
+nothing. Here every update of the schedule moves the weights, the last one at learning_rate / (D + 1) ** power.
 
 The scheduler's `last_epoch` counts completed updates, so call `scheduler.step()` once after every
 `optimizer.step()`; `state_dict()` / `set_state_dict()` restore that count exactly on resume.
@@ -32,7 +35,7 @@ _SCHEDULE_FIELDS = ("base_lr", "total_steps", "warmup_steps", "constant_steps", 
 
 
 class LinearWarmupConstantPolyDecay(LRScheduler):
-    """The LANS schedule (Zheng et al. 2020, arXiv:2006.13484): linear warmup, constant, then decay to 0.
+    """The LANS schedule (Zheng et al. 2020, arXiv:2006.13484): linear warmup, constant, then decay towards 0.
 
     Args:
         learning_rate: the peak learning rate, reached at the end of warmup.
@@ -80,9 +83,10 @@ class LinearWarmupConstantPolyDecay(LRScheduler):
         if update < self.warmup_steps:
             return self.warmup_start_lr + (self.base_lr - self.warmup_start_lr) * update / self.warmup_steps
         decay_start = self.warmup_steps + self.constant_steps
-        if update < decay_start or self.decay_steps == 0:
+        if update < decay_start:
             return self.base_lr
-        remaining = 1.0 - min(update - decay_start, self.decay_steps) / self.decay_steps
+        # D + 1, not D: the line reaches 0 one update after the last one (see the module docstring)
+        remaining = max(0.0, 1.0 - (update - decay_start) / (self.decay_steps + 1))
         return self.base_lr * remaining**self.power
 
     def get_lr(self) -> float:
@@ -116,7 +120,8 @@ class LinearWarmupConstantPolyDecay(LRScheduler):
 
 class LinearWarmupPolyDecay(LinearWarmupConstantPolyDecay):
     """NVIDIA's BERT schedule: warmup_start_lr -> learning_rate over warmup_proportion * total_steps, then
-    polynomial decay to 0 (power 1.0 = linear), as the Paddle recipe's LinearWarmup(PolynomialDecay).
+    polynomial decay (power 1.0 = linear), as the Paddle recipe's LinearWarmup(PolynomialDecay), but reaching 0
+    one update after the last instead of at it.
 
     It is the LANS schedule with no constant hold, and takes its arguments except constant_proportion.
     """

@@ -43,7 +43,6 @@ import math
 import os
 import random
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -52,7 +51,6 @@ from dataclasses import dataclass, field
 from itertools import chain
 from multiprocessing import get_context
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 from tqdm import tqdm
@@ -60,6 +58,7 @@ from tqdm import tqdm
 from corpus import INPUT_FORMATS, document_sentences, find_corpus_files, read_documents
 from masking import continuation_pieces, mask_batch, word_starts
 from pretraining_pairs import bin_id, create_pairs_from_document, create_segments_from_document
+from progress import progress_bar, show_counts
 from tokenizer import BertTokenizer, load_vocab
 
 DEFAULT_BLOCK_BYTES = 16 * 2**20  # default partition size: --num-blocks = ceil(corpus bytes / this)
@@ -495,34 +494,39 @@ def open_executor(num_workers: int, use_dask: bool = False,
         yield None
 
 
-def run_tasks(executor: Executor | None, function: Callable, argument_lists: Sequence[tuple],
-              description: str, progress_file: TextIO | None = None) -> list:
-    """function(*arguments) for every entry, results in input order, with a progress bar over completed tasks.
-
-    The bar goes to progress_file (default stderr) only when that is a terminal, so logs stay clean.
-    """
-    bar = tqdm(total=len(argument_lists), desc=description, unit="task", file=progress_file or sys.stderr,
-               disable=None, leave=False)
+def run_tasks(executor: Executor | None, function: Callable, argument_lists: Sequence[tuple], bar: tqdm,
+              work: Sequence[float] | None = None, counted: Callable[[object], dict[str, int]] | None = None) -> list:
+    """function(*arguments) for every entry, results in input order. Each finished task advances the progress bar
+    by its work (default 1) and adds counted(result) to the totals shown beside it."""
     results: list = [None] * len(argument_lists)
+    totals: dict[str, int] = {}
+
+    def finished(index: int, result: object) -> None:
+        results[index] = result
+        if counted is not None:
+            for name, count in counted(result).items():
+                totals[name] = totals.get(name, 0) + count
+            show_counts(bar, totals)
+        bar.update(1 if work is None else work[index])
+
     with bar:
         if executor is None:
             for index, arguments in enumerate(argument_lists):
-                results[index] = function(*arguments)
-                bar.update()
+                finished(index, function(*arguments))
         else:
             futures = {executor.submit(function, *arguments): index for index, arguments in enumerate(argument_lists)}
             for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                bar.update()
+                finished(futures[future], future.result())
     return results
 
 
 def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: str | Path,
                  settings: PipelineSettings, shard_writer: ShardWriter, shard_name: Callable[[int, int], str],
                  executor: Executor | None, num_workers: int, range_bytes: int | None = None,
-                 holdout_dir: str | Path | None = None) -> PipelineResult:
+                 holdout_dir: str | Path | None = None, quiet: bool = False) -> PipelineResult:
     """Run the three stages and move the shards into output_dir, and the held-out set's into holdout_dir (both must
-    be empty or absent; holdout_dir is used only with settings.holdout_fraction > 0)."""
+    be empty or absent; holdout_dir is used only with settings.holdout_fraction > 0). Each stage shows its progress
+    on stderr (progress.py) unless quiet: bytes read and documents, partitions and pairs, shards written."""
     began = time.perf_counter()
     output_dir = Path(output_dir)
     if settings.holdout_fraction > 0 and holdout_dir is None:
@@ -544,7 +548,9 @@ def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: st
     try:
         stage_began = time.perf_counter()
         blocks = run_tasks(executor, tokenize_range, [(task, settings, work_dir) for task in read_tasks],
-                           "tokenize")
+                           progress_bar(desc="tokenize", total=total_bytes, unit="B", unit_scale=True, quiet=quiet),
+                           work=[task.end - task.start for task in read_tasks],
+                           counted=lambda block: {"documents": int(block["partition_counts"].sum())})
         stage_seconds["tokenize"] = time.perf_counter() - stage_began
         partition_counts = np.stack([block["partition_counts"] for block in blocks])
         # [output, partition]: which partitions feed the training set (0) and the held-out set (1)
@@ -557,7 +563,9 @@ def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: st
             (partition, [int(b) for b in np.flatnonzero(partition_counts[:, partition])], settings, work_dir)
             for partition in range(settings.num_partitions) if partition_counts[:, partition].any()
         ]
-        parts = run_tasks(executor, build_partition, partition_tasks, "pairs")
+        parts = run_tasks(executor, build_partition, partition_tasks,
+                          progress_bar(desc="pairs", total=len(partition_tasks), unit="partition", quiet=quiet),
+                          counted=lambda part: {"pairs": part["num_pairs"]})
         parts_per_set = [[part for part in parts if partition_sets[part["partition"]] == index]
                          for index in range(len(outputs))]
         stage_seconds["pairs"] = time.perf_counter() - stage_began
@@ -582,7 +590,8 @@ def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: st
                     shard_tasks.append((shard_writer, staging / name, bin_index, shard_slices, settings))
                     destinations.append((index, folder / name))
                     shard_files[-1][bin_index].append(folder / name)
-        shard_pids = run_tasks(executor, _write_shard, shard_tasks, "shards")
+        shard_pids = run_tasks(executor, _write_shard, shard_tasks,
+                               progress_bar(desc="shards", total=len(shard_tasks), unit="shard", quiet=quiet))
         rows_per_shard: list[dict[str, int]] = [{} for _ in outputs]
         for (_, path, _, shard_slices, _), (index, final) in zip(shard_tasks, destinations, strict=True):
             os.replace(path, final)
@@ -676,6 +685,8 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_aliases: S
                         help="run the tasks on a dask distributed LocalCluster of --num-workers processes")
     parser.add_argument("--scheduler-address", default=None,
                         help="run the tasks on the dask distributed cluster at this address (tcp://host:port)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress lines on stderr (they never change the output files)")
 
 
 def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,
@@ -756,7 +767,7 @@ def execute(args: argparse.Namespace, settings: PipelineSettings, shard_writer: 
     try:
         with open_executor(args.num_workers, args.dask, args.scheduler_address) as executor:
             return run_pipeline(args.input, args.input_format, args.output_dir, settings, shard_writer, shard_name,
-                                executor, args.num_workers, holdout_dir=holdout_dir_of(args))
+                                executor, args.num_workers, holdout_dir=holdout_dir_of(args), quiet=args.quiet)
     except (ValueError, OSError) as error:
         raise SystemExit(f"error: {error}") from None
 

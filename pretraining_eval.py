@@ -22,6 +22,7 @@ the model goes back to training mode afterwards.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
 
@@ -158,10 +159,12 @@ class PretrainingEvaluator:
             totals = reduced.numpy()
         return metrics_from_sums(dict(zip(_SUMS, totals.tolist(), strict=True)), self.nsp)
 
-    def run(self, step: int, model: paddle.nn.Layer, policy: AmpPolicy) -> dict[str, float]:
-        """Evaluate, then report the metrics at `step` and print them in one line."""
+    def run(self, step: int, model: paddle.nn.Layer, policy: AmpPolicy, log: Callable[[int, dict], None]
+            ) -> dict[str, float]:
+        """Evaluate, then report the metrics at `step` through `log` (the run's report and VisualDL log) and
+        print them in one line."""
         metrics = self.evaluate(model, policy)
-        self.logger.log(step, metrics)
+        log(step, metrics)
         text = f"eval at step {step}: mlm loss {metrics['eval_mlm_loss']:.4f}  mlm accuracy " \
                f"{metrics['eval_mlm_accuracy']:.4f} ({metrics['eval_masked_tokens']} masked tokens)"
         if self.nsp:

@@ -13,7 +13,8 @@ and --eval-dir, --eval-freq, --num-eval-batches (validation on held-out shards, 
 One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W ranks:
   1. each rank draws k micro-batches of --batch-size sequences;
   2. the ranks agree (one all-reduce) on N, the masked tokens, and S, the sequences, of the whole global batch;
-  3. for each micro-batch: forward, then backward of  W * (mlm_mean * n / N + nsp_mean * b / S)  with n, b the
+  3. for each micro-batch (gradient_merge.py, the convention fine-tuning shares): forward, then backward of
+     W * (mlm_mean * n / N + nsp_mean * b / S)  with n, b the
      micro-batch's own counts (with --no-nsp there is no NSP head and the second term is absent). Only the last
      micro-batch's backward all-reduces the gradients (no_sync on the others) and DataParallel averages them over
      the W ranks, so the update follows the gradient of the masked-LM mean over all N tokens plus the NSP mean over
@@ -33,7 +34,6 @@ over a checkpoint it did not write itself; docs/resume.md has the resume forms a
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
@@ -53,6 +53,7 @@ from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from cli import str_to_bool
 from dllog import DLLogger
+from gradient_merge import merged_backward
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
 from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
@@ -61,6 +62,7 @@ from packing import PACKED_MODEL_INPUTS, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader
 from pretraining_eval import add_eval_arguments, build_evaluator, check_eval_arguments
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
+from visualdl_log import VisualDLLog, open_run_log
 from weights import (
     SAFETENSORS_SUFFIX,
     load_pretrained,
@@ -99,6 +101,9 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
     group.add_argument("--report-file", default="./report.json", help="DLLogger JSON-lines report, appended to.")
     group.add_argument("--log-freq", type=int, default=10, help="Report the loss every this many steps.")
+    group.add_argument("--visualdl-log-dir", default=None,
+                       help="Also write the report's scalars and the configuration to a VisualDL log in this folder "
+                       "(rank 0; appended to on resume; needs `pip install visualdl`). Give each phase its own.")
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -308,6 +313,10 @@ class MicroBatch:
     sequences: int
     padding_fraction: float
 
+    def counts(self) -> tuple[int, int]:
+        """The items the loss terms average over: masked tokens (MLM) and sequences (NSP)."""
+        return self.masked, self.sequences
+
 
 class Trainer:
     """Model, optimizer, schedule and loss scaler, and the optimizer step over a list of micro-batches."""
@@ -371,40 +380,27 @@ class Trainer:
             paddle.distributed.all_reduce(values)
         return values
 
+    def _loss_terms(self, network: paddle.nn.Layer, micro_batch: MicroBatch) -> list[tuple[paddle.Tensor, int]]:
+        """The micro-batch's masked-LM mean (over its masked tokens, count 0) and NSP mean (over its sequences,
+        count 1), for gradient_merge.merged_backward."""
+        with amp_autocast(self.policy):
+            prediction_scores, seq_relationship_score = network(*micro_batch.inputs)
+            if self.args.no_nsp:
+                return [(masked_lm_loss(prediction_scores, micro_batch.masked_lm_labels), 0)]
+            _, mlm_mean, nsp_mean = self.criterion(prediction_scores, seq_relationship_score,
+                                                   micro_batch.masked_lm_labels, micro_batch.next_sentence_labels)
+        return [(mlm_mean, 0), (nsp_mean, 1)]
+
     def step(self, micro_batches: Sequence[dict], stop_requested: bool = False) -> tuple[StepResult, bool]:
         """One optimizer step over this rank's micro-batches; returns the result and whether any rank asked to
-        stop (SIGTERM), which every rank learns at the same step."""
+        stop (SIGTERM or the stop file), which every rank learns at the same step."""
         prepared = [self._micro_batch_tensors(batch) for batch in micro_batches]
-        total_masked = float(sum(p.masked for p in prepared))
-        total_sequences = float(sum(p.sequences for p in prepared))
-        if self.world_size > 1:
-            counts = self._all_reduce(paddle.to_tensor([total_masked, total_sequences], "float64"))
-            total_masked, total_sequences = counts.numpy().tolist()
-        mlm_part = paddle.zeros([], "float32")
-        nsp_part = paddle.zeros([], "float32")
-        for index, micro_batch in enumerate(prepared):
-            inner = index < len(prepared) - 1
-            sync_context = self.network.no_sync() if inner and self.world_size > 1 else contextlib.nullcontext()
-            with sync_context:
-                with amp_autocast(self.policy):
-                    prediction_scores, seq_relationship_score = self.network(*micro_batch.inputs)
-                    if self.args.no_nsp:
-                        mlm_mean = masked_lm_loss(prediction_scores, micro_batch.masked_lm_labels)
-                        nsp_mean = paddle.zeros([], "float32")
-                    else:
-                        _, mlm_mean, nsp_mean = self.criterion(
-                            prediction_scores, seq_relationship_score, micro_batch.masked_lm_labels,
-                            micro_batch.next_sentence_labels,
-                        )
-                mlm_weighted = mlm_mean * (micro_batch.masked / max(total_masked, 1.0))
-                nsp_weighted = nsp_mean * (micro_batch.sequences / total_sequences)
-                loss = (mlm_weighted + nsp_weighted) * self.world_size
-                (self.scaler.scale(loss) if self.scaler else loss).backward()
-            mlm_part += mlm_weighted.detach()
-            nsp_part += nsp_weighted.detach()
-
-        stats = self._all_reduce(paddle.stack([mlm_part, nsp_part, paddle.to_tensor(float(stop_requested))]))
-        mlm_loss, nsp_loss, stop_votes = stats.numpy().tolist()
+        shares = merged_backward(self.network, prepared, MicroBatch.counts, self._loss_terms, self.world_size,
+                                 self.scaler, all_reduce=self._all_reduce)
+        mlm_share, nsp_share = shares if len(shares) == 2 else (shares[0], 0.0)
+        sequences = float(sum(micro_batch.sequences for micro_batch in prepared))
+        stats = self._all_reduce(paddle.to_tensor([mlm_share, nsp_share, float(stop_requested), sequences], "float32"))
+        mlm_loss, nsp_loss, stop_votes, total_sequences = stats.numpy().tolist()
         loss = mlm_loss + nsp_loss
         learning_rate = self.optimizer.get_lr()
         overflow = self.scaler.unscale_and_check(self.model.parameters()) if self.scaler else False
@@ -606,13 +602,15 @@ REPORT_METRICS = {
 
 
 class ProgressReporter:
-    """The loss and throughput of each --log-freq interval (DLLogger records and a printed line with the ETA),
-    the skipped updates, and the run's summary over its timed steps (all of them, or a benchmark's).
+    """The loss and throughput of each --log-freq interval (DLLogger records, the VisualDL log if there is one,
+    and a printed line with the ETA), the skipped updates, and the run's summary over its timed steps (all of
+    them, or a benchmark's).
 
     A run without NSP (--no-nsp) reports no nsp_loss: its loss is mlm_loss."""
 
-    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int, nsp: bool = True):
-        self.logger, self.say = logger, say
+    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int, nsp: bool = True,
+                 visualdl: VisualDLLog | None = None):
+        self.logger, self.say, self.visualdl = logger, say, visualdl
         self.start_step, self.last_step, self.log_freq = start_step, last_step, log_freq
         self.loss_keys = ("loss", "mlm_loss", "nsp_loss") if nsp else ("loss", "mlm_loss")
         for name, meta in REPORT_METRICS.items():
@@ -654,7 +652,7 @@ class ProgressReporter:
         if interval["steps"]:
             self.final_loss = interval["loss"] / interval["steps"]
             sequences_per_second = interval["sequences"] / (now - self.interval_start)
-            self.logger.log(step, {
+            self.log(step, {
                 **{key: interval[key] / interval["steps"] for key in self.loss_keys},
                 "learning_rate": result.learning_rate,
                 "loss_scale": result.loss_scale,
@@ -665,6 +663,12 @@ class ProgressReporter:
                      f"  lr {result.learning_rate:.3e}  {sequences_per_second:.1f} seq/s  ETA {format_duration(eta)}",
                      flush=True)
         self._start_interval(now)
+
+    def log(self, step: int, metrics: dict) -> None:
+        """A step's metrics to the report and the VisualDL log (validation metrics are named eval_*)."""
+        self.logger.log(step, metrics)
+        if self.visualdl is not None:
+            self.visualdl.scalars(step, metrics)
 
     def summarise(self, process_start: float, world_size: int) -> dict:
         train_time = time.perf_counter() - self.timed_start
@@ -679,6 +683,8 @@ class ProgressReporter:
         }
         self.logger.log((), summary)
         self.say("Summary: " + json.dumps(summary), flush=True)
+        if self.visualdl is not None:
+            self.visualdl.close()
         return summary
 
 
@@ -752,7 +758,10 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
     nonfinite_streak = progress.get("nonfinite_streak", 0)
     last_step = last_step_of_run(args, start_step)
     say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
-    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, nsp=not args.no_nsp)
+    visualdl = open_run_log(args.visualdl_log_dir, rank=rank, resume=start_step > 0, start_step=start_step,
+                            config=vars(args))
+    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, nsp=not args.no_nsp,
+                                visualdl=visualdl)
     evaluator = build_evaluator(args, rank, world_size, logger, say)
     batches = iter(loader)
     with StopRequest(os.environ.get(STOP_FILE_VARIABLE)) as stop_request:
@@ -766,7 +775,7 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
             reporter.record(step, result, stopping=stop)
             nonfinite_streak = count_nonfinite(nonfinite_streak, step, result, args.max_nonfinite_steps)
             if evaluator is not None and evaluator.due(step, last_step, stop):
-                evaluator.run(step, trainer.model, trainer.policy)
+                evaluator.run(step, trainer.model, trainer.policy, reporter.log)
             checkpoint_due = step % args.num_steps_per_checkpoint == 0 or step == last_step or stop
             if checkpoint_due and not args.benchmark:
                 checkpoints.save(step, trainer, loader, nonfinite_streak)

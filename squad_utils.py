@@ -31,6 +31,7 @@ from typing import Protocol
 
 import numpy as np
 
+from progress import progress_bar
 from squad_evaluate import load_dataset, load_squad_json, require_field
 from tokenizer import BertTokenizer
 
@@ -185,7 +186,7 @@ def convert_examples_to_features(
     question_ids = tokenizer.batch_encode_ids([example.question_text for example in examples])
     features = []
     unique_id = 1_000_000_000
-    for example_index, example in enumerate(examples):
+    for example_index, example in enumerate(progress_bar(examples, desc="SQuAD features", unit="example")):
         context = contexts[example.context_index]
         query_ids = question_ids[example_index][:max_query_length]
         prefix = [tokenizer.cls_token_id, *query_ids, tokenizer.sep_token_id]

@@ -1,5 +1,6 @@
-"""Learning-rate schedules: hand-computed values, NVIDIA's composition of paddle schedulers, exact resume,
-and the phase-2 trap (a new phase must not inherit the previous phase's position)."""
+"""Learning-rate schedules: hand-computed values, NVIDIA's composition of paddle schedulers (with the decay one
+update longer, so that the last update is not at learning rate 0), exact resume, and the phase-2 trap (a new phase
+must not inherit the previous phase's position)."""
 
 import paddle
 import pytest
@@ -17,14 +18,14 @@ def learning_rates(scheduler, updates):
 
 
 def test_warmup_poly_decay_hand_computed_values():
-    # 100 updates, 10 of warmup from 0 to 1e-3, then linear decay over 90 updates.
+    # 100 updates, 10 of warmup from 0 to 1e-3, then linear decay over 90 updates towards 0 at update 101.
     rates = learning_rates(LinearWarmupPolyDecay(1e-3, total_steps=100, warmup_proportion=0.1), 100)
     lr_of = dict(enumerate(rates, start=1))
     assert lr_of[1] == pytest.approx(1e-4)  # first warmup update: 1e-3 * 1/10
     assert lr_of[5] == pytest.approx(5e-4)
     assert lr_of[10] == pytest.approx(1e-3)  # warmup ends at the peak
-    assert lr_of[55] == pytest.approx(1e-3 * (1 - 45 / 90))  # mid-decay
-    assert lr_of[100] == pytest.approx(0.0, abs=1e-15)  # decayed to 0 at the last update
+    assert lr_of[55] == pytest.approx(1e-3 * (1 - 45 / 91))  # mid-decay
+    assert lr_of[100] == pytest.approx(1e-3 / 91)  # the last update still moves the weights
     assert max(rates) == pytest.approx(1e-3)
 
 
@@ -33,38 +34,55 @@ def test_warmup_start_lr_and_power():
     lr_of = dict(enumerate(learning_rates(scheduler, 100), start=1))
     assert lr_of[5] == pytest.approx(1e-4 + 9e-4 * 5 / 10)
     assert lr_of[10] == pytest.approx(1e-3)
-    assert lr_of[55] == pytest.approx(1e-3 * 0.5**2)
-    assert lr_of[91] == pytest.approx(1e-3 * (9 / 90) ** 2)
+    assert lr_of[55] == pytest.approx(1e-3 * (1 - 45 / 91) ** 2)
+    assert lr_of[91] == pytest.approx(1e-3 * (10 / 91) ** 2)
 
 
 def test_constant_phase_of_the_lans_schedule():
-    # W = 10 warmup, C = 20 constant, D = 70 decay.
+    # W = 10 warmup, C = 20 constant, D = 70 decay (towards 0 at update 101).
     scheduler = LinearWarmupConstantPolyDecay(2e-3, total_steps=100, warmup_proportion=0.1, constant_proportion=0.2)
     lr_of = dict(enumerate(learning_rates(scheduler, 100), start=1))
     assert lr_of[4] == pytest.approx(2e-3 * 4 / 10)
     assert all(lr_of[k] == pytest.approx(2e-3) for k in range(10, 31))
-    assert lr_of[65] == pytest.approx(2e-3 * (1 - 35 / 70))
-    assert lr_of[100] == pytest.approx(0.0, abs=1e-15)
+    assert lr_of[65] == pytest.approx(2e-3 * (1 - 35 / 71))
+    assert lr_of[100] == pytest.approx(2e-3 / 71)
 
 
-def test_matches_nvidia_paddle_recipe_composition():
+def nvidia_schedule(peak, start, warmup, decay_steps):
     # NVIDIA's lr_scheduler.py: LinearWarmup(PolynomialDecay(...), last_epoch=0) built from paddle's schedulers.
-    total, warmup, peak, start = 50, 7, 1e-3, 2e-5
-    nvidia = paddle.optimizer.lr.LinearWarmup(
-        learning_rate=paddle.optimizer.lr.PolynomialDecay(peak, decay_steps=total - warmup, end_lr=0.0, power=1.0),
+    return paddle.optimizer.lr.LinearWarmup(
+        learning_rate=paddle.optimizer.lr.PolynomialDecay(peak, decay_steps=decay_steps, end_lr=0.0, power=1.0),
         warmup_steps=warmup, start_lr=start, end_lr=peak, last_epoch=0,
     )
-    ours = LinearWarmupPolyDecay(peak, total_steps=total, warmup_proportion=warmup / total, warmup_start_lr=start)
-    assert learning_rates(ours, total) == pytest.approx(learning_rates(nvidia, total), rel=1e-9, abs=1e-15)
+
+
+def test_matches_nvidia_paddle_recipe_composition_with_the_decay_one_update_longer():
+    total, warmup, peak, start = 50, 7, 1e-3, 2e-5
+    ours = learning_rates(
+        LinearWarmupPolyDecay(peak, total_steps=total, warmup_proportion=warmup / total, warmup_start_lr=start), total)
+    # Paddle's own schedulers are the reference; ours decays over D + 1 updates where NVIDIA's decays over D.
+    longer = learning_rates(nvidia_schedule(peak, start, warmup, decay_steps=total - warmup + 1), total)
+    assert ours == pytest.approx(longer, rel=1e-9, abs=1e-15)
+    nvidia = learning_rates(nvidia_schedule(peak, start, warmup, decay_steps=total - warmup), total)
+    assert nvidia[-1] == 0.0 < ours[-1] == pytest.approx(peak / (total - warmup + 1))
+    assert ours[:warmup] == pytest.approx(nvidia[:warmup], rel=1e-9)  # the warmups are the same
+
+
+def test_a_one_step_schedule_updates():
+    # With the decay ending at the last update, a one-step run would train at learning rate 0; here W = 0, D = 1
+    # and the one update runs at 1e-3 * (1 - 1/2).
+    assert learning_rates(LinearWarmupPolyDecay(1e-3, total_steps=1, warmup_proportion=0.01), 1) == [
+        pytest.approx(5e-4)]
 
 
 def test_no_warmup_and_no_decay_edges():
-    assert learning_rates(LinearWarmupPolyDecay(1.0, total_steps=4, warmup_proportion=0.0), 4) == pytest.approx(
-        [0.75, 0.5, 0.25, 0.0]
+    # No warmup: 4 updates on the line from 1 at update 0 to 0 at update 5; past the schedule it stays at 0.
+    assert learning_rates(LinearWarmupPolyDecay(1.0, total_steps=4, warmup_proportion=0.0), 6) == pytest.approx(
+        [0.8, 0.6, 0.4, 0.2, 0.0, 0.0]
     )
-    # Everything warmup: the learning rate stays at the peak after it.
+    # Everything warmup: the last update runs at the peak, and the line falls to 0 one update later.
     assert learning_rates(LinearWarmupPolyDecay(1.0, total_steps=4, warmup_proportion=1.0), 5) == pytest.approx(
-        [0.25, 0.5, 0.75, 1.0, 1.0]
+        [0.25, 0.5, 0.75, 1.0, 0.0]
     )
 
 
@@ -95,13 +113,13 @@ def test_resume_through_optimizer_state_dict():
     fresh = LinearWarmupPolyDecay(1e-3, total_steps=30, warmup_proportion=0.2)
     paddle.optimizer.SGD(learning_rate=fresh, parameters=layer.parameters()).set_state_dict(state)
     assert fresh.last_epoch == 9
-    assert fresh() == scheduler() == pytest.approx(1e-3 * (1 - 4 / 24))
+    assert fresh() == scheduler() == pytest.approx(1e-3 * (1 - 4 / 25))
 
 
 def test_phase2_starts_its_own_schedule_and_refuses_phase1_state():
     phase1 = LinearWarmupPolyDecay(6e-3, total_steps=40, warmup_proportion=0.25)
     learning_rates(phase1, 40)
-    assert phase1() == pytest.approx(0.0, abs=1e-15)  # phase 1 ends at learning rate 0
+    assert phase1() == pytest.approx(0.0, abs=1e-15)  # past its last update, phase 1 is at learning rate 0
 
     phase2 = LinearWarmupPolyDecay(4e-3, total_steps=16, warmup_proportion=0.25)
     assert phase2.last_epoch == 0

@@ -24,7 +24,7 @@ import lddl_preprocess
 import preprocess_pipeline
 from conftest import require_shared
 from helpers import documents_held_out, documents_kept, partly_masked_words, words_of
-from preprocess_pipeline import run_pipeline, run_tasks
+from preprocess_pipeline import run_pipeline
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 SYLLABLES = ["ba", "ke", "li", "mo", "nu", "pa", "re", "si", "to", "vu"]
@@ -664,19 +664,6 @@ def test_flag_num_shards_and_output_dir(corpus, tmp_path):
         f"shard-{i}.parquet" for i in range(5)]
     run_cli(create_pretraining_data, corpus, tmp_path / "h5", "--num-shards", "3")
     assert sorted(p.name for p in (tmp_path / "h5").iterdir()) == [f"shard-{i}.hdf5" for i in range(3)]
-
-
-def test_progress_bar_is_shown_on_a_terminal():
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    terminal = Terminal()
-    assert run_tasks(None, pow, [(2, 3), (3, 2)], "tokenize", progress_file=terminal) == [8, 9]
-    assert "tokenize:" in terminal.getvalue() and "/2 [" in terminal.getvalue()
-    silent = io.StringIO()
-    run_tasks(None, pow, [(2, 3)], "tokenize", progress_file=silent)
-    assert silent.getvalue() == ""
 
 
 # ---------------------------------------------------------------------------------------------- bad input

@@ -158,13 +158,14 @@ def test_optimizer_options_reach_the_optimizer(tmp_path, monkeypatch):
 
 
 def test_schedule_options_give_the_logged_learning_rates(tmp_path):
-    # 6 steps: W = floor(0.34 * 6) = 2 warmup steps, C = 2 constant steps, then power-2 decay to 0.
+    # 6 steps: W = floor(0.34 * 6) = 2 warmup steps, C = 2 constant steps, then power-2 decay over D = 2 steps
+    # towards 0 one step after the last.
     argv = pretraining_argv(tmp_path, "--max-steps", "6", "--learning-rate", "1e-3", "--warmup-start-lr", "1e-4",
                             "--warmup-proportion", "0.34", "--constant-proportion", "0.34", "--lr-decay-power", "2")
     assert train(argv) == 0
     logged = [r["data"]["learning_rate"] for r in step_records(tmp_path / "report.json")]
     # Step k (1-based) runs at lr(k) of the LANS schedule (Zheng et al. 2020), written out by hand:
-    expected = [1e-4 + (1e-3 - 1e-4) * 1 / 2, 1e-3, 1e-3, 1e-3, 1e-3 * (1 - 1 / 2) ** 2, 0.0]
+    expected = [1e-4 + (1e-3 - 1e-4) * 1 / 2, 1e-3, 1e-3, 1e-3, 1e-3 * (1 - 1 / 3) ** 2, 1e-3 * (1 - 2 / 3) ** 2]
     np.testing.assert_allclose(logged, expected, rtol=1e-12, atol=1e-15)
 
 
@@ -307,7 +308,7 @@ def test_steps_this_run_stops_early_on_the_full_schedule(tmp_path):
     records = step_records(tmp_path / "report.json")
     assert [r["step"] for r in records] == [1, 2, 3]
     # The schedule spans --max-steps 8 (2 warmup steps), not the 3 steps of this run.
-    np.testing.assert_allclose(records[-1]["data"]["learning_rate"], 5e-3 * (1 - 1 / 6), rtol=1e-12)
+    np.testing.assert_allclose(records[-1]["data"]["learning_rate"], 5e-3 * (1 - 1 / 7), rtol=1e-12)
     assert step_folders(tmp_path / "out") == [3]
 
 

@@ -183,7 +183,7 @@ def test_epochs_decide_the_length_without_max_steps(workspace):
 
 
 def test_fuse_mha_trains_the_same_model_from_an_unfused_checkpoint(workspace):
-    # two updates: the schedule decays to 0 at the last one, so the first is the one that changes the weights
+    # two updates, both at a learning rate above 0 (lr_scheduler.py), from the same unfused checkpoint
     common = ["--from-pretrained-params", workspace / "pretrain" / "1000", "--max-steps", 2, "--learning-rate", 1e-3]
     unfused_dir, _ = run(workspace, "unfused", *train_args(workspace, *common), *predict_args(workspace))
     fused_dir, _ = run(workspace, "fused", *train_args(workspace, *common, "--fuse-mha"), *predict_args(workspace))
