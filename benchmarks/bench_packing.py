@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,21 +31,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import machine
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
 
 # Sequence length and masked positions per sequence of NVIDIA's two phases; micro-batch sizes that fit a CPU step
 # into seconds while giving first-fit-decreasing several samples to combine.
 PHASES = {1: {"seq": 128, "predictions": 20, "batch": 32}, 2: {"seq": 512, "predictions": 80, "batch": 8}}
-
-
-def cpu_model() -> str:
-    """The processor's name as /proc/cpuinfo gives it."""
-    cpuinfo = Path("/proc/cpuinfo")
-    for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def build_shards(wikitext: Path, vocab: Path, work_dir: Path, seq_length: int, workers: int) -> Path:
@@ -134,6 +127,7 @@ def main() -> None:
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "bench_packing",
                         help="Where the shards are built (and found again by later runs).")
     args = parser.parse_args()
+    machine.print_header()
     phases = sorted(set(args.phases.replace(" ", "").split(",")))
     if not phases or not set(phases) <= {"1", "2"}:
         parser.error(f"--phases {args.phases}: expected 1, 2 or 1,2")
@@ -149,9 +143,9 @@ def main() -> None:
 
     threads = runtime.configure_cpu_threads()
     runtime.apply_cpu_tweaks()
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores, {threads} threads; load average {os.getloadavg()[0]:.1f}; "
-          f"model {args.config_file.name}; {args.steps} steps per contender per round", flush=True)
-    summary = {"cpu": cpu_model(), "threads": threads, "config": args.config_file.name}
+    print(f"{threads} threads; load average {os.getloadavg()[0]:.1f}; model {args.config_file.name}; "
+          f"{args.steps} steps per contender per round", flush=True)
+    summary = {"cpu": machine.cpu_model_and_cores()[0], "threads": threads, "config": args.config_file.name}
     for phase in phases:
         shards = build_shards(args.wikitext, args.vocab_file, args.work_dir, PHASES[phase]["seq"], args.threads)
         with tempfile.TemporaryDirectory(prefix="bench_packing_") as output:  # the Trainers' (unused) output folder
