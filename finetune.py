@@ -200,6 +200,18 @@ def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         args.report_file = os.path.join(args.output_dir, "report.json")
 
 
+def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None, actions: Sequence[str],
+                    check_task: Callable[[argparse.ArgumentParser, argparse.Namespace], None],
+                    exported_model: Callable[[argparse.Namespace], bool] = lambda args: False) -> argparse.Namespace:
+    """A task script's parse_args: the shared checks, then the task's own (check_task), then, after every check of
+    the input, check_initial_weights. exported_model tells whether the predictions come from an exported model."""
+    args = parser.parse_args(argv)
+    check_shared_arguments(parser, args, actions)
+    check_task(parser, args)
+    check_initial_weights(parser, args, exported_model=exported_model(args))
+    return args
+
+
 def check_initial_weights(parser: argparse.ArgumentParser, args: argparse.Namespace,
                           exported_model: bool = False) -> None:
     """Refuse to predict or evaluate a model that is neither trained nor loaded, unless --allow-random-weights

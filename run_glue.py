@@ -92,10 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    finetune.check_shared_arguments(parser, args, actions=("do_train", "do_predict", "do_eval"))
+def check_glue_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The checks of the GLUE options: a custom table's columns and labels, the sequence length."""
     custom_flags = ("text_a_column", "text_b_column", "label_column", "labels", "id_column")
     if args.task_name == CUSTOM_TASK:
         for name in ("text_a_column", "label_column", "labels"):
@@ -110,8 +108,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 parser.error(f"--{name.replace('_', '-')} is only used with --task-name custom")
     if args.max_seq_length < 3:
         parser.error("--max-seq-length must be at least 3 ([CLS] and two [SEP])")
-    finetune.check_initial_weights(parser, args)
-    return args
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return finetune.parse_arguments(build_parser(), argv, ("do_train", "do_predict", "do_eval"), check_glue_arguments)
 
 
 def task_labels(args: argparse.Namespace) -> list[str]:

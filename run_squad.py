@@ -123,9 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    finetune.check_shared_arguments(parser, args, actions=("do_train", "do_predict", "do_eval", "export_dir"))
+    return finetune.parse_arguments(build_parser(), argv, ("do_train", "do_predict", "do_eval", "export_dir"),
+                                    check_squad_arguments, exported_model=lambda args: bool(args.inference_model_dir))
+
+
+def check_squad_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The checks of the SQuAD options: prediction, export and inference, v2.0, windows and benchmark."""
     if args.do_eval:
         args.do_predict = True  # scoring needs predictions; the reference's eval mode passes both flags
     if args.inference_model_dir and (args.do_train or args.export_dir or args.from_pretrained_params
@@ -147,8 +150,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     check_at_least(parser, args, "benchmark_warmup_steps", minimum=0)
     if args.max_seq_length < args.max_query_length + 4:
         parser.error("--max-seq-length must leave room for the question (--max-query-length) and some context")
-    finetune.check_initial_weights(parser, args, exported_model=bool(args.inference_model_dir))
-    return args
 
 
 # ---------------------------------------------------------------------------------------------
