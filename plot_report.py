@@ -1,10 +1,15 @@
 """Plot loss and throughput against step from a DLLogger report: `python plot_report.py REPORT.json --output plot.png`.
 
-The top panel shows `loss`, and `mlm_loss` / `nsp_loss` when the report has them; the bottom panel
-shows every per-step metric that the report's METADATA records declare in sequences/s (for the
-pre-training engine, the global throughput). A step is the int step of a record, or the second
-element of an (epoch, step) tuple. A resumed run logs again the steps after the checkpoint it
-resumed from; the later record of a step wins, since it belongs to the run that continued.
+The top panel shows the training `loss`, and `mlm_loss` / `nsp_loss` when the report has them, beside the
+validation losses `eval_mlm_loss` / `eval_nsp_loss` (pretraining_eval.py) as dots; a validation report also
+gets an accuracy panel (`eval_mlm_accuracy`, `eval_nsp_accuracy`); the bottom panel shows every per-step
+metric that the report's METADATA records declare in sequences/s (for the pre-training engine, the global
+throughput). A step is the int step of a record, or the second element of an (epoch, step) tuple. A resumed
+run logs again the steps after the checkpoint it resumed from; the later record of a step wins, since it
+belongs to the run that continued.
+
+After writing the PNG it prints one summary line of the run: steps, sequences, time, and the first and last
+validation MLM loss and accuracy when the report has them.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from atomic_io import atomic_write
 from dllog import LOG, METADATA, read_report  # noqa: E402
 
 LOSS_METRICS = ("loss", "mlm_loss", "nsp_loss")
+EVAL_LOSS_METRICS = ("eval_mlm_loss", "eval_nsp_loss")
+EVAL_ACCURACY_METRICS = ("eval_mlm_accuracy", "eval_nsp_accuracy")
 THROUGHPUT_UNIT = "sequences/s"
 
 
@@ -56,34 +63,72 @@ def throughput_metrics(records: list[dict]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def present_series(records: list[dict], metrics: list[str] | tuple[str, ...]) -> dict[str, tuple[list, list]]:
+    """metric_series of each metric that has at least one value in the report."""
+    series = {name: metric_series(records, name) for name in metrics}
+    return {name: values for name, values in series.items() if values[0]}
+
+
+def _draw_panel(axis, training: dict, validation: dict, ylabel: str) -> None:
+    """Training series as lines, validation series (a few evaluations) as dots joined by dashes."""
+    for name, (steps, values) in training.items():
+        axis.plot(steps, values, label=name)
+    for name, (steps, values) in validation.items():
+        axis.plot(steps, values, "o--", label=name)
+    axis.set_ylabel(ylabel)
+    axis.legend()
+    axis.grid(alpha=0.3)
+
+
 def build_figure(records: list[dict], title: str) -> Figure:
-    """The loss panel, and below it a throughput panel if the report has per-step throughput."""
-    losses = {name: metric_series(records, name) for name in LOSS_METRICS}
-    losses = {name: series for name, series in losses.items() if series[0]}
+    """The loss panel (training and validation), an accuracy panel if the report has validation accuracy, and
+    a throughput panel if it has per-step throughput."""
+    losses = present_series(records, LOSS_METRICS)
     if not losses:
         raise ValueError(f"{title}: no per-step {', '.join(LOSS_METRICS)} records to plot")
-    throughputs = {name: metric_series(records, name) for name in throughput_metrics(records)}
-    throughputs = {name: series for name, series in throughputs.items() if series[0]}
-
-    panels = 2 if throughputs else 1
-    figure, axes = plt.subplots(panels, 1, sharex=True, figsize=(8, 3.2 * panels), squeeze=False)
-    loss_axis = axes[0][0]
-    for name, (steps, values) in losses.items():
-        loss_axis.plot(steps, values, label=name)
-    loss_axis.set_ylabel("loss")
-    loss_axis.set_title(title)
-    loss_axis.legend()
-    loss_axis.grid(alpha=0.3)
+    panels = [(losses, present_series(records, EVAL_LOSS_METRICS), "loss")]
+    accuracies = present_series(records, EVAL_ACCURACY_METRICS)
+    if accuracies:
+        panels.append(({}, accuracies, "accuracy"))
+    throughputs = present_series(records, throughput_metrics(records))
     if throughputs:
-        throughput_axis = axes[1][0]
-        for name, (steps, values) in throughputs.items():
-            throughput_axis.plot(steps, values, label=name)
-        throughput_axis.set_ylabel(THROUGHPUT_UNIT)
-        throughput_axis.legend()
-        throughput_axis.grid(alpha=0.3)
+        panels.append((throughputs, {}, THROUGHPUT_UNIT))
+
+    figure, axes = plt.subplots(len(panels), 1, sharex=True, figsize=(8, 3.2 * len(panels)), squeeze=False)
+    for axis, (training, validation, ylabel) in zip(axes[:, 0], panels, strict=True):
+        _draw_panel(axis, training, validation, ylabel)
+    axes[0][0].set_title(title)
     axes[-1][0].set_xlabel("step")
     figure.tight_layout()
     return figure
+
+
+def summary_line(records: list[dict]) -> str:
+    """Steps, sequences and time of the run, and its first and last validation MLM loss and accuracy.
+
+    Sequences are steps x the global batch of the last configuration record (batch_size x gradient_merge_steps
+    x world_size, as run_pretraining.py reports them); the time adds up the e2e_train_time of every run that
+    wrote to the report (a resumed run appends its own)."""
+    steps, _ = metric_series(records, "loss")
+    last_step = steps[-1] if steps else 0
+    parts = [f"{last_step} steps"]
+    configs = [r["data"] for r in records if r["type"] == LOG and r["step"] == "PARAMETER"
+               and {"batch_size", "gradient_merge_steps", "world_size"} <= r["data"].keys()]
+    if configs:
+        config = configs[-1]
+        parts.append(f"{last_step * config['batch_size'] * config['gradient_merge_steps'] * config['world_size']}"
+                     " sequences")
+    times = [r["data"]["e2e_train_time"] for r in records
+             if r["type"] == LOG and record_step(r["step"]) is None and "e2e_train_time" in r["data"]]
+    if times:
+        parts.append(f"{sum(times):.0f} s")
+    line = ", ".join(parts)
+    eval_steps, eval_losses = metric_series(records, "eval_mlm_loss")
+    accuracy_steps, accuracies = metric_series(records, "eval_mlm_accuracy")
+    if eval_steps and accuracy_steps:
+        line += (f"; validation MLM loss {eval_losses[0]:.3f} -> {eval_losses[-1]:.3f}, MLM accuracy "
+                 f"{accuracies[0]:.3f} -> {accuracies[-1]:.3f} (steps {eval_steps[0]} -> {eval_steps[-1]})")
+    return line
 
 
 def save_figure(figure: Figure, output: Path) -> None:
@@ -103,11 +148,14 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--output {args.output}: is a folder; give the PNG file to write, e.g. "
                          f"{args.output / 'plot.png'}")
     try:
-        figure = build_figure(read_report(args.report), str(args.report))
+        records = read_report(args.report)
+        figure = build_figure(records, str(args.report))
         save_figure(figure, args.output)
     except (OSError, ValueError) as error:
         raise SystemExit(str(error)) from None
     plt.close(figure)
+    print(f"Plot: {args.output}")
+    print(f"Summary: {summary_line(records)}")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # BERT pre-training on one node: phase 1 (sequence length 128), then phase 2 (512) from phase 1's final weights.
 # NVIDIA's positional interface: the same 32 arguments in the same order with the same defaults, plus three
-# optional ones for LANS. Presets print them:
+# optional ones for LANS and three for validation. Presets print them:
 #
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && dgxa100-80g_8gpu_amp)
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && cpu_tiny)
+#   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && cpu_demo)   # about 3 min
 #
 # What it does:
 # - A data folder that is missing or empty is made with lddl_preprocess.py from the corpus (argument 21);
 #   the corpus "sample" is built offline by data/make_sample_corpus.py (Python's own documentation).
 # - Each phase runs `python -m paddle.distributed.launch --nproc_per_node <num_gpus> run_pretraining.py`
 #   with --last-step-of-checkpoint auto, so rerunning the same command continues from the newest checkpoint.
-# - Phase 2 starts from <results>/<bert-model>/phase1/<train_steps>, phase 1's final checkpoint.
+# - Phase 2 starts from <results>/<bert-model>/phase1/<train_steps>, phase 1's final checkpoint; with
+#   train_steps_phase2 0 there is no phase 2.
+# - After each phase, plot_report.py draws its report as <results>/dllogger_p<phase>.png and prints one summary
+#   line (steps, sequences, time, first and last validation loss and accuracy); the script ends with the path
+#   of the final checkpoint.
 #
 # Positional arguments (default):
 #    1 train_batch_size (256)             sequences per GPU per micro-batch, phase 1
@@ -28,7 +33,7 @@
 #   12 train_batch_size_phase2 (32)
 #   13 learning_rate_phase2 (4e-3)
 #   14 warmup_proportion_phase2 (0.128)
-#   15 train_steps_phase2 (1563)
+#   15 train_steps_phase2 (1563)         0: phase 1 only (no phase-2 data is made)
 #   16 gradient_accumulation_steps_phase2 (128)
 #   17 DATA_DIR_PHASE1 ($BERT_PREP_WORKING_DIR/pretrain/phase1/unbinned/parquet/)
 #   18 DATA_DIR_PHASE2 ($BERT_PREP_WORKING_DIR/pretrain/phase2/bin_size_64/parquet/)
@@ -50,13 +55,18 @@
 #   33 optimizer (Lamb)                   Lamb | Lans | AdamW
 #   34 constant_proportion (0)            fraction of phase 1 held at the peak after warmup (LANS schedule)
 #   35 constant_proportion_phase2 (0)
+#   36 holdout_fraction (0)              > 0: preprocessing holds out this fraction of the documents in
+#                                         <data dir>_holdout (lddl_preprocess.py --holdout-fraction) and each
+#                                         phase evaluates on it (run_pretraining.py --eval-dir); 0: no validation
+#   37 eval_freq (1000)                  evaluate every this many steps and at the last one (--eval-freq)
+#   38 num_eval_batches (100)            batches per evaluation (--num-eval-batches)
 # Environment: RESULTS_DIR (default <code_dir>/results) receives checkpoints, reports and logs; VOCAB_FILE
 # (default <code_dir>/vocab/bert-large-uncased-vocab.txt, shipped; for the "sample" corpus a
 # vocab trained on it); BERT_PREP_WORKING_DIR (default <code_dir>/data; the "sample" corpus and its vocab go to
 # its sample/ folder). Presets share RESULTS_DIR: give each its own, or a rerun resumes the other's checkpoints.
 set -euo pipefail
 
-(( $# <= 35 )) || { echo "${0##*/}: at most 35 positional arguments, got $#" >&2; exit 1; }
+(( $# <= 38 )) || { echo "${0##*/}: at most 38 positional arguments, got $#" >&2; exit 1; }
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/common.sh
 source "$SCRIPT_DIR/common.sh"
@@ -97,16 +107,20 @@ fuse_mha=${32:-true}
 optimizer=${33:-Lamb}
 constant_proportion=${34:-0}
 constant_proportion_phase2=${35:-0}
+holdout_fraction=${36:-0}
+eval_freq=${37:-1000}
+num_eval_batches=${38:-100}
 
 RESULTS_DIR=${RESULTS_DIR:-$CODEDIR/results}
 num_nodes=1
 
 for name in train_batch_size num_gpus train_steps save_checkpoint_steps gradient_accumulation_steps \
-    train_batch_size_phase2 train_steps_phase2 gradient_accumulation_steps_phase2 num_dask_workers \
-    num_shards_per_worker benchmark_steps benchmark_warmup_steps; do
+    train_batch_size_phase2 gradient_accumulation_steps_phase2 num_dask_workers \
+    num_shards_per_worker benchmark_steps benchmark_warmup_steps eval_freq num_eval_batches; do
   require_int "$name" "${!name}" 1
 done
 require_int seed "$seed" 0
+require_int train_steps_phase2 "$train_steps_phase2" 0
 require_int num_workers "$num_workers" 0
 require_choice create_logfile "$create_logfile" true false
 require_choice enable_benchmark "$enable_benchmark" true false
@@ -115,6 +129,8 @@ require_choice masking "$masking" static dynamic
 require_choice phase2_bin_size "$phase2_bin_size" none 32 64 128 256 512
 require_choice optimizer "$optimizer" Lamb Lans AdamW
 require_fraction sample_ratio "$sample_ratio"
+awk -v f="$holdout_fraction" 'BEGIN { exit !(f ~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/ && f < 1) }' \
+  || die "holdout_fraction must be a number in [0, 1), got '$holdout_fraction'"
 [[ -f "$CODEDIR/run_pretraining.py" ]] || die "code dir $CODEDIR: no run_pretraining.py there"
 set_precision_flags "$precision" 1048576
 set_bert_model "$BERT_CONFIG"
@@ -146,22 +162,37 @@ sample_ratio_flags=()
 # --sample-ratio 1 keeps every document, which lddl_preprocess.py does without the flag.
 awk -v r="$sample_ratio" 'BEGIN { exit !(r == 1) }' || sample_ratio_flags=(--sample-ratio "$sample_ratio")
 
+validating() {
+  awk -v f="$holdout_fraction" 'BEGIN { exit !(f > 0) }'
+}
+
+holdout_dir() {  # data_dir: where its held-out shards go
+  echo "${1%/}_holdout"
+}
+
 preprocess() {  # data_dir max_seq_length [extra lddl_preprocess.py flags]
-  local data_dir="$1" max_seq_length="$2"
+  local data_dir="$1" max_seq_length="$2" holdout_flags=()
   shift 2
+  if validating; then
+    holdout_flags=(--holdout-fraction "$holdout_fraction" --holdout-dir "$(holdout_dir "$data_dir")")
+    if ! folder_is_empty "$data_dir" && folder_is_empty "$(holdout_dir "$data_dir")"; then
+      die "holdout_fraction $holdout_fraction: $data_dir was made without a held-out split" \
+        "($(holdout_dir "$data_dir") is missing); remove $data_dir to preprocess it again"
+    fi
+  fi
   folder_is_empty "$data_dir" || return 0
   echo "$data_dir is empty: preprocessing $wikipedia_source"
   folder_is_empty "$wikipedia_source" && die "corpus $wikipedia_source: missing or empty, cannot preprocess"
   run_logged "" python "$CODEDIR/lddl_preprocess.py" --input "$wikipedia_source" --vocab-file "$VOCAB_FILE" \
     --output-dir "$data_dir" --max-seq-length "$max_seq_length" --num-blocks "$num_blocks" \
     --num-shards "$num_blocks" --num-workers "$num_dask_workers" --seed "$seed" "$masking_flag" \
-    "${sample_ratio_flags[@]}" "$@"
+    "${sample_ratio_flags[@]}" "${holdout_flags[@]}" "$@"
 }
 
 preprocess "$DATA_DIR_PHASE1" 128
 phase2_bin_flags=()
 [[ "$phase2_bin_size" != none ]] && phase2_bin_flags=(--bin-size "$phase2_bin_size")
-preprocess "$DATA_DIR_PHASE2" 512 "${phase2_bin_flags[@]}"
+(( train_steps_phase2 > 0 )) && preprocess "$DATA_DIR_PHASE2" 512 "${phase2_bin_flags[@]}"
 
 # ------------------------------------------------------------------------------------------------
 # Training
@@ -172,6 +203,19 @@ common_flags=(--vocab-file "$VOCAB_FILE" --output-dir "$RESULTS_DIR" "${BERT_MOD
 [[ "$fuse_mha" == true ]] && common_flags+=(--fuse-mha)
 [[ "$enable_benchmark" == true ]] && common_flags+=(--benchmark --benchmark-steps "$benchmark_steps"
   --benchmark-warmup-steps "$benchmark_warmup_steps")
+
+set_eval_flags() {  # data_dir: EVAL_FLAGS, run_pretraining.py's validation flags for the phase reading it
+  EVAL_FLAGS=()
+  if validating; then
+    EVAL_FLAGS=(--eval-dir "$(holdout_dir "$1")" --eval-freq "$eval_freq" --num-eval-batches "$num_eval_batches")
+  fi
+}
+
+# The phase's report as a PNG beside it, and its summary line (plot_report.py prints both paths and the line).
+plot() {  # phase
+  run_logged "" python "$CODEDIR/plot_report.py" "$RESULTS_DIR/dllogger_p$1.json" \
+    --output "$RESULTS_DIR/dllogger_p$1.png"
+}
 
 launch() {  # phase batch_size accumulation -- run_pretraining.py flags
   local phase="$1" log_file=""
@@ -185,19 +229,28 @@ launch() {  # phase batch_size accumulation -- run_pretraining.py flags
     --log_dir "$RESULTS_DIR/log/phase$phase" "$CODEDIR/run_pretraining.py" "${common_flags[@]}" "$@"
 }
 
+set_eval_flags "$DATA_DIR_PHASE1"
 phase1_flags=(--phase1 --input-dir "$DATA_DIR_PHASE1" --batch-size "$train_batch_size" --max-seq-length 128
   --max-predictions-per-seq 20 --max-steps "$train_steps" --warmup-proportion "$warmup_proportion"
   --constant-proportion "$constant_proportion" --learning-rate "$learning_rate"
-  --gradient-merge-steps "$gradient_accumulation_steps" --report-file "$RESULTS_DIR/dllogger_p1.json")
+  --gradient-merge-steps "$gradient_accumulation_steps" --report-file "$RESULTS_DIR/dllogger_p1.json"
+  "${EVAL_FLAGS[@]}")
 # common_flags holds --last-step-of-checkpoint auto, so this is NVIDIA's resume: the newest step folder in it.
 [[ "$init_checkpoint" != None ]] && phase1_flags+=(--from-checkpoint "$init_checkpoint")
 launch 1 "$train_batch_size" "$gradient_accumulation_steps" -- "${phase1_flags[@]}"
 echo "finished phase 1"
+plot 1
+if (( train_steps_phase2 == 0 )); then
+  [[ "$enable_benchmark" == true ]] || echo "Final checkpoint: $RESULTS_DIR/$BERT_MODEL/phase1/$train_steps"
+  exit 0
+fi
 
+set_eval_flags "$DATA_DIR_PHASE2"
 phase2_flags=(--phase2 --input-dir "$DATA_DIR_PHASE2" --batch-size "$train_batch_size_phase2" --max-seq-length 512
   --max-predictions-per-seq 80 --max-steps "$train_steps_phase2" --warmup-proportion "$warmup_proportion_phase2"
   --constant-proportion "$constant_proportion_phase2" --learning-rate "$learning_rate_phase2"
-  --gradient-merge-steps "$gradient_accumulation_steps_phase2" --report-file "$RESULTS_DIR/dllogger_p2.json")
+  --gradient-merge-steps "$gradient_accumulation_steps_phase2" --report-file "$RESULTS_DIR/dllogger_p2.json"
+  "${EVAL_FLAGS[@]}")
 if [[ "$enable_benchmark" == false ]]; then
   phase1_final="$RESULTS_DIR/$BERT_MODEL/phase1/$train_steps"
   # run_pretraining.py exits 0 after a SIGTERM checkpoint; phase 2 must wait for the end of phase 1.
@@ -206,3 +259,5 @@ if [[ "$enable_benchmark" == false ]]; then
 fi
 launch 2 "$train_batch_size_phase2" "$gradient_accumulation_steps_phase2" -- "${phase2_flags[@]}"
 echo "finished phase 2"
+plot 2
+[[ "$enable_benchmark" == true ]] || echo "Final checkpoint: $RESULTS_DIR/$BERT_MODEL/phase2/$train_steps_phase2"

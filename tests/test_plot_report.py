@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from dllog import DLLogger, read_report
-from plot_report import build_figure, main, metric_series
+from plot_report import build_figure, main, metric_series, summary_line
 
 
 def write_report(path) -> None:
@@ -61,6 +61,58 @@ def test_figure_plots_losses_and_throughput(tmp_path):
     (throughput_line,) = throughput_axis.lines
     assert throughput_line.get_label() == "sequences_per_second"
     assert throughput_axis.get_ylabel() == "sequences/s"
+
+
+def write_validated_report(path) -> None:
+    """A pre-training report with evaluations at steps 10 and 20 (pretraining_eval.py's eval_* names)."""
+    with DLLogger(path, stdout=False) as logger:
+        logger.log("PARAMETER", {"batch_size": 8, "gradient_merge_steps": 2, "world_size": 3})
+        logger.metadata("sequences_per_second", {"unit": "sequences/s", "format": ":.2f"})
+        for step in (5, 10, 15, 20):
+            logger.log(step, {"loss": 9.0 - step / 10, "mlm_loss": 8.5 - step / 10, "sequences_per_second": 50.0})
+            if step % 10 == 0:
+                logger.log(step, {"eval_mlm_loss": 8.0 - step / 20, "eval_mlm_accuracy": step / 100,
+                                  "eval_nsp_loss": 0.7, "eval_nsp_accuracy": 0.5, "eval_masked_tokens": 300})
+        logger.log((), {"e2e_train_time": 100.4, "final_loss": 7.0})
+    with DLLogger(path, stdout=False) as logger:  # a resumed run adds its own time
+        logger.log((), {"e2e_train_time": 20.0, "final_loss": 7.0})
+
+
+def test_figure_shows_validation_beside_training(tmp_path):
+    path = tmp_path / "report.json"
+    write_validated_report(path)
+    loss_axis, accuracy_axis, throughput_axis = build_figure(read_report(path), "run").axes
+    losses = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in loss_axis.lines}
+    assert losses == {"loss": ([5, 10, 15, 20], [8.5, 8.0, 7.5, 7.0]),
+                      "mlm_loss": ([5, 10, 15, 20], [8.0, 7.5, 7.0, 6.5]),
+                      "eval_mlm_loss": ([10, 20], [7.5, 7.0]), "eval_nsp_loss": ([10, 20], [0.7, 0.7])}
+    accuracies = {line.get_label(): list(line.get_ydata()) for line in accuracy_axis.lines}
+    assert accuracies == {"eval_mlm_accuracy": [0.1, 0.2], "eval_nsp_accuracy": [0.5, 0.5]}
+    assert accuracy_axis.get_ylabel() == "accuracy" and throughput_axis.get_ylabel() == "sequences/s"
+    assert {line.get_marker() for line in loss_axis.lines if line.get_label().startswith("eval_")} == {"o"}
+
+
+def test_summary_line_has_steps_sequences_time_and_validation(tmp_path):
+    path = tmp_path / "report.json"
+    write_validated_report(path)
+    # 20 steps x (8 x 2 x 3) sequences; 100.4 + 20.0 s over two runs; evaluations at steps 10 and 20.
+    assert summary_line(read_report(path)) == (
+        "20 steps, 960 sequences, 120 s; validation MLM loss 7.500 -> 7.000, MLM accuracy 0.100 -> 0.200 "
+        "(steps 10 -> 20)")
+    plain = tmp_path / "plain.json"
+    with DLLogger(plain, stdout=False) as logger:
+        logger.log(1, {"loss": 2.0})
+    assert summary_line(read_report(plain)) == "1 steps"
+
+
+def test_cli_prints_the_plot_and_the_summary(tmp_path, capsys):
+    report = tmp_path / "report.json"
+    write_validated_report(report)
+    output = tmp_path / "plot.png"
+    main([str(report), "--output", str(output)])
+    assert png_size(output) == (800, 960)  # three panels of 3.2 inches at 100 dpi
+    assert capsys.readouterr().out.splitlines() == [
+        f"Plot: {output}", f"Summary: {summary_line(read_report(report))}"]
 
 
 def test_report_without_throughput_gets_one_panel(tmp_path):

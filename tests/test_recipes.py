@@ -218,6 +218,22 @@ POSITIONAL_CASES = {
     "33 optimizer": ({33: "Lans"}, _phase_values("--optimizer"), ("Lans", "Lans")),
     "34 constant_proportion": ({34: "0.3"}, _phase_values("--constant-proportion"), ("0.3", "0")),
     "35 constant_proportion_phase2": ({35: "0.2"}, _phase_values("--constant-proportion"), ("0", "0.2")),
+    "15 train_steps_phase2 0": ({15: "0"}, lambda run: (["--phase1" in args for args in run.pretraining],
+                                                         _preprocessing_values("--max-seq-length")(run)),
+                                ([True], ["128"])),
+    "36 holdout_fraction": ({36: "0.1"},
+                            lambda run: (_preprocessing_values("--holdout-fraction")(run),
+                                         _preprocessing_values("--holdout-dir")(run),
+                                         _phase_values("--eval-dir")(run), _phase_values("--eval-freq")(run),
+                                         _phase_values("--num-eval-batches")(run)),
+                            (["0.1", "0.1"],
+                             ["{tmp}/data/sample/pretrain/phase1/unbinned/parquet_holdout",
+                              "{tmp}/data/sample/pretrain/phase2/bin_size_64/parquet_holdout"],
+                             ("{tmp}/data/sample/pretrain/phase1/unbinned/parquet_holdout",
+                              "{tmp}/data/sample/pretrain/phase2/bin_size_64/parquet_holdout"),
+                             ("1000", "1000"), ("100", "100"))),
+    "37 eval_freq": ({36: "0.1", 37: "5"}, _phase_values("--eval-freq"), ("5", "5")),
+    "38 num_eval_batches": ({36: "0.1", 38: "7"}, _phase_values("--num-eval-batches"), ("7", "7")),
 }
 
 
@@ -284,6 +300,31 @@ def test_existing_data_is_not_preprocessed_again(tmp_path, fakes, cpu_tiny_args)
     assert value(run.p1, "--vocab-file") == str(tmp_path / "data" / "sample" / "vocab.txt")
 
 
+def test_after_each_phase_the_report_is_plotted_and_the_final_checkpoint_named(tmp_path, fakes, cpu_tiny_args):
+    run = run_ok(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path)
+    results = tmp_path / "results"
+    assert script_args(run.calls, "plot_report.py") == [
+        [f"{results}/dllogger_p{phase}.json", "--output", f"{results}/dllogger_p{phase}.png"] for phase in (1, 2)]
+    assert run.result.stdout.splitlines()[-1] == f"Final checkpoint: {results}/custom/phase2/4"
+    args = list(cpu_tiny_args)
+    args[14] = "0"
+    run = run_ok(RUN_PRETRAINING, args, fakes, tmp_path)
+    assert run.result.stdout.splitlines()[-1] == f"Final checkpoint: {results}/custom/phase1/6"
+
+
+def test_holdout_fraction_refuses_data_made_without_a_held_out_split(tmp_path, fakes, cpu_tiny_args):
+    run_ok(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path)
+    args = list(cpu_tiny_args)
+    args[35] = "0.1"
+    run = run_script(RUN_PRETRAINING, args, fakes, tmp_path)
+    data = tmp_path / "data" / "sample" / "pretrain" / "phase1" / "unbinned" / "parquet"
+    assert run.result.returncode == 1
+    assert run.result.stderr.strip() == (f"run_pretraining.sh: holdout_fraction 0.1: {data} was made without a "
+                                         f"held-out split ({data}_holdout is missing); remove {data} to preprocess "
+                                         "it again")
+    assert run.pretraining == []
+
+
 def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     run = run_script(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path, FAKE_NO_CHECKPOINT="1")
     assert run.result.returncode == 1
@@ -297,7 +338,10 @@ def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     (25, "1.5", "sample_ratio must be a number in (0, 1], got '1.5'"),
     (26, "100", "phase2_bin_size must be one of: none 32 64 128 256 512; got '100'"),
     (28, "{tmp}/nope.json", "config file {tmp}/nope.json: no such file"),
-    (36, "extra", "at most 35 positional arguments, got 36"),
+    (15, "-1", "train_steps_phase2 must be an integer >= 0, got '-1'"),
+    (36, "1", "holdout_fraction must be a number in [0, 1), got '1'"),
+    (37, "0", "eval_freq must be an integer >= 1, got '0'"),
+    (39, "extra", "at most 38 positional arguments, got 39"),
 ])
 def test_bad_arguments_are_named(position, text, message, tmp_path, fakes, cpu_tiny_args):
     args = list(cpu_tiny_args)
@@ -321,7 +365,7 @@ PRETRAIN_POSITIONS = {"batch": 0, "lr": 1, "precision": 2, "gpus": 3, "warmup": 
 
 def _preset_values(name: str, env: dict[str, str]) -> dict[str, str]:
     args = preset("pretrain_config.sh", name, env)
-    assert len(args) == 35, args
+    assert len(args) == 38, args
     return {key: args[position] for key, position in PRETRAIN_POSITIONS.items()}
 
 
@@ -359,8 +403,9 @@ def test_every_pretraining_preset_is_accepted_by_the_script(name, tmp_path, fake
     (tmp_path / "vocab.txt").write_text("[PAD]\n")
     extra = {} if args[20] == "sample" else {"VOCAB_FILE": str(tmp_path / "vocab.txt")}
     run = run_ok(RUN_PRETRAINING, args, fakes, tmp_path, **extra)
-    assert [value(launcher_args(call), "--nproc_per_node") for call in run.launches] == [args[3]] * 2
-    assert (value(run.p1, "--batch-size"), value(run.p2, "--batch-size")) == (args[0], args[11])
+    phases = 1 if args[14] == "0" else 2  # train_steps_phase2 0: phase 1 only
+    assert [value(launcher_args(call), "--nproc_per_node") for call in run.launches] == [args[3]] * phases
+    assert [value(phase_args, "--batch-size") for phase_args in run.pretraining] == [args[0], args[11]][:phases]
 
 
 def test_squad_presets_print_nvidias_values(fakes):
@@ -712,6 +757,9 @@ def test_cpu_tiny_pretrains_both_phases_and_a_rerun_continues(cpu_tiny_run):
     assert f"Resuming from {phases / 'phase2' / '3'} at step 3" in rerun.stdout
     assert "preprocessing" not in rerun.stdout
     assert (phases / "phase1" / "6").is_dir() and (phases / "phase2" / "4").is_dir()
+    for phase in (1, 2):  # each phase's curves, drawn by plot_report.py after it
+        assert (tmp / "results" / f"dllogger_p{phase}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert cpu_tiny_run["output"].splitlines()[-1] == f"Final checkpoint: {phases / 'phase2' / '4'}"
 
 
 def test_cpu_tiny_squad_fine_tunes_the_pretrained_model(cpu_tiny_run):

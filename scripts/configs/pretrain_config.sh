@@ -13,7 +13,9 @@
 # learning rate constant after warmup for a fraction of the steps); they are not the paper's 96K/33K recipe.
 #
 # CPU presets run here in minutes: cpu_tiny trains bert_configs/bert-tiny-uncased.json for a handful of
-# steps per phase on a corpus built offline from Python's documentation (wikipedia_source "sample").
+# steps per phase on a corpus built offline from Python's documentation (wikipedia_source "sample"), to show
+# the plumbing; cpu_demo (the README's main command, about 3 minutes on 2 cores) pretrains a tiny BERT on that
+# corpus long enough for the held-out masked-LM loss to fall and its accuracy to rise.
 #
 # Paths come from BERT_PREP_WORKING_DIR (data; default <repo>/data) and the location of this file (code).
 # shellcheck shell=bash
@@ -31,7 +33,8 @@ _print_pretrain_args() {
     "$wikipedia_source" "$num_dask_workers" "$num_shards_per_worker" "$num_workers" \
     "$sample_ratio" "$phase2_bin_size" "$masking" \
     "$BERT_CONFIG" "$enable_benchmark" "$benchmark_steps" "$benchmark_warmup_steps" "$fuse_mha" \
-    "$optimizer" "$constant_proportion" "$constant_proportion_phase2"
+    "$optimizer" "$constant_proportion" "$constant_proportion_phase2" \
+    "$holdout_fraction" "$eval_freq" "$num_eval_batches"
 }
 
 # NVIDIA's dgxa100-80g_8gpu_amp: BERT-large, 8 GPUs, float16 AMP.
@@ -72,6 +75,9 @@ _bert_large_recipe() {
   optimizer=Lamb
   constant_proportion=0
   constant_proportion_phase2=0
+  holdout_fraction=0
+  eval_freq=1000
+  num_eval_batches=100
 }
 
 # Micro-batches (phase 1, phase 2) and accumulation (phase 1, phase 2) for a GPU count.
@@ -199,5 +205,28 @@ cpu_tiny_lans() (
   optimizer=Lans
   constant_proportion=0.34
   constant_proportion_phase2=0.25
+  _print_pretrain_args
+)
+
+# The README's demo: phase 1 only (train_steps_phase2 0), 400 LAMB steps of 32 sequences at length 128 on the
+# sample corpus, 10% of its documents held out and evaluated every 25 steps. bert-tiny with a 4096-row
+# embedding, the size of the vocab trained on the corpus: a 30522-row one (bert-tiny-uncased.json) makes the
+# masked-LM head 7 times as costly for rows no token uses. Its own data folder, as the held-out split and the
+# shards go together.
+cpu_demo() (
+  _cpu_tiny_recipe
+  local prep="${BERT_PREP_WORKING_DIR:-$_PRETRAIN_CONFIG_CODEDIR/data}/sample/demo"
+  learning_rate=2e-2
+  warmup_proportion=0.1
+  train_steps=400
+  save_checkpoint_steps=100
+  train_steps_phase2=0
+  _batches 1 32 1 4 2
+  DATA_DIR_PHASE1="$prep/pretrain/phase1/unbinned/parquet"
+  DATA_DIR_PHASE2="$prep/pretrain/phase2/bin_size_64/parquet"
+  num_dask_workers=2
+  BERT_CONFIG="$CODEDIR/bert_configs/bert-tiny-4k-vocab.json"
+  holdout_fraction=0.1
+  eval_freq=25
   _print_pretrain_args
 )
