@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import os
 import sys
 import time
@@ -54,6 +55,7 @@ from glue_data import (
 )
 from glue_metrics import compute_metrics
 from modeling import BertForSequenceClassification
+from progress import progress_bar
 from squad_utils import batch_indices
 from tokenizer import BertTokenizer
 
@@ -168,7 +170,9 @@ def predict_probabilities(model: BertForSequenceClassification, features: list[C
     """Class probabilities [N, num_labels] (float64) of every feature, in order."""
     model.eval()
     probabilities = []
-    for indices in batch_indices(len(features), args.predict_batch_size, shuffle=False):
+    batches = batch_indices(len(features), args.predict_batch_size, shuffle=False)
+    total = math.ceil(len(features) / args.predict_batch_size)
+    for indices in progress_bar(batches, desc="GLUE prediction", total=total, unit="batch"):
         batch = collate([features[i] for i in indices], pad_token_id, args.max_seq_length)
         with paddle.no_grad(), amp_autocast(policy):
             logits = model(*model_inputs(batch))

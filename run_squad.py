@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from dllog import DLLogger
 from finetune import INPUT_NAMES, SEQUENCE_MULTIPLE, Session, model_inputs
 from loss import squad_span_loss
 from modeling import BertForQuestionAnswering, standard_copy
+from progress import progress_bar
 from squad_evaluate import evaluate, evaluate_v2, load_dataset, load_squad_json
 from squad_utils import (
     SquadExample,
@@ -329,7 +331,9 @@ def _prediction_batches(features: list[SquadFeature], batch_size: int, pad_token
 def predict_logits(run: BatchPredictor, features: list[SquadFeature], batch_size: int, pad_token_id: int,
                    max_seq_length: int) -> LogitsByFeature:
     logits: LogitsByFeature = {}
-    for batch in _prediction_batches(features, batch_size, pad_token_id, max_seq_length, pad_to_max=False):
+    batches = _prediction_batches(features, batch_size, pad_token_id, max_seq_length, pad_to_max=False)
+    for batch in progress_bar(batches, desc="SQuAD prediction", total=math.ceil(len(features) / batch_size),
+                              unit="batch"):
         start_logits, end_logits = run(*(batch[name] for name in INPUT_NAMES))
         for row, unique_id in enumerate(batch["unique_ids"].tolist()):
             logits[unique_id] = (start_logits[row], end_logits[row])

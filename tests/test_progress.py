@@ -4,6 +4,7 @@ feature building and checkpoint conversion."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import io
@@ -11,6 +12,7 @@ import random
 import re
 from pathlib import Path
 
+import numpy as np
 import paddle
 import pytest
 
@@ -19,6 +21,8 @@ import create_pretraining_data
 import glue_data
 import lddl_preprocess
 import progress
+import run_glue
+import run_squad
 import squad_utils
 from bert_config import BertConfig
 from conftest import ROOT, require_shared
@@ -167,3 +171,24 @@ def test_checkpoint_conversion_shows_progress_both_ways(no_delay, capsys):
     convert_checkpoint.hf_to_paddle(hf_state, config, "hf")
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("convert: 100%")]
     assert len(lines) == 2 and all(f" {len(hf_state)}/{len(hf_state)} [" in line for line in lines), lines
+
+
+def test_squad_and_glue_prediction_show_progress(no_delay, capsys):
+    tokenizer = BertTokenizer(str(require_shared("vocab", "bert-uncased-vocab.txt")))
+    squad = [SquadExample(f"q{index}", "which?", "one two three", 0) for index in range(5)]
+    features = squad_utils.convert_examples_to_features(squad, tokenizer, max_seq_length=32, doc_stride=8,
+                                                        max_query_length=8)
+
+    def zeros(input_ids, token_type_ids, attention_mask):
+        return np.zeros(input_ids.shape, np.float32), np.zeros(input_ids.shape, np.float32)
+
+    run_squad.predict_logits(zeros, features, batch_size=2, pad_token_id=0, max_seq_length=32)
+    config = BertConfig.from_json_file(str(ROOT / "bert_configs" / "bert-tiny-uncased.json"))
+    glue = [ClassificationExample(str(index), "The cat sat.", None, "1") for index in range(3)]
+    glue_features = glue_data.convert_examples_to_features(glue, tokenizer, 16, ["0", "1"])
+    args = argparse.Namespace(predict_batch_size=2, max_seq_length=16)
+    model = run_glue.BertForSequenceClassification(config, 2)
+    run_glue.predict_probabilities(model, glue_features, args, 0, run_squad.AmpPolicy())
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("SQuAD prediction: 100%")][0].count(" 3/3 [") == 1
+    assert [line for line in err.splitlines() if line.startswith("GLUE prediction: 100%")][0].count(" 2/2 [") == 1
