@@ -54,12 +54,12 @@ from pathlib import Path
 
 import numpy as np
 import paddle
-import safetensors
 from safetensors.numpy import save_file
 
 from atomic_io import atomic_write, atomic_write_text
 from bert_config import HF_ARCHITECTURE_VALUES, BertConfig
 from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification
+from paddle_files import read_safetensors_state
 from progress import progress_bar
 from weights import (
     ENCODER_PARTS,
@@ -88,10 +88,6 @@ _TORCH_STORAGE_DTYPES = {
     "LongStorage": "<i8", "IntStorage": "<i4", "ShortStorage": "<i2", "CharStorage": "i1",
     "ByteStorage": "u1", "BoolStorage": "?",
 }
-_SAFETENSORS_DTYPES = {
-    "F32": "<f4", "F16": "<f2", "BF16": _BFLOAT16, "F64": "<f8",
-    "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?",
-}
 
 
 def _raw_dtype(dtype: str) -> np.dtype:
@@ -101,24 +97,6 @@ def _raw_dtype(dtype: str) -> np.dtype:
 def _widen_bfloat16(bits: np.ndarray) -> np.ndarray:
     # bfloat16 is the upper half of an IEEE float32, so shifting the bits up is exact.
     return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Every tensor of a .safetensors file as a NumPy array (bfloat16 widened exactly to float32)."""
-    path = Path(path)
-    try:
-        # safetensors' NumPy loader rejects bfloat16, so take the raw bytes and decode them here.
-        entries = safetensors.deserialize(path.read_bytes())
-    except safetensors.SafetensorError as error:
-        raise ValueError(f"{path}: not a valid safetensors file ({error})") from None
-    tensors = {}
-    for name, entry in entries:
-        if entry["dtype"] not in _SAFETENSORS_DTYPES:
-            raise ValueError(f"{path}: tensor {name} has unsupported dtype {entry['dtype']}")
-        dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
-        array = np.frombuffer(entry["data"], dtype=_raw_dtype(dtype)).reshape(entry["shape"])
-        tensors[name] = _widen_bfloat16(array) if dtype == _BFLOAT16 else array
-    return tensors
 
 
 @dataclasses.dataclass
@@ -218,7 +196,7 @@ def read_hf_checkpoint(hf_dir: str | os.PathLike) -> tuple[BertConfig, dict[str,
     if not hf_dir.is_dir():
         raise FileNotFoundError(f"{hf_dir}: Hugging Face checkpoint folder not found")
     config = BertConfig.from_json_file(hf_dir / "config.json")
-    for file_name, reader in (("model.safetensors", read_safetensors), ("pytorch_model.bin", read_torch_bin)):
+    for file_name, reader in (("model.safetensors", read_safetensors_state), ("pytorch_model.bin", read_torch_bin)):
         weights_path = hf_dir / file_name
         if weights_path.is_file():
             return config, reader(weights_path), weights_path

@@ -35,6 +35,7 @@ from modeling import (
     BertForSequenceClassification,
     BertModel,
 )
+from paddle_files import read_safetensors_state
 from weights import load_state
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -412,7 +413,7 @@ def test_safetensors_bfloat16_and_float16_are_read_exactly(tmp_path):
         "a": ("BF16", [2, 2], bfloat16_bits.tobytes()),
         "b": ("F16", [3], np.array([0.5, -1.0, 65504.0], "<f2").tobytes()),
     })
-    tensors = convert_checkpoint.read_safetensors(path)
+    tensors = read_safetensors_state(path)
     assert tensors["a"].dtype == np.float32 and np.array_equal(tensors["a"], values.reshape(2, 2))
     assert tensors["b"].dtype == np.float16 and tensors["b"].tolist() == [0.5, -1.0, 65504.0]
 
