@@ -38,6 +38,16 @@ _KEYS_BY_TYPE = {LOG: ("step", "data"), METADATA: ("metric", "metadata")}
 Step = int | tuple | list | str
 
 
+def training_step(step: object) -> int | None:
+    """The training step a LOG record's step names: an int, or the second element of [epoch, step] (NVIDIA's
+    form, which run_pretraining.py writes); None for "PARAMETER", the summary () and other forms."""
+    if isinstance(step, list | tuple):
+        step = step[1] if len(step) == 2 else None
+    if isinstance(step, bool) or not isinstance(step, int):
+        return None
+    return step
+
+
 def _json_value(value: Any) -> Any:
     """JSON fallback for numpy scalars and one-element tensors, which training code often logs."""
     if hasattr(value, "item"):

@@ -4,8 +4,9 @@ The top panel shows the training `loss`, and `mlm_loss` / `nsp_loss` when the re
 validation losses `eval_mlm_loss` / `eval_nsp_loss` (pretraining_eval.py) as dots; a validation report also
 gets an accuracy panel (`eval_mlm_accuracy`, `eval_nsp_accuracy`); the bottom panel shows every per-step
 metric that the report's METADATA records declare in sequences/s (for the pre-training engine, the global
-throughput). A step is the int step of a record, or the second element of an (epoch, step) tuple. A resumed
-run logs again the steps after the checkpoint it resumed from; the later record of a step wins, since it
+throughput; a metric declared in other units, such as NVIDIA's per-rank seqs_per_sec, is not drawn). A record's
+training step is dllog.training_step's: run_pretraining.py logs [epoch, step], older reports an int. A resumed run
+logs again the steps after the checkpoint it resumed from; the later record of a step wins, since it
 belongs to the run that continued.
 
 After writing the PNG it prints one summary line of the run: steps, sequences, time, and the first and last
@@ -25,21 +26,12 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen befor
 from matplotlib.figure import Figure  # noqa: E402
 
 from atomic_io import atomic_write
-from dllog import LOG, METADATA, read_report  # noqa: E402
+from dllog import LOG, METADATA, read_report, training_step  # noqa: E402
 
 LOSS_METRICS = ("loss", "mlm_loss", "nsp_loss")
 EVAL_LOSS_METRICS = ("eval_mlm_loss", "eval_nsp_loss")
 EVAL_ACCURACY_METRICS = ("eval_mlm_accuracy", "eval_nsp_accuracy")
 THROUGHPUT_UNIT = "sequences/s"
-
-
-def record_step(step: object) -> int | None:
-    """The training step a LOG record belongs to, or None for parameter, summary and validation records."""
-    if isinstance(step, list):
-        step = step[1] if len(step) == 2 else None
-    if isinstance(step, bool) or not isinstance(step, int):
-        return None
-    return step
 
 
 def metric_series(records: list[dict], metric: str) -> tuple[list[int], list[float]]:
@@ -48,7 +40,7 @@ def metric_series(records: list[dict], metric: str) -> tuple[list[int], list[flo
     for record in records:
         if record["type"] != LOG or metric not in record["data"]:
             continue
-        step = record_step(record["step"])
+        step = training_step(record["step"])
         value = record["data"][metric]
         if step is None or isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             continue
@@ -119,7 +111,7 @@ def summary_line(records: list[dict]) -> str:
         parts.append(f"{last_step * config['batch_size'] * config['gradient_merge_steps'] * config['world_size']}"
                      " sequences")
     times = [r["data"]["e2e_train_time"] for r in records
-             if r["type"] == LOG and record_step(r["step"]) is None and "e2e_train_time" in r["data"]]
+             if r["type"] == LOG and training_step(r["step"]) is None and "e2e_train_time" in r["data"]]
     if times:
         parts.append(f"{sum(times):.0f} s")
     line = ", ".join(parts)

@@ -41,7 +41,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -296,6 +296,7 @@ class StepResult:
     mlm_loss: float
     nsp_loss: float
     sequences: int
+    rank_sequences: int  # this rank's part of sequences
     learning_rate: float
     loss_scale: float
     skipped: bool
@@ -398,8 +399,9 @@ class Trainer:
         shares = merged_backward(self.network, prepared, MicroBatch.counts, self._loss_terms, self.world_size,
                                  self.scaler, all_reduce=self._all_reduce)
         mlm_share, nsp_share = shares if len(shares) == 2 else (shares[0], 0.0)
-        sequences = float(sum(micro_batch.sequences for micro_batch in prepared))
-        stats = self._all_reduce(paddle.to_tensor([mlm_share, nsp_share, float(stop_requested), sequences], "float32"))
+        sequences = sum(micro_batch.sequences for micro_batch in prepared)
+        stats = self._all_reduce(paddle.to_tensor([mlm_share, nsp_share, float(stop_requested), float(sequences)],
+                                                  "float32"))
         mlm_loss, nsp_loss, stop_votes, total_sequences = stats.numpy().tolist()
         loss = mlm_loss + nsp_loss
         learning_rate = self.optimizer.get_lr()
@@ -413,7 +415,8 @@ class Trainer:
             self.scaler.update(skipped)
         self.scheduler.step()
         padding = sum(p.padding_fraction for p in prepared) / len(prepared)
-        result = StepResult(loss, mlm_loss, nsp_loss, int(total_sequences), learning_rate, loss_scale, skipped, padding)
+        result = StepResult(loss, mlm_loss, nsp_loss, int(total_sequences), sequences, learning_rate, loss_scale,
+                            skipped, padding)
         return result, stop_votes > 0
 
 
@@ -595,6 +598,9 @@ REPORT_METRICS = {
     "loss": {"format": ":.4f"}, "mlm_loss": {"format": ":.4f"}, "nsp_loss": {"format": ":.4f"},
     "learning_rate": {"format": ":.6e"}, "loss_scale": {"format": ":.1f"},
     "sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
+    # NVIDIA's keys; seqs_per_sec's unit is not plot_report's "sequences/s", so the plot shows the global figure.
+    "step_cost": {"unit": "s", "format": ":.3f"}, "step_samples": {"unit": "sequences", "format": ":d"},
+    "seqs_per_sec": {"unit": "sequences/s per rank", "format": ":.2f"},
     "e2e_train_time": {"unit": "s", "format": ":.2f"}, "raw_train_time": {"unit": "s", "format": ":.2f"},
     "training_sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
     "final_loss": {"format": ":.4f"}, "padding_fraction": {"format": ":.4f"},
@@ -606,11 +612,22 @@ class ProgressReporter:
     and a printed line with the ETA), the skipped updates, and the run's summary over its timed steps (all of
     them, or a benchmark's).
 
+    Each record of a training step (an interval's, a skipped update's, an evaluation's) has NVIDIA's step
+    [epoch, step]: the step is the optimizer step just done (1-based, counted across resumes) and the epoch is
+    `epoch_of()`, the training loader's 0-based epoch of the last batch it handed out, i.e. how many full passes
+    over the shards came before this step's last micro-batch (a resumed run continues the loader's count).
+
+    An interval's record holds our keys (loss, mlm_loss and nsp_loss averaged over the interval's updates,
+    learning_rate and loss_scale of its last step, sequences_per_second of all ranks) and NVIDIA's (program.py
+    of its PaddlePaddle BERT recipe), measured as NVIDIA does: step_cost, the wall seconds of the whole interval
+    (not of one step); step_samples, the sequences this rank trained on in it (skipped updates included); and
+    seqs_per_sec = step_samples / step_cost, per rank. NVIDIA's own loss is the last step's; ours keeps the mean.
+
     A run without NSP (--no-nsp) reports no nsp_loss: its loss is mlm_loss."""
 
-    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int, nsp: bool = True,
-                 visualdl: VisualDLLog | None = None):
-        self.logger, self.say, self.visualdl = logger, say, visualdl
+    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int,
+                 epoch_of: Callable[[], int], nsp: bool = True, visualdl: VisualDLLog | None = None):
+        self.logger, self.say, self.visualdl, self.epoch_of = logger, say, visualdl, epoch_of
         self.start_step, self.last_step, self.log_freq = start_step, last_step, log_freq
         self.loss_keys = ("loss", "mlm_loss", "nsp_loss") if nsp else ("loss", "mlm_loss")
         for name, meta in REPORT_METRICS.items():
@@ -621,7 +638,8 @@ class ProgressReporter:
         self.start_timing(self.loop_start)
 
     def _start_interval(self, now: float) -> None:
-        self.interval = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "steps": 0, "sequences": 0}
+        self.interval = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "steps": 0, "sequences": 0,
+                         "rank_sequences": 0}
         self.interval_start = now
 
     def start_timing(self, now: float | None = None) -> None:
@@ -635,10 +653,12 @@ class ProgressReporter:
         self.timed_steps += 1
         self.timed_padding += result.padding_fraction
         self.interval["sequences"] += result.sequences
+        self.interval["rank_sequences"] += result.rank_sequences
         if result.skipped:
             self.say(f"Step {step}: non-finite loss or float16 overflow; update skipped "
                      f"(loss scale {result.loss_scale:g})", flush=True)
-            self.logger.log(step, {"skipped_update": 1, "loss": result.loss, "loss_scale": result.loss_scale})
+            self.logger.log((self.epoch_of(), step),
+                            {"skipped_update": 1, "loss": result.loss, "loss_scale": result.loss_scale})
         else:
             for key in self.loss_keys:
                 self.interval[key] += getattr(result, key)
@@ -651,12 +671,16 @@ class ProgressReporter:
         interval = self.interval
         if interval["steps"]:
             self.final_loss = interval["loss"] / interval["steps"]
-            sequences_per_second = interval["sequences"] / (now - self.interval_start)
+            elapsed = now - self.interval_start
+            sequences_per_second = interval["sequences"] / elapsed
             self.log(step, {
                 **{key: interval[key] / interval["steps"] for key in self.loss_keys},
                 "learning_rate": result.learning_rate,
                 "loss_scale": result.loss_scale,
                 "sequences_per_second": sequences_per_second,
+                "step_cost": elapsed,
+                "step_samples": interval["rank_sequences"],
+                "seqs_per_sec": interval["rank_sequences"] / elapsed,
             })
             eta = (now - self.loop_start) / (step - self.start_step) * (self.last_step - step)
             self.say(f"step {step}/{self.last_step} ({100 * step / self.last_step:.1f}%)  loss {self.final_loss:.4f}"
@@ -665,8 +689,9 @@ class ProgressReporter:
         self._start_interval(now)
 
     def log(self, step: int, metrics: dict) -> None:
-        """A step's metrics to the report and the VisualDL log (validation metrics are named eval_*)."""
-        self.logger.log(step, metrics)
+        """A step's metrics to the report (at [epoch, step]) and the VisualDL log (at step); validation metrics
+        are named eval_*."""
+        self.logger.log((self.epoch_of(), step), metrics)
         if self.visualdl is not None:
             self.visualdl.scalars(step, metrics)
 
@@ -760,8 +785,8 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
     say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
     visualdl = open_run_log(args.visualdl_log_dir, rank=rank, resume=start_step > 0, start_step=start_step,
                             config=vars(args))
-    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, nsp=not args.no_nsp,
-                                visualdl=visualdl)
+    reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, lambda: loader.epoch,
+                                nsp=not args.no_nsp, visualdl=visualdl)
     evaluator = build_evaluator(args, rank, world_size, logger, say)
     batches = iter(loader)
     with StopRequest(os.environ.get(STOP_FILE_VARIABLE)) as stop_request:

@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dllog import read_report  # noqa: E402  (the project root is only on the path from here on)
+from dllog import read_report, training_step  # noqa: E402  (the project root is only on the path from here on)
 
 VOCAB = ROOT / "vocab" / "bert-base-uncased-vocab.txt"
 # A run that hangs (a deadlocked NCCL group, a stuck loader) fails its row instead of stopping the check.
@@ -137,8 +137,8 @@ def relative_differences(losses: dict[int, float], reference: dict[int, float]) 
 
 def step_losses(report: Path) -> dict[int, float]:
     """The loss of every step in a run_pretraining.py report (log frequency 1), skipped updates included."""
-    return {record["step"]: record["data"]["loss"] for record in read_report(report)
-            if record["type"] == "LOG" and isinstance(record["step"], int) and "loss" in record["data"]}
+    return {training_step(record["step"]): record["data"]["loss"] for record in read_report(report)
+            if record["type"] == "LOG" and training_step(record["step"]) is not None and "loss" in record["data"]}
 
 
 def summary_value(report: Path, name: str) -> float:

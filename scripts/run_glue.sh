@@ -8,7 +8,9 @@
 # Positional arguments (default):
 #    1 init_checkpoint (<code_dir>/results/bert-large-uncased/phase2/1563)  initial weights: a folder holding
 #                                       bert_paddle.pdparams (the last phase-2 checkpoint of run_pretraining.sh),
-#                                       a .pdparams file (also a converted Hugging Face model), or None
+#                                       a .pdparams file (also a converted Hugging Face model), or None (train
+#                                       from random weights; a mode without train refuses None, since it would
+#                                       score random weights)
 #    2 data_dir ($BERT_PREP_WORKING_DIR/download/glue/MRPC/)  holds train.tsv and dev.tsv
 #    3 vocab_file (<code_dir>/vocab/bert-large-uncased-vocab.txt)
 #    4 config_file (None)               model config JSON; None: bert-large-uncased
@@ -67,6 +69,11 @@ IFS=", " read -ra mode_words <<< "$mode"
 for word in "${mode_words[@]}"; do
   require_choice mode "$word" train eval prediction
 done
+# run_glue.py refuses too (without --allow-random-weights, which this script never passes); refusing here says it
+# in the script's own terms, before anything starts.
+if [[ "$mode" != *train* && "$init_checkpoint" == None ]]; then
+  die "mode '$mode' scores the weights of init_checkpoint, which is None (random weights); name the fine-tuned model"
+fi
 data_dir=${data_dir%/}
 set_bert_model "$config_file"
 set_precision_flags "$precision" 128  # the initial loss scale of NVIDIA's Paddle run_squad.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fine-tune BERT on SQuAD v1.1 and/or predict and score: NVIDIA's positional interface (same 18 arguments, same
-# order, same defaults). Presets print them:
+# Fine-tune BERT on SQuAD v1.1 (or v2.0, see SQUAD_VERSION below) and/or predict and score: NVIDIA's positional
+# interface (same 18 arguments, same order, same defaults). Presets print them:
 #
 #   bash scripts/run_squad.sh results/bert-large-uncased/phase2/1563
 #   bash scripts/run_squad.sh $(source scripts/configs/squad_config.sh && dgxa100-80g_8gpu_amp)
@@ -15,7 +15,8 @@
 #    6 precision (amp)                        fp32 | tf32 | amp | fp16 | bf16 (see scripts/common.sh)
 #    7 num_gpus (8)                           processes (GPUs) on this node
 #    8 seed (1)
-#    9 squad_dir ($BERT_PREP_WORKING_DIR/download/squad/v1.1)   holds train-v1.1.json and dev-v1.1.json
+#    9 squad_dir ($BERT_PREP_WORKING_DIR/download/squad/v$SQUAD_VERSION)   holds train-v<version>.json and
+#                                             dev-v<version>.json
 #   10 vocab_file (<repo>/vocab/bert-large-uncased-vocab.txt)
 #   11 OUT_DIR ($RESULTS_DIR, default <repo>/results)   report and logfile.txt here; the fine-tuned model and
 #                                             predictions in <OUT_DIR>/<bert-model>/squad/, as NVIDIA's
@@ -27,7 +28,12 @@
 #   16 benchmark_steps (100)
 #   17 benchmark_warmup_steps (100)
 #   18 fuse_mha (true)                        one fused QKV projection per attention layer
-# Environment: BERT_PREP_WORKING_DIR (default <repo>/data), RESULTS_DIR (default <repo>/results).
+# Environment: BERT_PREP_WORKING_DIR (default <repo>/data), RESULTS_DIR (default <repo>/results), and two that
+# NVIDIA's script lacks (it always runs v1.1), so that its 18 positions stay as they are:
+#   SQUAD_VERSION (1.1)                       2.0: train-v2.0.json and dev-v2.0.json with unanswerable questions
+#                                             (--version-2-with-negative); the presets' squad_dir follows it too
+#   NULL_SCORE_DIFF_THRESHOLD (0.0)           SQuAD v2.0 only: answer "" when the null answer's score minus the
+#                                             best answer's exceeds this (--null-score-diff-threshold)
 # Paddle's launcher writes its worker logs to ./log (its default, where NVIDIA's script leaves them too; the
 # environment variable PADDLE_LOG_DIR moves them).
 # run_squad.py checks the files (checkpoint, vocab, SQuAD json) and names any that is missing.
@@ -46,7 +52,9 @@ warmup_proportion=${5:-0.2}
 precision=${6:-amp}
 num_gpus=${7:-8}
 seed=${8:-1}
-squad_dir=${9:-$BERT_PREP_WORKING_DIR/download/squad/v1.1}
+squad_version=${SQUAD_VERSION:-1.1}
+require_choice SQUAD_VERSION "$squad_version" 1.1 2.0
+squad_dir=${9:-$BERT_PREP_WORKING_DIR/download/squad/v$squad_version}
 vocab_file=${10:-$CODEDIR/vocab/bert-large-uncased-vocab.txt}
 OUT_DIR=${11:-${RESULTS_DIR:-$CODEDIR/results}}
 mode=${12:-train_eval}
@@ -68,6 +76,11 @@ require_int benchmark_warmup_steps "$benchmark_warmup_steps" 0
 require_choice mode "$mode" train eval prediction train_eval
 require_choice enable_benchmark "$enable_benchmark" true false
 require_choice fuse_mha "$fuse_mha" true false
+if [[ -n "${NULL_SCORE_DIFF_THRESHOLD:-}" ]]; then
+  [[ "$squad_version" == 2.0 ]] || die "NULL_SCORE_DIFF_THRESHOLD is only used with SQUAD_VERSION=2.0"
+  [[ "$NULL_SCORE_DIFF_THRESHOLD" =~ ^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ||
+    die "NULL_SCORE_DIFF_THRESHOLD must be a number, got '$NULL_SCORE_DIFF_THRESHOLD'"
+fi
 
 set_bert_model "$CONFIG_FILE"
 set_precision_flags "$precision" 128.0
@@ -79,11 +92,14 @@ flags=(--from-pretrained-params "$init_checkpoint" --vocab-file "$vocab_file" --
   "${BERT_MODEL_FLAGS[@]}" --learning-rate "$learning_rate" --warmup-proportion "$warmup_proportion"
   --seed "$seed" --epochs "$epochs" --max-steps "$max_steps" --max-seq-length 384 --doc-stride 128
   --log-freq 100 --report-file "$OUT_DIR/dllogger_${num_gpus}_${precision}.json" "${PRECISION_FLAGS[@]}")
+if [[ "$squad_version" == 2.0 ]]; then
+  flags+=(--version-2-with-negative --null-score-diff-threshold "${NULL_SCORE_DIFF_THRESHOLD:-0.0}")
+fi
 if [[ "$mode" == train || "$mode" == train_eval ]]; then
-  flags+=(--do-train --train-file "$squad_dir/train-v1.1.json" --train-batch-size "$batch_size")
+  flags+=(--do-train --train-file "$squad_dir/train-v$squad_version.json" --train-batch-size "$batch_size")
 fi
 if [[ "$mode" != train ]]; then
-  flags+=(--do-predict --predict-file "$squad_dir/dev-v1.1.json" --predict-batch-size "$batch_size")
+  flags+=(--do-predict --predict-file "$squad_dir/dev-v$squad_version.json" --predict-batch-size "$batch_size")
 fi
 if [[ "$mode" == eval || "$mode" == train_eval ]]; then
   flags+=(--do-eval)

@@ -11,7 +11,7 @@ import paddle
 
 import run_pretraining
 from conftest import ROOT, require_shared
-from dllog import read_report
+from dllog import read_report, training_step
 from modeling import BertConfig, BertForPretraining
 from squad_utils import SquadExample, convert_examples_to_features
 from tokenizer import BertTokenizer
@@ -122,8 +122,13 @@ def train(argv: list[str]) -> int:
 
 
 def step_records(report: Path) -> list[dict]:
-    """The per-step LOG records of a report (integer steps), in order."""
-    return [r for r in read_report(report) if r["type"] == "LOG" and isinstance(r["step"], int)]
+    """The per-step LOG records of a report (run_pretraining.py's [epoch, step]), in order."""
+    return [r for r in read_report(report) if r["type"] == "LOG" and training_step(r["step"]) is not None]
+
+
+def step_numbers(records: list[dict]) -> list[int]:
+    """The training step of each record ([epoch, step] -> step)."""
+    return [training_step(r["step"]) for r in records]
 
 
 def summaries(report: Path) -> list[dict]:

@@ -24,7 +24,7 @@ import pytest
 
 import run_pretraining
 from conftest import ROOT
-from dllog import read_report
+from dllog import read_report, training_step
 from recipe_fakes import preset
 
 SHORT_STEPS = 40
@@ -65,7 +65,7 @@ def validation_losses(demo: dict, name: str) -> list[float]:
         "--num-workers", "0", "--num-steps-per-checkpoint", str(SHORT_STEPS), "--report-file", str(report),
         "--log-freq", str(SHORT_STEPS), "--seed", "42", "--show-config", "false",
     ])
-    evaluations = [(record["step"], record["data"]["eval_mlm_loss"]) for record in read_report(report)
+    evaluations = [(training_step(record["step"]), record["data"]["eval_mlm_loss"]) for record in read_report(report)
                    if "eval_mlm_loss" in record.get("data", {})]
     assert [step for step, _ in evaluations] == [10, 20, 30, 40]
     return [loss for _, loss in evaluations]

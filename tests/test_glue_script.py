@@ -66,14 +66,38 @@ def test_every_argument_takes_effect(recorded, tmp_path):
     ]
 
 
-def test_evaluation_alone_runs_one_process_without_initial_weights_flag(recorded, tmp_path):
+def test_evaluation_alone_runs_one_process_on_the_given_weights(recorded, tmp_path):
+    # NVIDIA's eval mode passes its --init_checkpoint and --do_eval with the batch size, in one process.
     out_dir = tmp_path / "eval"
-    assert recorded("None", "glue/RTE", "v.txt", "None", str(out_dir), "rte", "4", "8", "1", "1e-4", "0.1", "3",
-                    "-1", "fp32", "1", "eval") == [
+    assert recorded("mrpc-out/bert_paddle.pdparams", "glue/RTE", "v.txt", "None", str(out_dir), "rte", "4", "8", "1",
+                    "1e-4", "0.1", "3", "-1", "fp32", "1", "eval") == [
         str(ROOT / "run_glue.py"), "--task-name", "rte", "--vocab-file", "v.txt", "--bert-model", "bert-large-uncased",
         "--output-dir", str(out_dir), "--max-seq-length", "128", "--seed", "1", "--float32-precision", "fp32",
+        "--from-pretrained-params", "mrpc-out/bert_paddle.pdparams",
         "--do-eval", "--predict-file", "glue/RTE/dev.tsv", "--predict-batch-size", "8",
     ]
+
+
+@pytest.mark.parametrize("mode", ["eval", "prediction", "eval,prediction"])
+def test_scoring_without_training_or_weights_is_refused_before_anything_runs(tmp_path, mode):
+    args = ["None", "", "", "", str(tmp_path / "out"), "", "", "", "", "", "", "", "", "", "", mode]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(f'#!/usr/bin/env bash\ntouch "{tmp_path}/python-ran"\n')
+    (bin_dir / "python").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    result = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and not (tmp_path / "python-ran").exists()
+    assert result.stderr == (f"run_glue.sh: mode '{mode}' scores the weights of init_checkpoint, which is None "
+                             "(random weights); name the fine-tuned model\n")
+    # Training from random weights (None) is still allowed, and passes no weights flag.
+    args[15] = "train"
+    (bin_dir / "python").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$RECORDED_ARGS"\n')
+    record = tmp_path / "args.txt"
+    subprocess.run(["bash", str(SCRIPT), *args], env={**env, "RECORDED_ARGS": str(record)}, check=True,
+                   capture_output=True, timeout=60)
+    recorded_args = record.read_text().splitlines()
+    assert "--do-train" in recorded_args and "--from-pretrained-params" not in recorded_args
 
 
 @pytest.mark.parametrize(

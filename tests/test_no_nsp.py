@@ -15,7 +15,16 @@ import run_glue
 import run_pretraining
 from conftest import require_shared
 from dllog import read_report
-from helpers import DYNAMIC, checkpoint_params, logged, pretraining_argv, step_folder, step_records, train
+from helpers import (
+    DYNAMIC,
+    checkpoint_params,
+    logged,
+    pretraining_argv,
+    step_folder,
+    step_numbers,
+    step_records,
+    train,
+)
 from loss import BertPretrainingCriterion
 from modeling import BertConfig, BertForPretraining
 
@@ -87,7 +96,7 @@ def test_the_no_nsp_step_is_the_mlm_loss_and_its_gradient(tmp_path, monkeypatch)
 def test_a_no_nsp_run_reports_the_mlm_loss_and_saves_no_nsp_weights(tmp_path, packing):
     assert train(pretraining_argv(tmp_path, "--max-steps", "2", "--no-nsp", *packing, shards=DYNAMIC)) == 0
     records = step_records(tmp_path / "report.json")
-    assert [r["step"] for r in records] == [1, 2]
+    assert step_numbers(records) == [1, 2]
     for record in records:
         assert "nsp_loss" not in record["data"] and record["data"]["loss"] == record["data"]["mlm_loss"]
     saved = checkpoint_params(tmp_path / "out", 2)

@@ -19,7 +19,16 @@ import run_pretraining
 from amp import amp_policy
 from conftest import require_shared
 from dllog import DLLogger
-from helpers import DYNAMIC, checkpoint_params, pretraining_argv, run_script, step_folder, step_records, train
+from helpers import (
+    DYNAMIC,
+    checkpoint_params,
+    pretraining_argv,
+    run_script,
+    step_folder,
+    step_numbers,
+    step_records,
+    train,
+)
 from modeling import BertForPretraining
 from weights import load_state
 
@@ -119,7 +128,7 @@ def test_num_eval_batches_sets_the_evaluated_sequences_up_to_one_pass(tmp_path, 
 def test_evaluations_run_every_eval_freq_steps_and_at_the_last_step(tmp_path, capsys):
     assert train(eval_argv(tmp_path, "--max-steps", "5", "--eval-freq", "2", "--num-eval-batches", "2")) == 0
     records = eval_records(tmp_path / "report.json")
-    assert [r["step"] for r in records] == [2, 4, 5]
+    assert step_numbers(records) == [2, 4, 5]
     assert all(set(r["data"]) == EVAL_KEYS and r["data"]["eval_sequences"] == 8 for r in records)
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("eval at step ")]
     assert len(printed) == 3 and "mlm accuracy" in printed[0] and "nsp accuracy" in printed[0]
@@ -147,7 +156,7 @@ def test_a_run_with_evaluations_resumes_bitwise_equal_to_one_without(tmp_path):
     assert [name for name in expected if not np.array_equal(actual[name], expected[name])] == []
     losses = [(r["step"], r["data"]["loss"]) for r in step_records(evaluated / "report.json") if "loss" in r["data"]]
     assert losses == [(r["step"], r["data"]["loss"]) for r in step_records(plain / "report.json")]
-    assert [r["step"] for r in eval_records(evaluated / "report.json")] == [1, 2, 3, 4, 5, 6]
+    assert step_numbers(eval_records(evaluated / "report.json")) == [1, 2, 3, 4, 5, 6]
 
 
 def parse_error(argv: list[str], capsys) -> str:

@@ -20,7 +20,7 @@ import pytest
 
 import lddl_preprocess
 from conftest import ROOT, require_shared
-from dllog import read_report
+from dllog import read_report, training_step
 from recipe_fakes import Fakes, launcher_args, make_fakes, preset, preset_names, script_args, value
 
 RUN_PRETRAINING = ROOT / "scripts" / "run_pretraining.sh"
@@ -544,6 +544,43 @@ def test_squad_benchmark_step_counts(position, steps, tmp_path, fakes):
     assert value(squad, flag) == steps and value(squad, flag) != SQUAD_BASE[position - 1]
 
 
+@pytest.mark.parametrize("mode, has_train_file", [("train_eval", True), ("prediction", False)])
+def test_squad_version_2_passes_v2_files_and_the_null_score_threshold(mode, has_train_file, tmp_path, fakes,
+                                                                        squad_base):
+    args = ["ckpt", *[""] * 10, mode]  # the defaults, so squad_dir follows SQUAD_VERSION
+    run = run_ok(RUN_SQUAD, args, fakes, tmp_path, SQUAD_VERSION="2.0", NULL_SCORE_DIFF_THRESHOLD="-1.5")
+    (squad,) = script_args(run.calls, "run_squad.py")
+    squad_dir = f"{tmp_path}/data/download/squad/v2.0"
+    assert value(squad, "--predict-file") == f"{squad_dir}/dev-v2.0.json"
+    assert value(squad, "--train-file") == (f"{squad_dir}/train-v2.0.json" if has_train_file else None)
+    assert value(squad, "--null-score-diff-threshold") == "-1.5" and "--version-2-with-negative" in squad
+    # Without NULL_SCORE_DIFF_THRESHOLD, run_squad.py's default; v1.1 (the default) passes neither flag.
+    default = run_ok(RUN_SQUAD, ["ckpt"], fakes, tmp_path, SQUAD_VERSION="2.0")
+    (squad,) = script_args(default.calls, "run_squad.py")
+    assert value(squad, "--null-score-diff-threshold") == "0.0"
+    (plain,) = script_args(squad_base.calls, "run_squad.py")
+    assert "--version-2-with-negative" not in plain and "--null-score-diff-threshold" not in plain
+
+
+def test_squad_presets_follow_squad_version(fakes):
+    args = preset("squad_config.sh", "dgxa100-80g_8gpu_amp", fakes.env(BERT_PREP_WORKING_DIR="/d", SQUAD_VERSION="2.0"))
+    assert args[8] == "/d/download/squad/v2.0"
+    assert preset("squad_config.sh", "dgxa100-80g_8gpu_amp", fakes.env(BERT_PREP_WORKING_DIR="/d"))[8] == (
+        "/d/download/squad/v1.1")
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"SQUAD_VERSION": "2"}, "SQUAD_VERSION must be one of: 1.1 2.0; got '2'"),
+    ({"NULL_SCORE_DIFF_THRESHOLD": "1.0"}, "NULL_SCORE_DIFF_THRESHOLD is only used with SQUAD_VERSION=2.0"),
+    ({"SQUAD_VERSION": "2.0", "NULL_SCORE_DIFF_THRESHOLD": "high"},
+     "NULL_SCORE_DIFF_THRESHOLD must be a number, got 'high'"),
+])
+def test_squad_version_settings_are_checked(env, message, tmp_path, fakes):
+    run = run_script(RUN_SQUAD, ["ckpt"], fakes, tmp_path, **env)
+    assert run.result.returncode == 1 and run.calls == []
+    assert run.result.stderr.strip() == f"run_squad.sh: {message}"
+
+
 # ------------------------------------------------------------------------------------------------------------
 # run_pretraining_p1.sh / _p2.sh (named arguments)
 # ------------------------------------------------------------------------------------------------------------
@@ -743,7 +780,8 @@ def test_cpu_tiny_pretrains_both_phases_and_a_rerun_continues(cpu_tiny_run):
     assert (tmp / "data" / "sample" / "vocab.txt").read_text().splitlines()[:5] == [
         "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     phase1_report = read_report(tmp / "results" / "dllogger_p1.json")
-    assert [record["step"] for record in phase1_report if "loss" in record.get("data", {})] == [1, 2, 3, 4, 5, 6]
+    assert [training_step(record["step"]) for record in phase1_report if "loss" in record.get("data", {})] == [
+        1, 2, 3, 4, 5, 6]
     phase2_config = next(record["data"] for record in read_report(tmp / "results" / "dllogger_p2.json")
                          if record.get("step") == "PARAMETER" and "from_phase1_final_params" in record["data"])
     assert phase2_config["from_phase1_final_params"] == str(phases / "phase1" / "6")

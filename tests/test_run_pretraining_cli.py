@@ -8,11 +8,13 @@ process would cost more than the run (see the pretraining helpers in helpers.py)
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 import paddle
+import pyarrow.parquet as pq
 import pytest
 
 import run_pretraining
@@ -26,6 +28,7 @@ from helpers import (
     partly_masked_words,
     pretraining_argv,
     step_folders,
+    step_numbers,
     step_records,
     summaries,
     train,
@@ -178,23 +181,93 @@ def test_log_freq_model_prefix_checkpoint_frequency_and_report_file(tmp_path, ca
                             "--model-prefix", "tiny", "--report-file", str(report), "--keep-checkpoint-max", "5")
     assert train(argv) == 0
     records = step_records(report)
-    assert [r["step"] for r in records] == [2, 4, 5]  # every 2 steps, and the last one
+    assert step_numbers(records) == [2, 4, 5]  # every 2 steps, and the last one
     # Each record averages its interval: the same run logged every step gives the parts.
     expected = [np.mean(per_step[0:2]), np.mean(per_step[2:4]), per_step[4]]
     np.testing.assert_allclose([r["data"]["loss"] for r in records], expected, rtol=1e-12)
     assert set(records[0]["data"]) == {"loss", "mlm_loss", "nsp_loss", "learning_rate", "loss_scale",
-                                       "sequences_per_second"}
+                                       "sequences_per_second", "step_cost", "step_samples", "seqs_per_sec"}
     (summary,) = summaries(report)
     assert summary["final_loss"] == pytest.approx(per_step[4], rel=1e-12)  # the mean over the last interval
     units = {r["metric"]: r["metadata"].get("unit") for r in read_report(report) if r["type"] == "METADATA"}
     assert units["training_sequences_per_second"] == units["sequences_per_second"] == "sequences/s"
-    assert units["e2e_train_time"] == "s"
+    assert units["e2e_train_time"] == units["step_cost"] == "s"
+    assert units["step_samples"] == "sequences" and units["seqs_per_sec"] == "sequences/s per rank"
     progress_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
     assert [line.split()[1] for line in progress_lines] == ["2/5", "4/5", "5/5"]
     assert all(" ETA " in line for line in progress_lines)
     assert step_folders(tmp_path / "out") == [2, 4, 5]
     assert sorted(p.name for p in (tmp_path / "out" / "custom" / "phase1" / "5").iterdir()) == [
         "tiny.pdopt", "tiny.pdparams", "tiny_config.json", "tiny_progress.json"]
+
+
+def nvidia_style_records(report: Path) -> list[tuple[int, int, float, float, int]]:
+    """(epoch, step, seqs_per_sec, step_cost, step_samples) of each throughput record, read as a parser written for
+    NVIDIA's reports would: the `DLLL ` JSON lines, the LOG ones that have seqs_per_sec, their step [epoch, step]."""
+    rows = []
+    for line in report.read_text().splitlines():
+        if not line.startswith("DLLL "):
+            continue
+        record = json.loads(line[len("DLLL "):])
+        if record["type"] == "LOG" and "seqs_per_sec" in record["data"]:
+            data = record["data"]
+            rows.append((record["step"][0], record["step"][1], data["seqs_per_sec"], data["step_cost"],
+                         data["step_samples"]))
+    return rows
+
+
+def test_interval_records_measure_nvidias_step_cost_samples_and_per_rank_throughput(tmp_path, monkeypatch):
+    # A scripted clock: the reporter reads it once when built and once per interval it reports.
+    clock = iter([100.0, 103.5, 104.0])
+    monkeypatch.setattr(run_pretraining.time, "perf_counter", lambda: next(clock))
+    epoch = [0]
+    report = tmp_path / "report.json"
+    logger = run_pretraining.DLLogger(report, stdout=False)
+    reporter = run_pretraining.ProgressReporter(logger, lambda *a, **k: None, start_step=0, last_step=3,
+                                                log_freq=2, epoch_of=lambda: epoch[0])
+
+    def step_result(loss: float, rank_sequences: int, skipped: bool = False) -> run_pretraining.StepResult:
+        # Two ranks, each with rank_sequences of the step's sequences.
+        return run_pretraining.StepResult(loss, loss - 1, 1.0, 2 * rank_sequences, rank_sequences, 1e-3, 1.0,
+                                          skipped, 0.0)
+
+    reporter.record(1, step_result(5.0, 16), stopping=False)
+    reporter.record(2, step_result(math.nan, 16, skipped=True), stopping=False)  # an overflow: no update
+    epoch[0] = 1  # the loader started its second pass during step 3
+    reporter.record(3, step_result(4.0, 8), stopping=False)
+    logger.close()
+    # Step 2 closes an interval of 3.5 s in which this rank trained on 16 + 16 sequences (NVIDIA counts every
+    # micro-batch it ran); step 3, the last, one of 0.5 s and 8 sequences.
+    assert nvidia_style_records(report) == [(0, 2, 32 / 3.5, 3.5, 32), (1, 3, 8 / 0.5, 0.5, 8)]
+    intervals = [r["data"] for r in step_records(report) if "seqs_per_sec" in r["data"]]
+    assert [data["sequences_per_second"] for data in intervals] == [64 / 3.5, 16 / 0.5]  # both ranks
+    assert [data["loss"] for data in intervals] == [5.0, 4.0]  # our mean over the interval's updates
+    skipped = [r["step"] for r in step_records(report) if "skipped_update" in r["data"]]
+    assert skipped == [[0, 2]]
+
+
+def test_an_nvidia_style_parser_reads_the_run_report(tmp_path):
+    # 12 samples, micro-batches of 4, 2 per step: an epoch is 3 micro-batches, so the epoch turns within the run.
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    source = require_shared(*UNBINNED) / "shard-0.parquet"
+    pq.write_table(pq.read_table(source).slice(0, 12), shards / "shard-0.parquet")
+    argv = pretraining_argv(tmp_path, "--max-steps", "5", "--log-freq", "2", "--gradient-merge-steps", "2",
+                            "--batch-size", "4", shards=shards)
+    assert train(argv) == 0
+    vocab = require_shared("vocab", "bert-uncased-vocab.txt")
+    steps_per_epoch = PretrainingDataLoader(str(shards), str(vocab), batch_size=4, max_seq_length=128,
+                                            max_predictions_per_seq=20, seed=42).steps_per_epoch
+    assert steps_per_epoch == 3
+    rows = nvidia_style_records(tmp_path / "report.json")
+    # Step s ends with micro-batch 2s - 1 (0-based) of the stream, in epoch (2s - 1) // 3.
+    assert [(epoch, step) for epoch, step, *_ in rows] == [(1, 2), (2, 4), (3, 5)]
+    assert [samples for *_, samples in rows] == [2 * 2 * 4, 2 * 2 * 4, 1 * 2 * 4]
+    for _, _, seqs_per_sec, step_cost, samples in rows:
+        assert step_cost > 0 and seqs_per_sec == pytest.approx(samples / step_cost, rel=1e-12)
+    # One rank: the per-rank figure is the global one.
+    global_rates = [r["data"]["sequences_per_second"] for r in step_records(tmp_path / "report.json")]
+    np.testing.assert_allclose([seqs_per_sec for _, _, seqs_per_sec, *_ in rows], global_rates, rtol=1e-12)
 
 
 @pytest.mark.parametrize("folder", ["wikitext2-test-seq128-unbinned", "wikitext2-test-seq128-bin64",
@@ -306,7 +379,7 @@ def test_vocab_file_maps_the_shard_tokens(tmp_path):
 def test_steps_this_run_stops_early_on_the_full_schedule(tmp_path):
     assert train(pretraining_argv(tmp_path, "--max-steps", "8", "--steps-this-run", "3")) == 0
     records = step_records(tmp_path / "report.json")
-    assert [r["step"] for r in records] == [1, 2, 3]
+    assert step_numbers(records) == [1, 2, 3]
     # The schedule spans --max-steps 8 (2 warmup steps), not the 3 steps of this run.
     np.testing.assert_allclose(records[-1]["data"]["learning_rate"], 5e-3 * (1 - 1 / 7), rtol=1e-12)
     assert step_folders(tmp_path / "out") == [3]
@@ -316,7 +389,7 @@ def test_benchmark_runs_warmup_then_timed_steps_without_checkpoints(tmp_path, ca
     argv = pretraining_argv(tmp_path, "--max-steps", "10", "--benchmark", "--benchmark-warmup-steps", "1",
                             "--benchmark-steps", "2")
     assert train(argv) == 0
-    assert [r["step"] for r in step_records(tmp_path / "report.json")] == [1, 2, 3]
+    assert step_numbers(step_records(tmp_path / "report.json")) == [1, 2, 3]
     (summary,) = summaries(tmp_path / "report.json")
     assert summary["timed_steps"] == 2
     # Throughput over the timed steps only: 2 steps of 4 sequences.
@@ -330,7 +403,7 @@ def test_benchmark_runs_its_steps_even_beyond_max_steps(tmp_path):
     argv = pretraining_argv(tmp_path, "--max-steps", "2", "--benchmark", "--benchmark-warmup-steps", "2",
                             "--benchmark-steps", "3")
     assert train(argv) == 0
-    assert [r["step"] for r in step_records(tmp_path / "report.json")] == [1, 2, 3, 4, 5]
+    assert step_numbers(step_records(tmp_path / "report.json")) == [1, 2, 3, 4, 5]
     assert summaries(tmp_path / "report.json")[0]["timed_steps"] == 3
 
 
@@ -364,7 +437,7 @@ def test_the_stop_file_saves_a_checkpoint_and_exits_0_at_the_next_step(tmp_path,
     assert train([*argv, "--last-step-of-checkpoint", "auto"]) == 0
     assert f"stop file {stop_file}: stopped after step 3" in capsys.readouterr().out
     assert step_folders(tmp_path / "out") == [2, 3]
-    assert [r["step"] for r in step_records(tmp_path / "report.json")] == [1, 2, 3]
+    assert step_numbers(step_records(tmp_path / "report.json")) == [1, 2, 3]
     assert stop_file.exists()  # the file belongs to whoever made it
 
 
@@ -411,7 +484,7 @@ def test_repeated_nonfinite_losses_stop_the_run_naming_the_step(tmp_path, capsys
         train(argv)
     out = capsys.readouterr().out
     assert "Step 2: non-finite loss or float16 overflow; update skipped" in out
-    skipped = [r["step"] for r in step_records(tmp_path / "report.json") if "skipped_update" in r["data"]]
+    skipped = step_numbers([r for r in step_records(tmp_path / "report.json") if "skipped_update" in r["data"]])
     assert skipped == [2, 3, 4]
 
 

@@ -27,6 +27,7 @@ from helpers import (
     pretraining_argv,
     step_folder,
     step_folders,
+    step_numbers,
     step_records,
     summaries,
     train,
@@ -88,7 +89,7 @@ def test_sigkill_at_a_step_then_the_same_command_resumes_exactly(uninterrupted, 
     assert step_folders(tmp_path / "out") == step_folders(uninterrupted / "out") == [4, 6]
     # The report continues: the killed run's records, then the resumed run's from the step after its last
     # checkpoint (steps after that checkpoint are trained and reported again), all valid DLLogger records.
-    steps = [r["step"] for r in step_records(tmp_path / "report.json")]
+    steps = step_numbers(step_records(tmp_path / "report.json"))
     assert steps[:3] == [1, 2, 3] and steps[-(6 - saved[-1]):] == list(range(saved[-1] + 1, 7))
     assert len(summaries(tmp_path / "report.json")) == 1  # the killed run never got to its summary
 
@@ -166,7 +167,7 @@ def test_sigterm_saves_a_loadable_checkpoint_and_exits_0(tmp_path):
     assert progress["global_step"] == stopped_at and progress["phase"] == 1
     assert optimizer_state["LR_Scheduler"]["last_epoch"] == stopped_at
     assert "bert.embeddings.word_embeddings.weight" in model_state
-    assert step_records(tmp_path / "report.json")[-1]["step"] == stopped_at
+    assert step_numbers(step_records(tmp_path / "report.json"))[-1] == stopped_at
 
 
 def test_explicit_step_and_single_folder_resume(uninterrupted, tmp_path):
@@ -176,7 +177,7 @@ def test_explicit_step_and_single_folder_resume(uninterrupted, tmp_path):
                                 "--from-checkpoint", str(phase_folder), "--last-step-of-checkpoint", "4")
     assert train(explicit) == 0
     assert_bitwise_equal(checkpoint_params(tmp_path / "explicit", 6), checkpoint_params(uninterrupted / "out", 6))
-    assert [r["step"] for r in step_records(tmp_path / "report.json")] == [5, 6]
+    assert step_numbers(step_records(tmp_path / "report.json")) == [5, 6]
     # Without --last-step-of-checkpoint, --from-checkpoint names one checkpoint folder.
     single = pretraining_argv(tmp_path, *RESUMABLE[:-2], "--output-dir", str(tmp_path / "single"),
                               "--from-checkpoint", str(phase_folder / "4"))

@@ -1,6 +1,7 @@
-# SQuAD v1.1 presets: each function prints the positional arguments of scripts/run_squad.sh.
+# SQuAD presets: each function prints the positional arguments of scripts/run_squad.sh.
 #
 #   bash scripts/run_squad.sh $(source scripts/configs/squad_config.sh && dgxa100-80g_8gpu_amp)
+#   export SQUAD_VERSION=2.0   # then the same: squad_dir is download/squad/v2.0, and run_squad.sh runs v2.0
 #
 # The dgxa100 8-GPU values are NVIDIA's (DeepLearningExamples, PaddlePaddle BERT, scripts/configs/
 # squad_config.sh; its tf32 preset said amp, here it is tf32). The 1-GPU presets keep the per-GPU batch of 32,
@@ -31,7 +32,7 @@ _bert_large_squad() {
   precision=amp
   num_gpus=8
   seed=1
-  squad_dir="$prep/download/squad/v1.1"
+  squad_dir="$prep/download/squad/v${SQUAD_VERSION:-1.1}"
   vocab_file="$_SQUAD_CONFIG_CODEDIR/vocab/bert-large-uncased-vocab.txt"
   OUT_DIR="$results/squad"
   mode=train_eval
