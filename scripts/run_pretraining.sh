@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # BERT pre-training on one node: phase 1 (sequence length 128), then phase 2 (512) from phase 1's final weights.
 # NVIDIA's positional interface: the same 32 arguments in the same order with the same defaults, plus three
-# optional ones for LANS and three for validation. Presets print them:
+# optional ones for LANS, three for validation and four for whole-word masking, the masked fraction, MLM-only
+# training and packing (README, "Beyond NVIDIA's recipe"). Presets print them:
 #
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && dgxa100-80g_8gpu_amp)
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && cpu_tiny)
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && cpu_demo)   # about 3 min
+#   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && cpu_tiny_beyond)
 #
 # What it does:
 # - A data folder that is missing or empty is made with lddl_preprocess.py from the corpus (argument 21);
@@ -60,13 +62,24 @@
 #                                         phase evaluates on it (run_pretraining.py --eval-dir); 0: no validation
 #   37 eval_freq (1000)                  evaluate every this many steps and at the last one (--eval-freq)
 #   38 num_eval_batches (100)            batches per evaluation (--num-eval-batches)
+#   39 whole_word_masking (false)        true: mask whole words (a piece and its ## continuations) where the
+#                                         masks are drawn: static, lddl_preprocess.py --whole-word-masking;
+#                                         dynamic, run_pretraining.py --whole-word-masking
+#   40 masked_lm_ratio (0.15)            fraction of each sequence's tokens masked, in (0, 1), passed to the same
+#                                         script as argument 39 (--masked-lm-ratio; MosaicBERT uses 0.3)
+#   41 no_nsp (false)                    true: masked LM alone: single-segment shards (lddl_preprocess.py
+#                                         --no-nsp) and no NSP head or loss (run_pretraining.py --no-nsp)
+#   42 pack_sequences (false)            true: several samples per row of each micro-batch
+#                                         (run_pretraining.py --pack-sequences)
+# A data folder is preprocessed only when it is empty: after changing argument 27, 39, 40 or 41, remove the data
+# folders or name new ones (arguments 17 and 18).
 # Environment: RESULTS_DIR (default <code_dir>/results) receives checkpoints, reports and logs; VOCAB_FILE
 # (default <code_dir>/vocab/bert-large-uncased-vocab.txt, shipped; for the "sample" corpus a
 # vocab trained on it); BERT_PREP_WORKING_DIR (default <code_dir>/data; the "sample" corpus and its vocab go to
 # its sample/ folder). Presets share RESULTS_DIR: give each its own, or a rerun resumes the other's checkpoints.
 set -euo pipefail
 
-(( $# <= 38 )) || { echo "${0##*/}: at most 38 positional arguments, got $#" >&2; exit 1; }
+(( $# <= 42 )) || { echo "${0##*/}: at most 42 positional arguments, got $#" >&2; exit 1; }
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/common.sh
 source "$SCRIPT_DIR/common.sh"
@@ -110,6 +123,10 @@ constant_proportion_phase2=${35:-0}
 holdout_fraction=${36:-0}
 eval_freq=${37:-1000}
 num_eval_batches=${38:-100}
+whole_word_masking=${39:-false}
+masked_lm_ratio=${40:-0.15}
+no_nsp=${41:-false}
+pack_sequences=${42:-false}
 
 RESULTS_DIR=${RESULTS_DIR:-$CODEDIR/results}
 num_nodes=1
@@ -128,9 +145,15 @@ require_choice fuse_mha "$fuse_mha" true false
 require_choice masking "$masking" static dynamic
 require_choice phase2_bin_size "$phase2_bin_size" none 32 64 128 256 512
 require_choice optimizer "$optimizer" Lamb Lans AdamW
+require_choice whole_word_masking "$whole_word_masking" true false
+require_choice no_nsp "$no_nsp" true false
+require_choice pack_sequences "$pack_sequences" true false
 require_fraction sample_ratio "$sample_ratio"
 awk -v f="$holdout_fraction" 'BEGIN { exit !(f ~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/ && f < 1) }' \
   || die "holdout_fraction must be a number in [0, 1), got '$holdout_fraction'"
+# (0, 1) is what run_pretraining.py accepts; lddl_preprocess.py also takes 1.
+awk -v r="$masked_lm_ratio" 'BEGIN { exit !(r ~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/ && r > 0 && r < 1) }' \
+  || die "masked_lm_ratio must be a number in (0, 1), got '$masked_lm_ratio'"
 [[ -f "$CODEDIR/run_pretraining.py" ]] || die "code dir $CODEDIR: no run_pretraining.py there"
 set_precision_flags "$precision" 1048576
 set_bert_model "$BERT_CONFIG"
@@ -156,8 +179,22 @@ VOCAB_FILE=${VOCAB_FILE:-$CODEDIR/vocab/bert-large-uncased-vocab.txt}
 [[ -f "$VOCAB_FILE" ]] || die "vocab file $VOCAB_FILE: not found"
 
 readonly num_blocks=$((num_shards_per_worker * (num_workers > 0 ? num_workers : 1) * num_nodes * num_gpus))
-masking_flag=--masking
-[[ "$masking" == dynamic ]] && masking_flag=--no-masking
+# The masking options go where the masks are drawn: into the shards (static) or in the training loader
+# (dynamic). lddl_preprocess.py refuses them with --no-masking, run_pretraining.py --whole-word-masking refuses
+# statically masked shards, and its --masked-lm-ratio would do nothing there.
+masking_options=()
+[[ "$whole_word_masking" == true ]] && masking_options+=(--whole-word-masking)
+# 0.15 is both scripts' default.
+awk -v r="$masked_lm_ratio" 'BEGIN { exit !(r == 0.15) }' || masking_options+=(--masked-lm-ratio "$masked_lm_ratio")
+preprocess_masking_flags=(--masking "${masking_options[@]}")
+train_masking_flags=()
+if [[ "$masking" == dynamic ]]; then
+  preprocess_masking_flags=(--no-masking)
+  train_masking_flags=("${masking_options[@]}")
+fi
+# MLM-only: single-segment shards and a model without the NSP head, so the two always go together.
+nsp_flags=()
+[[ "$no_nsp" == true ]] && nsp_flags=(--no-nsp)
 sample_ratio_flags=()
 # --sample-ratio 1 keeps every document, which lddl_preprocess.py does without the flag.
 awk -v r="$sample_ratio" 'BEGIN { exit !(r == 1) }' || sample_ratio_flags=(--sample-ratio "$sample_ratio")
@@ -185,8 +222,8 @@ preprocess() {  # data_dir max_seq_length [extra lddl_preprocess.py flags]
   folder_is_empty "$wikipedia_source" && die "corpus $wikipedia_source: missing or empty, cannot preprocess"
   run_logged "" python "$CODEDIR/lddl_preprocess.py" --input "$wikipedia_source" --vocab-file "$VOCAB_FILE" \
     --output-dir "$data_dir" --max-seq-length "$max_seq_length" --num-blocks "$num_blocks" \
-    --num-shards "$num_blocks" --num-workers "$num_dask_workers" --seed "$seed" "$masking_flag" \
-    "${sample_ratio_flags[@]}" "${holdout_flags[@]}" "$@"
+    --num-shards "$num_blocks" --num-workers "$num_dask_workers" --seed "$seed" "${preprocess_masking_flags[@]}" \
+    "${sample_ratio_flags[@]}" "${holdout_flags[@]}" "${nsp_flags[@]}" "$@"
 }
 
 preprocess "$DATA_DIR_PHASE1" 128
@@ -201,6 +238,8 @@ common_flags=(--vocab-file "$VOCAB_FILE" --output-dir "$RESULTS_DIR" "${BERT_MOD
   --num-steps-per-checkpoint "$save_checkpoint_steps" --seed "$seed" --log-freq 1 --optimizer "$optimizer"
   --num-workers "$num_workers" --last-step-of-checkpoint auto "${PRECISION_FLAGS[@]}")
 [[ "$fuse_mha" == true ]] && common_flags+=(--fuse-mha)
+common_flags+=("${train_masking_flags[@]}" "${nsp_flags[@]}")
+[[ "$pack_sequences" == true ]] && common_flags+=(--pack-sequences)
 [[ "$enable_benchmark" == true ]] && common_flags+=(--benchmark --benchmark-steps "$benchmark_steps"
   --benchmark-warmup-steps "$benchmark_warmup_steps")
 

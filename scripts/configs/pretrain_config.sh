@@ -15,7 +15,8 @@
 # CPU presets run here in minutes: cpu_tiny trains bert_configs/bert-tiny-uncased.json for a handful of
 # steps per phase on a corpus built offline from Python's documentation (wikipedia_source "sample"), to show
 # the plumbing; cpu_demo (the README's main command, about 3 minutes on 2 cores) pretrains a tiny BERT on that
-# corpus long enough for the held-out masked-LM loss to fall and its accuracy to rise.
+# corpus long enough for the held-out masked-LM loss to fall and its accuracy to rise; cpu_tiny_beyond is
+# cpu_tiny with the four features NVIDIA's recipe lacks turned on together.
 #
 # Paths come from BERT_PREP_WORKING_DIR (data; default <repo>/data) and the location of this file (code).
 # shellcheck shell=bash
@@ -34,7 +35,8 @@ _print_pretrain_args() {
     "$sample_ratio" "$phase2_bin_size" "$masking" \
     "$BERT_CONFIG" "$enable_benchmark" "$benchmark_steps" "$benchmark_warmup_steps" "$fuse_mha" \
     "$optimizer" "$constant_proportion" "$constant_proportion_phase2" \
-    "$holdout_fraction" "$eval_freq" "$num_eval_batches"
+    "$holdout_fraction" "$eval_freq" "$num_eval_batches" \
+    "$whole_word_masking" "$masked_lm_ratio" "$no_nsp" "$pack_sequences"
 }
 
 # NVIDIA's dgxa100-80g_8gpu_amp: BERT-large, 8 GPUs, float16 AMP.
@@ -78,6 +80,10 @@ _bert_large_recipe() {
   holdout_fraction=0
   eval_freq=1000
   num_eval_batches=100
+  whole_word_masking=false
+  masked_lm_ratio=0.15
+  no_nsp=false
+  pack_sequences=false
 }
 
 # Micro-batches (phase 1, phase 2) and accumulation (phase 1, phase 2) for a GPU count.
@@ -228,5 +234,25 @@ cpu_demo() (
   BERT_CONFIG="$CODEDIR/bert_configs/bert-tiny-4k-vocab.json"
   holdout_fraction=0.1
   eval_freq=25
+  _print_pretrain_args
+)
+
+# cpu_tiny with the four features beyond NVIDIA's recipe (README, "Beyond NVIDIA's recipe") turned on together,
+# to check that they work through the recipe: whole-word masking drawn by the loader (dynamic masking), masked LM
+# alone (single-segment shards, no NSP head), packed micro-batches, and 10% of the documents held out and
+# evaluated every 3 steps and at the end of each phase. Its own data folder: its shards have no masks and no
+# sentence pairs, and a held-out split.
+cpu_tiny_beyond() (
+  _cpu_tiny_recipe
+  local prep="${BERT_PREP_WORKING_DIR:-$_PRETRAIN_CONFIG_CODEDIR/data}/sample/beyond"
+  DATA_DIR_PHASE1="$prep/pretrain/phase1/unbinned/parquet"
+  DATA_DIR_PHASE2="$prep/pretrain/phase2/bin_size_64/parquet"
+  masking=dynamic
+  holdout_fraction=0.1
+  eval_freq=3
+  num_eval_batches=2
+  whole_word_masking=true
+  no_nsp=true
+  pack_sequences=true
   _print_pretrain_args
 )
