@@ -341,7 +341,7 @@ def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     (15, "-1", "train_steps_phase2 must be an integer >= 0, got '-1'"),
     (36, "1", "holdout_fraction must be a number in [0, 1), got '1'"),
     (37, "0", "eval_freq must be an integer >= 1, got '0'"),
-    (39, "extra", "at most 38 positional arguments, got 39"),
+    (43, "extra", "at most 42 positional arguments, got 43"),
 ])
 def test_bad_arguments_are_named(position, text, message, tmp_path, fakes, cpu_tiny_args):
     args = list(cpu_tiny_args)
@@ -365,7 +365,7 @@ PRETRAIN_POSITIONS = {"batch": 0, "lr": 1, "precision": 2, "gpus": 3, "warmup": 
 
 def _preset_values(name: str, env: dict[str, str]) -> dict[str, str]:
     args = preset("pretrain_config.sh", name, env)
-    assert len(args) == 38, args
+    assert len(args) == 42, args
     return {key: args[position] for key, position in PRETRAIN_POSITIONS.items()}
 
 
