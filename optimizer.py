@@ -347,8 +347,7 @@ def create_optimizer(
 
     Weight decay skips no_weight_decay_parameters(model). max_grad_norm clips the gradients to that global
     norm before the update (ClipGradByGlobalNorm on a GPU, ClipGradByGlobalNormInPlace on a CPU); None turns
-    clipping off. multi_precision keeps fp32
-    master weights for fp16/bf16 parameters.
+    clipping off. multi_precision keeps fp32 master weights for fp16/bf16 parameters.
 
     "Lamb" is paddle.optimizer.Lamb (a fused kernel) when use_paddle_lamb is True, and this module's Lamb
     (the same update in in-place ops, faster on a CPU) when it is False; None picks paddle's on a GPU. Both
