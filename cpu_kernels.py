@@ -9,7 +9,9 @@ and gradients against those ops.
 Why each one exists (fp32, one thread, batch 8 x 128 tokens, BERT-base shapes, measured on this machine,
 an AMD EPYC with AVX-512). "Step" is the CPU time of a whole BERT-base training step (forward, backward,
 LAMB) without the change divided by that with it, from in-process A/B runs alternating the two; all the
-model-level ones together (Linear, LayerNorm, Dropout, attention): 1.24x.
+model-level ones together (Linear, LayerNorm, Dropout, attention): 1.24x. docs/cpu-training-profile.md
+profiles a whole step on an Intel Xeon, by operator, and lists what else was tried there and why it was
+not taken.
 
 - MKL code path. Paddle's CPU build does its matrix products in Intel MKL (mklml 2019), which picks its
   kernels by CPU vendor: on an AMD processor it ignores AVX2/AVX-512 and runs a generic path 2.4x slower

@@ -4,9 +4,10 @@
   paddle.optimizer.Lamb with always_adapt=False matches): Adam moments with bias correction, epsilon outside
   the square root, decoupled weight decay, and the trust ratio ||w|| / ||update|| applied only to tensors that
   are weight-decayed; a zero norm gives a ratio of 1. Gradients are first clipped to a global norm
-  (ClipGradByGlobalNorm, 1.0 in NVIDIA's recipe). On a GPU create_optimizer uses paddle's fused kernel; on a
-  CPU it uses `Lamb` below, the same update built from paddle's fused Adam kernel and in-place tensor ops,
-  about 2.5 times as fast there (benchmarks/bench_optimizer.py).
+  (ClipGradByGlobalNorm, 1.0 in NVIDIA's recipe). On a GPU create_optimizer uses paddle's fused kernel and
+  paddle's clip; on a CPU it uses `Lamb` below, the same update built from paddle's fused Adam kernel and
+  in-place tensor ops, about 2.5 times as fast there (benchmarks/bench_optimizer.py), and
+  `ClipGradByGlobalNormInPlace`, the same clip with dot products for the norms and in-place scaling.
 - LANS (Zheng et al. 2020, arXiv:2006.13484) is `Lans` below.
 - AdamW (Loshchilov & Hutter 2019) is paddle.optimizer.AdamW.
 
@@ -16,6 +17,7 @@ All three skip weight decay for the same parameters, chosen by the role a parame
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import paddle
@@ -44,6 +46,32 @@ def no_weight_decay_parameters(model: nn.Layer) -> set[str]:
         if isinstance(layer, BertPretrainingHeads):
             names.add(layer.decoder_bias.name)
     return names
+
+
+class ClipGradByGlobalNormInPlace(nn.ClipGradByGlobalNorm):
+    """ClipGradByGlobalNorm's function, g <- g * clip_norm / max(global norm, clip_norm), for dense fp32/fp64
+    gradients, which it scales in place; other gradients (selected rows, half precision) go to paddle's.
+
+    On a CPU paddle's clip takes each norm with its squared_l2_norm kernel and multiplies every gradient by a
+    broadcast [1] tensor into a new tensor; BLAS dot products and an in-place scale by a number do the same
+    with less memory traffic. BERT-base, one thread, CPU time, in-process A/B alternating the two clips,
+    measured under load (load average 5.5 on 2 cores) on an Intel Xeon: clip + LAMB 1.14x (1141 -> 965 ms);
+    Step: 1.015x (124 ms of an 8.5 s step). A factor of 1 (global norm within clip_norm) leaves the gradients
+    as they are.
+    """
+
+    @paddle.no_grad()
+    def _dygraph_clip(self, params_grads):
+        grads = [g for p, g in params_grads if g is not None and getattr(p, "need_clip", True)]
+        if any(g.is_selected_rows() or g.dtype not in (paddle.float32, paddle.float64) for g in grads):
+            return super()._dygraph_clip(params_grads)
+        # The squared norms are summed in float64 on the host: 200-odd numbers, no device sync on a CPU.
+        global_norm = math.sqrt(sum(float(_dot(g.reshape([-1]))) for g in grads))
+        factor = self.clip_norm / max(global_norm, self.clip_norm)
+        if factor != 1.0:
+            for g in grads:
+                g.scale_(factor)
+        return params_grads
 
 
 class _LayerwiseAdaptiveOptimizer(paddle.optimizer.Optimizer):
@@ -318,8 +346,8 @@ def create_optimizer(
     """Build "Lamb", "Lans" or "AdamW" over model.parameters().
 
     Weight decay skips no_weight_decay_parameters(model). max_grad_norm clips the gradients to that global
-    norm before the update (ClipGradByGlobalNorm); None turns clipping off. multi_precision keeps fp32
-    master weights for fp16/bf16 parameters.
+    norm before the update (ClipGradByGlobalNorm on a GPU, ClipGradByGlobalNormInPlace on a CPU); None turns
+    clipping off. multi_precision keeps fp32 master weights for fp16/bf16 parameters.
 
     "Lamb" is paddle.optimizer.Lamb (a fused kernel) when use_paddle_lamb is True, and this module's Lamb
     (the same update in in-place ops, faster on a CPU) when it is False; None picks paddle's on a GPU. Both
@@ -330,10 +358,12 @@ def create_optimizer(
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be non-negative, got {weight_decay}")
     excluded = no_weight_decay_parameters(model)
-    grad_clip = nn.ClipGradByGlobalNorm(clip_norm=max_grad_norm) if max_grad_norm is not None else None
+    on_gpu = paddle.get_device().startswith("gpu")
+    clip_class = nn.ClipGradByGlobalNorm if on_gpu else ClipGradByGlobalNormInPlace
+    grad_clip = clip_class(clip_norm=max_grad_norm) if max_grad_norm is not None else None
     parameters = model.parameters()
     if use_paddle_lamb is None:
-        use_paddle_lamb = paddle.get_device().startswith("gpu")
+        use_paddle_lamb = on_gpu
     if name == "Lamb":
         lamb = paddle.optimizer.Lamb if use_paddle_lamb else Lamb
         return lamb(

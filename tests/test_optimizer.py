@@ -5,7 +5,7 @@ import paddle
 import pytest
 
 from modeling import BertConfig, BertForPretraining, BertForQuestionAnswering
-from optimizer import Lamb, Lans, create_optimizer, no_weight_decay_parameters
+from optimizer import ClipGradByGlobalNormInPlace, Lamb, Lans, create_optimizer, no_weight_decay_parameters
 
 BETA1, BETA2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01
 STEPS = 6
@@ -177,6 +177,31 @@ def test_float32_within_1e6_of_reference(name):
     expected = reference(rule_for(name, "float32"), initial, gradients, [0.01] * STEPS, {model.dense.weight.name}, 1.0)
     for param_name, value in expected.items():
         np.testing.assert_allclose(actual[param_name], value, rtol=1e-6, atol=1e-7, err_msg=param_name)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("gradient_scale", [3.0, 0.01])
+def test_in_place_clip_matches_paddles_clip(dtype, gradient_scale):
+    """Against paddle.nn.ClipGradByGlobalNorm: above the limit every clipped gradient shrinks by the same
+    factor, below it nothing changes; a parameter with need_clip=False neither counts nor is scaled."""
+    rng = np.random.default_rng(4)
+    params = [paddle.create_parameter(shape, dtype) for shape in ([7, 5], [5], [3, 2])]
+    params[2].need_clip = False
+    grads = [paddle.to_tensor(gradient_scale * rng.normal(size=p.shape).astype(dtype)) for p in params]
+    expected = paddle.nn.ClipGradByGlobalNorm(clip_norm=1.0)(list(zip(params, [g.clone() for g in grads], strict=True)))
+    actual = ClipGradByGlobalNormInPlace(clip_norm=1.0)(list(zip(params, grads, strict=True)))
+    for (_, want), (_, got), given in zip(expected, actual, grads, strict=True):
+        assert got is given  # scaled in place
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    clipped_norm = np.sqrt(sum(np.sum(g.numpy().astype(np.float64) ** 2) for g in grads[:2]))
+    if gradient_scale > 1:
+        assert clipped_norm == pytest.approx(1.0, rel=1e-6)
+    else:
+        assert clipped_norm < 1.0  # the case below the limit really is below it
+
+
+def test_create_optimizer_clips_in_place_on_a_cpu():
+    assert type(build("Lamb", tiny_model("float32"), 0.01, 1.0)._grad_clip) is ClipGradByGlobalNormInPlace
 
 
 @pytest.mark.parametrize("optimizer_class", [Lamb, Lans])
