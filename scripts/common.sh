@@ -143,7 +143,9 @@ launch_phase_with_named_args() {  # run_pretraining.py arguments...
 # - a holdout fraction > 0 goes to preprocessing, and the validation flags to training (set_holdout_flags and
 #   set_eval_flags, per data folder).
 # Results: PREPROCESS_FEATURE_FLAGS (lddl_preprocess.py), TRAIN_FEATURE_FLAGS (run_pretraining.py).
-set_feature_flags() {  # names: masking holdout_fraction eval_freq num_eval_batches whole_word_masking masked_lm_ratio no_nsp pack_sequences
+# Arguments: the names of masking holdout_fraction eval_freq num_eval_batches whole_word_masking masked_lm_ratio
+# no_nsp pack_sequences.
+set_feature_flags() {
   local masking="${!1}" holdout_fraction="${!2}" whole_word_masking="${!5}" masked_lm_ratio="${!6}" no_nsp="${!7}"
   local pack_sequences="${!8}" name
   require_choice "$1" "$masking" static dynamic
