@@ -32,7 +32,11 @@ Batches (numpy, int64): input_ids, token_type_ids, attention_mask (1 = token, 0 
 (-1 = not masked, else the original id) [B, L]; next_sentence_labels [B] (1 = B is random). L is the longest
 sequence of the batch rounded up to a multiple of 8, capped at max_seq_length. A sequence longer than
 max_seq_length, or a statically masked one with more than max_predictions_per_seq masks, is an error naming its
-file and row: truncating either would silently change the training objective.
+file and row: truncating either would silently change the training objective. So is, for a loader made with
+nsp=True (training next-sentence prediction), a parquet row whose B is empty: single-segment shards
+(lddl_preprocess.py --no-nsp) label every sample "not random", and NSP would learn that constant; LDDL's pairs
+always have a B, as do ours (pretraining_pairs.py drops empty sentences and documents, and with max_seq_length >= 5
+truncation never empties a segment).
 
 Masking. Static masks are taken from the shards. Shards without masks are masked here by masking.mask_batch
 (Google's rule, masked_lm_ratio of each sequence's tokens with max_predictions_per_seq as the cap; by single pieces,
@@ -206,7 +210,8 @@ def find_shards(input_dir: str) -> ShardSet:
 
 @dataclass(frozen=True)
 class LoaderSettings:
-    """The loader's settings that fix which samples each batch holds and how they are masked, validated once."""
+    """The loader's settings that fix which samples each batch holds and how they are masked, validated once;
+    nsp: the batches train next-sentence prediction, so every sample needs a segment B."""
 
     batch_size: int
     max_seq_length: int
@@ -217,6 +222,7 @@ class LoaderSettings:
     rank: int
     world_size: int
     shuffle_window_samples: int
+    nsp: bool = False
 
     def __post_init__(self):
         for name, lowest in [("batch_size", 1), ("max_seq_length", 3), ("max_predictions_per_seq", 1), ("seed", 0),
@@ -228,8 +234,9 @@ class LoaderSettings:
             raise ValueError(f"rank={self.rank!r}: must be in [0, world_size={self.world_size})")
         if not 0.0 < self.masked_lm_ratio < 1.0:
             raise ValueError(f"masked_lm_ratio={self.masked_lm_ratio!r}: must be between 0 and 1")
-        if not isinstance(self.whole_word_masking, bool):
-            raise ValueError(f"whole_word_masking={self.whole_word_masking!r}: must be True or False")
+        for name in ("whole_word_masking", "nsp"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r}: must be True or False")
 
 
 class Vocab:
@@ -445,6 +452,11 @@ class ParquetFormat(ShardFormat):
         ids_b, lengths_b = self._token_ids(texts_b, sources)
         for row in np.flatnonzero(lengths_a == 0)[:1]:
             raise ValueError(f"{sources[row]}: segment A is empty")
+        if self.settings.nsp:
+            for row in np.flatnonzero(lengths_b == 0)[:1]:
+                raise ValueError(f"{sources[row]}: segment B is empty, a single-segment sample (lddl_preprocess.py "
+                                 "--no-nsp), and next-sentence prediction would learn its constant label; train "
+                                 "with --no-nsp, or use shards of NSP pairs")
         lengths = lengths_a + 2 + np.where(lengths_b > 0, lengths_b + 1, 0)
         num_tokens = np.concatenate([window.columns["num_tokens"][rows] for window, rows in parts])
         wrong = np.flatnonzero(num_tokens != lengths)
@@ -764,11 +776,11 @@ class PretrainingDataLoader:
     def __init__(self, input_dir: str, vocab_file: str, batch_size: int, max_seq_length: int,
                  max_predictions_per_seq: int, seed: int, rank: int = 0, world_size: int = 1,
                  num_workers: int = 0, masked_lm_ratio: float = 0.15, whole_word_masking: bool = False,
-                 shuffle_window_samples: int = SHUFFLE_WINDOW_SAMPLES):
+                 shuffle_window_samples: int = SHUFFLE_WINDOW_SAMPLES, nsp: bool = False):
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f"num_workers={num_workers!r}: must be a whole number of at least 0")
         self.settings = LoaderSettings(batch_size, max_seq_length, max_predictions_per_seq, masked_lm_ratio,
-                                       whole_word_masking, seed, rank, world_size, shuffle_window_samples)
+                                       whole_word_masking, seed, rank, world_size, shuffle_window_samples, nsp)
         self.num_workers = num_workers
         self.shards = find_shards(input_dir)
         if whole_word_masking and self.shards.statically_masked:

@@ -127,6 +127,7 @@ class PretrainingEvaluator:
             args.eval_dir, args.vocab_file, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
             max_predictions_per_seq=args.max_predictions_per_seq, seed=EVAL_SEED, rank=rank, world_size=world_size,
             num_workers=0, masked_lm_ratio=args.masked_lm_ratio, whole_word_masking=args.whole_word_masking,
+            nsp=self.nsp,
         )
         self.start = self.loader.state_dict()
         self.num_batches = min(args.num_eval_batches, self.loader.steps_per_epoch)

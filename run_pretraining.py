@@ -742,7 +742,7 @@ def build_loader(args: argparse.Namespace, rank: int, world_size: int) -> Pretra
         args.input_dir, args.vocab_file, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
         max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, rank=rank, world_size=world_size,
         num_workers=args.num_workers, masked_lm_ratio=args.masked_lm_ratio,
-        whole_word_masking=args.whole_word_masking,
+        whole_word_masking=args.whole_word_masking, nsp=not args.no_nsp,
     )
 
 

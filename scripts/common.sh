@@ -36,9 +36,13 @@ require_int() {  # name value minimum
   fi
 }
 
+require_number() {  # name value condition range: a plain decimal number v for which the awk condition holds
+  awk -v v="$2" 'BEGIN { exit !(v ~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/ && ('"$3"')) }' \
+    || die "$1 must be a number in $4, got '$2'"
+}
+
 require_fraction() {  # name value: a number in (0, 1]
-  awk -v value="$2" 'BEGIN { exit !(value ~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/ && value > 0 && value <= 1) }' \
-    || die "$1 must be a number in (0, 1], got '$2'"
+  require_number "$1" "$2" 'v > 0 && v <= 1' '(0, 1]'
 }
 
 # PRECISION_FLAGS: the run_*.py flags of a precision (fp32|tf32|amp|fp16|bf16). amp and fp16 are the same
@@ -124,4 +128,79 @@ launch_phase_with_named_args() {  # run_pretraining.py arguments...
   run_logged "" python -m paddle.distributed.launch --nproc_per_node "$gpus" \
     "$CODEDIR/run_pretraining.py" "${shared_flags[@]}" "${DEFAULT_FLAGS[@]}" "${PRECISION_FLAGS[@]}" \
     "${fuse_flags[@]}" "${passed[@]}"
+}
+
+# The pre-training features beyond NVIDIA's recipe (README, "Beyond NVIDIA's recipe"): run_pretraining.sh takes them
+# as arguments 27 and 36-42, run.sub as MASKING, HOLDOUT_FRACTION, EVAL_FREQ, NUM_EVAL_BATCHES, WHOLE_WORD_MASKING,
+# MASKED_LM_RATIO, NO_NSP and PACK_SEQUENCES. set_feature_flags checks them and decides which script gets which
+# flag; the caller passes the names of its variables, so that a message names the caller's own setting:
+# - the masking flags go where the masks are drawn: into the shards (static: lddl_preprocess.py --masking and
+#   whole-word masking and the ratio) or in the training loader (dynamic: lddl_preprocess.py --no-masking,
+#   run_pretraining.py the other two). lddl_preprocess.py refuses them with --no-masking, run_pretraining.py
+#   --whole-word-masking refuses statically masked shards, and its --masked-lm-ratio would do nothing there;
+# - --no-nsp goes to both: single-segment shards and a model without the NSP head always go together;
+# - --pack-sequences goes to training;
+# - a holdout fraction > 0 goes to preprocessing, and the validation flags to training (set_holdout_flags and
+#   set_eval_flags, per data folder).
+# Results: PREPROCESS_FEATURE_FLAGS (lddl_preprocess.py), TRAIN_FEATURE_FLAGS (run_pretraining.py).
+# Arguments: the names of masking holdout_fraction eval_freq num_eval_batches whole_word_masking masked_lm_ratio
+# no_nsp pack_sequences.
+set_feature_flags() {
+  local masking="${!1}" holdout_fraction="${!2}" whole_word_masking="${!5}" masked_lm_ratio="${!6}" no_nsp="${!7}"
+  local pack_sequences="${!8}" name
+  require_choice "$1" "$masking" static dynamic
+  require_number "$2" "$holdout_fraction" 'v >= 0 && v < 1' '[0, 1)'
+  require_int "$3" "${!3}" 1
+  require_int "$4" "${!4}" 1
+  for name in "$5" "$7" "$8"; do
+    require_choice "$name" "${!name}" true false
+  done
+  # (0, 1) is what run_pretraining.py accepts; lddl_preprocess.py also takes 1.
+  require_number "$6" "$masked_lm_ratio" 'v > 0 && v < 1' '(0, 1)'
+
+  local masking_options=()
+  [[ "$whole_word_masking" == true ]] && masking_options+=(--whole-word-masking)
+  # 0.15 is both scripts' default.
+  awk -v r="$masked_lm_ratio" 'BEGIN { exit !(r == 0.15) }' || masking_options+=(--masked-lm-ratio "$masked_lm_ratio")
+  local nsp_flags=()
+  [[ "$no_nsp" == true ]] && nsp_flags=(--no-nsp)
+  if [[ "$masking" == static ]]; then
+    PREPROCESS_FEATURE_FLAGS=(--masking "${masking_options[@]}" "${nsp_flags[@]}")
+    TRAIN_FEATURE_FLAGS=("${nsp_flags[@]}")
+  else
+    PREPROCESS_FEATURE_FLAGS=(--no-masking "${nsp_flags[@]}")
+    TRAIN_FEATURE_FLAGS=("${masking_options[@]}" "${nsp_flags[@]}")
+  fi
+  [[ "$pack_sequences" == true ]] && TRAIN_FEATURE_FLAGS+=(--pack-sequences)
+  # For set_holdout_flags and set_eval_flags:
+  FEATURE_HOLDOUT=("$2" "$holdout_fraction")
+  FEATURE_EVAL_FLAGS=(--eval-freq "${!3}" --num-eval-batches "${!4}")
+}
+
+validating() {  # after set_feature_flags: true when a holdout fraction > 0 was asked for
+  awk -v f="${FEATURE_HOLDOUT[1]}" 'BEGIN { exit !(f > 0) }'
+}
+
+holdout_dir() {  # data_dir: where its held-out shards go
+  echo "${1%/}_holdout"
+}
+
+# HOLDOUT_FLAGS: lddl_preprocess.py's held-out split of data_dir when validating, else none. The recipes
+# preprocess a folder only when it is empty, so a filled one made without a held-out split is refused: it would
+# never get one.
+set_holdout_flags() {  # data_dir
+  HOLDOUT_FLAGS=()
+  validating || return 0
+  HOLDOUT_FLAGS=(--holdout-fraction "${FEATURE_HOLDOUT[1]}" --holdout-dir "$(holdout_dir "$1")")
+  if ! folder_is_empty "$1" && folder_is_empty "$(holdout_dir "$1")"; then
+    die "${FEATURE_HOLDOUT[0]} ${FEATURE_HOLDOUT[1]}: $1 was made without a held-out split" \
+      "($(holdout_dir "$1") is missing); remove $1 to preprocess it again"
+  fi
+}
+
+set_eval_flags() {  # data_dir: EVAL_FLAGS, run_pretraining.py's validation flags for the phase reading it
+  EVAL_FLAGS=()
+  if validating; then
+    EVAL_FLAGS=(--eval-dir "$(holdout_dir "$1")" "${FEATURE_EVAL_FLAGS[@]}")
+  fi
 }

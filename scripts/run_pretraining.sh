@@ -121,7 +121,10 @@ optimizer=${33:-Lamb}
 constant_proportion=${34:-0}
 constant_proportion_phase2=${35:-0}
 holdout_fraction=${36:-0}
+# Read by name in set_feature_flags (scripts/common.sh), as are 27, 36 and 39-42:
+# shellcheck disable=SC2034
 eval_freq=${37:-1000}
+# shellcheck disable=SC2034
 num_eval_batches=${38:-100}
 whole_word_masking=${39:-false}
 masked_lm_ratio=${40:-0.15}
@@ -133,7 +136,7 @@ num_nodes=1
 
 for name in train_batch_size num_gpus train_steps save_checkpoint_steps gradient_accumulation_steps \
     train_batch_size_phase2 gradient_accumulation_steps_phase2 num_dask_workers \
-    num_shards_per_worker benchmark_steps benchmark_warmup_steps eval_freq num_eval_batches; do
+    num_shards_per_worker benchmark_steps benchmark_warmup_steps; do
   require_int "$name" "${!name}" 1
 done
 require_int seed "$seed" 0
@@ -142,18 +145,12 @@ require_int num_workers "$num_workers" 0
 require_choice create_logfile "$create_logfile" true false
 require_choice enable_benchmark "$enable_benchmark" true false
 require_choice fuse_mha "$fuse_mha" true false
-require_choice masking "$masking" static dynamic
 require_choice phase2_bin_size "$phase2_bin_size" none 32 64 128 256 512
 require_choice optimizer "$optimizer" Lamb Lans AdamW
-require_choice whole_word_masking "$whole_word_masking" true false
-require_choice no_nsp "$no_nsp" true false
-require_choice pack_sequences "$pack_sequences" true false
 require_fraction sample_ratio "$sample_ratio"
-awk -v f="$holdout_fraction" 'BEGIN { exit !(f ~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/ && f < 1) }' \
-  || die "holdout_fraction must be a number in [0, 1), got '$holdout_fraction'"
-# (0, 1) is what run_pretraining.py accepts; lddl_preprocess.py also takes 1.
-awk -v r="$masked_lm_ratio" 'BEGIN { exit !(r ~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/ && r > 0 && r < 1) }' \
-  || die "masked_lm_ratio must be a number in (0, 1), got '$masked_lm_ratio'"
+# Arguments 27 and 36-42: checked, and each flag routed to the script where it takes effect (scripts/common.sh).
+set_feature_flags masking holdout_fraction eval_freq num_eval_batches whole_word_masking masked_lm_ratio no_nsp \
+  pack_sequences
 [[ -f "$CODEDIR/run_pretraining.py" ]] || die "code dir $CODEDIR: no run_pretraining.py there"
 set_precision_flags "$precision" 1048576
 set_bert_model "$BERT_CONFIG"
@@ -179,51 +176,21 @@ VOCAB_FILE=${VOCAB_FILE:-$CODEDIR/vocab/bert-large-uncased-vocab.txt}
 [[ -f "$VOCAB_FILE" ]] || die "vocab file $VOCAB_FILE: not found"
 
 readonly num_blocks=$((num_shards_per_worker * (num_workers > 0 ? num_workers : 1) * num_nodes * num_gpus))
-# The masking options go where the masks are drawn: into the shards (static) or in the training loader
-# (dynamic). lddl_preprocess.py refuses them with --no-masking, run_pretraining.py --whole-word-masking refuses
-# statically masked shards, and its --masked-lm-ratio would do nothing there.
-masking_options=()
-[[ "$whole_word_masking" == true ]] && masking_options+=(--whole-word-masking)
-# 0.15 is both scripts' default.
-awk -v r="$masked_lm_ratio" 'BEGIN { exit !(r == 0.15) }' || masking_options+=(--masked-lm-ratio "$masked_lm_ratio")
-preprocess_masking_flags=(--masking "${masking_options[@]}")
-train_masking_flags=()
-if [[ "$masking" == dynamic ]]; then
-  preprocess_masking_flags=(--no-masking)
-  train_masking_flags=("${masking_options[@]}")
-fi
-# MLM-only: single-segment shards and a model without the NSP head, so the two always go together.
-nsp_flags=()
-[[ "$no_nsp" == true ]] && nsp_flags=(--no-nsp)
 sample_ratio_flags=()
 # --sample-ratio 1 keeps every document, which lddl_preprocess.py does without the flag.
 awk -v r="$sample_ratio" 'BEGIN { exit !(r == 1) }' || sample_ratio_flags=(--sample-ratio "$sample_ratio")
 
-validating() {
-  awk -v f="$holdout_fraction" 'BEGIN { exit !(f > 0) }'
-}
-
-holdout_dir() {  # data_dir: where its held-out shards go
-  echo "${1%/}_holdout"
-}
-
 preprocess() {  # data_dir max_seq_length [extra lddl_preprocess.py flags]
-  local data_dir="$1" max_seq_length="$2" holdout_flags=()
+  local data_dir="$1" max_seq_length="$2"
   shift 2
-  if validating; then
-    holdout_flags=(--holdout-fraction "$holdout_fraction" --holdout-dir "$(holdout_dir "$data_dir")")
-    if ! folder_is_empty "$data_dir" && folder_is_empty "$(holdout_dir "$data_dir")"; then
-      die "holdout_fraction $holdout_fraction: $data_dir was made without a held-out split" \
-        "($(holdout_dir "$data_dir") is missing); remove $data_dir to preprocess it again"
-    fi
-  fi
+  set_holdout_flags "$data_dir"
   folder_is_empty "$data_dir" || return 0
   echo "$data_dir is empty: preprocessing $wikipedia_source"
   folder_is_empty "$wikipedia_source" && die "corpus $wikipedia_source: missing or empty, cannot preprocess"
   run_logged "" python "$CODEDIR/lddl_preprocess.py" --input "$wikipedia_source" --vocab-file "$VOCAB_FILE" \
     --output-dir "$data_dir" --max-seq-length "$max_seq_length" --num-blocks "$num_blocks" \
-    --num-shards "$num_blocks" --num-workers "$num_dask_workers" --seed "$seed" "${preprocess_masking_flags[@]}" \
-    "${sample_ratio_flags[@]}" "${holdout_flags[@]}" "${nsp_flags[@]}" "$@"
+    --num-shards "$num_blocks" --num-workers "$num_dask_workers" --seed "$seed" "${PREPROCESS_FEATURE_FLAGS[@]}" \
+    "${sample_ratio_flags[@]}" "${HOLDOUT_FLAGS[@]}" "$@"
 }
 
 preprocess "$DATA_DIR_PHASE1" 128
@@ -238,17 +205,9 @@ common_flags=(--vocab-file "$VOCAB_FILE" --output-dir "$RESULTS_DIR" "${BERT_MOD
   --num-steps-per-checkpoint "$save_checkpoint_steps" --seed "$seed" --log-freq 1 --optimizer "$optimizer"
   --num-workers "$num_workers" --last-step-of-checkpoint auto "${PRECISION_FLAGS[@]}")
 [[ "$fuse_mha" == true ]] && common_flags+=(--fuse-mha)
-common_flags+=("${train_masking_flags[@]}" "${nsp_flags[@]}")
-[[ "$pack_sequences" == true ]] && common_flags+=(--pack-sequences)
+common_flags+=("${TRAIN_FEATURE_FLAGS[@]}")
 [[ "$enable_benchmark" == true ]] && common_flags+=(--benchmark --benchmark-steps "$benchmark_steps"
   --benchmark-warmup-steps "$benchmark_warmup_steps")
-
-set_eval_flags() {  # data_dir: EVAL_FLAGS, run_pretraining.py's validation flags for the phase reading it
-  EVAL_FLAGS=()
-  if validating; then
-    EVAL_FLAGS=(--eval-dir "$(holdout_dir "$1")" --eval-freq "$eval_freq" --num-eval-batches "$num_eval_batches")
-  fi
-}
 
 # The phase's report as a PNG beside it, and its summary line (plot_report.py prints both paths and the line).
 plot() {  # phase

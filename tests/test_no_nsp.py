@@ -2,21 +2,29 @@
 its report, and fine-tuning from its checkpoints.
 
 The gradient check compares the --no-nsp step with the masked-LM part of the two-task loss of a model with the same
-weights, on the same batch, with dropout off.
+weights, on the same batch, with dropout off. Shards made with lddl_preprocess.py --no-nsp train only with
+--no-nsp: with NSP, the first batch is a one-line error naming the shard.
 """
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import numpy as np
 import paddle
 import pytest
 
+import cli
+import lddl_preprocess
 import run_glue
 import run_pretraining
 from conftest import require_shared
 from dllog import read_report
 from helpers import (
+    BINNED,
     DYNAMIC,
+    UNBINNED,
     checkpoint_params,
     logged,
     pretraining_argv,
@@ -27,6 +35,7 @@ from helpers import (
 )
 from loss import BertPretrainingCriterion
 from modeling import BertConfig, BertForPretraining
+from pretraining_dataset import PretrainingDataLoader
 
 NSP_PARTS = ("bert.pooler.", "cls.seq_relationship.")
 
@@ -130,3 +139,66 @@ def test_a_checkpoint_resumes_only_with_its_own_nsp_setting(tmp_path, saved_with
     word = "with" if saved_with else "without"
     with pytest.raises(ValueError, match=f"phase1/1: saved {word} --no-nsp; resume with the same setting"):
         train(pretraining_argv(tmp_path, "--max-steps", "2", "--last-step-of-checkpoint", "auto", *resumed_with))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Single-segment shards need --no-nsp
+# ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def single_segment_shards(tmp_path_factory) -> Path:
+    """lddl_preprocess.py --no-nsp shards of a fifth of the LDDL sample's source documents (dynamic masking)."""
+    folder = tmp_path_factory.mktemp("single_segment") / "parquet"
+    lddl_preprocess.main([
+        "--input", str(require_shared("data", "lddl-sample", "wikitext2-test-source")),
+        "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")), "--output-dir", str(folder),
+        "--no-nsp", "--no-masking", "--max-seq-length", "128", "--num-shards", "1", "--num-blocks", "1",
+        "--num-workers", "1", "--sample-ratio", "0.2"])
+    return folder
+
+
+@pytest.mark.parametrize("num_workers", ["0", "2"])
+def test_single_segment_shards_trained_with_nsp_are_a_one_line_error_naming_the_shard(
+        tmp_path, capsys, single_segment_shards, num_workers):
+    argv = pretraining_argv(tmp_path, "--max-steps", "1", "--num-workers", num_workers, shards=single_segment_shards)
+    capsys.readouterr()
+    assert cli.run_main(lambda: train(argv), "run_pretraining.py") == 1
+    error = capsys.readouterr().err
+    shard = re.escape(str(single_segment_shards / "shard-0.parquet"))
+    assert re.fullmatch(rf"run_pretraining.py: {shard}: row \d+: segment B is empty, a single-segment sample "
+                        r"\(lddl_preprocess.py --no-nsp\), and next-sentence prediction would learn its constant "
+                        r"label; train with --no-nsp, or use shards of NSP pairs\n", error), error
+    assert not (tmp_path / "out" / "custom" / "phase1" / "1").exists()
+
+
+@pytest.mark.parametrize("num_workers", ["0", "2"])
+def test_single_segment_shards_train_with_no_nsp(tmp_path, single_segment_shards, num_workers):
+    argv = pretraining_argv(tmp_path, "--max-steps", "1", "--num-workers", num_workers, "--no-nsp",
+                            shards=single_segment_shards)
+    assert train(argv) == 0
+    assert step_numbers(step_records(tmp_path / "report.json")) == [1]
+
+
+def test_nsp_shards_train_with_nsp_through_the_workers(tmp_path):
+    assert train(pretraining_argv(tmp_path, "--max-steps", "1", "--num-workers", "2", shards=DYNAMIC)) == 0
+    [record] = step_records(tmp_path / "report.json")
+    assert "nsp_loss" in record["data"]
+
+
+def test_an_eval_dir_of_single_segment_shards_needs_no_nsp_too(tmp_path, capsys, single_segment_shards):
+    argv = pretraining_argv(tmp_path, "--max-steps", "1", "--eval-dir", str(single_segment_shards), "--eval-freq", "1",
+                            "--num-eval-batches", "1", shards=DYNAMIC)
+    with pytest.raises(ValueError, match=re.escape(f"{single_segment_shards / 'shard-0.parquet'}: row ")):
+        train(argv)
+    assert train(argv + ["--no-nsp", "--output-dir", str(tmp_path / "mlm_only")]) == 0
+
+
+@pytest.mark.parametrize("shards", [UNBINNED, BINNED, DYNAMIC], ids=["unbinned", "bin64", "dynamic"])
+def test_every_sample_of_the_real_lddl_shards_has_a_segment_b(shards):
+    """The guard relies on LDDL's NSP pairs always having a B: a whole epoch of NVIDIA LDDL 0.1.0's output passes."""
+    loader = PretrainingDataLoader(str(require_shared(*shards)), str(require_shared("vocab", "bert-uncased-vocab.txt")),
+                                   batch_size=512, max_seq_length=128, max_predictions_per_seq=20, seed=0, nsp=True)
+    batches = [batch for _, batch in zip(range(loader.steps_per_epoch), loader, strict=False)]
+    assert sum(len(batch["next_sentence_labels"]) for batch in batches) == loader.num_samples
+    assert all((batch["token_type_ids"] == 1).any(axis=1).all() for batch in batches)

@@ -556,6 +556,22 @@ def test_single_segment_rows_are_cls_a_sep(tiny_vocab, tmp_path):
         take(loader, 1)
 
 
+def test_a_loader_for_nsp_refuses_a_row_without_segment_b(tiny_vocab, tmp_path):
+    """nsp=True (training next-sentence prediction): the first row whose B is empty is an error naming its row."""
+    pair = {"A": "w4", "B": "w5 w6", "is_random_next": True, "num_tokens": 6}
+    single = {"A": "w1 w2 w3", "B": "", "is_random_next": False, "num_tokens": 5}
+    write_rows(tmp_path / "set" / "shard-0.parquet", [pair, pair, single, pair])
+    loader = PretrainingDataLoader(str(tmp_path / "set"), str(tiny_vocab), 4, 16, 2, seed=0, nsp=True)
+    with pytest.raises(ValueError, match=r"shard-0.parquet: row 2: segment B is empty, a single-segment sample"):
+        take(loader, 1)
+    assert len(take(PretrainingDataLoader(str(tmp_path / "set"), str(tiny_vocab), 4, 16, 2, seed=0), 1)) == 1
+    write_rows(tmp_path / "pairs" / "shard-0.parquet", [pair] * 4)
+    pairs = PretrainingDataLoader(str(tmp_path / "pairs"), str(tiny_vocab), 4, 16, 2, seed=0, nsp=True)
+    assert take(pairs, 1)[0]["next_sentence_labels"].tolist() == [1, 1, 1, 1]
+    with pytest.raises(ValueError, match="nsp=1: must be True or False"):
+        PretrainingDataLoader(str(tmp_path / "pairs"), str(tiny_vocab), 4, 16, 2, seed=0, nsp=1)
+
+
 def test_inconsistent_sets_are_named(uncased_vocab, tiny_vocab, tmp_path):
     folder = tmp_path / "set"
     write_parquet_set(folder, [10, 10])

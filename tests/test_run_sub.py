@@ -1,8 +1,10 @@
 """run.sub without Slurm: fake `srun` / `scontrol` (tests/recipe_fakes.py) run each "node" as a local process.
 
 With the recording `python`, each environment variable is changed alone and must change exactly the command
-lines it stands for. The last test really trains: preprocessing (the parquet folder is empty), then two
-launchers with --nnodes 2 and one master on this machine, two ranks, one checkpoint.
+lines it stands for; the variables of the features beyond NVIDIA's recipe (HOLDOUT_FRACTION ... PACK_SEQUENCES)
+must add exactly their flags to the script where each takes effect, as run_pretraining.sh's arguments 36-42 do.
+The last test really trains: preprocessing (the parquet folder is empty), then two launchers with --nnodes 2
+and one master on this machine, two ranks, one checkpoint.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import signal
 import socket
 import subprocess
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+import lddl_preprocess
+import run_pretraining
 from conftest import ROOT
 from data.make_sample_corpus import write_corpus
 from recipe_fakes import Fakes, launcher_args, make_fakes, script_args, value
@@ -24,6 +29,10 @@ from tokenizer import train_vocab
 
 RUN_SUB = ROOT / "run.sub"
 TINY_CONFIG = str(ROOT / "bert_configs" / "bert-tiny-uncased.json")
+FEATURE_VARIABLES = ("HOLDOUT_FRACTION", "EVAL_FREQ", "NUM_EVAL_BATCHES", "WHOLE_WORD_MASKING", "MASKED_LM_RATIO",
+                     "NO_NSP", "PACK_SEQUENCES")
+FEATURE_FLAGS = ("--holdout-fraction", "--holdout-dir", "--eval-dir", "--eval-freq", "--num-eval-batches",
+                 "--whole-word-masking", "--masked-lm-ratio", "--no-nsp", "--pack-sequences")
 
 
 @dataclass
@@ -61,7 +70,7 @@ def job_env(tmp: Path, fakes: Fakes, **changes: str) -> dict[str, str]:
                  "TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GPUS", "PRECISION", "SEED",
                  "TRAIN_STEPS", "SAVE_CHECKPOINT_STEPS", "STEPS_THIS_RUN", "BIN_SIZE", "MASKING", "SAMPLE_RATIO",
                  "DASK_TASKS_PER_NODE", "NUM_SHARDS_PER_WORKER", "NUM_WORKERS", "INIT_CHECKPOINT", "BERT_CONFIG",
-                 "MASTER_ADDR", "MASTER_PORT", "NVIDIA_TF32_OVERRIDE"):
+                 "MASTER_ADDR", "MASTER_PORT", "NVIDIA_TF32_OVERRIDE", *FEATURE_VARIABLES):
         env.pop(name, None)
     return {**env, **{name: text.format(tmp=tmp) for name, text in changes.items()}}
 
@@ -264,6 +273,16 @@ def test_filled_parquet_folder_is_not_preprocessed_again(tmp_path):
 
 @pytest.mark.parametrize("changes, message", [
     ({"PHASE": "3"}, "PHASE must be one of: 1 2; got '3'"),
+    ({"MASKING": "random"}, "MASKING must be one of: static dynamic; got 'random'"),
+    ({"HOLDOUT_FRACTION": "1"}, "HOLDOUT_FRACTION must be a number in [0, 1), got '1'"),
+    ({"HOLDOUT_FRACTION": "-0.1"}, "HOLDOUT_FRACTION must be a number in [0, 1), got '-0.1'"),
+    ({"EVAL_FREQ": "0"}, "EVAL_FREQ must be an integer >= 1, got '0'"),
+    ({"NUM_EVAL_BATCHES": "many"}, "NUM_EVAL_BATCHES must be an integer >= 1, got 'many'"),
+    ({"WHOLE_WORD_MASKING": "yes"}, "WHOLE_WORD_MASKING must be one of: true false; got 'yes'"),
+    ({"MASKED_LM_RATIO": "1"}, "MASKED_LM_RATIO must be a number in (0, 1), got '1'"),
+    ({"MASKED_LM_RATIO": "15%"}, "MASKED_LM_RATIO must be a number in (0, 1), got '15%'"),
+    ({"NO_NSP": "1"}, "NO_NSP must be one of: true false; got '1'"),
+    ({"PACK_SEQUENCES": "on"}, "PACK_SEQUENCES must be one of: true false; got 'on'"),
     ({"BIN_SIZE": "100"}, "BIN_SIZE 100 must divide the sequence length 128"),
     ({"PRECISION": "fp8"}, "precision must be one of: fp32 tf32 amp fp16 bf16; got 'fp8'"),
     ({"SLURM_JOB_NUM_NODES": ""}, "SLURM_JOB_NUM_NODES must be an integer >= 1, got ''"),
@@ -272,6 +291,112 @@ def test_bad_settings_are_named(changes, message, tmp_path):
     job = submit(tmp_path, prepare(tmp_path), **changes)
     assert job.result.returncode == 1
     assert job.result.stderr.strip() == f"run.sub: {message}"
+    assert job.python_calls == [] and job.srun_calls == []
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The features beyond NVIDIA's recipe
+# ------------------------------------------------------------------------------------------------------------
+
+PARQUET = "TMP/data/pretrain/phase1/unbinned/parquet"
+HOLDOUT = f"{PARQUET}_holdout"
+# (MASKING, variables set, tokens added to lddl_preprocess.py's command line, to run_pretraining.py's)
+FEATURE_CASES = {
+    "WHOLE_WORD_MASKING, static: in the shards": (
+        "static", {"WHOLE_WORD_MASKING": "true"}, ["--whole-word-masking"], []),
+    "WHOLE_WORD_MASKING, dynamic: in the loader": (
+        "dynamic", {"WHOLE_WORD_MASKING": "true"}, [], ["--whole-word-masking"]),
+    "MASKED_LM_RATIO, static": ("static", {"MASKED_LM_RATIO": "0.3"}, ["--masked-lm-ratio", "0.3"], []),
+    "MASKED_LM_RATIO, dynamic": ("dynamic", {"MASKED_LM_RATIO": "0.3"}, [], ["--masked-lm-ratio", "0.3"]),
+    "both, static": ("static", {"WHOLE_WORD_MASKING": "true", "MASKED_LM_RATIO": "0.3"},
+                     ["--whole-word-masking", "--masked-lm-ratio", "0.3"], []),
+    "both, dynamic": ("dynamic", {"WHOLE_WORD_MASKING": "true", "MASKED_LM_RATIO": "0.3"},
+                      [], ["--whole-word-masking", "--masked-lm-ratio", "0.3"]),
+    "MASKED_LM_RATIO 0.150 is the default": ("static", {"MASKED_LM_RATIO": "0.150"}, [], []),
+    "NO_NSP, static: to both": ("static", {"NO_NSP": "true"}, ["--no-nsp"], ["--no-nsp"]),
+    "NO_NSP, dynamic: to both": ("dynamic", {"NO_NSP": "true"}, ["--no-nsp"], ["--no-nsp"]),
+    "PACK_SEQUENCES: training only": ("static", {"PACK_SEQUENCES": "true"}, [], ["--pack-sequences"]),
+    "HOLDOUT_FRACTION, static": (
+        "static", {"HOLDOUT_FRACTION": "0.1"}, ["--holdout-fraction", "0.1", "--holdout-dir", HOLDOUT],
+        ["--eval-dir", HOLDOUT, "--eval-freq", "1000", "--num-eval-batches", "100"]),
+    "HOLDOUT_FRACTION, EVAL_FREQ, NUM_EVAL_BATCHES, dynamic": (
+        "dynamic", {"HOLDOUT_FRACTION": "0.1", "EVAL_FREQ": "5", "NUM_EVAL_BATCHES": "7"},
+        ["--holdout-fraction", "0.1", "--holdout-dir", HOLDOUT],
+        ["--eval-dir", HOLDOUT, "--eval-freq", "5", "--num-eval-batches", "7"]),
+    "EVAL_FREQ and NUM_EVAL_BATCHES without HOLDOUT_FRACTION: no validation": (
+        "static", {"EVAL_FREQ": "5", "NUM_EVAL_BATCHES": "7"}, [], []),
+}
+
+
+@dataclass
+class CommandLines:
+    """lddl_preprocess.py's and run_pretraining.py's arguments in one job, its folder written as TMP."""
+
+    preprocessing: list[str]
+    training: list[str]
+
+
+def command_lines(job: Job, tmp: Path) -> CommandLines:
+    def normalised(args: list[str]) -> list[str]:
+        return [arg.replace(str(tmp), "TMP") for arg in args]
+    return CommandLines(normalised(job.preprocessing), normalised(job.pretraining_args))
+
+
+def added_tokens(args: list[str], base: list[str], expected: list[str]) -> bool:
+    """`args` is `base` plus exactly the tokens `expected`, which appear in it together and in their order."""
+    if Counter(base) - Counter(args) or Counter(args) - Counter(base) != Counter(expected):
+        return False
+    if not expected:
+        return True
+    start = args.index(expected[0])
+    return args[start:start + len(expected)] == expected
+
+
+@pytest.fixture(scope="module")
+def feature_baselines(tmp_path_factory) -> dict[str, CommandLines]:
+    """The command lines of a job with static and with dynamic masking and every feature variable unset."""
+    baselines = {}
+    for masking in ("static", "dynamic"):
+        tmp = tmp_path_factory.mktemp(f"run_sub_{masking}")
+        baselines[masking] = command_lines(submit_ok(tmp, prepare(tmp), MASKING=masking), tmp)
+    return baselines
+
+
+def test_the_feature_defaults_pass_none_of_their_flags(feature_baselines):
+    for masking, lines in feature_baselines.items():
+        assert not set(FEATURE_FLAGS) & set(lines.preprocessing + lines.training), masking
+        assert ("--masking" in lines.preprocessing, "--no-masking" in lines.preprocessing) == (
+            (True, False) if masking == "static" else (False, True))
+
+
+@pytest.mark.parametrize("case", FEATURE_CASES)
+def test_each_feature_variable_adds_exactly_its_flags(case, tmp_path, feature_baselines):
+    masking, changes, preprocessing_added, training_added = FEATURE_CASES[case]
+    lines = command_lines(submit_ok(tmp_path, prepare(tmp_path), MASKING=masking, **changes), tmp_path)
+    base = feature_baselines[masking]
+    assert added_tokens(lines.preprocessing, base.preprocessing, preprocessing_added), lines.preprocessing
+    assert added_tokens(lines.training, base.training, training_added), lines.training
+
+    # The scripts' own parsers take every flag and read the values the variables ask for.
+    preprocessing = lddl_preprocess.build_parser().parse_args(lines.preprocessing)
+    training = run_pretraining.build_parser().parse_args(lines.training)
+    no_nsp = changes.get("NO_NSP") == "true"
+    assert (preprocessing.nsp, training.no_nsp, training.pack_sequences) == (
+        not no_nsp, no_nsp, changes.get("PACK_SEQUENCES") == "true")
+    masks_drawn_by = preprocessing if masking == "static" else training
+    assert (masks_drawn_by.whole_word_masking, masks_drawn_by.masked_lm_ratio or 0.15) == (
+        changes.get("WHOLE_WORD_MASKING") == "true", float(changes.get("MASKED_LM_RATIO", "0.15")))
+
+
+def test_holdout_fraction_refuses_a_parquet_folder_made_without_a_held_out_split(tmp_path):
+    fakes = prepare(tmp_path)
+    submit_ok(tmp_path, fakes)
+    job = submit(tmp_path, fakes, HOLDOUT_FRACTION="0.1")
+    parquet = tmp_path / "data" / "pretrain" / "phase1" / "unbinned" / "parquet"
+    assert job.result.returncode == 1
+    assert job.result.stderr.strip() == (f"run.sub: HOLDOUT_FRACTION 0.1: {parquet} was made without a held-out "
+                                         f"split ({parquet}_holdout is missing); remove {parquet} to preprocess it "
+                                         "again")
     assert job.python_calls == [] and job.srun_calls == []
 
 
