@@ -194,3 +194,33 @@ def test_squad_predictor_returns_start_and_end_logits(tmp_path):
     assert len(outputs) == 2
     for output, reference in zip(outputs, expected, strict=True):
         np.testing.assert_allclose(output, reference, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# benchmarks/inference_accuracy.py's own logic
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def accuracy_script(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import importlib
+
+    return importlib.import_module("inference_accuracy")
+
+
+def test_answers_unchanged_counts_identical_texts(accuracy_script):
+    reference = {"a": "Denver Broncos", "b": "1966", "c": "", "d": "Santa Clara"}
+    predicted = {"a": "Denver Broncos", "b": "in 1966", "c": "", "d": "santa clara"}
+    assert accuracy_script.answers_unchanged(reference, predicted) == 0.5  # a and c; case counts as a change
+    with pytest.raises(ValueError, match="other questions"):
+        accuracy_script.answers_unchanged(reference, {"a": "Denver Broncos"})
+
+
+def test_split_articles_keeps_training_and_prediction_apart(accuracy_script):
+    dataset = {"version": "1.1", "data": [{"title": str(index)} for index in range(5)]}
+    train, predict = accuracy_script.split_articles(dataset, 2, 2)
+    assert [a["title"] for a in train["data"]] == ["0", "1"] and [a["title"] for a in predict["data"]] == ["3", "4"]
+    assert train["version"] == predict["version"] == "1.1"
+    with pytest.raises(ValueError, match="the file has 5"):
+        accuracy_script.split_articles(dataset, 3, 3)
