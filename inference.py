@@ -10,8 +10,8 @@ Precisions (--inference-precision), decided once in resolve_precision:
 - a CPU runs fp32 with oneDNN kernels, or bf16 through oneDNN where the CPU has native bf16 instructions
   (Paddle's supports_bfloat16_fast_performance: AVX512-BF16 or AMX); on a CPU without them bf16 runs fp32;
 - a GPU runs fp32 or fp16, optionally through TensorRT (--use-tensorrt); bf16 there runs fp16.
-Whatever runs instead of the choice is said in one line. int8 is not offered: see README, "Reduced-precision
-inference", for what fails on Paddle 3.3.1's CPU build.
+Whatever runs instead of the choice is said in one line. int8 is not offered: README, "Exported models and
+reduced precision", says what fails on Paddle 3.3.1's CPU build.
 """
 
 from __future__ import annotations
