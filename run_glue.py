@@ -13,8 +13,10 @@ Each process trains on its share of every global batch (train_batch_size per pro
 
 Outputs in --output-dir: <model-prefix>.pdparams and <model-prefix>_config.json (the fine-tuned model, which
 --from-pretrained-params loads again), predictions.tsv (id, predicted label, its probability) with
---do-predict, and the DLLogger report with the loss, learning rate and, with --do-eval, the metrics: accuracy,
-F1 of label 1 (MRPC, QQP), Matthews correlation (CoLA) and ROC AUC (binary tasks).
+--do-predict, with --export-dir the model exported for Paddle Inference (which --inference-model-dir predicts
+with, in --inference-precision: inference.py), and the DLLogger report with the loss, learning rate and, with
+--do-eval, the metrics: accuracy, F1 of label 1 (MRPC, QQP), Matthews correlation (CoLA) and ROC AUC (binary
+tasks).
 
 The model, training and AMP options are run_squad.py's, defined once in finetune.py (Adam with decoupled weight
 decay or --optimizer Lamb/Lans, linear warmup then linear decay to 0, --epochs or --max-steps updates whichever
@@ -39,11 +41,11 @@ import paddle
 import paddle.nn.functional as F
 
 import finetune
-from amp import AmpPolicy, amp_autocast
+import inference
 from atomic_io import atomic_write_text
 from cli import run_main
 from dllog import DLLogger
-from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
+from finetune import INPUT_NAMES, SEQUENCE_MULTIPLE, Session, model_inputs
 from glue_data import (
     GLUE_TASKS,
     ClassificationExample,
@@ -90,12 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
                             help=f"write <output-dir>/{PREDICTIONS_FILE} for --predict-file")
     prediction.add_argument("--do-eval", action="store_true", help="score the predictions of --predict-file")
     prediction.add_argument("--predict-batch-size", type=int, default=8, help="examples per prediction batch")
+    inference.add_inference_arguments(prediction)
     finetune.add_advanced_arguments(parser)
     return parser
 
 
 def check_glue_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """The checks of the GLUE options: a custom table's columns and labels, the sequence length."""
+    """The checks of the GLUE options: a custom table's columns and labels, the sequence length, inference."""
     custom_flags = ("text_a_column", "text_b_column", "label_column", "labels", "id_column")
     if args.task_name == CUSTOM_TASK:
         for name in ("text_a_column", "label_column", "labels"):
@@ -110,10 +113,12 @@ def check_glue_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
                 parser.error(f"--{name.replace('_', '-')} is only used with --task-name custom")
     if args.max_seq_length < 3:
         parser.error("--max-seq-length must be at least 3 ([CLS] and two [SEP])")
+    inference.check_inference_arguments(parser, args)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return finetune.parse_arguments(build_parser(), argv, ("do_train", "do_predict", "do_eval"), check_glue_arguments)
+    return finetune.parse_arguments(build_parser(), argv, ("do_train", "do_predict", "do_eval", "export_dir"),
+                                    check_glue_arguments, exported_model=lambda args: bool(args.inference_model_dir))
 
 
 def task_labels(args: argparse.Namespace) -> list[str]:
@@ -165,18 +170,16 @@ def train(model: BertForSequenceClassification, args: argparse.Namespace,
 # ---------------------------------------------------------------------------------------------
 
 
-def predict_probabilities(model: BertForSequenceClassification, features: list[ClassificationFeature],
-                          args: argparse.Namespace, pad_token_id: int, policy: AmpPolicy) -> np.ndarray:
+def predict_probabilities(run: inference.BatchPredictor, features: list[ClassificationFeature],
+                          args: argparse.Namespace, pad_token_id: int) -> np.ndarray:
     """Class probabilities [N, num_labels] (float64) of every feature, in order."""
-    model.eval()
     probabilities = []
     batches = batch_indices(len(features), args.predict_batch_size, shuffle=False)
     total = math.ceil(len(features) / args.predict_batch_size)
     for indices in progress_bar(batches, desc="GLUE prediction", total=total, unit="batch"):
         batch = collate([features[i] for i in indices], pad_token_id, args.max_seq_length)
-        with paddle.no_grad(), amp_autocast(policy):
-            logits = model(*model_inputs(batch))
-        logits = logits.astype("float32").numpy().astype(np.float64)
+        (logits,) = run(*(batch[name] for name in INPUT_NAMES))
+        logits = logits.astype(np.float64)  # [B, num_labels]
         exponentials = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities.append(exponentials / exponentials.sum(axis=1, keepdims=True))
     return np.concatenate(probabilities)
@@ -194,13 +197,13 @@ def write_predictions(path: str, examples: list[ClassificationExample], probabil
     atomic_write_text(path, text.getvalue())
 
 
-def predict(model: BertForSequenceClassification, examples: list[ClassificationExample], tokenizer: BertTokenizer,
-            args: argparse.Namespace, policy: AmpPolicy, logger: DLLogger) -> None:
+def predict(run: inference.BatchPredictor, examples: list[ClassificationExample], tokenizer: BertTokenizer,
+            args: argparse.Namespace, logger: DLLogger) -> None:
     labels = task_labels(args)
     features = convert_examples_to_features(examples, tokenizer, args.max_seq_length, labels)
     logger.log("PARAMETER", {"eval_samples": len(examples), "predict_batch_size": args.predict_batch_size})
     start = time.perf_counter()
-    probabilities = predict_probabilities(model, features, args, tokenizer.pad_token_id, policy)
+    probabilities = predict_probabilities(run, features, args, tokenizer.pad_token_id)
     elapsed = time.perf_counter() - start
     logger.log((), {"e2e_inference_time": elapsed, "inference_sequences_per_second": len(features) / elapsed})
     if args.do_predict:
@@ -219,12 +222,21 @@ def main(argv: list[str] | None = None) -> None:
     # read before any training, so that a malformed file stops the run at once
     prediction_examples = (read_examples(args, args.predict_file, require_labels=args.do_eval)
                            if args.do_predict or args.do_eval else None)
-    model = finetune.build_model(args, lambda config: BertForSequenceClassification(config, len(task_labels(args))),
-                                 session)
+    model = None if args.inference_model_dir else finetune.build_model(
+        args, lambda config: BertForSequenceClassification(config, len(task_labels(args))), session)
     if args.do_train:
         model = train(model, args, session)
-    if session.rank == 0 and (args.do_predict or args.do_eval):
-        predict(model, prediction_examples, session.tokenizer, args, session.policy, session.logger)
+    if session.rank != 0:
+        return
+    if args.export_dir:
+        session.logger.log("PARAMETER", {"exported_model": inference.export_inference_model(
+            model, args.export_dir, args.model_prefix)})
+    if args.do_predict or args.do_eval:
+        if args.inference_model_dir:
+            run = inference.predictor_for(args, session.num_threads)
+        else:
+            run = inference.dygraph_predictor(model, session.policy)
+        predict(run, prediction_examples, session.tokenizer, args, session.logger)
     session.logger.close()
 
 

@@ -13,8 +13,8 @@ difference) is written beside predictions.json, and --do-eval reports the offici
 
 The options keep the names and defaults of NVIDIA's PaddlePaddle BERT run_squad.py where they exist; where they
 deliberately differ, DIFFERENCES_FROM_NVIDIA (below, and in --help) says how. The training core is finetune.py's.
-With --inference-model-dir the predictor runs on Paddle's device: a CPU with oneDNN, a GPU in
---inference-precision, through TensorRT with --use-tensorrt.
+With --inference-model-dir the exported model predicts through Paddle Inference in --inference-precision
+(inference.py: a CPU runs fp32 or bf16 with oneDNN, a GPU fp32 or fp16, through TensorRT with --use-tensorrt).
 """
 
 from __future__ import annotations
@@ -26,20 +26,19 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
-from types import MappingProxyType
+from collections.abc import Iterable
 
 import numpy as np
 import paddle
 
 import finetune
-from amp import AmpPolicy, amp_autocast
+import inference
 from atomic_io import atomic_write_text
 from cli import check_at_least, run_main
 from dllog import DLLogger
 from finetune import INPUT_NAMES, SEQUENCE_MULTIPLE, Session, model_inputs
 from loss import squad_span_loss
-from modeling import BertForQuestionAnswering, standard_copy
+from modeling import BertForQuestionAnswering
 from progress import progress_bar
 from squad_evaluate import evaluate, evaluate_v2, load_dataset, load_squad_json
 from squad_utils import (
@@ -64,12 +63,7 @@ schedule has no warmup); --max-seq-length defaults to 384, the value the referen
 evaluate.py) adds the official script's scores; --optimizer (default AdamW) takes effect (NVIDIA's fine-tuning
 is always AdamW); --from-checkpoint takes only the weights, and a folder without a checkpoint is an error
 (NVIDIA's starts from random weights); predicting or evaluating random weights needs --allow-random-weights."""
-INFERENCE_PRECISIONS = ("fp32", "fp16")  # bf16 and int8 are still to come
-# Initial size of Paddle Inference's GPU memory pool; it grows on demand.
-GPU_MEMORY_POOL_MB = 1024
 LogitsByFeature = dict[int, tuple[np.ndarray, np.ndarray]]
-# Runs the model on a collated batch: (input_ids, token_type_ids, attention_mask) -> (start_logits, end_logits)
-BatchPredictor = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,16 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     prediction.add_argument("--eval-script",
                             help="--do-eval: also run this official evaluation script as `python SCRIPT "
                                  "PREDICT_FILE predictions.json` and report its exact match and F1")
-    prediction.add_argument("--export-dir",
-                            help="save the model with paddle.jit.save to <export-dir>/<model-prefix> for Paddle "
-                                 "Inference")
-    prediction.add_argument("--inference-model-dir",
-                            help="predict with the Paddle Inference predictor of a model exported by --export-dir")
-    prediction.add_argument("--inference-precision", choices=INFERENCE_PRECISIONS, default="fp32",
-                            help="--inference-model-dir on a GPU: the precision of the predictor's kernels "
-                                 "(a CPU runs fp32)")
-    prediction.add_argument("--use-tensorrt", action="store_true",
-                            help="--inference-model-dir on a GPU: run the model through TensorRT engines")
+    inference.add_inference_arguments(prediction)
 
     benchmark = parser.add_argument_group("Benchmark")
     benchmark.add_argument("--benchmark", action="store_true",
@@ -133,138 +118,18 @@ def check_squad_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
     """The checks of the SQuAD options: prediction, export and inference, v2.0, windows and benchmark."""
     if args.do_eval:
         args.do_predict = True  # scoring needs predictions; the reference's eval mode passes both flags
-    if args.inference_model_dir and (args.do_train or args.export_dir or args.from_pretrained_params
-                                     or args.from_checkpoint):
-        parser.error("--inference-model-dir predicts with an exported model; it cannot train, export or load "
-                     "--from-pretrained-params or --from-checkpoint")
+    inference.check_inference_arguments(parser, args)
     if args.null_score_diff_threshold != 0.0 and not args.version_2_with_negative:
         parser.error("--null-score-diff-threshold is only used with --version-2-with-negative")
     if args.eval_script and not args.do_eval:
         parser.error("--eval-script is only used with --do-eval")
     if args.eval_script and not os.path.isfile(args.eval_script):
         parser.error(f"--eval-script {args.eval_script}: file not found")
-    if args.inference_model_dir and not args.do_predict:
-        parser.error("--inference-model-dir is only used with --do-predict")
-    if not args.inference_model_dir and (args.use_tensorrt or args.inference_precision != "fp32"):
-        parser.error("--inference-precision and --use-tensorrt are only used with --inference-model-dir")
     check_at_least(parser, args, "n_best_size", "max_answer_length", "doc_stride", "max_query_length",
                    "benchmark_steps")
     check_at_least(parser, args, "benchmark_warmup_steps", minimum=0)
     if args.max_seq_length < args.max_query_length + 4:
         parser.error("--max-seq-length must leave room for the question (--max-query-length) and some context")
-
-
-# ---------------------------------------------------------------------------------------------
-# Export and Paddle Inference
-# ---------------------------------------------------------------------------------------------
-
-
-def export_inference_model(model: BertForQuestionAnswering, export_dir: str, model_prefix: str) -> str:
-    """paddle.jit.save the model with dynamic [batch, sequence] int64 inputs; returns the path prefix.
-
-    The program is always fp32 with Paddle's standard layers and attention (standard_copy), whatever the
-    training precision or device: Paddle Inference fuses those ops itself and chooses its own kernels.
-    """
-    model.eval()
-    input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in INPUT_NAMES]
-    prefix = os.path.join(export_dir, model_prefix)
-    os.makedirs(export_dir, exist_ok=True)
-    paddle.jit.save(standard_copy(model), prefix, input_spec=input_spec)
-    return prefix
-
-
-def _exported_program_file(prefix: str) -> str:
-    # Paddle 3 with PIR writes the program as <prefix>.json; older formats used <prefix>.pdmodel.
-    for suffix in (".json", ".pdmodel"):
-        if os.path.isfile(prefix + suffix):
-            return prefix + suffix
-    raise FileNotFoundError(f"{prefix}.json: no exported model (run with --export-dir first)")
-
-
-# What Paddle Inference runs on a CPU: the exported program with oneDNN kernels, 2.4x the default CPU kernels
-# for BERT-base on this machine (benchmarks/bench_squad_inference.py).
-CPU_SETTINGS: Mapping[str, Mapping] = MappingProxyType({"disable_gpu": {}, "enable_onednn": {}})
-
-
-def predictor_settings(device: str, precision: str, use_tensorrt: bool, *, max_batch_size: int,
-                       max_seq_length: int) -> dict[str, dict]:
-    """The paddle.inference.Config calls (method name -> keyword arguments, in order) for a device ("cpu",
-    "gpu:N") and the --inference-precision / --use-tensorrt choices; a CPU ignores both and runs fp32.
-
-    TensorRT gets the dynamic shape range of the inputs: [1, 1] up to [max_batch_size, max_seq_length].
-    """
-    if not device.startswith("gpu"):
-        return dict(CPU_SETTINGS)
-    precision_mode = {"fp32": paddle.inference.PrecisionType.Float32,
-                      "fp16": paddle.inference.PrecisionType.Half}[precision]
-    device_id = int(device.partition(":")[2] or 0)
-    if not use_tensorrt:
-        return {"enable_use_gpu": {"memory_pool_init_size_mb": GPU_MEMORY_POOL_MB, "device_id": device_id,
-                                   "precision_mode": precision_mode}}
-    largest = [max_batch_size, max_seq_length]
-    return {
-        # TensorRT sets the precision of its engines; the ops it cannot take run in fp32 on the GPU
-        "enable_use_gpu": {"memory_pool_init_size_mb": GPU_MEMORY_POOL_MB, "device_id": device_id},
-        "enable_tensorrt_engine": {"workspace_size": 1 << 30, "max_batch_size": max_batch_size,
-                                   "min_subgraph_size": 3, "precision_mode": precision_mode, "use_static": False,
-                                   "use_calib_mode": False},
-        "set_trt_dynamic_shape_info": {"min_input_shape": dict.fromkeys(INPUT_NAMES, [1, 1]),
-                                       "max_input_shape": dict.fromkeys(INPUT_NAMES, largest),
-                                       "optim_input_shape": dict.fromkeys(INPUT_NAMES, largest)},
-    }
-
-
-def settings_for(args: argparse.Namespace, device: str) -> dict[str, dict]:
-    """predictor_settings of the command line on `device`; GPU-only choices on a CPU are said in one line."""
-    if not device.startswith("gpu") and (args.use_tensorrt or args.inference_precision != "fp32"):
-        print(f"--inference-precision {args.inference_precision} and --use-tensorrt need a GPU; the device is "
-              f"{device}, so the predictor runs fp32 on the CPU.", flush=True)
-    return predictor_settings(device, args.inference_precision, args.use_tensorrt,
-                              max_batch_size=args.predict_batch_size, max_seq_length=args.max_seq_length)
-
-
-def inference_config(model_dir: str, model_prefix: str, num_threads: int,
-                     settings: Mapping[str, Mapping] = CPU_SETTINGS) -> paddle.inference.Config:
-    """The paddle.inference.Config of the exported <model_dir>/<model_prefix>, with the predictor_settings calls."""
-    prefix = os.path.join(model_dir, model_prefix)
-    config = paddle.inference.Config(_exported_program_file(prefix), prefix + ".pdiparams")
-    for method, arguments in settings.items():
-        getattr(config, method)(**arguments)
-    config.disable_glog_info()
-    config.set_cpu_math_library_num_threads(num_threads)
-    return config
-
-
-def inference_predictor(model_dir: str, model_prefix: str, num_threads: int,
-                        settings: Mapping[str, Mapping] = CPU_SETTINGS) -> BatchPredictor:
-    """A Paddle Inference predictor for <model_dir>/<model_prefix>, called like the dygraph model."""
-    predictor = paddle.inference.create_predictor(inference_config(model_dir, model_prefix, num_threads, settings))
-    if tuple(predictor.get_input_names()) != INPUT_NAMES:
-        raise ValueError(f"{os.path.join(model_dir, model_prefix)}: exported inputs {predictor.get_input_names()} "
-                         f"are not {list(INPUT_NAMES)}")
-    outputs = [predictor.get_output_handle(name) for name in predictor.get_output_names()]
-
-    def run(input_ids: np.ndarray, token_type_ids: np.ndarray, attention_mask: np.ndarray):
-        for name, array in zip(INPUT_NAMES, (input_ids, token_type_ids, attention_mask), strict=True):
-            predictor.get_input_handle(name).copy_from_cpu(array)
-        predictor.run()
-        start_logits, end_logits = (output.copy_to_cpu() for output in outputs)
-        return start_logits, end_logits
-
-    return run
-
-
-def dygraph_predictor(model: paddle.nn.Layer, policy: AmpPolicy) -> BatchPredictor:
-    model.eval()
-
-    def run(input_ids: np.ndarray, token_type_ids: np.ndarray, attention_mask: np.ndarray):
-        with paddle.no_grad(), amp_autocast(policy):
-            start_logits, end_logits = model(
-                paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids), paddle.to_tensor(attention_mask)
-            )
-        return start_logits.astype("float32").numpy(), end_logits.astype("float32").numpy()
-
-    return run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,7 +193,7 @@ def _prediction_batches(features: list[SquadFeature], batch_size: int, pad_token
                                max_length=max_seq_length)
 
 
-def predict_logits(run: BatchPredictor, features: list[SquadFeature], batch_size: int, pad_token_id: int,
+def predict_logits(run: inference.BatchPredictor, features: list[SquadFeature], batch_size: int, pad_token_id: int,
                    max_seq_length: int) -> LogitsByFeature:
     logits: LogitsByFeature = {}
     batches = _prediction_batches(features, batch_size, pad_token_id, max_seq_length, pad_to_max=False)
@@ -340,7 +205,7 @@ def predict_logits(run: BatchPredictor, features: list[SquadFeature], batch_size
     return logits
 
 
-def benchmark_inference(run: BatchPredictor, features: list[SquadFeature], args: argparse.Namespace,
+def benchmark_inference(run: inference.BatchPredictor, features: list[SquadFeature], args: argparse.Namespace,
                         pad_token_id: int) -> float:
     """Sequences/s over --benchmark-steps batches of --predict-batch-size features padded to --max-seq-length."""
     batches = list(_prediction_batches(features, args.predict_batch_size, pad_token_id, args.max_seq_length,
@@ -366,8 +231,8 @@ def read_prediction_examples(args: argparse.Namespace) -> list[SquadExample]:
     return examples
 
 
-def predict(run: BatchPredictor, examples: list[SquadExample], tokenizer: BertTokenizer, args: argparse.Namespace,
-            logger: DLLogger) -> None:
+def predict(run: inference.BatchPredictor, examples: list[SquadExample], tokenizer: BertTokenizer,
+            args: argparse.Namespace, logger: DLLogger) -> None:
     """Write predictions.json and nbest_predictions.json (and null_odds.json for v2.0); score them with --do-eval."""
     features = convert_examples_to_features(examples, tokenizer, args.max_seq_length, args.doc_stride,
                                             args.max_query_length, is_training=False)
@@ -440,14 +305,13 @@ def main(argv: list[str] | None = None) -> None:
     if session.rank != 0:
         return
     if args.export_dir:
-        session.logger.log("PARAMETER", {"exported_model": export_inference_model(model, args.export_dir,
-                                                                                 args.model_prefix)})
+        session.logger.log("PARAMETER", {"exported_model": inference.export_inference_model(
+            model, args.export_dir, args.model_prefix)})
     if args.do_predict:
         if args.inference_model_dir:
-            run = inference_predictor(args.inference_model_dir, args.model_prefix, session.num_threads,
-                                      settings_for(args, paddle.get_device()))
+            run = inference.predictor_for(args, session.num_threads)
         else:
-            run = dygraph_predictor(model, session.policy)
+            run = inference.dygraph_predictor(model, session.policy)
         predict(run, prediction_examples, session.tokenizer, args, session.logger)
     session.logger.close()
 

@@ -3,8 +3,9 @@
 Contenders (CONTENDERS), each group in its own worker process with the same thread count:
 
 - ours:         our BertForQuestionAnswering in dygraph, with paddle.jit.to_static, and through the exported
-                Paddle Inference predictor that `run_squad.py --inference-model-dir` uses, in each precision
-                of OUR_PREDICTOR_PRECISIONS; the process gets the CPU settings run_squad.py applies;
+                Paddle Inference predictor that `run_squad.py --inference-model-dir` uses (inference.py), in
+                each precision of OUR_PREDICTOR_PRECISIONS (fp32 and oneDNN bf16; int8 is not offered, README
+                says why); the process gets the CPU settings run_squad.py applies;
 - paddlenlp:    paddlenlp 2.8.1's BertForQuestionAnswering in the same three forms (--paddlenlp-python);
 - transformers: HF BertForQuestionAnswering on torch, eager, torch.compile and eager under bf16 autocast
                 (--torch-python).
@@ -37,8 +38,9 @@ import workers
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = "bench_squad_inference.py"
-# Our exported predictor's precisions; a new one (run_squad.INFERENCE_PRECISIONS) is one more entry.
-OUR_PREDICTOR_PRECISIONS = ("fp32",)
+# Our exported predictor's CPU precisions (inference.INFERENCE_PRECISIONS; fp16 is the GPU's). On a CPU without
+# bf16 instructions the bf16 row runs fp32, which the worker prints.
+OUR_PREDICTOR_PRECISIONS = ("fp32", "bf16")
 # (worker, mode): the rows of the report, in this order.
 CONTENDERS = (
     ("ours", "dygraph"), ("ours", "to_static"), *(("ours", f"predictor {p}") for p in OUR_PREDICTOR_PRECISIONS),
@@ -81,7 +83,7 @@ def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
     sys.path.insert(0, str(ROOT))
     import paddle
 
-    import run_squad
+    import inference
     from amp import AmpPolicy
     from bert_config import BertConfig
     from modeling import BertForQuestionAnswering, standard_copy
@@ -92,20 +94,23 @@ def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
     paddle.seed(0)
     model = BertForQuestionAnswering(BertConfig.from_json_file(config_path))
     model.eval()
-    input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in run_squad.INPUT_NAMES]
+    input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in inference.INPUT_NAMES]
     static_model = paddle.jit.to_static(standard_copy(model), input_spec=input_spec, full_graph=True)
-    run_squad.export_inference_model(model, export_dir, "qa")
-    runners = {"dygraph": run_squad.dygraph_predictor(model, AmpPolicy()),
-               "to_static": run_squad.dygraph_predictor(static_model, AmpPolicy())}
+    inference.export_inference_model(model, export_dir, "qa")
+    runners = {"dygraph": inference.dygraph_predictor(model, AmpPolicy()),
+               "to_static": inference.dygraph_predictor(static_model, AmpPolicy())}
     for precision in OUR_PREDICTOR_PRECISIONS:
+        runs, _, notice = inference.resolve_precision("cpu", precision, False)
+        if notice:
+            print(f"predictor {precision}: {notice}", file=sys.stderr, flush=True)
         # The shape bounds are TensorRT's, which a CPU does not use.
-        settings = run_squad.predictor_settings("cpu", precision, False, max_batch_size=1, max_seq_length=1)
-        runners[f"predictor {precision}"] = run_squad.inference_predictor(export_dir, "qa", threads, settings)
+        settings = inference.predictor_settings("cpu", runs, False, max_batch_size=1, max_seq_length=1)
+        runners[f"predictor {precision}"] = inference.inference_predictor(export_dir, "qa", threads, settings)
     return {mode: start_logits_of(run) for mode, run in runners.items()}
 
 
 def start_logits_of(run):
-    """run_squad's BatchPredictor, reduced to the start logits that the workers compare."""
+    """inference.BatchPredictor, reduced to the start logits that the workers compare."""
     return lambda *batch: run(*batch)[0]
 
 

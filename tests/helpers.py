@@ -253,17 +253,19 @@ def record_optimizer_options(monkeypatch) -> dict:
     return received
 
 
-def record_amp_policies(monkeypatch, script) -> list:
-    """The AMP policies finetune.train decorates the model with; autocast becomes a no-op (bfloat16 on CPU)."""
+def record_amp_policies(monkeypatch) -> list:
+    """The AMP policies finetune.train decorates the model with; autocast (of training and of the dygraph
+    predictor) becomes a no-op (bfloat16 on CPU)."""
     import contextlib
 
     import finetune
+    import inference
 
     policies = []
     monkeypatch.setattr(finetune, "amp_decorate", lambda model, optimizer, policy: (
         policies.append(policy), (model, optimizer))[1])
     monkeypatch.setattr(paddle.amp, "is_bfloat16_supported", lambda *args: True)
-    for module in (finetune, script):
+    for module in (finetune, inference):
         monkeypatch.setattr(module, "amp_autocast", lambda policy: contextlib.nullcontext())
     return policies
 

@@ -10,6 +10,7 @@ import ast
 import datetime
 import importlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -250,7 +251,7 @@ def test_every_worker_of_the_contender_table_has_a_builder(bench):
     squad = bench("bench_squad_inference")
     assert set(squad.WORKER_NAMES) == set(squad.BUILDERS) == {"ours", "paddlenlp", "transformers"}
     assert ("ours", "predictor fp32") in squad.CONTENDERS
-    assert set(squad.OUR_PREDICTOR_PRECISIONS) <= set(importlib.import_module("run_squad").INFERENCE_PRECISIONS)
+    assert set(squad.OUR_PREDICTOR_PRECISIONS) <= set(importlib.import_module("inference").INFERENCE_PRECISIONS)
 
 
 class FakeTrainer:
@@ -289,10 +290,15 @@ def test_squad_inference_smoke_run_with_our_contenders():
     assert lines[0].startswith("machine: ") and "bench_squad_inference.py --only ours" in lines[0]
     assert "paddlenlp: skipped (not in --only)" in lines and "transformers: skipped (not in --only)" in lines
     [agreement] = [line for line in lines if line.startswith("  ours: start logits differ from dygraph")]
-    # The same weights in dygraph, to_static and the exported predictor: fp32 rounding apart, the same logits.
-    differences = [float(part.split()[0]) for part in agreement.split("at most ")[1].split(", ")]
-    assert len(differences) == 2 and max(differences) < 1e-4
-    for mode in ("dygraph", "to_static", "predictor fp32"):
+    # The same weights in dygraph, to_static and the exported predictors: in fp32 rounding apart, the same
+    # logits; in bf16 (8 significant bits) within a few percent of logits of size about 1, and not the same
+    # where the CPU has bf16 instructions (elsewhere the bf16 predictor runs fp32).
+    differences = {mode: float(value) for value, mode in re.findall(r"([-+.e\d]+) \(([^)]+)\)", agreement)}
+    assert set(differences) == {"to_static", "predictor fp32", "predictor bf16"}, differences
+    assert max(differences["to_static"], differences["predictor fp32"]) < 1e-4
+    assert differences["predictor bf16"] < 0.1
+    assert (differences["predictor bf16"] > 0) == importlib.import_module("inference").cpu_has_bf16()
+    for mode in ("dygraph", "to_static", "predictor fp32", "predictor bf16"):
         [row] = [line for line in lines if line.startswith(f"  ours {mode} ")]
         assert float(row.split("seq/s")[0].split()[-1]) > 0
     assert any(line.startswith("ours: ") and "warning lines captured from stderr" in line for line in lines)

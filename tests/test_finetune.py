@@ -159,7 +159,7 @@ def test_loss_scale_flags(workspace, task, monkeypatch, dynamic, expected_scale)
 
 def test_pure_fp16_and_amp_dtype_reach_the_decorated_model(workspace, task, monkeypatch):
     use_gpu_amp_policy(monkeypatch)
-    policies = record_amp_policies(monkeypatch, task.script)
+    policies = record_amp_policies(monkeypatch)
     task.run(workspace, "pure", *task.train_args(workspace, "--max-steps", 1, "--amp", "--use-pure-fp16",
                                                  "--amp-dtype", "bfloat16"))
     assert [(p.level, p.dtype, p.enabled) for p in policies] == [("O2", "bfloat16", True)]

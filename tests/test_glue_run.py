@@ -110,6 +110,20 @@ def test_saved_model_reloads_through_init_checkpoint(workspace, fine_tuned):
     assert parameter(reloaded_records, "newly_initialized") == [[]]
 
 
+def test_exported_model_predicts_the_same_labels(workspace, fine_tuned):
+    output_dir, records = fine_tuned
+    export_dir = workspace / "exported_glue"
+    run(workspace, "export_only", "--init-checkpoint", output_dir, "--export-dir", export_dir)
+    assert (export_dir / "bert_paddle.pdiparams").is_file()
+    exported_dir, exported_records = run(workspace, "from_exported", *predict_args(
+        workspace, "--do-eval", "--inference-model-dir", export_dir, data="train.tsv"))
+    ids, labels, probabilities = predictions(exported_dir)
+    reference_ids, reference_labels, reference_probabilities = predictions(output_dir)
+    assert (ids, labels) == (reference_ids, reference_labels)
+    np.testing.assert_allclose(probabilities, reference_probabilities, atol=1e-4)
+    assert logged(exported_records, "accuracy") == pytest.approx(logged(records, "accuracy"))
+
+
 @pytest.fixture(scope="module")
 def two_steps_batch_8(workspace):
     """Two updates (only the first has a learning rate above 0) from the pretraining checkpoint, then predictions."""

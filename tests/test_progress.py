@@ -19,11 +19,13 @@ import pytest
 import convert_checkpoint
 import create_pretraining_data
 import glue_data
+import inference
 import lddl_preprocess
 import progress
 import run_glue
 import run_squad
 import squad_utils
+from amp import AmpPolicy
 from bert_config import BertConfig
 from conftest import ROOT, require_shared
 from glue_data import ClassificationExample
@@ -188,7 +190,7 @@ def test_squad_and_glue_prediction_show_progress(no_delay, capsys):
     glue_features = glue_data.convert_examples_to_features(glue, tokenizer, 16, ["0", "1"])
     args = argparse.Namespace(predict_batch_size=2, max_seq_length=16)
     model = run_glue.BertForSequenceClassification(config, 2)
-    run_glue.predict_probabilities(model, glue_features, args, 0, run_squad.AmpPolicy())
+    run_glue.predict_probabilities(inference.dygraph_predictor(model, AmpPolicy()), glue_features, args, 0)
     err = capsys.readouterr().err
     assert [line for line in err.splitlines() if line.startswith("SQuAD prediction: 100%")][0].count(" 3/3 [") == 1
     assert [line for line in err.splitlines() if line.startswith("GLUE prediction: 100%")][0].count(" 2/2 [") == 1

@@ -4,15 +4,14 @@ export to Paddle Inference, data parallelism, and the effect of every command-li
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 
 import numpy as np
-import paddle
 import pytest
 
+import inference
 import run_squad
 from conftest import ROOT, require_shared
 from dllog import read_report
@@ -236,11 +235,11 @@ def test_window_options_change_the_features(workspace):
 
 
 class _Recorder:
-    """Wraps run_squad.dygraph_predictor and records the shape of every batch it is given."""
+    """Wraps inference.dygraph_predictor and records the shape of every batch it is given."""
 
     def __init__(self, monkeypatch):
         self.shapes = []
-        original = run_squad.dygraph_predictor
+        original = inference.dygraph_predictor
 
         def wrapped(*args):
             run = original(*args)
@@ -249,7 +248,7 @@ class _Recorder:
                 self.shapes.append(input_ids.shape)
                 return run(input_ids, token_type_ids, attention_mask)
             return recording_run
-        monkeypatch.setattr(run_squad, "dygraph_predictor", wrapped)
+        monkeypatch.setattr(inference, "dygraph_predictor", wrapped)
 
 
 def test_predict_batch_size(workspace, monkeypatch):
@@ -346,74 +345,6 @@ def test_starts_from_a_converted_hugging_face_checkpoint(workspace, tmp_path):
     assert parameter(records, "newly_initialized") == [["qa_outputs.bias", "qa_outputs.weight"]]
     assert parameter(records, "unused_params") == [0]
     assert len(json.loads((output_dir / "predictions.json").read_text())) == 6
-
-
-# ---------------------------------------------------------------------------------------------
-# The Paddle Inference predictor's device settings
-# ---------------------------------------------------------------------------------------------
-
-
-def test_predictor_settings_follow_the_device_and_flags():
-    half, full = paddle.inference.PrecisionType.Half, paddle.inference.PrecisionType.Float32
-    sizes = {"max_batch_size": 16, "max_seq_length": 128}
-    for precision, use_tensorrt in (("fp32", False), ("fp16", False), ("fp16", True)):
-        assert run_squad.predictor_settings("cpu", precision, use_tensorrt, **sizes) == {
-            "disable_gpu": {}, "enable_onednn": {}}
-    assert run_squad.predictor_settings("gpu:1", "fp32", False, **sizes) == {
-        "enable_use_gpu": {"memory_pool_init_size_mb": 1024, "device_id": 1, "precision_mode": full}}
-    assert run_squad.predictor_settings("gpu:0", "fp16", False, **sizes) == {
-        "enable_use_gpu": {"memory_pool_init_size_mb": 1024, "device_id": 0, "precision_mode": half}}
-    tensorrt = run_squad.predictor_settings("gpu:0", "fp16", True, **sizes)
-    assert list(tensorrt) == ["enable_use_gpu", "enable_tensorrt_engine", "set_trt_dynamic_shape_info"]
-    assert tensorrt["enable_use_gpu"] == {"memory_pool_init_size_mb": 1024, "device_id": 0}
-    assert tensorrt["enable_tensorrt_engine"]["precision_mode"] == half
-    assert tensorrt["enable_tensorrt_engine"]["max_batch_size"] == 16
-    assert tensorrt["set_trt_dynamic_shape_info"]["max_input_shape"] == dict.fromkeys(run_squad.INPUT_NAMES,
-                                                                                      [16, 128])
-    # every call names a method, and every argument a parameter, of this build's Config
-    for settings in (tensorrt, run_squad.predictor_settings("cpu", "fp32", False, **sizes)):
-        for method, arguments in settings.items():
-            signature = getattr(paddle.inference.Config, method).__doc__.split("\n")[0]
-            assert all(f"{name}:" in signature for name in arguments), (method, signature)
-
-
-class RecordingConfig:
-    """Stands in for paddle.inference.Config: records the calls made on it."""
-
-    calls: list = []
-
-    def __init__(self, program, params):
-        RecordingConfig.calls = [("Config", (os.path.basename(program), os.path.basename(params)), {})]
-
-    def __getattr__(self, method):
-        return lambda *args, **kwargs: RecordingConfig.calls.append((method, args, kwargs))
-
-
-@pytest.mark.parametrize(("device", "expected"), [
-    ("cpu", [("disable_gpu", (), {}), ("enable_onednn", (), {})]),
-    ("gpu:0", [("enable_use_gpu", (), {"memory_pool_init_size_mb": 1024, "device_id": 0,
-                                       "precision_mode": paddle.inference.PrecisionType.Half})]),
-])
-def test_the_config_receives_the_settings_and_a_cpu_says_it_runs_fp32(tmp_path, monkeypatch, capsys, device,
-                                                                       expected):
-    for suffix in (".json", ".pdiparams"):
-        (tmp_path / f"qa{suffix}").write_text("")
-    monkeypatch.setattr(paddle.inference, "Config", RecordingConfig)
-    args = run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--do-predict",
-                                 "--predict-file", str(TINY_CONFIG), "--inference-model-dir", str(tmp_path),
-                                 "--inference-precision", "fp16"])
-    run_squad.inference_config(str(tmp_path), "qa", 3, run_squad.settings_for(args, device))
-    assert RecordingConfig.calls == [("Config", ("qa.json", "qa.pdiparams"), {}), *expected,
-                                     ("disable_glog_info", (), {}), ("set_cpu_math_library_num_threads", (3,), {})]
-    notice = [line for line in capsys.readouterr().out.splitlines() if "need a GPU" in line]
-    assert len(notice) == (device == "cpu")
-
-
-def test_inference_flags_need_an_inference_model(capsys):
-    with pytest.raises(SystemExit):
-        run_squad.parse_args(["--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--export-dir", "y",
-                              "--use-tensorrt"])
-    assert "only used with --inference-model-dir" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------

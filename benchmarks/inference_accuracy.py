@@ -1,0 +1,159 @@
+"""Accuracy of the exported predictor in each precision: a real checkpoint fine-tuned on MRPC, SST-2 and SQuAD,
+exported, and scored through `--inference-model-dir --inference-precision P` for every P of --precisions.
+
+    python benchmarks/inference_accuracy.py --work-dir /tmp/inference_accuracy
+
+- GLUE: all-MiniLM-L6-v2 (--model-dir) fine-tuned on MRPC's training set and on the first --sst2-train-examples
+  rows of SST-2's; dev accuracy per precision.
+- SQuAD: only dev-v1.1.json is at hand, so the model fine-tunes on its first --squad-train-articles articles
+  and predicts the last --squad-predict-articles (no article in both); per precision EM and F1, and against
+  fp32 the fraction of questions whose predicted answer text is unchanged and the EM/F1 change.
+
+Each fine-tuning is a few minutes on 2 cores. Accuracy does not depend on machine load, so the figures hold on a
+busy machine; no time is measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import machine
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+
+def answers_unchanged(reference: dict[str, str], predictions: dict[str, str]) -> float:
+    """Fraction of the reference's questions whose predicted answer text is the same."""
+    if set(reference) != set(predictions):
+        raise ValueError("the predictions answer other questions than the reference")
+    return sum(predictions[key] == text for key, text in reference.items()) / len(reference)
+
+
+def split_articles(dataset: dict, train_articles: int, predict_articles: int) -> tuple[dict, dict]:
+    """The first train_articles and the last predict_articles articles of a SQuAD json, as two datasets."""
+    articles = dataset["data"]
+    if train_articles + predict_articles > len(articles):
+        raise ValueError(f"{train_articles} + {predict_articles} articles asked, the file has {len(articles)}")
+    version = dataset.get("version", "1.1")
+    return ({"version": version, "data": articles[:train_articles]},
+            {"version": version, "data": articles[len(articles) - predict_articles:]})
+
+
+def head_rows(source: Path, target: Path, rows: int) -> None:
+    """The header and the first `rows` data rows of a TSV."""
+    with open(source, encoding="utf-8") as reader:
+        lines = reader.readlines()
+    target.write_text("".join(lines[:rows + 1]), encoding="utf-8")
+
+
+def last_logged(report: Path, key: str) -> float:
+    from dllog import read_report
+
+    return [record["data"][key] for record in read_report(report) if key in record.get("data", {})][-1]
+
+
+def glue_accuracy(args: argparse.Namespace, task: str, train_file: Path, common: list[str]) -> dict[str, float]:
+    import run_glue
+
+    folder = args.work_dir / task
+    run_glue.main([*common, "--task-name", task, "--do-train", "--train-file", str(train_file),
+                   "--from-pretrained-params", str(args.work_dir / "minilm.pdparams"), "--epochs", str(args.epochs),
+                   "--learning-rate", "5e-5", "--output-dir", str(folder / "train"), "--export-dir",
+                   str(folder / "export")])
+    dev = args.glue_dir / {"mrpc": "MRPC", "sst-2": "SST-2"}[task] / "dev.tsv"
+    accuracy = {}
+    for precision in args.precisions:
+        output = folder / precision
+        run_glue.main([*common, "--task-name", task, "--do-eval", "--predict-file", str(dev),
+                       "--inference-model-dir", str(folder / "export"), "--inference-precision", precision,
+                       "--output-dir", str(output)])
+        accuracy[precision] = 100 * last_logged(output / "report.json", "accuracy")
+    return accuracy
+
+
+def squad_scores(args: argparse.Namespace, common: list[str]) -> dict[str, dict[str, float]]:
+    import run_squad
+
+    folder = args.work_dir / "squad"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(args.squad_file, encoding="utf-8") as reader:
+        train, predict = split_articles(json.load(reader), args.squad_train_articles, args.squad_predict_articles)
+    (folder / "train.json").write_text(json.dumps(train), encoding="utf-8")
+    (folder / "predict.json").write_text(json.dumps(predict), encoding="utf-8")
+    squad = ["--max-seq-length", str(args.squad_max_seq_length), "--doc-stride", "128"]
+    run_squad.main([*common, *squad, "--do-train", "--train-file", str(folder / "train.json"),
+                    "--from-pretrained-params", str(args.work_dir / "minilm.pdparams"), "--epochs", str(args.epochs),
+                    "--learning-rate", "1e-4", "--warmup-proportion", "0.1", "--output-dir", str(folder / "train"),
+                    "--export-dir", str(folder / "export")])
+    scores, answers = {}, {}
+    for precision in args.precisions:
+        output = folder / precision
+        run_squad.main([*common, *squad, "--do-eval", "--predict-file", str(folder / "predict.json"),
+                        "--inference-model-dir", str(folder / "export"), "--inference-precision", precision,
+                        "--output-dir", str(output)])
+        answers[precision] = json.loads((output / "predictions.json").read_text(encoding="utf-8"))
+        scores[precision] = {"EM": last_logged(output / "report.json", "exact_match"),
+                             "F1": last_logged(output / "report.json", "F1"),
+                             "unchanged": 100 * answers_unchanged(answers[args.precisions[0]], answers[precision])}
+    scores["questions"] = len(answers[args.precisions[0]])
+    return scores
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--work-dir", type=Path, required=True, help="models, exports and predictions go here")
+    parser.add_argument("--model-dir", type=Path, default=SHARED / "models" / "all-MiniLM-L6-v2",
+                        help="Hugging Face checkpoint to fine-tune (model.safetensors, config.json, vocab.txt)")
+    parser.add_argument("--glue-dir", type=Path, default=SHARED / "data" / "glue")
+    parser.add_argument("--squad-file", type=Path, default=SHARED / "data" / "squad" / "v1.1" / "dev-v1.1.json")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"],
+                        help="the first is the reference of the SQuAD comparison")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--sst2-train-examples", type=int, default=6000)
+    parser.add_argument("--squad-train-articles", type=int, default=8)
+    parser.add_argument("--squad-predict-articles", type=int, default=6)
+    parser.add_argument("--squad-max-seq-length", type=int, default=256)
+    parser.add_argument("--tasks", nargs="+", choices=("mrpc", "sst-2", "squad"), default=["mrpc", "sst-2", "squad"])
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    import convert_checkpoint
+
+    machine.print_header()
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    convert_checkpoint.main(["hf2paddle", str(args.model_dir), str(args.work_dir / "minilm.pdparams"),
+                             "--config-out", str(args.work_dir / "minilm.json")])
+    common = ["--vocab-file", str(args.model_dir / "vocab.txt"), "--bert-model", "custom", "--config-file",
+              str(args.work_dir / "minilm.json"), "--train-batch-size", "32", "--predict-batch-size", "32"]
+    lines = []
+    if "mrpc" in args.tasks:
+        accuracy = glue_accuracy(args, "mrpc", args.glue_dir / "MRPC" / "train.tsv", common)
+        lines.append("MRPC dev accuracy: " + ", ".join(f"{p} {a:.2f}" for p, a in accuracy.items()))
+    if "sst-2" in args.tasks:
+        subset = args.work_dir / "sst2_train.tsv"
+        head_rows(args.glue_dir / "SST-2" / "train.tsv", subset, args.sst2_train_examples)
+        accuracy = glue_accuracy(args, "sst-2", subset, common)
+        lines.append(f"SST-2 dev accuracy (trained on the first {args.sst2_train_examples} rows): "
+                     + ", ".join(f"{p} {a:.2f}" for p, a in accuracy.items()))
+    if "squad" in args.tasks:
+        scores = squad_scores(args, common)
+        reference = scores[args.precisions[0]]
+        lines.append(f"SQuAD (trained on articles 1-{args.squad_train_articles} of dev-v1.1.json, predicted the "
+                     f"last {args.squad_predict_articles}: {scores['questions']} questions):")
+        for precision in args.precisions:
+            score = scores[precision]
+            lines.append(f"  {precision}: EM {score['EM']:.2f} ({score['EM'] - reference['EM']:+.2f}), "
+                         f"F1 {score['F1']:.2f} ({score['F1'] - reference['F1']:+.2f}), answer text unchanged "
+                         f"from {args.precisions[0]} {score['unchanged']:.1f}%")
+    print(f"\n{machine.header_line()}\n" + "\n".join(lines), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""inference.py: the predictor's settings per device and precision, the Config they build (a recording stand-in
+for paddle.inference.Config), the options of both task scripts, and real fp32/bf16 predictors of a tiny
+exported model against the dygraph model. (Moved from tests/test_squad_run.py with the code they test.)"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import paddle
+import pytest
+
+import inference
+import run_glue
+import run_squad
+from amp import AmpPolicy
+from bert_config import BertConfig
+from conftest import ROOT
+from helpers import TINY_CONFIG
+from modeling import BertForQuestionAnswering, BertForSequenceClassification
+
+SIZES = {"max_batch_size": 16, "max_seq_length": 128}
+
+
+def test_predictor_settings_follow_the_device_and_flags():
+    half, full = paddle.inference.PrecisionType.Half, paddle.inference.PrecisionType.Float32
+    assert inference.predictor_settings("cpu", "fp32", False, **SIZES) == {"disable_gpu": {}, "enable_onednn": {}}
+    assert inference.predictor_settings("cpu", "bf16", False, **SIZES) == {
+        "disable_gpu": {}, "enable_onednn": {}, "enable_onednn_bfloat16": {}}
+    assert inference.predictor_settings("gpu:1", "fp32", False, **SIZES) == {
+        "enable_use_gpu": {"memory_pool_init_size_mb": 1024, "device_id": 1, "precision_mode": full}}
+    assert inference.predictor_settings("gpu:0", "fp16", False, **SIZES) == {
+        "enable_use_gpu": {"memory_pool_init_size_mb": 1024, "device_id": 0, "precision_mode": half}}
+    tensorrt = inference.predictor_settings("gpu:0", "fp16", True, **SIZES)
+    assert list(tensorrt) == ["enable_use_gpu", "enable_tensorrt_engine", "set_trt_dynamic_shape_info"]
+    assert tensorrt["enable_use_gpu"] == {"memory_pool_init_size_mb": 1024, "device_id": 0}
+    assert tensorrt["enable_tensorrt_engine"]["precision_mode"] == half
+    assert tensorrt["enable_tensorrt_engine"]["max_batch_size"] == 16
+    assert tensorrt["set_trt_dynamic_shape_info"]["max_input_shape"] == dict.fromkeys(inference.INPUT_NAMES,
+                                                                                      [16, 128])
+    # every call names a method, and every argument a parameter, of this build's Config
+    for settings in (tensorrt, inference.predictor_settings("cpu", "bf16", False, **SIZES)):
+        for method, arguments in settings.items():
+            signature = getattr(paddle.inference.Config, method).__doc__.split("\n")[0]
+            assert all(f"{name}:" in signature for name in arguments), (method, signature)
+
+
+@pytest.mark.parametrize(("device", "asked", "has_bf16", "runs", "notice"), [
+    ("cpu", ("fp32", False), True, ("fp32", False), None),
+    ("cpu", ("bf16", False), True, ("bf16", False), None),
+    ("cpu", ("bf16", False), False, ("fp32", False), "no bf16 instructions"),
+    ("cpu", ("fp16", False), True, ("fp32", False), "fp16 needs a GPU"),
+    ("cpu", ("fp32", True), True, ("fp32", False), "--use-tensorrt needs a GPU"),
+    ("gpu:0", ("fp16", True), False, ("fp16", True), None),
+    ("gpu:0", ("bf16", False), True, ("fp16", False), "on a GPU the predictor runs fp16"),
+])
+def test_resolve_precision_says_what_runs_instead(monkeypatch, device, asked, has_bf16, runs, notice):
+    monkeypatch.setattr(inference, "cpu_has_bf16", lambda: has_bf16)
+    precision, use_tensorrt, message = inference.resolve_precision(device, *asked)
+    assert (precision, use_tensorrt) == runs
+    assert (message is None) == (notice is None)
+    if notice:
+        assert notice in message and "\n" not in message
+
+
+def test_cpu_bf16_check_is_the_cpus_native_bf16():
+    with open("/proc/cpuinfo", encoding="utf-8") as reader:
+        flags = set(next(line for line in reader if line.startswith("flags")).split(":")[1].split())
+    assert inference.cpu_has_bf16() == bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+class RecordingConfig:
+    """Stands in for paddle.inference.Config: records the calls made on it."""
+
+    calls: list = []
+
+    def __init__(self, program, params):
+        RecordingConfig.calls = [("Config", (os.path.basename(program), os.path.basename(params)), {})]
+
+    def __getattr__(self, method):
+        return lambda *args, **kwargs: RecordingConfig.calls.append((method, args, kwargs))
+
+
+def _parse(script, model_dir, precision):
+    task = ["--task-name", "sst-2"] if script is run_glue else []
+    return script.parse_args([*task, "--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--do-predict",
+                              "--predict-file", str(TINY_CONFIG), "--inference-model-dir", str(model_dir),
+                              "--inference-precision", precision])
+
+
+CPU = [("disable_gpu", (), {}), ("enable_onednn", (), {})]
+
+
+@pytest.mark.parametrize("script", [run_squad, run_glue])
+@pytest.mark.parametrize(("device", "precision", "has_bf16", "expected", "notices"), [
+    ("cpu", "fp16", True, CPU, 1),
+    ("cpu", "bf16", True, [*CPU, ("enable_onednn_bfloat16", (), {})], 0),
+    ("cpu", "bf16", False, CPU, 1),
+    ("gpu:0", "fp16", True, [("enable_use_gpu", (), {"memory_pool_init_size_mb": 1024, "device_id": 0,
+                                                     "precision_mode": paddle.inference.PrecisionType.Half})], 0),
+])
+def test_the_config_receives_the_settings_of_the_command_line(tmp_path, monkeypatch, capsys, script, device,
+                                                              precision, has_bf16, expected, notices):
+    for suffix in (".json", ".pdiparams"):
+        (tmp_path / f"qa{suffix}").write_text("")
+    monkeypatch.setattr(paddle.inference, "Config", RecordingConfig)
+    monkeypatch.setattr(inference, "cpu_has_bf16", lambda: has_bf16)
+    args = _parse(script, tmp_path, precision)
+    inference.inference_config(str(tmp_path), "qa", 3, inference.settings_for(args, device))
+    assert RecordingConfig.calls == [("Config", ("qa.json", "qa.pdiparams"), {}), *expected,
+                                     ("disable_glog_info", (), {}), ("set_cpu_math_library_num_threads", (3,), {})]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "--inference-precision" in line]
+    assert len(lines) == notices
+
+
+@pytest.mark.parametrize("script", [run_squad, run_glue])
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--export-dir", "y", "--use-tensorrt"], "only used with --inference-model-dir"),
+    (["--export-dir", "y", "--inference-precision", "bf16"], "only used with --inference-model-dir"),
+    (["--inference-model-dir", "m", "--do-train", "--train-file", str(TINY_CONFIG)], "cannot train"),
+    (["--inference-model-dir", "m", "--export-dir", "y"], "cannot train, export"),
+    (["--inference-model-dir", "m"], "nothing to do"),
+])
+def test_inference_flags_are_checked(capsys, script, argv, message):
+    task = ["--task-name", "sst-2"] if script is run_glue else []
+    with pytest.raises(SystemExit):
+        script.parse_args([*task, "--vocab-file", str(TINY_CONFIG), "--output-dir", "x", *argv])
+    assert message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Real predictors of a tiny exported model
+# ---------------------------------------------------------------------------------------------
+
+
+def _tiny_batch(batch: int, seq_length: int, vocab_size: int):
+    rng = np.random.default_rng(0)
+    input_ids = rng.integers(5, vocab_size, (batch, seq_length), dtype=np.int64)
+    token_type_ids = np.zeros_like(input_ids)
+    token_type_ids[:, seq_length // 2:] = 1
+    attention_mask = np.ones_like(input_ids)
+    attention_mask[0, seq_length - 5:] = 0  # one padded row
+    return input_ids, token_type_ids, attention_mask
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A tiny random-weight classifier, exported, with its dygraph logits on a batch."""
+    folder = tmp_path_factory.mktemp("exported")
+    config = BertConfig.from_json_file(str(ROOT / "bert_configs" / "bert-tiny-uncased.json"))
+    paddle.seed(3)
+    model = BertForSequenceClassification(config, 3)
+    batch = _tiny_batch(16, 64, config.vocab_size)
+    (dygraph,) = inference.dygraph_predictor(model, AmpPolicy())(*batch)
+    inference.export_inference_model(model, str(folder), "cls")
+    return folder, batch, dygraph
+
+
+def _predict(exported, precision):
+    folder, batch, _ = exported
+    precision, _, _ = inference.resolve_precision("cpu", precision, False)
+    settings = inference.predictor_settings("cpu", precision, False, max_batch_size=1, max_seq_length=1)
+    (logits,) = inference.inference_predictor(str(folder), "cls", 1, settings)(*batch)
+    return logits
+
+
+def test_fp32_predictor_matches_the_dygraph_model(exported):
+    np.testing.assert_allclose(_predict(exported, "fp32"), exported[2], rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_predictor_is_within_bf16_rounding_of_fp32(exported):
+    fp32, bf16 = _predict(exported, "fp32"), _predict(exported, "bf16")
+    if not inference.cpu_has_bf16():  # the fallback: the same fp32 predictor
+        np.testing.assert_array_equal(bf16, fp32)
+        return
+    difference = np.abs(bf16 - fp32).max()
+    # bf16 keeps 8 significant bits (relative rounding 2^-8 = 0.4%); through two layers and the head the
+    # logits may drift a few times that, but no more
+    assert 0 < difference <= 0.03 * np.abs(fp32).max(), (difference, np.abs(fp32).max())
+    # the class wins wherever fp32's margin between the best two classes is beyond that drift
+    top_two = np.sort(fp32, axis=1)[:, -2:]
+    clear = top_two[:, 1] - top_two[:, 0] > 2 * difference
+    assert (bf16.argmax(axis=1)[clear] == fp32.argmax(axis=1)[clear]).all()
+
+
+def test_squad_predictor_returns_start_and_end_logits(tmp_path):
+    config = BertConfig.from_json_file(str(ROOT / "bert_configs" / "bert-tiny-uncased.json"))
+    paddle.seed(4)
+    model = BertForQuestionAnswering(config)
+    batch = _tiny_batch(2, 32, config.vocab_size)
+    expected = inference.dygraph_predictor(model, AmpPolicy())(*batch)
+    inference.export_inference_model(model, str(tmp_path), "qa")
+    outputs = inference.inference_predictor(str(tmp_path), "qa", 1)(*batch)
+    assert len(outputs) == 2
+    for output, reference in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(output, reference, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# benchmarks/inference_accuracy.py's own logic
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def accuracy_script(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import importlib
+
+    return importlib.import_module("inference_accuracy")
+
+
+def test_answers_unchanged_counts_identical_texts(accuracy_script):
+    reference = {"a": "Denver Broncos", "b": "1966", "c": "", "d": "Santa Clara"}
+    predicted = {"a": "Denver Broncos", "b": "in 1966", "c": "", "d": "santa clara"}
+    assert accuracy_script.answers_unchanged(reference, predicted) == 0.5  # a and c; case counts as a change
+    with pytest.raises(ValueError, match="other questions"):
+        accuracy_script.answers_unchanged(reference, {"a": "Denver Broncos"})
+
+
+def test_split_articles_keeps_training_and_prediction_apart(accuracy_script):
+    dataset = {"version": "1.1", "data": [{"title": str(index)} for index in range(5)]}
+    train, predict = accuracy_script.split_articles(dataset, 2, 2)
+    assert [a["title"] for a in train["data"]] == ["0", "1"] and [a["title"] for a in predict["data"]] == ["3", "4"]
+    assert train["version"] == predict["version"] == "1.1"
+    with pytest.raises(ValueError, match="the file has 5"):
+        accuracy_script.split_articles(dataset, 3, 3)
