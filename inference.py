@@ -220,3 +220,18 @@ def dygraph_predictor(model: paddle.nn.Layer, policy: AmpPolicy) -> BatchPredict
         return tuple(output.astype("float32").numpy() for output in outputs)
 
     return run
+
+
+def export_and_predict(model: paddle.nn.Layer | None, args: argparse.Namespace, session, predicting: bool,
+                       predict: Callable[[BatchPredictor], None]) -> None:
+    """Rank 0's part of a fine-tuning run after training: --export-dir, then, when `predicting`, `predict` with
+    the exported predictor of --inference-model-dir or else with the model itself (a finetune.Session)."""
+    if args.export_dir:
+        session.logger.log("PARAMETER", {"exported_model": export_inference_model(
+            model, args.export_dir, args.model_prefix)})
+    if predicting:
+        if args.inference_model_dir:
+            run = predictor_for(args, session.num_threads)
+        else:
+            run = dygraph_predictor(model, session.policy)
+        predict(run)

@@ -304,15 +304,8 @@ def main(argv: list[str] | None = None) -> None:
         model = train(model, args, session)
     if session.rank != 0:
         return
-    if args.export_dir:
-        session.logger.log("PARAMETER", {"exported_model": inference.export_inference_model(
-            model, args.export_dir, args.model_prefix)})
-    if args.do_predict:
-        if args.inference_model_dir:
-            run = inference.predictor_for(args, session.num_threads)
-        else:
-            run = inference.dygraph_predictor(model, session.policy)
-        predict(run, prediction_examples, session.tokenizer, args, session.logger)
+    inference.export_and_predict(model, args, session, args.do_predict,
+                                 lambda run: predict(run, prediction_examples, session.tokenizer, args, session.logger))
     session.logger.close()
 
 
