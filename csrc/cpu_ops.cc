@@ -1,0 +1,92 @@
+// Fused, multi-threaded CPU kernels for PaddleBERT's training step (Paddle custom operators).
+//
+// Paddle's CPU elementwise kernels run on one thread (Eigen's DefaultDevice) while its GEMMs use all of
+// them; these kernels do the same arithmetic as a chain of Paddle ops in one or two OpenMP passes.
+// docs/cpu-training-profile.md says which share of a step each one takes. Built by cpu_ops.py.
+
+#include <cmath>
+
+#include "paddle/extension.h"
+
+namespace {
+
+// Below this many elements a second thread costs more than it saves. The thread count is Paddle's
+// (paddle.base.core.set_num_threads): cpu_ops.py links this library to Paddle's own OpenMP runtime (Intel's
+// libiomp5, which MKL uses too), so there is one thread pool; with GCC's libgomp beside it, the two pools'
+// spinning threads fought over the cores and the fused LAMB ran 1.8x slower than Paddle's ops at 2 threads.
+constexpr int64_t kMinParallel = 1 << 15;
+
+template <typename T>
+T ScalarOf(const paddle::Tensor& t) {
+  return t.dtype() == paddle::DataType::FLOAT64 ? static_cast<T>(t.data<double>()[0])
+                                                : static_cast<T>(t.data<float>()[0]);
+}
+
+// LAMB (You et al. 2020, arXiv:1904.00962, Algorithm 2) for one tensor, as optimizer.Lamb defines it:
+//   g = grad_scale * grad                     (the global-norm clip's factor, folded in)
+//   m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2
+//   a = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps),  u = a + wd w
+//   w = w - lr r u,  r = ||w|| / ||u|| if wd > 0 and both norms are non-zero, else 1.
+// Pass 1 advances the moments and sums ||w||^2, ||a||^2 and <a, w> (in double); pass 2 recomputes a from
+// the stored moments (bit for bit the same) and updates w, so no scratch tensor is needed.
+template <typename T>
+void LambUpdate(T* w, const T* grad, T* m, T* v, int64_t n, T b1, T b2, T eps, double wd, T grad_scale,
+                T inv_bias1, T inv_bias2, double lr) {
+  const bool parallel = n >= kMinParallel;
+  double w_sq = 0.0, a_sq = 0.0, aw = 0.0;
+#pragma omp parallel for simd if (parallel) reduction(+ : w_sq, a_sq, aw) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = grad_scale * grad[i];
+    const T mi = b1 * m[i] + (T(1) - b1) * g;
+    const T vi = b2 * v[i] + (T(1) - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const T a = (mi * inv_bias1) / (std::sqrt(vi * inv_bias2) + eps);
+    w_sq += static_cast<double>(w[i]) * w[i];
+    a_sq += static_cast<double>(a) * a;
+    aw += static_cast<double>(a) * w[i];
+  }
+  double ratio = 1.0;
+  if (wd > 0) {
+    const double u_sq = a_sq + 2.0 * wd * aw + wd * wd * w_sq;
+    if (w_sq > 0 && u_sq > 0) ratio = std::sqrt(w_sq / u_sq);
+  }
+  const T step = static_cast<T>(lr * ratio);
+  const T decay = static_cast<T>(wd);
+#pragma omp parallel for simd if (parallel) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const T a = (m[i] * inv_bias1) / (std::sqrt(v[i] * inv_bias2) + eps);
+    w[i] -= step * (a + decay * w[i]);
+  }
+}
+
+std::vector<paddle::Tensor> LambForward(const paddle::Tensor& param, const paddle::Tensor& grad,
+                                        const paddle::Tensor& moment1, const paddle::Tensor& moment2,
+                                        const paddle::Tensor& beta1_pow, const paddle::Tensor& beta2_pow,
+                                        const paddle::Tensor& learning_rate, double beta1, double beta2,
+                                        double epsilon, double weight_decay, double grad_scale) {
+  PD_CHECK(param.is_cpu() && grad.is_cpu(), "paddlebert_lamb: CPU tensors only");
+  PD_CHECK(param.numel() == grad.numel() && param.numel() == moment1.numel() && param.numel() == moment2.numel(),
+           "paddlebert_lamb: parameter, gradient and moments differ in size");
+  PD_CHECK(grad.dtype() == param.dtype() && moment1.dtype() == param.dtype() && moment2.dtype() == param.dtype(),
+           "paddlebert_lamb: parameter, gradient and moments differ in dtype");
+  PD_DISPATCH_FLOATING_TYPES(param.type(), "paddlebert_lamb", ([&] {
+    const data_t bias1 = data_t(1) - ScalarOf<data_t>(beta1_pow);
+    const data_t bias2 = data_t(1) - ScalarOf<data_t>(beta2_pow);
+    LambUpdate<data_t>(const_cast<data_t*>(param.data<data_t>()), grad.data<data_t>(),
+                       const_cast<data_t*>(moment1.data<data_t>()), const_cast<data_t*>(moment2.data<data_t>()),
+                       param.numel(), static_cast<data_t>(beta1), static_cast<data_t>(beta2),
+                       static_cast<data_t>(epsilon), weight_decay, static_cast<data_t>(grad_scale),
+                       data_t(1) / bias1, data_t(1) / bias2, ScalarOf<double>(learning_rate));
+  }));
+  return {};  // all outputs are the inputs, updated in place
+}
+
+}  // namespace
+
+PD_BUILD_OP(paddlebert_lamb)
+    .Inputs({"Param", "Grad", "Moment1", "Moment2", "Beta1Pow", "Beta2Pow", "LearningRate"})
+    .Outputs({"ParamOut", "Moment1Out", "Moment2Out"})
+    .Attrs({"beta1: double", "beta2: double", "epsilon: double", "weight_decay: double", "grad_scale: double"})
+    .SetInplaceMap({{"Param", "ParamOut"}, {"Moment1", "Moment1Out"}, {"Moment2", "Moment2Out"}})
+    .SetKernelFn(PD_KERNEL(LambForward));
