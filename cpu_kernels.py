@@ -49,11 +49,31 @@ import functools
 import math
 import os
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import paddle
 import paddle.nn.functional as F
 from paddle.autograd import PyLayer
+
+if TYPE_CHECKING:
+    import cpu_ops
+
+# ---------------------------------------------------------------------------------------------
+# GELU
+# ---------------------------------------------------------------------------------------------
+
+
+def gelu_through(ops: cpu_ops.CpuOps) -> Callable[[paddle.Tensor], paddle.Tensor]:
+    """F.gelu(x, approximate=False) that runs float32 tensors through the extension's fused kernels (forward
+    and gradient one multi-threaded pass each); other dtypes (AMP) keep Paddle's."""
+
+    def gelu(x: paddle.Tensor) -> paddle.Tensor:
+        return ops.gelu(x) if x.dtype == paddle.float32 else F.gelu(x, approximate=False)
+
+    return gelu
+
 
 # ---------------------------------------------------------------------------------------------
 # MKL code path

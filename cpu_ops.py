@@ -1,11 +1,12 @@
 """Builds and loads csrc/cpu_ops.cc, PaddleBERT's fused multi-threaded CPU kernels (Paddle custom operators).
 
-The extension is compiled once per machine with paddle.utils.cpp_extension (gcc and ninja; about 30 s) into
-a cache directory keyed by a hash of the source, the flags, Paddle's and Python's versions:
+The extension is compiled once per machine with paddle.utils.cpp_extension (gcc; 13-20 s here) into a cache
+directory keyed by a hash of the source, the flags, Paddle's and Python's versions:
 $PADDLEBERT_CACHE (default ~/.cache/paddlebert)/cpu_ops/<hash>/. Later processes only register the cached
-library (no compiler run). A build that fails leaves `load()` returning None with a one-line warning, and
-the callers keep Paddle's ops. The flags are portable across Intel and AMD x86-64 (AVX2 + FMA, no
--march=native), since a cache directory can outlive the CPU it was built on.
+library (5 ms, no compiler run). A build that fails (no compiler, or a glibc older than 2.35 without vector
+erff) leaves `load()` returning None with a one-line warning, and the callers keep Paddle's ops. The flags
+are portable across Intel and AMD x86-64 (AVX2 + FMA, no -march=native), since a cache directory can
+outlive the CPU it was built on; a CPU without AVX2 or FMA gets Paddle's ops.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from pathlib import Path
 
 import paddle
 from paddle import _C_ops
+from paddle.utils import cpp_extension
+
+from cpu_kernels import _cpu_vendor_and_flags
 
 NAME = "paddlebert_cpu_ops"
 SOURCE = Path(__file__).resolve().parent / "csrc" / "cpu_ops.cc"
@@ -29,11 +33,17 @@ SOURCE = Path(__file__).resolve().parent / "csrc" / "cpu_ops.cc"
 # reductions vectorize.
 CXX_FLAGS = ["-O3", "-mavx2", "-mfma", "-fno-math-errno", "-fopenmp"]
 # Paddle's OpenMP runtime, not GCC's: one thread pool with Paddle's kernels and MKL (see csrc/cpu_ops.cc).
-LD_FLAGS = [f"-L{Path(paddle.__file__).parent / 'libs'}", "-liomp5"]
+# libmvec: glibc's vector erff/expf for GELU (see csrc/cpu_ops.cc).
+REQUIRED_CPU_FLAGS = {"avx2", "fma"}  # what CXX_FLAGS let the compiler use
+LD_FLAGS = [f"-L{Path(paddle.__file__).parent / 'libs'}", "-liomp5", "-lmvec"]
 
 
 class CpuOps:
     """The extension's operators as Python functions (dygraph, CPU tensors)."""
+
+    def gelu(self, x: paddle.Tensor) -> paddle.Tensor:
+        """F.gelu(x, approximate=False) of a float32 tensor, with its gradient (the op's grad kernel)."""
+        return _C_ops._run_custom_op("paddlebert_gelu", x)[0]
 
     def lamb_(self, param, grad, moment1, moment2, beta1_pow, beta2_pow, learning_rate, *, beta1: float,
               beta2: float, epsilon: float, weight_decay: float, grad_scale: float) -> None:
@@ -57,7 +67,7 @@ def _library(directory: Path) -> Path:
     return directory / NAME / f"{NAME}.so"
 
 
-def _build(cpp_extension, directory: Path) -> None:
+def _build(directory: Path) -> None:
     """Compile into a private directory, then move it into place, so that concurrent builds (two test
     processes) never see half a library; the loser of the race discards its copy."""
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -77,14 +87,15 @@ def _build(cpp_extension, directory: Path) -> None:
 @functools.cache
 def load() -> CpuOps | None:
     """The extension, built on first use on this machine; None (with a warning) where it cannot be built."""
+    _, flags = _cpu_vendor_and_flags()
+    if not REQUIRED_CPU_FLAGS <= flags:
+        warnings.warn(f"cpu_ops: this CPU lacks {sorted(REQUIRED_CPU_FLAGS - flags)}; using Paddle's CPU ops",
+                      stacklevel=2)
+        return None
     directory = cache_directory()
     try:
-        with warnings.catch_warnings():
-            # Importing cpp_extension warns three times that ccache is missing; it only speeds up rebuilds.
-            warnings.simplefilter("ignore")
-            from paddle.utils import cpp_extension
         if not _library(directory).exists():
-            _build(cpp_extension, directory)
+            _build(directory)
         cpp_extension.load_op_meta_info_and_register_op(str(_library(directory)))
     except Exception as error:  # a missing compiler or header fails in many ways; all mean "use Paddle's ops"
         message = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__

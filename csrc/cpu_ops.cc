@@ -8,6 +8,14 @@
 
 #include "paddle/extension.h"
 
+// glibc's libmvec (2.35 and later) has vector erff and expf, which math.h declares as such only under
+// -ffast-math; declaring them here lets "omp simd" loops call the 8-wide AVX2 versions (cpu_ops.py links
+// libmvec). The values are glibc's own erff/expf to within their stated few ulp.
+extern "C" {
+__attribute__((simd("notinbranch"))) float erff(float) noexcept;
+__attribute__((simd("notinbranch"))) float expf(float) noexcept;
+}
+
 namespace {
 
 // Below this many elements a second thread costs more than it saves. The thread count is Paddle's
@@ -82,7 +90,46 @@ std::vector<paddle::Tensor> LambForward(const paddle::Tensor& param, const paddl
   return {};  // all outputs are the inputs, updated in place
 }
 
+// GELU, erf form (Hendrycks & Gimpel 2016, arXiv:1606.08415): gelu(x) = x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2,
+// written as Paddle's gelu kernel writes it; its derivative is Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+constexpr float kSqrtHalf = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+std::vector<paddle::Tensor> GeluForward(const paddle::Tensor& x) {
+  PD_CHECK(x.is_cpu() && x.dtype() == paddle::DataType::FLOAT32, "paddlebert_gelu: float32 CPU tensors only");
+  paddle::Tensor out = paddle::empty_like(x);
+  const float* in = x.data<float>();
+  float* result = out.data<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for simd if (n >= kMinParallel) schedule(static)
+  for (int64_t i = 0; i < n; ++i) result[i] = 0.5f * in[i] * (1.0f + erff(in[i] * kSqrtHalf));
+  return {out};
+}
+
+std::vector<paddle::Tensor> GeluBackward(const paddle::Tensor& x, const paddle::Tensor& grad_out) {
+  PD_CHECK(grad_out.dtype() == paddle::DataType::FLOAT32 && grad_out.numel() == x.numel(),
+           "paddlebert_gelu_grad: the gradient must be float32 and of the input's size");
+  paddle::Tensor grad_x = paddle::empty_like(x);
+  const float* in = x.data<float>();
+  const float* dy = grad_out.data<float>();
+  float* dx = grad_x.data<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for simd if (n >= kMinParallel) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float cdf = 0.5f * (1.0f + erff(in[i] * kSqrtHalf));
+    dx[i] = dy[i] * (cdf + in[i] * kInvSqrt2Pi * expf(-0.5f * in[i] * in[i]));
+  }
+  return {grad_x};
+}
+
 }  // namespace
+
+PD_BUILD_OP(paddlebert_gelu).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(GeluForward));
+
+PD_BUILD_GRAD_OP(paddlebert_gelu)
+    .Inputs({"X", paddle::Grad("Out")})
+    .Outputs({paddle::Grad("X")})
+    .SetKernelFn(PD_KERNEL(GeluBackward));
 
 PD_BUILD_OP(paddlebert_lamb)
     .Inputs({"Param", "Grad", "Moment1", "Moment2", "Beta1Pow", "Beta2Pow", "LearningRate"})

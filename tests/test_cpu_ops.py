@@ -82,6 +82,17 @@ def test_a_cached_library_is_loaded_without_a_build(monkeypatch):
         cpu_ops.load.cache_clear()
 
 
+def test_a_cpu_without_avx2_keeps_paddles_ops(monkeypatch):
+    monkeypatch.setattr(cpu_ops, "_cpu_vendor_and_flags", lambda: ("GenuineIntel", {"sse2", "avx"}))
+    monkeypatch.setattr(cpu_ops, "_build", lambda *args: pytest.fail("built for a CPU that cannot run it"))
+    cpu_ops.load.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match=r"cpu_ops: this CPU lacks \['avx2', 'fma'\]; using Paddle's CPU ops"):
+            assert cpu_ops.load() is None
+    finally:
+        cpu_ops.load.cache_clear()
+
+
 def test_a_failed_build_falls_back_with_one_warning(tmp_path, monkeypatch):
     broken = tmp_path / "cpu_ops.cc"
     broken.write_text("#error no compiler today\n")
