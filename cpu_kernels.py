@@ -56,15 +56,13 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import paddle
 import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
-if TYPE_CHECKING:
-    import cpu_ops
+import cpu_ops
 
 # ---------------------------------------------------------------------------------------------
 # GELU
@@ -244,12 +242,17 @@ def layer_norm(x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor, eps
 
 
 class LayerNorm(paddle.nn.LayerNorm):
-    """paddle.nn.LayerNorm over the last axis, with a gain and a bias (same parameters), that runs `layer_norm`."""
+    """paddle.nn.LayerNorm over the last axis, with a gain and a bias (same parameters), that runs the cpu_ops
+    extension's fused kernels for float32 where the extension builds (chosen when the layer is built), and
+    `layer_norm` otherwise."""
 
     def __init__(self, normalized_shape: int, epsilon: float = 1e-5):
         super().__init__(normalized_shape, epsilon=epsilon)
+        self._ops = cpu_ops.load()
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        if self._ops is not None and x.dtype == paddle.float32 and self.weight.dtype == paddle.float32:
+            return self._ops.layer_norm(x, self.weight, self.bias, self._epsilon)
         return layer_norm(x, self.weight, self.bias, self._epsilon)
 
 

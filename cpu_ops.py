@@ -25,7 +25,8 @@ import paddle
 from paddle import _C_ops
 from paddle.utils import cpp_extension
 
-from cpu_kernels import _cpu_vendor_and_flags
+# cpu_kernels imports this module too; the circle is harmless, neither uses the other at import time.
+import cpu_kernels
 
 NAME = "paddlebert_cpu_ops"
 SOURCE = Path(__file__).resolve().parent / "csrc" / "cpu_ops.cc"
@@ -40,6 +41,11 @@ LD_FLAGS = [f"-L{Path(paddle.__file__).parent / 'libs'}", "-liomp5", "-lmvec"]
 
 class CpuOps:
     """The extension's operators as Python functions (dygraph, CPU tensors)."""
+
+    def layer_norm(self, x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor, epsilon: float
+                   ) -> paddle.Tensor:
+        """F.layer_norm over x's last axis (float32), with its gradients: one row per pass each way."""
+        return _C_ops._run_custom_op("paddlebert_layer_norm", x, weight, bias, float(epsilon))[0]
 
     def gelu(self, x: paddle.Tensor) -> paddle.Tensor:
         """F.gelu(x, approximate=False) of a float32 tensor, with its gradient (the op's grad kernel)."""
@@ -87,7 +93,7 @@ def _build(directory: Path) -> None:
 @functools.cache
 def load() -> CpuOps | None:
     """The extension, built on first use on this machine; None (with a warning) where it cannot be built."""
-    _, flags = _cpu_vendor_and_flags()
+    _, flags = cpu_kernels._cpu_vendor_and_flags()
     if not REQUIRED_CPU_FLAGS <= flags:
         warnings.warn(f"cpu_ops: this CPU lacks {sorted(REQUIRED_CPU_FLAGS - flags)}; using Paddle's CPU ops",
                       stacklevel=2)

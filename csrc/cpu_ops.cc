@@ -4,7 +4,10 @@
 // them; these kernels do the same arithmetic as a chain of Paddle ops in one or two OpenMP passes.
 // docs/cpu-training-profile.md says which share of a step each one takes. Built by cpu_ops.py.
 
+#include <omp.h>
+
 #include <cmath>
+#include <vector>
 
 #include "paddle/extension.h"
 
@@ -122,7 +125,119 @@ std::vector<paddle::Tensor> GeluBackward(const paddle::Tensor& x, const paddle::
   return {grad_x};
 }
 
+// LayerNorm over the last axis (Ba et al. 2016, arXiv:1607.06450): y = (x - mean) rstd w + b, one row of H
+// per iteration (a row stays in cache between its passes). The gradient, with n = (x - mean) rstd and
+// g = dy w, is dx = rstd (g - mean(g) - n mean(g n)); dw and db are column sums of dy n and dy, summed per
+// thread and then across threads.
+std::vector<paddle::Tensor> LayerNormForward(const paddle::Tensor& x, const paddle::Tensor& weight,
+                                             const paddle::Tensor& bias, float epsilon) {
+  PD_CHECK(x.is_cpu() && x.dtype() == paddle::DataType::FLOAT32 && weight.dtype() == paddle::DataType::FLOAT32 &&
+               bias.dtype() == paddle::DataType::FLOAT32,
+           "paddlebert_layer_norm: float32 CPU tensors only");
+  const int64_t width = weight.numel(), rows = x.numel() / width;
+  PD_CHECK(bias.numel() == width && rows * width == x.numel(), "paddlebert_layer_norm: x's last axis is not H");
+  paddle::Tensor out = paddle::empty_like(x);
+  paddle::Tensor mean = paddle::empty({rows}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  paddle::Tensor rstd = paddle::empty({rows}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const float *in = x.data<float>(), *w = weight.data<float>(), *b = bias.data<float>();
+  float *y = out.data<float>(), *row_mean = mean.data<float>(), *row_rstd = rstd.data<float>();
+#pragma omp parallel for if (x.numel() >= kMinParallel) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = in + r * width;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < width; ++j) sum += xr[j];
+    const float mu = sum / width;
+    float square_sum = 0.0f;
+#pragma omp simd reduction(+ : square_sum)
+    for (int64_t j = 0; j < width; ++j) square_sum += (xr[j] - mu) * (xr[j] - mu);
+    const float inv_std = 1.0f / std::sqrt(square_sum / width + epsilon);
+    float* yr = y + r * width;
+#pragma omp simd
+    for (int64_t j = 0; j < width; ++j) yr[j] = (xr[j] - mu) * inv_std * w[j] + b[j];
+    row_mean[r] = mu;
+    row_rstd[r] = inv_std;
+  }
+  return {out, mean, rstd};
+}
+
+std::vector<paddle::Tensor> LayerNormBackward(const paddle::Tensor& x, const paddle::Tensor& weight,
+                                              const paddle::Tensor& mean, const paddle::Tensor& rstd,
+                                              const paddle::Tensor& grad_out) {
+  const int64_t width = weight.numel(), rows = x.numel() / width;
+  paddle::Tensor grad_x = paddle::empty_like(x);
+  paddle::Tensor grad_weight = paddle::empty_like(weight);
+  paddle::Tensor grad_bias = paddle::empty_like(weight);
+  const float *in = x.data<float>(), *w = weight.data<float>(), *dy = grad_out.data<float>();
+  const float *row_mean = mean.data<float>(), *row_rstd = rstd.data<float>();
+  float *dx = grad_x.data<float>(), *dw = grad_weight.data<float>(), *db = grad_bias.data<float>();
+  const bool parallel = x.numel() >= kMinParallel;
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  std::vector<float> partial(static_cast<size_t>(threads) * 2 * width, 0.0f);  // per thread: dw, db
+#pragma omp parallel if (parallel) num_threads(threads)
+  {
+    float* my_dw = partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * width;
+    float* my_db = my_dw + width;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = in + r * width, *dyr = dy + r * width;
+      const float mu = row_mean[r], inv_std = row_rstd[r];
+      float sum_g = 0.0f, sum_gn = 0.0f;
+#pragma omp simd reduction(+ : sum_g, sum_gn)
+      for (int64_t j = 0; j < width; ++j) {
+        const float n = (xr[j] - mu) * inv_std, g = dyr[j] * w[j];
+        sum_g += g;
+        sum_gn += g * n;
+        my_dw[j] += dyr[j] * n;
+        my_db[j] += dyr[j];
+      }
+      const float mean_g = sum_g / width, mean_gn = sum_gn / width;
+      float* dxr = dx + r * width;
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) {
+        const float n = (xr[j] - mu) * inv_std;
+        dxr[j] = inv_std * (dyr[j] * w[j] - mean_g - n * mean_gn);
+      }
+    }
+  }
+  for (int64_t j = 0; j < width; ++j) {
+    float sum_w = 0.0f, sum_b = 0.0f;
+    for (int t = 0; t < threads; ++t) {
+      sum_w += partial[static_cast<size_t>(t) * 2 * width + j];
+      sum_b += partial[static_cast<size_t>(t) * 2 * width + width + j];
+    }
+    dw[j] = sum_w;
+    db[j] = sum_b;
+  }
+  return {grad_x, grad_weight, grad_bias};
+}
+
+std::vector<std::vector<int64_t>> LayerNormShapes(const std::vector<int64_t>& x, const std::vector<int64_t>& weight,
+                                                  const std::vector<int64_t>& bias) {
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < x.size(); ++i) rows *= x[i];
+  return {x, {rows}, {rows}};
+}
+
+std::vector<paddle::DataType> LayerNormDtypes(const paddle::DataType& x, const paddle::DataType& weight,
+                                              const paddle::DataType& bias) {
+  return {x, x, x};
+}
+
 }  // namespace
+
+PD_BUILD_OP(paddlebert_layer_norm)
+    .Inputs({"X", "Weight", "Bias"})
+    .Outputs({"Out", "Mean", "Rstd"})
+    .Attrs({"epsilon: float"})
+    .SetKernelFn(PD_KERNEL(LayerNormForward))
+    .SetInferShapeFn(PD_INFER_SHAPE(LayerNormShapes))
+    .SetInferDtypeFn(PD_INFER_DTYPE(LayerNormDtypes));
+
+PD_BUILD_GRAD_OP(paddlebert_layer_norm)
+    .Inputs({"X", "Weight", "Mean", "Rstd", paddle::Grad("Out")})
+    .Outputs({paddle::Grad("X"), paddle::Grad("Weight"), paddle::Grad("Bias")})
+    .SetKernelFn(PD_KERNEL(LayerNormBackward));
 
 PD_BUILD_OP(paddlebert_gelu).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(GeluForward));
 
