@@ -62,8 +62,9 @@ class ClipGradByGlobalNormInPlace(nn.ClipGradByGlobalNorm):
     as they are.
 
     defer_scaling=True leaves the gradients unscaled and records the factor (deferred_factor) for the
-    optimizer to apply as it reads each gradient, which saves a pass over all gradients; only this module's
-    Lamb and Lans apply it, so create_optimizer sets it for them alone.
+    optimizer to apply as it reads each gradient, which saves a pass over all gradients where the optimizer
+    is the fused CPU Lamb (create_optimizer sets it there alone). This module's Lamb and Lans apply a
+    deferred factor; paddle's optimizers would ignore it, so never give them such a clip.
     """
 
     def __init__(self, clip_norm: float, defer_scaling: bool = False):
@@ -251,7 +252,8 @@ class Lamb(_LayerwiseAdaptiveOptimizer):
     The same update as paddle.optimizer.Lamb (always_adapt=False), built from paddle's fused Adam kernel and
     in-place tensor ops; on a CPU it runs about 2.5 times as fast as paddle's lamb kernel. Given cpu_ops (the
     extension cpu_ops.load() builds), fp32/fp64 CPU tensors are updated instead by its fused multi-threaded
-    kernel, which applies the clip's deferred factor as it reads the gradient.
+    kernel, which applies the clip's deferred factor as it reads the gradient: clip + LAMB over BERT-base's
+    parameters 2.52x at one thread (733 -> 280 ms), 2.44x at two (in-process A/B, load average 2).
     """
 
     _scratch_count = 1
