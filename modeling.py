@@ -15,10 +15,10 @@ is block-diagonal over `sample_ids`, and the pooler reads each sample's [CLS] at
 is [number of samples, H].
 
 Every model chooses once, when it is built, between two sets of layers (`use_cpu_kernels`, default: whether
-Paddle's current device is a CPU): cpu_kernels.py's Linear, LayerNorm, Dropout and attention core, which
-compute the same functions with kernels that are faster on a CPU, or Paddle's own layers and
-scaled_dot_product_attention (flash attention on a GPU). Exported programs need Paddle's own ops:
-`standard_copy` gives the model with those.
+Paddle's current device is a CPU): cpu_kernels.py's Linear, LayerNorm, Dropout and attention core and the
+cpu_ops extension's GELU, which compute the same functions with kernels that are faster on a CPU, or
+Paddle's own layers and scaled_dot_product_attention (flash attention on a GPU). Exported programs need
+Paddle's own ops: `standard_copy` gives the model with those.
 
 Shapes in comments use B = batch, S = sequence length, H = hidden size, N = attention heads,
 D = H / N, V = (padded) vocabulary size, M = number of masked positions in the batch, T = real (non-padding)
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import paddle
 import paddle.nn as nn
@@ -36,6 +37,7 @@ import paddle.nn.functional as F
 from paddle.nn.functional import flash_attention
 
 import cpu_kernels
+import cpu_ops
 from bert_config import BertConfig
 
 # Each name bert_config.ACTIVATIONS accepts.
@@ -44,6 +46,15 @@ ACTIVATIONS = {
     "gelu_new": lambda x: F.gelu(x, approximate=True),
     "relu": F.relu,
 }
+
+
+def activation(name: str, use_cpu_kernels: bool) -> Callable[[paddle.Tensor], paddle.Tensor]:
+    """ACTIVATIONS[name]; on the CPU path exact GELU runs the cpu_ops extension's kernels where it builds."""
+    if use_cpu_kernels and name == "gelu":
+        ops = cpu_ops.load()
+        if ops is not None:
+            return cpu_kernels.gelu_through(ops)
+    return ACTIVATIONS[name]
 
 
 def choose_cpu_kernels(use_cpu_kernels: bool | None) -> bool:
@@ -152,7 +163,7 @@ class BertLayer(nn.Layer):
         self.output = Linear(config.intermediate_size, config.hidden_size)
         self.output_layer_norm = LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
-        self.activation = ACTIVATIONS[config.hidden_act]
+        self.activation = activation(config.hidden_act, use_cpu_kernels)
 
     def forward(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | UnpaddedTokens | None
                 ) -> paddle.Tensor:
@@ -345,7 +356,7 @@ class BertPretrainingHeads(nn.Layer):
         super().__init__()
         Linear, LayerNorm, _ = layer_classes(use_cpu_kernels)
         self.transform = Linear(config.hidden_size, config.hidden_size)
-        self.activation = ACTIVATIONS[config.hidden_act]
+        self.activation = activation(config.hidden_act, use_cpu_kernels)
         self.transform_layer_norm = LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
         self.decoder_bias = self.create_parameter(
             [config.padded_vocab_size], is_bias=True, default_initializer=nn.initializer.Constant(0.0)

@@ -15,6 +15,7 @@ import paddle.nn.functional as F
 import pytest
 
 import cpu_kernels
+import cpu_ops
 from modeling import (
     BertConfig,
     BertForPretraining,
@@ -190,6 +191,52 @@ def test_layer_norm_matches_f_layer_norm():
         np.testing.assert_allclose(mine, theirs, rtol=2e-4, atol=2e-4)
     # grad_bias is the sum of grad over all rows, by hand.
     np.testing.assert_allclose(our_grads[2], grad.sum(axis=(0, 1)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(cpu_ops.load() is None, reason="the cpu_ops extension did not build here")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gelu_matches_f_gelu(threads):
+    """Values and gradients against F.gelu (erf form) over the range where erf saturates, in a tensor large
+    enough for the kernels to split it between threads; float64 goes to F.gelu itself."""
+    gelu = cpu_kernels.gelu_through(cpu_ops.load())
+    x = np.concatenate([np.linspace(-12, 12, 4001), np.random.default_rng(8).normal(scale=2, size=60000)])
+    grad = np.random.default_rng(9).normal(size=x.shape).astype("float32")
+    paddle.base.core.set_num_threads(threads)
+    try:
+        ours, (our_grad,) = values_and_grads(gelu, [tensor(x.astype("float32"))], grad)
+    finally:
+        paddle.base.core.set_num_threads(1)
+    reference, (reference_grad,) = values_and_grads(lambda t: F.gelu(t), [tensor(x.astype("float32"))], grad)
+    np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(our_grad, reference_grad, rtol=1e-6, atol=1e-6)
+    double = tensor(x[:10])
+    np.testing.assert_array_equal(gelu(double).numpy(), F.gelu(double).numpy())
+
+
+@pytest.mark.skipif(cpu_ops.load() is None, reason="the cpu_ops extension did not build here")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_layer_norm_layer_matches_f_layer_norm(threads):
+    """cpu_kernels.LayerNorm through the extension's kernels: values and the three gradients against
+    F.layer_norm, on rows with offset means and different spreads, enough of them for two threads to split."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((3, 200, 64)) * rng.uniform(0.5, 3.0, (3, 200, 1)) + 2.0).astype("float32")
+    weight, bias = rng.standard_normal(64).astype("float32"), rng.standard_normal(64).astype("float32")
+    grad = rng.standard_normal(x.shape).astype("float32")
+    layer = cpu_kernels.LayerNorm(64, epsilon=1e-6)
+    assert layer._ops is not None
+    layer.weight.set_value(weight)
+    layer.bias.set_value(bias)
+    paddle.base.core.set_num_threads(threads)
+    try:
+        ours, (our_grad,) = values_and_grads(layer, [tensor(x)], grad)
+        our_param_grads = [layer.weight.grad.numpy(), layer.bias.grad.numpy()]
+    finally:
+        paddle.base.core.set_num_threads(1)
+    inputs = [tensor(x), tensor(weight), tensor(bias)]
+    reference, reference_grads = values_and_grads(lambda x, w, b: F.layer_norm(x, 64, w, b, 1e-6), inputs, grad)
+    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5)
+    for mine, theirs in zip([our_grad, *our_param_grads], reference_grads, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=2e-4, atol=2e-4)
 
 
 def test_dropout_statistics_scale_and_gradient():

@@ -4,6 +4,7 @@ import numpy as np
 import paddle
 import pytest
 
+import cpu_ops
 from modeling import BertConfig, BertForPretraining, BertForQuestionAnswering
 from optimizer import ClipGradByGlobalNormInPlace, Lamb, Lans, create_optimizer, no_weight_decay_parameters
 
@@ -202,6 +203,15 @@ def test_in_place_clip_matches_paddles_clip(dtype, gradient_scale):
 
 def test_create_optimizer_clips_in_place_on_a_cpu():
     assert type(build("Lamb", tiny_model("float32"), 0.01, 1.0)._grad_clip) is ClipGradByGlobalNormInPlace
+
+
+def test_create_optimizer_uses_the_fused_cpu_lamb_where_it_builds():
+    """Then the reference tests above check the extension's kernel, with the clip folded into it."""
+    lamb = build("Lamb", tiny_model("float32"), 0.01, 1.0)
+    fused = cpu_ops.load() is not None
+    assert (lamb._cpu_ops is not None) == fused
+    assert lamb._grad_clip.defer_scaling == fused
+    assert not build("Lans", tiny_model("float32"), 0.01, 1.0)._grad_clip.defer_scaling
 
 
 @pytest.mark.parametrize("optimizer_class", [Lamb, Lans])

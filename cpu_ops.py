@@ -1,0 +1,110 @@
+"""Builds and loads csrc/cpu_ops.cc, PaddleBERT's fused multi-threaded CPU kernels (Paddle custom operators).
+
+The extension is compiled once per machine with paddle.utils.cpp_extension (gcc; 13-20 s here) into a cache
+directory keyed by a hash of the source, the flags, Paddle's and Python's versions:
+$PADDLEBERT_CACHE (default ~/.cache/paddlebert)/cpu_ops/<hash>/. Later processes only register the cached
+library (5 ms, no compiler run). A build that fails (no compiler, or a glibc older than 2.35 without vector
+erff) leaves `load()` returning None with a one-line warning, and the callers keep Paddle's ops. The flags
+are portable across Intel and AMD x86-64 (AVX2 + FMA, no -march=native), since a cache directory can
+outlive the CPU it was built on; a CPU without AVX2 or FMA gets Paddle's ops.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import paddle
+from paddle import _C_ops
+from paddle.utils import cpp_extension
+
+# cpu_kernels imports this module too; the circle is harmless, neither uses the other at import time.
+import cpu_kernels
+
+NAME = "paddlebert_cpu_ops"
+SOURCE = Path(__file__).resolve().parent / "csrc" / "cpu_ops.cc"
+# -fno-math-errno lets sqrt vectorize (it changes no value, only errno); "omp simd" in the source lets the
+# reductions vectorize.
+CXX_FLAGS = ["-O3", "-mavx2", "-mfma", "-fno-math-errno", "-fopenmp"]
+# Paddle's OpenMP runtime, not GCC's: one thread pool with Paddle's kernels and MKL (see csrc/cpu_ops.cc).
+# libmvec: glibc's vector erff/expf for GELU (see csrc/cpu_ops.cc).
+REQUIRED_CPU_FLAGS = {"avx2", "fma"}  # what CXX_FLAGS let the compiler use
+LD_FLAGS = [f"-L{Path(paddle.__file__).parent / 'libs'}", "-liomp5", "-lmvec"]
+
+
+class CpuOps:
+    """The extension's operators as Python functions (dygraph, CPU tensors)."""
+
+    def layer_norm(self, x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor, epsilon: float
+                   ) -> paddle.Tensor:
+        """F.layer_norm over x's last axis (float32), with its gradients: one row per pass each way."""
+        return _C_ops._run_custom_op("paddlebert_layer_norm", x, weight, bias, float(epsilon))[0]
+
+    def gelu(self, x: paddle.Tensor) -> paddle.Tensor:
+        """F.gelu(x, approximate=False) of a float32 tensor, with its gradient (the op's grad kernel)."""
+        return _C_ops._run_custom_op("paddlebert_gelu", x)[0]
+
+    def lamb_(self, param, grad, moment1, moment2, beta1_pow, beta2_pow, learning_rate, *, beta1: float,
+              beta2: float, epsilon: float, weight_decay: float, grad_scale: float) -> None:
+        """One LAMB step of one tensor in place (param, moment1, moment2); see csrc/cpu_ops.cc."""
+        # A custom op may not write into a leaf that requires grad, even under no_grad; detach() is a view.
+        _C_ops._run_custom_op("paddlebert_lamb", param.detach(), grad, moment1, moment2, beta1_pow, beta2_pow,
+                              learning_rate, beta1, beta2, epsilon, weight_decay, grad_scale)
+
+
+def cache_directory() -> Path:
+    """Where this source, built with these flags for this Paddle and Python, lives."""
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), repr((CXX_FLAGS, LD_FLAGS, paddle.__version__, sys.version,
+                                           platform.machine())).encode()):
+        key.update(part)
+    root = Path(os.environ.get("PADDLEBERT_CACHE", Path.home() / ".cache" / "paddlebert"))
+    return root / "cpu_ops" / key.hexdigest()[:16]
+
+
+def _library(directory: Path) -> Path:
+    return directory / NAME / f"{NAME}.so"
+
+
+def _build(directory: Path) -> None:
+    """Compile into a private directory, then move it into place, so that concurrent builds (two test
+    processes) never see half a library; the loser of the race discards its copy."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+    try:
+        cpp_extension.load(name=NAME, sources=[str(SOURCE)], extra_cxx_cflags=CXX_FLAGS, extra_ldflags=LD_FLAGS,
+                           build_directory=str(staging))
+        try:
+            staging.rename(directory)
+        except OSError:
+            if not _library(directory).exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@functools.cache
+def load() -> CpuOps | None:
+    """The extension, built on first use on this machine; None (with a warning) where it cannot be built."""
+    _, flags = cpu_kernels._cpu_vendor_and_flags()
+    if not REQUIRED_CPU_FLAGS <= flags:
+        warnings.warn(f"cpu_ops: this CPU lacks {sorted(REQUIRED_CPU_FLAGS - flags)}; using Paddle's CPU ops",
+                      stacklevel=2)
+        return None
+    directory = cache_directory()
+    try:
+        if not _library(directory).exists():
+            _build(directory)
+        cpp_extension.load_op_meta_info_and_register_op(str(_library(directory)))
+    except Exception as error:  # a missing compiler or header fails in many ways; all mean "use Paddle's ops"
+        message = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        warnings.warn(f"cpu_ops: cannot build {SOURCE.name} ({message}); using Paddle's CPU ops", stacklevel=2)
+        return None
+    return CpuOps()
