@@ -43,7 +43,7 @@ not taken.
   by broadcasting is 13x slower than a same-shape add. `attention` moves whole D-float rows with one gather
   per tensor and adds a mask materialised as [B, N, S, S] (once per forward, by modeling.BertModel).
   Step: 1.16x (with the attention's Linear and Dropout).
-- GELU. Paddle's gelu and gelu_grad kernels run on one thread, scalar erf. `gelu_through` runs the cpu_ops
+- GELU. Paddle's gelu and gelu_grad kernels run on one thread, scalar erf. `exact_gelu` runs the cpu_ops
   extension's C++ kernels (csrc/cpu_ops.cc): one OpenMP pass each way over glibc's 8-wide AVX2 erff/expf.
   Forward + backward of [1024, 3072] (one layer's intermediate, batch 8 x 128), in-process A/B, 40
   alternations, Intel Xeon under load (load average 1.7, one of the two cores taken by another process):
@@ -73,9 +73,13 @@ import cpu_ops
 # ---------------------------------------------------------------------------------------------
 
 
-def gelu_through(ops: cpu_ops.CpuOps) -> Callable[[paddle.Tensor], paddle.Tensor]:
-    """F.gelu(x, approximate=False) that runs float32 tensors through the extension's fused kernels (forward
-    and gradient one multi-threaded pass each); other dtypes (AMP) keep Paddle's."""
+def exact_gelu() -> Callable[[paddle.Tensor], paddle.Tensor]:
+    """F.gelu(x, approximate=False) for the CPU path, chosen when the layer is built: float32 tensors run the
+    cpu_ops extension's fused kernels (forward and gradient one multi-threaded pass each) where it builds;
+    other dtypes (AMP), and every tensor where it does not build, run Paddle's."""
+    ops = cpu_ops.load()
+    if ops is None:
+        return functools.partial(F.gelu, approximate=False)
 
     def gelu(x: paddle.Tensor) -> paddle.Tensor:
         return ops.gelu(x) if x.dtype == paddle.float32 else F.gelu(x, approximate=False)

@@ -33,9 +33,9 @@ SOURCE = Path(__file__).resolve().parent / "csrc" / "cpu_ops.cc"
 # -fno-math-errno lets sqrt vectorize (it changes no value, only errno); "omp simd" in the source lets the
 # reductions vectorize.
 CXX_FLAGS = ["-O3", "-mavx2", "-mfma", "-fno-math-errno", "-fopenmp"]
+REQUIRED_CPU_FLAGS = {"avx2", "fma"}  # what CXX_FLAGS let the compiler use
 # Paddle's OpenMP runtime, not GCC's: one thread pool with Paddle's kernels and MKL (see csrc/cpu_ops.cc).
 # libmvec: glibc's vector erff/expf for GELU (see csrc/cpu_ops.cc).
-REQUIRED_CPU_FLAGS = {"avx2", "fma"}  # what CXX_FLAGS let the compiler use
 LD_FLAGS = [f"-L{Path(paddle.__file__).parent / 'libs'}", "-liomp5", "-lmvec"]
 
 

@@ -15,10 +15,10 @@ is block-diagonal over `sample_ids`, and the pooler reads each sample's [CLS] at
 is [number of samples, H].
 
 Every model chooses once, when it is built, between two sets of layers (`use_cpu_kernels`, default: whether
-Paddle's current device is a CPU): cpu_kernels.py's Linear, LayerNorm, Dropout and attention core and the
-cpu_ops extension's GELU, which compute the same functions with kernels that are faster on a CPU, or
-Paddle's own layers and scaled_dot_product_attention (flash attention on a GPU). Exported programs need
-Paddle's own ops: `standard_copy` gives the model with those.
+Paddle's current device is a CPU): cpu_kernels.py's Linear, LayerNorm, Dropout, attention core and exact
+GELU (LayerNorm and GELU through the cpu_ops extension where it builds), which compute the same functions with
+kernels that are faster on a CPU, or Paddle's own layers and scaled_dot_product_attention (flash attention on
+a GPU). Exported programs need Paddle's own ops: `standard_copy` gives the model with those.
 
 Shapes in comments use B = batch, S = sequence length, H = hidden size, N = attention heads,
 D = H / N, V = (padded) vocabulary size, M = number of masked positions in the batch, T = real (non-padding)
@@ -37,7 +37,6 @@ import paddle.nn.functional as F
 from paddle.nn.functional import flash_attention
 
 import cpu_kernels
-import cpu_ops
 from bert_config import BertConfig
 
 # Each name bert_config.ACTIVATIONS accepts.
@@ -49,12 +48,8 @@ ACTIVATIONS = {
 
 
 def activation(name: str, use_cpu_kernels: bool) -> Callable[[paddle.Tensor], paddle.Tensor]:
-    """ACTIVATIONS[name]; on the CPU path exact GELU runs the cpu_ops extension's kernels where it builds."""
-    if use_cpu_kernels and name == "gelu":
-        ops = cpu_ops.load()
-        if ops is not None:
-            return cpu_kernels.gelu_through(ops)
-    return ACTIVATIONS[name]
+    """ACTIVATIONS[name]; on the CPU path exact GELU is cpu_kernels.exact_gelu."""
+    return cpu_kernels.exact_gelu() if use_cpu_kernels and name == "gelu" else ACTIVATIONS[name]
 
 
 def choose_cpu_kernels(use_cpu_kernels: bool | None) -> bool:
