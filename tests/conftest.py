@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -23,11 +24,15 @@ def require_shared(*parts: str) -> Path:
     base = shared_dir()
     path = base.joinpath(*parts) if base else None
     if path is None or not path.exists():
-        message = f"shared data {'/'.join(parts)} not found (set PADDLEBERT_SHARED_DIR)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"shared data {'/'.join(parts)} not found (set PADDLEBERT_SHARED_DIR)")
     return path
+
+
+def unavailable(message: str) -> NoReturn:
+    """What a test does without something it needs: in CI (CI=true) it fails, elsewhere it skips."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import paddle
 
+import cpu_ops
 import run_pretraining
-from conftest import ROOT, require_shared
+from conftest import ROOT, require_shared, unavailable
 from dllog import read_report, training_step
 from modeling import BertConfig, BertForPretraining
 from squad_utils import SquadExample, convert_examples_to_features
@@ -20,6 +21,15 @@ from tokenizer import BertTokenizer
 # Preprocessing and data
 
 UINT64 = 2**64 - 1
+
+
+def require_cpu_ops() -> cpu_ops.CpuOps:
+    """The cpu_ops extension, for a test of its kernels; a machine without a compiler skips the test, but CI
+    (CI=true) must build it, so there the test fails."""
+    ops = cpu_ops.load()
+    if ops is None:
+        unavailable("the cpu_ops extension did not build here (see the cpu_ops warning)")
+    return ops
 
 
 def splitmix64(value: int) -> int:

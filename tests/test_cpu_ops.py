@@ -5,18 +5,17 @@ import paddle
 import pytest
 
 import cpu_ops
+from helpers import require_cpu_ops
 from optimizer import ClipGradByGlobalNormInPlace, Lamb
-
-OPS = cpu_ops.load()
-needs_ops = pytest.mark.skipif(OPS is None, reason="the cpu_ops extension did not build here")
 
 # Above csrc/cpu_ops.cc's kMinParallel, so that two threads split the loops and their reductions.
 BIG = [300, 200]
 
 
-def lamb_run(fused, grad_scale_steps, steps=6):
+def lamb_run(ops, grad_scale_steps, steps=6):
     """Six LAMB steps on a decayed matrix, a zero-norm decayed vector and an excluded vector, under a clip that
-    is (fused: defers its factor to the kernel) or is not active in a given step (gradient scale per step)."""
+    is (ops given: the fused kernel, which the clip defers its factor to) or is not active in a given step
+    (gradient scale per step)."""
     rng = np.random.default_rng(0)
     shapes = {"w": BIG, "zero": [40000], "bias": [700]}
     params = {}
@@ -24,10 +23,10 @@ def lamb_run(fused, grad_scale_steps, steps=6):
         value = np.zeros(shape, np.float32) if name == "zero" else rng.normal(size=shape).astype(np.float32)
         initializer = paddle.nn.initializer.Assign(value)
         params[name] = paddle.create_parameter(shape, "float32", default_initializer=initializer)
-    clip = ClipGradByGlobalNormInPlace(clip_norm=1.0, defer_scaling=fused)
+    clip = ClipGradByGlobalNormInPlace(clip_norm=1.0, defer_scaling=ops is not None)
     names = {p.name: key for key, p in params.items()}
     optimizer = Lamb(learning_rate=0.01, lamb_weight_decay=0.01, parameters=list(params.values()), grad_clip=clip,
-                     exclude_from_weight_decay_fn=lambda p: names[p.name] == "bias", cpu_ops=OPS if fused else None)
+                     exclude_from_weight_decay_fn=lambda p: names[p.name] == "bias", cpu_ops=ops)
     for step in range(steps):
         loss = sum((p * paddle.to_tensor(grad_scale_steps[step] * rng.normal(size=p.shape).astype(np.float32))).sum()
                    for p in params.values())
@@ -38,18 +37,18 @@ def lamb_run(fused, grad_scale_steps, steps=6):
     return {key: p.numpy() for key, p in params.items()}, state
 
 
-@needs_ops
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fused_lamb_matches_the_paddle_op_path(threads):
     """Weights and optimizer state (same names) after six steps, with the clip active in some steps (large
     gradients) and not in others, against optimizer.Lamb's Paddle-op path and the in-place clip."""
+    ops = require_cpu_ops()
     scales = [30.0, 0.001, 30.0, 0.001, 5.0, 0.0001]
     paddle.base.core.set_num_threads(threads)
     try:
         with paddle.utils.unique_name.guard():  # the same parameter and state names in both runs
-            expected, expected_state = lamb_run(False, scales)
+            expected, expected_state = lamb_run(None, scales)
         with paddle.utils.unique_name.guard():
-            actual, actual_state = lamb_run(True, scales)
+            actual, actual_state = lamb_run(ops, scales)
     finally:
         paddle.base.core.set_num_threads(1)
     for name, value in expected.items():
@@ -59,7 +58,6 @@ def test_fused_lamb_matches_the_paddle_op_path(threads):
         np.testing.assert_allclose(actual_state[name], value, rtol=1e-5, atol=1e-9, err_msg=name)
 
 
-@needs_ops
 def test_deferring_clip_leaves_gradients_and_records_its_factor():
     param = paddle.create_parameter([3], "float32")
     grad = paddle.to_tensor([3.0, 4.0, 0.0])
@@ -72,8 +70,7 @@ def test_deferring_clip_leaves_gradients_and_records_its_factor():
 
 
 def test_a_cached_library_is_loaded_without_a_build(monkeypatch):
-    if OPS is None:
-        pytest.skip("the cpu_ops extension did not build here")
+    require_cpu_ops()
     monkeypatch.setattr(cpu_ops, "_build", lambda *args: pytest.fail("rebuilt a cached library"))
     cpu_ops.load.cache_clear()
     try:
