@@ -28,13 +28,11 @@ not taken.
 - Linear. nn.Linear adds its bias with a broadcasting add, whose CPU kernel (and the reduction in its
   gradient) takes about a quarter of the time of the 768x3072 product itself. `linear` makes the bias the C
   operand of one addmm and computes its gradient as a matrix-vector product. Step: 1.08x.
-- LayerNorm. Paddle's forward kernel is fast, its gradient kernel 15x slower than the forward; `layer_norm`
-  keeps the forward and computes the gradient from plain same-shape ops, with the row means and the
-  column sums as matrix-vector products and the row-broadcast subtraction as a rank-1 addmm (a
-  broadcasting subtract takes 3x as long). Step: 1.014x (1.025x in wall time with two threads).
-  Where the cpu_ops extension builds, `LayerNorm` runs its C++ kernels instead (float32): forward and
-  gradient one row per pass, multi-threaded; forward + backward of [1024, 768] 3.67x at one thread
-  (17.7 -> 4.9 ms), 3.78x at two, against `layer_norm` (A/B, 40 alternations, load average 1.7).
+- LayerNorm. Paddle's forward kernel is fast, its gradient kernel 15x slower than the forward. Where the
+  cpu_ops extension builds, `LayerNorm` runs its C++ kernels instead (float32): forward and gradient one row
+  per pass, multi-threaded, with each row's statistics in double (as accurate as the exact result to a few
+  float ulps, where Paddle's op and a float-only kernel lose digits on rows with a small spread); elsewhere it
+  runs Paddle's op. docs/cpu-training-profile.md has the measured ratio.
 - Dropout. Paddle's CPU dropout draws a float per element from mt19937_64 and its gradient re-reads a byte
   mask; `dropout` draws int32s, keeps a float mask that already holds the 1/(1-p) scale, and its gradient is
   one multiplication: 4.5 against 8.5 ms forward and backward for [8, 128, 768]. Step: 1.01-1.07x.
@@ -212,47 +210,10 @@ class Linear(paddle.nn.Linear):
 # ---------------------------------------------------------------------------------------------
 
 
-class _LayerNorm(PyLayer):
-    """LayerNorm over the last axis of x [T, H] (Ba et al. 2016): y = (x - mean) * rstd * weight + bias."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, epsilon):
-        rows, width = x.shape
-        average = paddle.full([width, 1], 1.0 / width, x.dtype)
-        mean = paddle.matmul(x, average)  # [T, 1]
-        centered = paddle.addmm(x, mean, paddle.ones([1, width], x.dtype), beta=1.0, alpha=-1.0)  # x - mean
-        rstd = paddle.rsqrt(paddle.matmul(centered * centered, average) + epsilon)  # [T, 1]
-        ctx.save_for_backward(centered.multiply_(rstd), weight, rstd, average)  # the normalized x
-        return F.layer_norm(x, width, weight, bias, epsilon)
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        # With n = normalized x and g = grad_y * weight, means and sums over each row's H entries:
-        #   grad_x = rstd * (g - mean(g) - n * mean(g * n)),
-        #   grad_weight = sum over rows of grad_y * n,  grad_bias = sum over rows of grad_y.
-        normalized, weight, rstd, average = ctx.saved_tensor()
-        rows, width = grad_y.shape
-        ones_row = paddle.ones([1, rows], grad_y.dtype)
-        grad_weight = paddle.matmul(ones_row, grad_y * normalized).reshape([-1])
-        grad_bias = paddle.matmul(ones_row, grad_y).reshape([-1])
-        g = grad_y * weight
-        mean_g, mean_gn = paddle.matmul(g, average), paddle.matmul(g * normalized, average)
-        grad_x = paddle.addmm(g, mean_g, paddle.ones([1, width], g.dtype), beta=1.0, alpha=-1.0)
-        grad_x.subtract_(normalized * mean_gn).multiply_(rstd)
-        return grad_x, grad_weight, grad_bias
-
-
-def layer_norm(x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor, epsilon: float) -> paddle.Tensor:
-    """F.layer_norm(x, x.shape[-1], weight, bias, epsilon): Paddle's forward kernel, a backward of plain
-    (non-broadcasting) ops and matrix-vector products."""
-    rows = x.reshape([-1, x.shape[-1]])
-    return _LayerNorm.apply(rows, weight, bias, float(epsilon)).reshape(x.shape)
-
-
 class LayerNorm(paddle.nn.LayerNorm):
     """paddle.nn.LayerNorm over the last axis, with a gain and a bias (same parameters), that runs the cpu_ops
     extension's fused kernels for float32 where the extension builds (chosen when the layer is built), and
-    `layer_norm` otherwise."""
+    Paddle's op otherwise."""
 
     def __init__(self, normalized_shape: int, epsilon: float = 1e-5):
         super().__init__(normalized_shape, epsilon=epsilon)
@@ -261,7 +222,7 @@ class LayerNorm(paddle.nn.LayerNorm):
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         if self._ops is not None and x.dtype == paddle.float32 and self.weight.dtype == paddle.float32:
             return self._ops.layer_norm(x, self.weight, self.bias, self._epsilon)
-        return layer_norm(x, self.weight, self.bias, self._epsilon)
+        return F.layer_norm(x, x.shape[-1], self.weight, self.bias, self._epsilon)
 
 
 # ---------------------------------------------------------------------------------------------

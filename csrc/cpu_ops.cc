@@ -129,6 +129,10 @@ std::vector<paddle::Tensor> GeluBackward(const paddle::Tensor& x, const paddle::
 // per iteration (a row stays in cache between its passes). The gradient, with n = (x - mean) rstd and
 // g = dy w, is dx = rstd (g - mean(g) - n mean(g n)); dw and db are column sums of dy n and dy, summed per
 // thread and then across threads.
+// Each row's statistics and sums are kept in double, and the mean and rstd saved for the gradient are double.
+// In float, a row with a small spread loses its digits: with rstd ~ 1e3, the float mean's rounding (~6e-8)
+// shifts every n by ~6e-5, and dx = rstd (...) carries that shift times rstd again. In double the kernel is
+// within a few float ulps of the exact result (tests/test_cpu_kernels.py checks it against float64).
 std::vector<paddle::Tensor> LayerNormForward(const paddle::Tensor& x, const paddle::Tensor& weight,
                                              const paddle::Tensor& bias, float epsilon) {
   PD_CHECK(x.is_cpu() && x.dtype() == paddle::DataType::FLOAT32 && weight.dtype() == paddle::DataType::FLOAT32 &&
@@ -137,24 +141,25 @@ std::vector<paddle::Tensor> LayerNormForward(const paddle::Tensor& x, const padd
   const int64_t width = weight.numel(), rows = x.numel() / width;
   PD_CHECK(bias.numel() == width && rows * width == x.numel(), "paddlebert_layer_norm: x's last axis is not H");
   paddle::Tensor out = paddle::empty_like(x);
-  paddle::Tensor mean = paddle::empty({rows}, paddle::DataType::FLOAT32, paddle::CPUPlace());
-  paddle::Tensor rstd = paddle::empty({rows}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  paddle::Tensor mean = paddle::empty({rows}, paddle::DataType::FLOAT64, paddle::CPUPlace());
+  paddle::Tensor rstd = paddle::empty({rows}, paddle::DataType::FLOAT64, paddle::CPUPlace());
   const float *in = x.data<float>(), *w = weight.data<float>(), *b = bias.data<float>();
-  float *y = out.data<float>(), *row_mean = mean.data<float>(), *row_rstd = rstd.data<float>();
+  float* y = out.data<float>();
+  double *row_mean = mean.data<double>(), *row_rstd = rstd.data<double>();
 #pragma omp parallel for if (x.numel() >= kMinParallel) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = in + r * width;
-    float sum = 0.0f;
+    double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < width; ++j) sum += xr[j];
-    const float mu = sum / width;
-    float square_sum = 0.0f;
+    const double mu = sum / width;
+    double square_sum = 0.0;
 #pragma omp simd reduction(+ : square_sum)
     for (int64_t j = 0; j < width; ++j) square_sum += (xr[j] - mu) * (xr[j] - mu);
-    const float inv_std = 1.0f / std::sqrt(square_sum / width + epsilon);
+    const double inv_std = 1.0 / std::sqrt(square_sum / width + epsilon);
     float* yr = y + r * width;
 #pragma omp simd
-    for (int64_t j = 0; j < width; ++j) yr[j] = (xr[j] - mu) * inv_std * w[j] + b[j];
+    for (int64_t j = 0; j < width; ++j) yr[j] = static_cast<float>((xr[j] - mu) * inv_std * w[j] + b[j]);
     row_mean[r] = mu;
     row_rstd[r] = inv_std;
   }
@@ -169,45 +174,45 @@ std::vector<paddle::Tensor> LayerNormBackward(const paddle::Tensor& x, const pad
   paddle::Tensor grad_weight = paddle::empty_like(weight);
   paddle::Tensor grad_bias = paddle::empty_like(weight);
   const float *in = x.data<float>(), *w = weight.data<float>(), *dy = grad_out.data<float>();
-  const float *row_mean = mean.data<float>(), *row_rstd = rstd.data<float>();
+  const double *row_mean = mean.data<double>(), *row_rstd = rstd.data<double>();
   float *dx = grad_x.data<float>(), *dw = grad_weight.data<float>(), *db = grad_bias.data<float>();
   const bool parallel = x.numel() >= kMinParallel;
   const int threads = parallel ? omp_get_max_threads() : 1;
-  std::vector<float> partial(static_cast<size_t>(threads) * 2 * width, 0.0f);  // per thread: dw, db
+  std::vector<double> partial(static_cast<size_t>(threads) * 2 * width, 0.0);  // per thread: dw, db
 #pragma omp parallel if (parallel) num_threads(threads)
   {
-    float* my_dw = partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * width;
-    float* my_db = my_dw + width;
+    double* my_dw = partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * width;
+    double* my_db = my_dw + width;
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const float *xr = in + r * width, *dyr = dy + r * width;
-      const float mu = row_mean[r], inv_std = row_rstd[r];
-      float sum_g = 0.0f, sum_gn = 0.0f;
+      const double mu = row_mean[r], inv_std = row_rstd[r];
+      double sum_g = 0.0, sum_gn = 0.0;
 #pragma omp simd reduction(+ : sum_g, sum_gn)
       for (int64_t j = 0; j < width; ++j) {
-        const float n = (xr[j] - mu) * inv_std, g = dyr[j] * w[j];
+        const double n = (xr[j] - mu) * inv_std, g = static_cast<double>(dyr[j]) * w[j];
         sum_g += g;
         sum_gn += g * n;
         my_dw[j] += dyr[j] * n;
         my_db[j] += dyr[j];
       }
-      const float mean_g = sum_g / width, mean_gn = sum_gn / width;
+      const double mean_g = sum_g / width, mean_gn = sum_gn / width;
       float* dxr = dx + r * width;
 #pragma omp simd
       for (int64_t j = 0; j < width; ++j) {
-        const float n = (xr[j] - mu) * inv_std;
-        dxr[j] = inv_std * (dyr[j] * w[j] - mean_g - n * mean_gn);
+        const double n = (xr[j] - mu) * inv_std;
+        dxr[j] = static_cast<float>(inv_std * (static_cast<double>(dyr[j]) * w[j] - mean_g - n * mean_gn));
       }
     }
   }
   for (int64_t j = 0; j < width; ++j) {
-    float sum_w = 0.0f, sum_b = 0.0f;
+    double sum_w = 0.0, sum_b = 0.0;
     for (int t = 0; t < threads; ++t) {
       sum_w += partial[static_cast<size_t>(t) * 2 * width + j];
       sum_b += partial[static_cast<size_t>(t) * 2 * width + width + j];
     }
-    dw[j] = sum_w;
-    db[j] = sum_b;
+    dw[j] = static_cast<float>(sum_w);
+    db[j] = static_cast<float>(sum_b);
   }
   return {grad_x, grad_weight, grad_bias};
 }
@@ -221,7 +226,7 @@ std::vector<std::vector<int64_t>> LayerNormShapes(const std::vector<int64_t>& x,
 
 std::vector<paddle::DataType> LayerNormDtypes(const paddle::DataType& x, const paddle::DataType& weight,
                                               const paddle::DataType& bias) {
-  return {x, x, x};
+  return {x, paddle::DataType::FLOAT64, paddle::DataType::FLOAT64};
 }
 
 }  // namespace

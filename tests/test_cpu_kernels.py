@@ -152,6 +152,161 @@ def test_keep_freed_memory_respects_the_users_malloc_settings(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
+# Float64 references
+#
+# Each kernel against the exact function evaluated in float64 from the same float32 inputs, with a bound derived
+# from the magnitudes of the terms it adds: a float32 kernel that rounds each term once (U, float32's unit
+# roundoff) and sums K of them is within about K U (sum of |term|) of the exact value (Higham, "Accuracy and
+# Stability of Numerical Algorithms", 2002, section 3.1). A kernel that loses digits to cancellation, as a
+# float32 LayerNorm does on a row with a small spread, exceeds its bound; agreeing with Paddle's op on one CPU
+# is not accuracy, and on another CPU it was not even agreement.
+# ---------------------------------------------------------------------------------------------
+
+U = 2.0**-24
+
+
+def assert_within(actual: np.ndarray, exact: np.ndarray, bound: np.ndarray, name: str) -> float:
+    """|actual - exact| <= bound everywhere; returns the largest error."""
+    error = np.abs(actual.astype(np.float64) - exact)
+    worst = np.unravel_index(np.argmax(error - bound), error.shape)
+    assert error[worst] <= bound[worst], (
+        f"{name}: error {error[worst]:.3g} over its bound {bound[worst]:.3g} at {worst} (value {exact[worst]:.4g})")
+    return float(error.max())
+
+
+def layer_norm_float64(x, weight, bias, grad_y, epsilon):
+    """LayerNorm over the last axis and its gradients in float64, with the magnitudes of the terms each output
+    sums: y = n w + b; dx = rstd (g - mean(g) - n mean(g n)) with g = dy w; dw, db column sums of dy n, dy."""
+    x, weight, bias, grad_y = (a.astype(np.float64) for a in (x, weight, bias, grad_y))
+    mean = x.mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + epsilon)
+    n, g = (x - mean) * rstd, grad_y * weight
+    mean_g, mean_gn = g.mean(-1, keepdims=True), (g * n).mean(-1, keepdims=True)
+    grad_x = rstd * (g - mean_g - n * mean_gn)
+    rows = (-1, x.shape[-1])
+    exact = [n * weight + bias, grad_x, (grad_y * n).reshape(rows).sum(0), grad_y.reshape(rows).sum(0)]
+    magnitude = [np.abs(n * weight) + np.abs(bias),
+                 np.abs(grad_x) + rstd * (np.abs(g) + np.abs(g).mean(-1, keepdims=True)
+                                          + np.abs(n) * np.abs(g * n).mean(-1, keepdims=True)),
+                 np.abs(grad_y * n).reshape(rows).sum(0), np.abs(grad_y).reshape(rows).sum(0)]
+    return exact, magnitude
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_layer_norm_kernel_is_within_rounding_of_float64(threads):
+    """The extension's LayerNorm (forward and the three gradients) at BERT's H = 768 and epsilon 1e-12, on rows
+    with offset means and different spreads, rows with a spread of 1e-3 around 1.0 (rstd ~ 1e3, where a float
+    mean's rounding shifts every normalized value) and a row around 300: within 2 U of the terms' magnitudes,
+    and at least as accurate as Paddle's own op on every output."""
+    ops = require_cpu_ops()
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((2, 48, 768)) * rng.uniform(0.5, 3.0, (2, 48, 1)) + 2.0).astype("float32")
+    x[0, :4] = 1.0 + 1e-3 * rng.standard_normal((4, 768))
+    x[1, 0] = 300.0 + rng.standard_normal(768)
+    weight, bias = rng.standard_normal(768).astype("float32"), rng.standard_normal(768).astype("float32")
+    grad = rng.standard_normal(x.shape).astype("float32")
+    exact, magnitude = layer_norm_float64(x, weight, bias, grad, 1e-12)
+
+    def run(function):
+        inputs = [tensor(x), tensor(weight), tensor(bias)]
+        value, grads = values_and_grads(function, inputs, grad)
+        return [value, *grads]
+
+    paddle.base.core.set_num_threads(threads)
+    try:
+        ours = run(lambda x, w, b: ops.layer_norm(x, w, b, 1e-12))
+    finally:
+        paddle.base.core.set_num_threads(1)
+    paddles = run(lambda x, w, b: F.layer_norm(x, 768, w, b, 1e-12))
+    for name, mine, theirs, want, size in zip(("y", "grad_x", "grad_weight", "grad_bias"), ours, paddles, exact,
+                                              magnitude, strict=True):
+        our_error = assert_within(mine, want, 2 * U * size, name)
+        assert our_error <= np.abs(theirs.astype(np.float64) - want).max(), name
+
+
+def test_layer_norm_layer_without_the_extension_is_paddles_op(monkeypatch):
+    monkeypatch.setattr(cpu_kernels.cpu_ops, "load", lambda: None)
+    layer = cpu_kernels.LayerNorm(16, epsilon=1e-6)
+    x = paddle.to_tensor(np.random.default_rng(1).standard_normal((3, 16)).astype("float32"))
+    np.testing.assert_array_equal(layer(x).numpy(), F.layer_norm(x, 16, layer.weight, layer.bias, 1e-6).numpy())
+
+
+def test_gelu_kernel_is_within_rounding_of_float64():
+    """The extension's GELU and its gradient against 0.5 x (1 + erf(x / sqrt 2)) in float64, over the range where
+    erf saturates. Bound: 4 U (glibc's erff and expf are within a few ulp) of each term's magnitude, with the
+    rounding of erf's and exp's arguments (x / sqrt 2, -x^2 / 2) carried through their derivatives."""
+    require_cpu_ops()
+    x = np.concatenate([np.linspace(-12, 12, 4001), np.random.default_rng(8).normal(scale=2, size=60000)])
+    x = x.astype("float32")
+    grad = np.random.default_rng(9).normal(size=x.shape).astype("float32")
+    ours, (our_grad,) = values_and_grads(cpu_kernels.exact_gelu(), [tensor(x)], grad)
+    z = x.astype(np.float64)
+    erf = np.array([math.erf(v) for v in z / math.sqrt(2.0)])
+    cdf, pdf = 0.5 * (1.0 + erf), np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    assert_within(ours, z * cdf, 4 * U * (np.abs(z) * (cdf + 0.5 * np.abs(erf)) + np.abs(z) * z * z * pdf), "gelu")
+    exact_grad = grad * (cdf + z * pdf)
+    size = np.abs(grad) * (cdf + 0.5 * np.abs(erf) + np.abs(z) * pdf * (1.0 + z * z))
+    assert_within(our_grad, exact_grad, 4 * U * (size + np.abs(exact_grad)), "gelu gradient")
+
+
+def test_linear_is_within_rounding_of_float64():
+    """cpu_kernels.linear (one addmm, the bias gradient a GEMV) and its gradients against float64 products, each
+    within (K + 2) U of the sum of its terms' magnitudes (K the length of the dot product)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 32, 96)).astype("float32")
+    weight, bias = rng.standard_normal((96, 64)).astype("float32"), rng.standard_normal(64).astype("float32")
+    grad = rng.standard_normal((4, 32, 64)).astype("float32")
+    ours, grads = values_and_grads(cpu_kernels.linear, [tensor(x), tensor(weight), tensor(bias)], grad)
+    x64, w64, dy = x.reshape(-1, 96).astype(np.float64), weight.astype(np.float64), grad.reshape(-1, 64)
+    dy = dy.astype(np.float64)
+    checks = [("y", ours.reshape(-1, 64), x64 @ w64 + bias, np.abs(x64) @ np.abs(w64) + np.abs(bias), 96),
+              ("grad_x", grads[0].reshape(-1, 96), dy @ w64.T, np.abs(dy) @ np.abs(w64.T), 64),
+              ("grad_weight", grads[1], x64.T @ dy, np.abs(x64.T) @ np.abs(dy), 128),
+              ("grad_bias", grads[2], dy.sum(0), np.abs(dy).sum(0), 128)]
+    for name, actual, exact, size, terms in checks:
+        assert_within(actual, exact, (terms + 2) * U * size, name)
+
+
+def test_attention_is_within_rounding_of_float64():
+    """cpu_kernels.attention and its gradients against softmax(q k^T / sqrt(D) + mask) v in float64, with one
+    masked-out tail. Each bound propagates the magnitudes through the same steps (|q| |k|^T for the scores, then
+    the probabilities' relative error, then |P| |V|, and likewise backwards), times (S + D + 4) U."""
+    batch, heads, seq, head_dim = 2, 3, 24, 16
+    rng = np.random.default_rng(2)
+    query, key, value = (rng.standard_normal((batch, heads, seq, head_dim)).astype("float32") for _ in range(3))
+    grad = rng.standard_normal(query.shape).astype("float32")
+    mask = np.zeros((batch, heads, seq, seq), "float32")
+    mask[1, ..., 17:] = -np.inf
+    ours, our_grads = values_and_grads(
+        lambda q, k, v: cpu_kernels.attention(q, k, v, paddle.to_tensor(mask), 0.0, True),
+        [tensor(a) for a in (query, key, value)], grad)
+    q, k, v, dy = (a.astype(np.float64) for a in (query, key, value, grad))
+    scale = 1.0 / math.sqrt(head_dim)
+    scores = q @ k.swapaxes(-1, -2) * scale + mask
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    grad_probs = dy @ v.swapaxes(-1, -2)
+    grad_scores = probs * (grad_probs - (probs * grad_probs).sum(-1, keepdims=True))
+    exact = [probs @ v, grad_scores @ k * scale, grad_scores.swapaxes(-1, -2) @ q * scale,
+             probs.swapaxes(-1, -2) @ dy]
+    # Magnitudes: a score's error is within D U |q| |k|^T scale; softmax turns an absolute error e in the scores
+    # into a relative error of at most 2 max(e) in each probability. Paddle's CPU softmax gives a -inf score a
+    # weight of about 3e-29, not 0 (its exp clamps the argument): an absolute error of up to 2^-90 per
+    # probability, carried through like the others (divided here by the factor that multiplies every size).
+    terms = seq + head_dim + 4
+    score_size = np.abs(q) @ np.abs(k).swapaxes(-1, -2) * scale
+    prob_size = probs * (1.0 + 2.0 * score_size.max(-1, keepdims=True)) + 2.0**-90 / (terms * U)
+    grad_probs_size = np.abs(dy) @ np.abs(v).swapaxes(-1, -2)
+    grad_scores_size = prob_size * (grad_probs_size + (prob_size * grad_probs_size).sum(-1, keepdims=True)
+                                    + np.abs(grad_probs))
+    size = [prob_size @ np.abs(v), grad_scores_size @ np.abs(k) * scale,
+            grad_scores_size.swapaxes(-1, -2) @ np.abs(q) * scale, prob_size.swapaxes(-1, -2) @ np.abs(dy)]
+    for name, actual, want, magnitude in zip(("context", "grad_query", "grad_key", "grad_value"),
+                                             [ours, *our_grads], exact, size, strict=True):
+        assert_within(actual, want, terms * U * magnitude, name)
+
+
+# ---------------------------------------------------------------------------------------------
 # Ops
 # ---------------------------------------------------------------------------------------------
 
@@ -174,23 +329,6 @@ def test_linear_matches_f_linear(x_requires_grad):
             assert mine is None
         else:
             np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-5)
-
-
-def test_layer_norm_matches_f_layer_norm():
-    rng = np.random.default_rng(4)
-    # Rows with an offset mean and different spreads; one with a tiny spread, where rstd is large.
-    x = (rng.standard_normal((3, 4, 16)) * rng.uniform(0.5, 3.0, (3, 4, 1)) + 2.0).astype("float32")
-    x[0, 0] = 1.0 + 1e-3 * rng.standard_normal(16)
-    weight, bias = rng.standard_normal(16).astype("float32"), rng.standard_normal(16).astype("float32")
-    grad = rng.standard_normal(x.shape).astype("float32")
-    inputs = [tensor(x), tensor(weight), tensor(bias)]
-    ours, our_grads = values_and_grads(lambda *a: cpu_kernels.layer_norm(*a, 1e-6), inputs, grad)
-    reference, reference_grads = values_and_grads(lambda x, w, b: F.layer_norm(x, 16, w, b, 1e-6), inputs, grad)
-    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5)
-    for mine, theirs in zip(our_grads, reference_grads, strict=True):
-        np.testing.assert_allclose(mine, theirs, rtol=2e-4, atol=2e-4)
-    # grad_bias is the sum of grad over all rows, by hand.
-    np.testing.assert_allclose(our_grads[2], grad.sum(axis=(0, 1)), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
