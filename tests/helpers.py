@@ -128,7 +128,49 @@ def pretraining_argv(tmp_path: Path, *extra: str, dropout: float = 0.1, shards: 
 
 
 def train(argv: list[str]) -> int:
+    """run_pretraining.main in this process: for runs whose numbers no test compares with another process's."""
     return run_pretraining.main(argv)
+
+
+def training_environment(**extra: str) -> dict[str, str]:
+    """The environment of training processes whose results a test compares bit for bit.
+
+    Two runs compared bit for bit must start the same way, both as processes of the real command: MKL picks its
+    GEMM kernels once, at its first call, and a run inside pytest inherits the choice pytest's earlier tests made
+    (on AMD, before runtime.apply_cpu_tweaks could set MKL_DEBUG_CPU_TYPE). These processes take MKL's AVX2
+    kernels (MKL_DEBUG_CPU_TYPE=5, on a CPU that has AVX2 and FMA), which differ from this pytest process's own on
+    Intel and AMD alike, so that a comparison with an in-process run fails on every machine, not only on AMD.
+    """
+    import os
+
+    import cpu_kernels
+
+    env = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
+    if {"avx2", "fma"} <= cpu_kernels._cpu_vendor_and_flags()[1]:
+        env["MKL_DEBUG_CPU_TYPE"] = "5"
+    return {**env, **extra}
+
+
+def start_training(argv: list[str], code: str | None = None, **env: str):
+    """`python run_pretraining.py argv` (or `python -c code argv`) as a new process in training_environment(), its
+    output on a pipe; returns the Popen."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-W", "ignore", *(["-c", code] if code else [str(ROOT / "run_pretraining.py")])]
+    return subprocess.Popen([*command, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            env=training_environment(**env))
+
+
+def run_training(argv: list[str], code: str | None = None, timeout: float = 600, **env: str) -> str:
+    """start_training to its end; returns its output, and fails the test if it exited with an error."""
+    import pytest
+
+    process = start_training(argv, code, **env)
+    output, _ = process.communicate(timeout=timeout)
+    if process.returncode != 0:
+        pytest.fail(f"run_pretraining exited {process.returncode}:\n{output[-3000:]}")
+    return output
 
 
 def step_records(report: Path) -> list[dict]:

@@ -29,7 +29,16 @@ import run_pretraining
 import squad_evaluate
 from atomic_io import TEMP_PREFIX
 from conftest import ROOT, require_shared
-from helpers import UNBINNED, checkpoint_params, pretraining_argv, step_folder, step_folders, train
+from helpers import (
+    UNBINNED,
+    checkpoint_params,
+    pretraining_argv,
+    run_training,
+    start_training,
+    step_folder,
+    step_folders,
+    train,
+)
 
 SCRIPT = str(ROOT / "run_pretraining.py")
 # The tiny job: 4 steps, checkpoints at 2 and 4, and the resume flag NVIDIA's recipes always pass.
@@ -381,22 +390,29 @@ def without_temp_folders(files: dict[str, str]) -> dict[str, str]:
     return {path: digest for path, digest in files.items() if f"{os.sep}{TEMP_PREFIX}" not in path}
 
 
-def test_sigkill_at_random_points_of_saves_then_the_same_command_finishes_exactly(tmp_path, monkeypatch):
-    # The uninterrupted job, timing its saves to aim the kills.
-    durations = []
-    real_save = checkpoint.save_checkpoint
+# run_pretraining.main() that prints how long each checkpoint save took, to aim the kills.
+TIMED_SAVES = """
+import os, sys, time
+sys.path.insert(0, os.getcwd())
+import checkpoint, run_pretraining
+real_save = checkpoint.save_checkpoint
+def timed_save(*args, **kwargs):
+    start = time.perf_counter()
+    result = real_save(*args, **kwargs)
+    print("save took", time.perf_counter() - start, flush=True)
+    return result
+checkpoint.save_checkpoint = timed_save
+sys.exit(run_pretraining.main(sys.argv[1:]))
+"""
 
-    def timed_save(*args, **kwargs):
-        start = time.perf_counter()
-        result = real_save(*args, **kwargs)
-        durations.append(time.perf_counter() - start)
-        return result
 
-    monkeypatch.setattr(checkpoint, "save_checkpoint", timed_save)
+def test_sigkill_at_random_points_of_saves_then_the_same_command_finishes_exactly(tmp_path):
+    # The uninterrupted job, timing its saves. It, the killed runs and the run that finishes the job are all
+    # processes of the real command, so that their weights can be compared bit for bit (helpers.training_environment).
     (tmp_path / "whole").mkdir()
-    assert train(pretraining_argv(tmp_path / "whole", *KILL_JOB)) == 0
-    monkeypatch.setattr(checkpoint, "save_checkpoint", real_save)
-    save_seconds = float(np.median(durations))
+    output = run_training(pretraining_argv(tmp_path / "whole", *KILL_JOB), code=TIMED_SAVES)
+    save_seconds = float(np.median([float(line.split()[2]) for line in output.splitlines()
+                                    if line.startswith("save took ")]))
 
     killed = tmp_path / "killed"
     killed.mkdir()
@@ -406,10 +422,10 @@ def test_sigkill_at_random_points_of_saves_then_the_same_command_finishes_exactl
     for trial in range(10):  # one kill in each tenth of a save, at a random point of it
         before = without_temp_folders(snapshot(killed / "out")) if (killed / "out").exists() else {}
         delay = save_seconds * (trial + generator.random()) / 10
-        result = subprocess.run([sys.executable, "-W", "ignore", "-c", KILL_DURING_SAVE, *argv], capture_output=True,
-                                text=True, cwd=ROOT, timeout=300, env={**os.environ, "KILL_AFTER_SECONDS": str(delay)})
-        assert result.returncode == -signal.SIGKILL, result.stdout[-2000:] + result.stderr[-2000:]
-        assert "saving" in result.stdout
+        process = start_training(argv, code=KILL_DURING_SAVE, KILL_AFTER_SECONDS=str(delay))
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == -signal.SIGKILL, output[-3000:]
+        assert "saving" in output
         left = list(phase1(killed).iterdir()) if phase1(killed).exists() else []  # a kill may precede its mkdir
         mid_save.append(any(p.name.startswith(TEMP_PREFIX) for p in left))
         assert_kept(before)
@@ -418,7 +434,7 @@ def test_sigkill_at_random_points_of_saves_then_the_same_command_finishes_exactl
             if folder.name.isdigit():
                 checkpoint.load_checkpoint(folder)
     assert any(mid_save), "no kill landed inside a save"
-    assert train(argv) == 0
+    run_training(argv)
     assert not [p for p in phase1(killed).iterdir() if ".unreadable-" in p.name]
     assert_bitwise_equal(checkpoint_params(killed / "out", 12), checkpoint_params(tmp_path / "whole" / "out", 12))
 

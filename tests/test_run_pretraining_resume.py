@@ -2,7 +2,8 @@
 rotation across runs, the appended report, explicit steps, and phase 1 -> phase 2.
 
 Every run passes --last-step-of-checkpoint auto, as NVIDIA's recipes do, so that "the same command" both starts
-a job and resumes it. Killed runs are separate processes; the runs that finish are called in this process.
+a job and resumes it. Every run whose weights a test compares bit for bit with another's is a process of the real
+command (helpers.training_environment says why); runs that only have to fail are called in this process.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import contextlib
 import io
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +20,13 @@ import pytest
 import checkpoint
 import lddl_preprocess
 from bert_config import BertConfig
-from conftest import ROOT, require_shared
+from conftest import require_shared
 from dllog import read_report
 from helpers import (
     checkpoint_params,
     pretraining_argv,
+    run_training,
+    start_training,
     step_folder,
     step_folders,
     step_numbers,
@@ -35,7 +37,6 @@ from helpers import (
 from modeling import BertForPretraining
 from weights import load_state
 
-SCRIPT = str(ROOT / "run_pretraining.py")
 # Dropout on and two merged micro-batches per step: the resumed run must continue every random stream exactly.
 RESUMABLE = ("--max-steps", "6", "--num-steps-per-checkpoint", "2", "--keep-checkpoint-max", "2",
              "--gradient-merge-steps", "2", "--last-step-of-checkpoint", "auto")
@@ -48,13 +49,8 @@ def resumable_argv(folder: Path, *extra: str) -> list[str]:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("uninterrupted")
-    assert train(resumable_argv(folder)) == 0
+    run_training(resumable_argv(folder))
     return folder
-
-
-def start(argv: list[str], code: str | None = None) -> subprocess.Popen:
-    command = [sys.executable, "-c", code, *argv] if code else [sys.executable, SCRIPT, *argv]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
 
 
 def wait_for_line(process: subprocess.Popen, prefix: str) -> list[str]:
@@ -75,7 +71,7 @@ def assert_bitwise_equal(actual: dict, expected: dict) -> None:
 
 def test_sigkill_at_a_step_then_the_same_command_resumes_exactly(uninterrupted, tmp_path):
     argv = resumable_argv(tmp_path)
-    process = start(argv)
+    process = start_training(argv)
     wait_for_line(process, "step 3/6")
     process.send_signal(signal.SIGKILL)
     process.wait()
@@ -83,7 +79,7 @@ def test_sigkill_at_a_step_then_the_same_command_resumes_exactly(uninterrupted, 
     saved = step_folders(tmp_path / "out")
     assert saved in ([2], [2, 4])
 
-    assert train(argv) == 0
+    run_training(argv)
     assert_bitwise_equal(checkpoint_params(tmp_path / "out", 6), checkpoint_params(uninterrupted / "out", 6))
     # --keep-checkpoint-max 2 counts the killed run's checkpoints too.
     assert step_folders(tmp_path / "out") == step_folders(uninterrupted / "out") == [4, 6]
@@ -112,9 +108,9 @@ def test_every_step_folder_holds_its_config_and_loads_without_the_config_file(un
 def test_a_folder_without_a_config_file_still_resumes_exactly(uninterrupted, tmp_path):
     # Checkpoints written before the config file was part of the format.
     argv = resumable_argv(tmp_path)
-    assert train([*argv, "--steps-this-run", "2"]) == 0
+    run_training([*argv, "--steps-this-run", "2"])
     (step_folder(tmp_path / "out", 2) / "bert_paddle_config.json").unlink()
-    assert train(argv) == 0
+    run_training(argv)
     assert_bitwise_equal(checkpoint_params(tmp_path / "out", 6), checkpoint_params(uninterrupted / "out", 6))
     assert checkpoint.read_config(step_folder(tmp_path / "out", 6)) is not None
 
@@ -141,20 +137,20 @@ sys.exit(run_pretraining.main(sys.argv[1:]))
 
 def test_sigkill_in_the_middle_of_a_save_then_resume_exactly(uninterrupted, tmp_path):
     argv = resumable_argv(tmp_path)
-    process = start(argv, code=KILL_DURING_SECOND_SAVE)
+    process = start_training(argv, code=KILL_DURING_SECOND_SAVE)
     lines = wait_for_line(process, "killed while saving")
     process.wait()
     assert process.returncode == -signal.SIGKILL, "".join(lines)
     assert lines[-1].rstrip().endswith(".pdparams")
     # The half-written step-4 checkpoint is invisible; step 2 is what the next run finds.
     assert step_folders(tmp_path / "out") == [2]
-    assert train(argv) == 0
+    run_training(argv)
     assert_bitwise_equal(checkpoint_params(tmp_path / "out", 6), checkpoint_params(uninterrupted / "out", 6))
 
 
 def test_sigterm_saves_a_loadable_checkpoint_and_exits_0(tmp_path):
     argv = pretraining_argv(tmp_path, "--max-steps", "200", "--num-steps-per-checkpoint", "100")
-    process = start(argv)
+    process = start_training(argv)
     wait_for_line(process, "step 2/200")
     process.send_signal(signal.SIGTERM)
     output, _ = process.communicate(timeout=120)
@@ -175,13 +171,13 @@ def test_explicit_step_and_single_folder_resume(uninterrupted, tmp_path):
     # From another job's phase folder at an explicit step: global_step comes from that checkpoint.
     explicit = pretraining_argv(tmp_path, *RESUMABLE[:-2], "--output-dir", str(tmp_path / "explicit"),
                                 "--from-checkpoint", str(phase_folder), "--last-step-of-checkpoint", "4")
-    assert train(explicit) == 0
+    run_training(explicit)
     assert_bitwise_equal(checkpoint_params(tmp_path / "explicit", 6), checkpoint_params(uninterrupted / "out", 6))
     assert step_numbers(step_records(tmp_path / "report.json")) == [5, 6]
     # Without --last-step-of-checkpoint, --from-checkpoint names one checkpoint folder.
     single = pretraining_argv(tmp_path, *RESUMABLE[:-2], "--output-dir", str(tmp_path / "single"),
                               "--from-checkpoint", str(phase_folder / "4"))
-    assert train(single) == 0
+    run_training(single)
     assert_bitwise_equal(checkpoint_params(tmp_path / "single", 6), checkpoint_params(uninterrupted / "out", 6))
     missing = pretraining_argv(tmp_path, "--from-checkpoint", str(phase_folder), "--last-step-of-checkpoint", "3")
     with pytest.raises(FileNotFoundError, match="no checkpoint folder for step 3"):
