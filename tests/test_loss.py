@@ -56,3 +56,19 @@ def test_squad_span_loss_is_mean_of_start_and_end():
     expected = (numpy_cross_entropy(start, start_positions).mean() + numpy_cross_entropy(end, end_positions).mean()) / 2
     got = squad_span_loss(*(paddle.to_tensor(a) for a in (start, end, start_positions, end_positions)))
     np.testing.assert_allclose(float(got), expected, rtol=1e-6)
+
+
+def test_the_span_heads_bias_gets_only_rounding_as_its_gradient():
+    """Softmax cross-entropy's gradient (p - onehot) sums to 0 over each example's positions, so a bias added to
+    every position's start (or end) logit has an exact gradient of 0; in float32 what is left is rounding, within
+    2 S U of it for S positions. The head's weight gets a real gradient. (test_squad_run compares the bias across
+    runs for this reason only as residue.)"""
+    rng = np.random.default_rng(5)
+    batch, seq, hidden = 8, 128, 16
+    sequence_output = paddle.to_tensor(rng.normal(size=(batch, seq, hidden)).astype(np.float32))
+    head = paddle.nn.Linear(hidden, 2)
+    start, end = head(sequence_output).unbind(axis=-1)
+    positions = [paddle.to_tensor(rng.integers(0, seq, batch)) for _ in range(2)]
+    squad_span_loss(start, end, *positions).backward()
+    assert np.abs(head.bias.grad.numpy()).max() <= 2 * seq * 2.0**-24
+    assert np.abs(head.weight.grad.numpy()).max() > 1e-2

@@ -142,13 +142,27 @@ def two_steps_batch_8(workspace):
     return params(output_dir)
 
 
+# The span head's bias has an exact gradient of 0 (test_loss.test_the_span_heads_bias_gets_only_rounding_as_its_
+# gradient): after training it holds float32 rounding residue, which AdamW's m / (sqrt(v) + eps) scales up to about
+# lr |g| / eps, so it differs between two correct runs that sum in different orders.
+ROUNDING_RESIDUE = {"qa_outputs.bias"}
+
+
+def assert_same_two_steps(actual: dict, expected: dict, atol: float) -> None:
+    """Two runs of two updates at --learning-rate 1e-3 trained the same model."""
+    assert actual.keys() == expected.keys()
+    for name, value in expected.items():
+        if name in ROUNDING_RESIDUE:  # AdamW moves a residue by at most about lr per update
+            assert np.abs(actual[name]).max() < 2 * 1e-3 and np.abs(value).max() < 2 * 1e-3, name
+        else:
+            np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=atol, err_msg=name)
+
+
 def test_gradient_merge_equals_the_larger_batch(workspace, two_steps_batch_8):
     merged_dir, _ = run(workspace, "merged", *train_args(
         workspace, "--max-steps", 2, "--learning-rate", 1e-3, "--train-batch-size", 4, "--gradient-merge-steps", 2,
         data="slice.json"))
-    merged = params(merged_dir)
-    for name, value in two_steps_batch_8.items():
-        np.testing.assert_allclose(merged[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+    assert_same_two_steps(params(merged_dir), two_steps_batch_8, atol=1e-6)
 
 
 def test_seed_changes_initialisation_and_data_order(workspace, two_steps_batch_8):
@@ -166,9 +180,7 @@ def test_data_parallel_matches_a_single_process_with_the_global_batch(workspace,
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     records = read_report(output_dir / "report.json")
     assert parameter(records, "world_size") == [2]
-    parallel = params(output_dir)
-    for name, value in two_steps_batch_8.items():
-        np.testing.assert_allclose(parallel[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+    assert_same_two_steps(params(output_dir), two_steps_batch_8, atol=1e-5)
 
 
 def test_epochs_decide_the_length_without_max_steps(workspace):
