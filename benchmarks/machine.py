@@ -1,4 +1,6 @@
-"""The header line every benchmark prints first: the machine (CPU model, cores), the date (UTC) and the command.
+"""The header line every benchmark prints first: the machine (CPU model, cores, the vector and matrix extensions
+that decide which kernels run), the date (UTC) and the command. `python benchmarks/machine.py` prints it alone
+(.ci/run does, so that a failure names the machine).
 
 A figure quoted in the README is only worth what its context says, so every benchmark starts its output with
 this line and the figure can be traced to where, when and how it was measured.
@@ -10,6 +12,24 @@ import datetime
 import os
 import shlex
 import sys
+
+# The extensions whose presence changes the kernels (MKL's and oneDNN's GEMMs, bf16 and int8 paths) and so the
+# figures and the last bits of results: Intel and AMD machines differ here (AMD's Zen 4 has no AMX).
+KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def kernel_flags(cpuinfo_path: str = "/proc/cpuinfo") -> list[str]:
+    """Which of KERNEL_FLAGS the first processor in /proc/cpuinfo lists, in that order."""
+    try:
+        with open(cpuinfo_path, encoding="utf-8") as reader:
+            for line in reader:
+                key, _, value = (part.strip() for part in line.partition(":"))
+                if key == "flags":
+                    present = set(value.split())
+                    return [flag for flag in KERNEL_FLAGS if flag in present]
+    except OSError:
+        pass
+    return []
 
 
 def cpu_model_and_cores(cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, int]:
@@ -36,14 +56,20 @@ def cpu_model_and_cores(cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, int]:
 
 def header_line(cpuinfo_path: str = "/proc/cpuinfo", now: datetime.datetime | None = None,
                 command: list[str] | None = None) -> str:
-    """`machine: <CPU model>, <N> cores, <M> CPUs usable; date: <UTC>; command: <the exact command line>`."""
+    """`machine: <CPU model>, <N> cores, <M> CPUs usable; flags: <KERNEL_FLAGS present>; date: <UTC>; command:
+    <the exact command line>`."""
     model, cores = cpu_model_and_cores(cpuinfo_path)
     usable = len(os.sched_getaffinity(0))
+    flags = " ".join(kernel_flags(cpuinfo_path)) or "none of " + " ".join(KERNEL_FLAGS)
     now = now or datetime.datetime.now(datetime.timezone.utc)
     command = command if command is not None else sys.orig_argv
-    return (f"machine: {model}, {cores} cores, {usable} CPUs usable; date: {now:%Y-%m-%d %H:%M} UTC; "
+    return (f"machine: {model}, {cores} cores, {usable} CPUs usable; flags: {flags}; date: {now:%Y-%m-%d %H:%M} UTC; "
             f"command: {shlex.join(command)}")
 
 
 def print_header() -> None:
     print(header_line(), flush=True)
+
+
+if __name__ == "__main__":
+    print_header()

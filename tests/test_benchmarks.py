@@ -47,6 +47,7 @@ def run_script(script: str, *args: str, env: dict | None = None, timeout: float 
 # Two physical cores with two hyperthreads each: four processor blocks, two (physical id, core id) pairs.
 CPUINFO = "".join(
     f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+    f"flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_vnni amx_tile\n"
     f"physical id\t: 0\ncore id\t\t: {cpu // 2}\n\n" for cpu in range(4))
 
 
@@ -57,12 +58,14 @@ def test_header_names_cpu_model_physical_cores_date_and_command(bench, tmp_path)
     line = bench("machine").header_line(str(cpuinfo), now, ["python", "bench.py", "--only", "ours,paddlenlp",
                                                              "--config", "a b.json"])
     usable = len(os.sched_getaffinity(0))
-    assert line == (f"machine: Intel(R) Xeon(R) Platinum 8480+, 2 cores, {usable} CPUs usable; date: 2026-03-04 "
-                    f"05:06 UTC; command: python bench.py --only ours,paddlenlp --config 'a b.json'")
+    assert line == (f"machine: Intel(R) Xeon(R) Platinum 8480+, 2 cores, {usable} CPUs usable; flags: avx2 fma "
+                    f"avx512f avx512_vnni amx_tile; date: 2026-03-04 05:06 UTC; command: python bench.py --only "
+                    f"ours,paddlenlp --config 'a b.json'")
 
 
 def test_header_without_cpuinfo_says_unknown_and_counts_logical_cpus(bench, tmp_path):
     assert bench("machine").cpu_model_and_cores(str(tmp_path / "missing")) == ("unknown CPU", os.cpu_count())
+    assert "flags: none of avx2 fma avx512f" in bench("machine").header_line(str(tmp_path / "missing"))
 
 
 def test_header_command_defaults_to_the_exact_command_line(bench):
