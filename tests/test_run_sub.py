@@ -31,6 +31,13 @@ RUN_SUB = ROOT / "run.sub"
 TINY_CONFIG = str(ROOT / "bert_configs" / "bert-tiny-uncased.json")
 FEATURE_VARIABLES = ("HOLDOUT_FRACTION", "EVAL_FREQ", "NUM_EVAL_BATCHES", "WHOLE_WORD_MASKING", "MASKED_LM_RATIO",
                      "NO_NSP", "PACK_SEQUENCES")
+# Every variable run.sub reads (or exports), so that a test's job sees only the ones it sets.
+RUN_SUB_VARIABLES = ("CONT", "IMAGE_VERSION", "RERUN_DASK", "USE_JEMALLOC", "PADDLEBERT_STOP_FILE", "PHASE",
+                     "TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GPUS", "PRECISION", "SEED", "TRAIN_STEPS",
+                     "SAVE_CHECKPOINT_STEPS", "STEPS_THIS_RUN", "BIN_SIZE", "MASKING", "SAMPLE_RATIO",
+                     "DASK_TASKS_PER_NODE", "NUM_SHARDS_PER_WORKER", "NUM_WORKERS", "INIT_CHECKPOINT", "BERT_CONFIG",
+                     "VOCAB_FILE", "datadir", "checkpointdir", "MASTER_ADDR", "MASTER_PORT", "NVIDIA_TF32_OVERRIDE",
+                     *FEATURE_VARIABLES)
 FEATURE_FLAGS = ("--holdout-fraction", "--holdout-dir", "--eval-dir", "--eval-freq", "--num-eval-batches",
                  "--whole-word-masking", "--masked-lm-ratio", "--no-nsp", "--pack-sequences")
 
@@ -63,15 +70,10 @@ class Job:
 
 
 def job_env(tmp: Path, fakes: Fakes, **changes: str) -> dict[str, str]:
-    env = fakes.env(SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="node[1-2]", SLURM_JOB_ID="1234",
-                    SLURM_SUBMIT_DIR=str(ROOT), datadir=str(tmp / "data"), checkpointdir=str(tmp / "results"),
-                    VOCAB_FILE=str(tmp / "vocab.txt"))
-    for name in ("CONT", "IMAGE_VERSION", "RERUN_DASK", "USE_JEMALLOC", "PADDLEBERT_STOP_FILE", "PHASE",
-                 "TRAIN_BATCH_SIZE", "GRADIENT_ACCUMULATION_STEPS", "GPUS", "PRECISION", "SEED",
-                 "TRAIN_STEPS", "SAVE_CHECKPOINT_STEPS", "STEPS_THIS_RUN", "BIN_SIZE", "MASKING", "SAMPLE_RATIO",
-                 "DASK_TASKS_PER_NODE", "NUM_SHARDS_PER_WORKER", "NUM_WORKERS", "INIT_CHECKPOINT", "BERT_CONFIG",
-                 "MASTER_ADDR", "MASTER_PORT", "NVIDIA_TF32_OVERRIDE", *FEATURE_VARIABLES):
-        env.pop(name, None)
+    env = {name: text for name, text in fakes.env().items() if name not in RUN_SUB_VARIABLES}
+    env.update(SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="node[1-2]", SLURM_JOB_ID="1234",
+               SLURM_SUBMIT_DIR=str(ROOT), datadir=str(tmp / "data"), checkpointdir=str(tmp / "results"),
+               VOCAB_FILE=str(tmp / "vocab.txt"))
     return {**env, **{name: text.format(tmp=tmp) for name, text in changes.items()}}
 
 
@@ -262,6 +264,38 @@ def test_phase2_starts_from_phase1s_final_checkpoint_by_default(tmp_path):
     assert value(job.pretraining_args, "--from-phase1-final-params") == str(final)
     job = submit_ok(tmp_path, fakes, PHASE="2", INIT_CHECKPOINT="none")  # NVIDIA's spelling of the default
     assert value(job.pretraining_args, "--from-phase1-final-params") == str(final)
+
+
+def test_cont_none_drops_exactly_the_container_options(tmp_path):
+    """Without pyxis (CONT=none) every srun is the pyxis form minus --container-image and --container-mounts, so
+    each step runs the `python` on the job's PATH (here the recording one)."""
+    pyxis = submit_ok(tmp_path / "pyxis", prepare(tmp_path / "pyxis"), USE_JEMALLOC="false")
+    plain = submit_ok(tmp_path / "plain", prepare(tmp_path / "plain"), CONT="none", USE_JEMALLOC="false")
+
+    def normalised(job: Job, tmp: Path) -> list[list[str]]:
+        return [[arg.replace(str(tmp), "TMP") for arg in call if not arg.startswith("--container-")]
+                for call in job.srun_calls]
+    assert all(any(arg.startswith("--container-image=") for arg in call) for call in pyxis.srun_calls)
+    assert not [arg for call in plain.srun_calls for arg in call if arg.startswith("--container")]
+    assert len(plain.srun_calls) == 3
+    assert normalised(plain, tmp_path / "plain") == normalised(pyxis, tmp_path / "pyxis")
+    assert len(plain.training) == 2  # the launchers ran, as the recording python on PATH
+
+
+def test_cont_none_with_jemalloc_needs_the_library_on_the_node(tmp_path):
+    """The image has libjemalloc2; without a container the preload needs the node's own, or the loader would
+    only warn and preprocess without it."""
+    fakes = prepare(tmp_path)
+    job = submit(tmp_path, fakes, CONT="none")
+    jemalloc = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+    if jemalloc.exists():
+        assert job.result.returncode == 0, job.result.stderr
+        assert any(f"--export=ALL,LD_PRELOAD={jemalloc}" in call for call in job.srun_calls)
+    else:
+        assert job.result.returncode == 1
+        assert job.result.stderr.strip() == (f"run.sub: USE_JEMALLOC true: {jemalloc} not found on this node "
+                                             "(install libjemalloc2 or set USE_JEMALLOC=false)")
+        assert job.srun_calls == [] and job.python_calls == []
 
 
 def test_filled_parquet_folder_is_not_preprocessed_again(tmp_path):
