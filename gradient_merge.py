@@ -24,11 +24,17 @@ usual division of each micro-batch's mean loss by k.
 
 The returned values are this rank's shares of each term's global-batch mean: summed over the ranks
 (all_reduce_sum) they are the means over the global batch.
+
+Then `optimizer_step` makes the update, the same one for pretraining and fine-tuning:
+
+    outcome = optimizer_step(model, optimizer, scheduler, scaler, global_loss)
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -81,3 +87,41 @@ def merged_backward(
         detached = [term.detach() for term in weighted]
         shares = detached if not shares else [total + term for total, term in zip(shares, detached, strict=True)]
     return [float(share) for share in shares]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOutcome:
+    """What optimizer_step did."""
+
+    skipped: bool  # the update was dropped: a non-finite loss, or float16 gradients that overflowed
+    learning_rate: float  # the rate of this step (the one it would have run at, if skipped)
+    loss_scale: float  # the float16 loss scale this step's gradients carried (1.0 without loss scaling)
+
+
+def optimizer_step(
+    model: paddle.nn.Layer,
+    optimizer: paddle.optimizer.Optimizer,
+    scheduler: paddle.optimizer.lr.LRScheduler,
+    scaler: LossScaler | None,
+    loss: float,
+) -> StepOutcome:
+    """The update after merged_backward: unscale the gradients and check them for inf/NaN (float16 AMP),
+    update unless they overflowed or `loss` is not finite, clear the gradients, let the scaler adapt and
+    advance the schedule, which moves on whether or not the update ran.
+
+    `loss` is the step's global loss, the same on every rank, so that all ranks skip together. The loss check
+    is what protects fp32 and bfloat16, which have no scaler: one NaN batch would otherwise make every weight
+    NaN. Without a scaler the gradients themselves are not read (that would be one more pass over all of
+    them every step), so a finite loss with non-finite fp32 gradients is not caught here.
+    """
+    learning_rate = optimizer.get_lr()
+    overflow = scaler.unscale_and_check(model.parameters()) if scaler else False
+    skipped = overflow or not math.isfinite(loss)
+    if not skipped:
+        optimizer.step()
+    optimizer.clear_grad()
+    loss_scale = scaler.scale_value if scaler else 1.0
+    if scaler:
+        scaler.update(skipped)
+    scheduler.step()
+    return StepOutcome(skipped, learning_rate, loss_scale)

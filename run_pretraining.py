@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import signal
 import sys
@@ -53,7 +52,7 @@ from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from cli import str_to_bool
 from dllog import DLLogger
-from gradient_merge import merged_backward
+from gradient_merge import merged_backward, optimizer_step
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
 from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
@@ -404,19 +403,10 @@ class Trainer:
                                                   "float32"))
         mlm_loss, nsp_loss, stop_votes, total_sequences = stats.numpy().tolist()
         loss = mlm_loss + nsp_loss
-        learning_rate = self.optimizer.get_lr()
-        overflow = self.scaler.unscale_and_check(self.model.parameters()) if self.scaler else False
-        skipped = overflow or not math.isfinite(loss)
-        if not skipped:
-            self.optimizer.step()
-        self.optimizer.clear_grad()
-        loss_scale = self.scaler.scale_value if self.scaler else 1.0
-        if self.scaler:
-            self.scaler.update(skipped)
-        self.scheduler.step()
+        outcome = optimizer_step(self.model, self.optimizer, self.scheduler, self.scaler, loss)
         padding = sum(p.padding_fraction for p in prepared) / len(prepared)
-        result = StepResult(loss, mlm_loss, nsp_loss, int(total_sequences), sequences, learning_rate, loss_scale,
-                            skipped, padding)
+        result = StepResult(loss, mlm_loss, nsp_loss, int(total_sequences), sequences, outcome.learning_rate,
+                            outcome.loss_scale, outcome.skipped, padding)
         return result, stop_votes > 0
 
 
