@@ -466,7 +466,7 @@ class RunCheckpoints:
             return resume
         return checkpoint.open_checkpoint(Path(outcome["folder"]), args.model_prefix)
 
-    def _check_compatible(self, resume: checkpoint.Resume) -> None:
+    def _check_compatible(self, resume: checkpoint.Resume, master_weights: bool) -> None:
         """The settings a checkpoint can only be resumed with; each error says what to do instead."""
         args, progress, folder = self.args, resume.progress, resume.folder
         if progress.get("phase", self.phase) != self.phase:
@@ -480,6 +480,12 @@ class RunCheckpoints:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{folder}: saved {'with' if progress[name] else 'without'} {flag}; resume with the "
                                  "same setting, or start from its weights with --from-pretrained-params")
+        # AMP level O2 keeps fp32 master weights, and the moments under their names, in the optimizer state; the
+        # other levels keep neither, so Paddle's set_state_dict would fail on a missing accumulator.
+        if progress.get("use_pure_fp16", master_weights) != master_weights:
+            raise ValueError(f"{folder}: saved {'with' if progress['use_pure_fp16'] else 'without'} --use-pure-fp16 "
+                             "(AMP O2: fp32 master weights in the optimizer state), this run is the other way; "
+                             "resume with the same AMP level, or start from its weights with --from-pretrained-params")
         if progress.get("max_steps", args.max_steps) != args.max_steps:
             raise ValueError(f"{folder}: saved by a run with --max-steps {progress['max_steps']}, this one has "
                              f"--max-steps {args.max_steps}; the learning-rate schedule spans --max-steps, so resume "
@@ -501,7 +507,7 @@ class RunCheckpoints:
                 load_weights_only(trainer.model, args.from_pretrained_params, args.model_prefix,
                                   "--from-pretrained-params")
             return {}
-        self._check_compatible(resume)
+        self._check_compatible(resume, trainer.policy.master_weights)
         load_state(trainer.model, resume.model_state, str(resume.folder))
         checkpoint.load_optimizer_state(trainer.model, trainer.optimizer, resume.optimizer_state, str(resume.folder))
         if trainer.scaler and resume.progress.get("loss_scaler"):
@@ -528,7 +534,8 @@ class RunCheckpoints:
         positions = gather_from_ranks(loader.state_dict(), self.world_size)
         record = {
             "phase": self.phase, "world_size": self.world_size, "fuse_mha": self.args.fuse_mha,
-            "no_nsp": self.args.no_nsp, "max_steps": self.args.max_steps,
+            "no_nsp": self.args.no_nsp, "use_pure_fp16": trainer.policy.master_weights,
+            "max_steps": self.args.max_steps,
             "epoch": loader.epoch, "data_positions": positions, "rng_states": rng_states,
             "nonfinite_streak": nonfinite_streak,
             "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,
