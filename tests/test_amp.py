@@ -255,3 +255,16 @@ def test_a_checkpoint_resumes_only_at_its_own_amp_level(tmp_path, monkeypatch, s
     word = "with" if saved_with else "without"
     with pytest.raises(ValueError, match=f"phase1/1: saved {word} --use-pure-fp16 .*resume with the same AMP level"):
         train(resume)
+
+
+def test_tf32_is_refused_where_nvidia_tf32_override_turns_it_off(monkeypatch, capsys):
+    # NVIDIA_TF32_OVERRIDE=0 disables TF32 inside cuBLAS and cuDNN, below Paddle's switches: tf32 could not hold.
+    calls = []
+    monkeypatch.setattr(amp, "set_float32_matmul_precision", calls.append)
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+    with pytest.raises(SystemExit, match="--float32-precision tf32: NVIDIA_TF32_OVERRIDE=0 in the environment"):
+        amp.amp_policy(amp_args("--float32-precision", "tf32"), device="gpu:0")
+    amp.amp_policy(amp_args("--float32-precision", "fp32"), device="gpu:0")  # fp32 holds in any environment
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "1")
+    amp.amp_policy(amp_args("--float32-precision", "tf32"), device="gpu:0")
+    assert calls == ["fp32", "tf32"]
