@@ -418,7 +418,7 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
         drawn = [next(batches) for _ in range(args.gradient_merge_steps)]
         epoch = drawn[-1][0]
         [step_loss] = merged_backward(network, [batch for _, batch in drawn], _sequences, loss_terms, world_size,
-                                      scaler)
+                                      scaler, master_gradients=policy.master_weights)
         if world_size > 1:  # the global loss, so that every rank skips a non-finite step alike
             step_loss = all_reduce_sum(paddle.to_tensor([step_loss], dtype="float64")).item()
         outcome = optimizer_step(model, optimizer, scheduler, scaler, step_loss)

@@ -396,7 +396,7 @@ class Trainer:
         stop (SIGTERM or the stop file), which every rank learns at the same step."""
         prepared = [self._micro_batch_tensors(batch) for batch in micro_batches]
         shares = merged_backward(self.network, prepared, MicroBatch.counts, self._loss_terms, self.world_size,
-                                 self.scaler, all_reduce=self._all_reduce)
+                                 self.scaler, all_reduce=self._all_reduce, master_gradients=self.policy.master_weights)
         mlm_share, nsp_share = shares if len(shares) == 2 else (shares[0], 0.0)
         sequences = sum(micro_batch.sequences for micro_batch in prepared)
         stats = self._all_reduce(paddle.to_tensor([mlm_share, nsp_share, float(stop_requested), float(sequences)],
