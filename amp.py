@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterable
 
 import paddle
@@ -76,8 +77,8 @@ def add_amp_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--float32-precision", choices=FLOAT32_PRECISIONS, default=None,
         help="GPU float32 matmuls and convolutions: fp32 (full precision) or tf32 (TF32 tensor cores on Ampere "
-        "and later). Default: Paddle's own (tf32). Set in Paddle's cuBLAS/cuDNN switches, whatever "
-        "NVIDIA_TF32_OVERRIDE says.",
+        "and later), set in Paddle's cuBLAS/cuDNN switches. Default: Paddle's own (tf32). NVIDIA_TF32_OVERRIDE=0 "
+        "in the environment makes cuBLAS and cuDNN refuse TF32 whatever Paddle asks, so tf32 with it is an error.",
     )
     group.add_argument(
         "--min-loss-scale", type=float, default=1.0,
@@ -136,6 +137,9 @@ def amp_policy(args: argparse.Namespace, device: str | None = None) -> AmpPolicy
     device = device or paddle.get_device()
     if args.float32_precision is not None:
         if device.startswith("gpu"):
+            if args.float32_precision == "tf32" and os.environ.get("NVIDIA_TF32_OVERRIDE") == "0":
+                raise SystemExit("--float32-precision tf32: NVIDIA_TF32_OVERRIDE=0 in the environment makes cuBLAS "
+                                 "and cuDNN refuse TF32; unset it, or use --float32-precision fp32")
             set_float32_matmul_precision(args.float32_precision)
         else:
             print(f"--float32-precision {args.float32_precision} is for GPUs; the device is {device}, whose "
@@ -192,8 +196,9 @@ def set_float32_matmul_precision(precision: str) -> None:
     """"fp32": float32 matmuls and convolutions in full float32; "tf32": on TF32 tensor cores (Ampere and
     later GPUs; 10 mantissa bits in the products, fp32 accumulation), which is Paddle's default on a GPU.
 
-    Set explicitly in Paddle's cuBLAS and cuDNN switches rather than through NVIDIA_TF32_OVERRIDE alone, so the
-    run's precision holds whatever the environment says. On a CPU nothing reads them.
+    Set in Paddle's cuBLAS and cuDNN switches. They are not the last word: NVIDIA_TF32_OVERRIDE=0 makes the
+    libraries themselves refuse TF32, whatever the switches say (amp_policy refuses tf32 then), while "fp32"
+    holds in any environment. On a CPU nothing reads them.
     """
     if precision not in FLOAT32_PRECISIONS:
         raise ValueError(f"float32 precision must be one of {FLOAT32_PRECISIONS}, got {precision!r}")

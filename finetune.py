@@ -19,8 +19,9 @@ Training: AdamW with decoupled weight decay (or --optimizer Lamb/Lans), gradient
 1.0, linear warmup from --warmup-start-lr to --learning-rate over --warmup-proportion of the updates and then
 linear decay to 0 (Devlin et al. 2019, appendix A.3). Each update merges --gradient-merge-steps micro-batches of
 --train-batch-size sequences per rank with gradient_merge.merged_backward, so that k micro-batches on W ranks
-give exactly the update of one batch of all their sequences. The run lasts --epochs or --max-steps updates,
-whichever is fewer, as NVIDIA's run_squad.py.
+give exactly the update of one batch of all their sequences; gradient_merge.optimizer_step, pretraining's
+update too, skips (and reports) a step whose loss is not finite or whose float16 gradients overflow. The run
+lasts --epochs or --max-steps updates, whichever is fewer, as NVIDIA's run_squad.py.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, PROGRESS_SUFFIX, list_checkpoints, read_progress
 from cli import check_at_least, str_to_bool
 from dllog import DLLogger
-from gradient_merge import all_reduce_sum, merged_backward
+from gradient_merge import all_reduce_sum, merged_backward, optimizer_step
 from lr_scheduler import create_lr_scheduler
 from optimizer import OPTIMIZER_NAMES, create_optimizer
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
@@ -395,7 +396,7 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
     scheduler = create_lr_scheduler("poly", args.learning_rate, total_steps, args.warmup_proportion,
                                     warmup_start_lr=args.warmup_start_lr, power=1.0)
     optimizer = create_optimizer(args.optimizer, model, scheduler, args.weight_decay, args.beta1, args.beta2,
-                                 args.epsilon, MAX_GRAD_NORM)
+                                 args.epsilon, MAX_GRAD_NORM, multi_precision=policy.master_weights)
     model, optimizer = amp_decorate(model, optimizer, policy)
     scaler = create_loss_scaler(policy)
     network = paddle.DataParallel(model) if world_size > 1 else model
@@ -414,26 +415,20 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
     for step in range(1, total_steps + 1):
         if benchmark and step == benchmark[0] + 1:
             timed_start = time.perf_counter()
-        learning_rate = optimizer.get_lr()
         drawn = [next(batches) for _ in range(args.gradient_merge_steps)]
         epoch = drawn[-1][0]
         [step_loss] = merged_backward(network, [batch for _, batch in drawn], _sequences, loss_terms, world_size,
-                                      scaler)
-        found_inf = scaler.unscale_and_check(model.parameters()) if scaler else False
-        if found_inf:
-            skipped_steps += 1  # an overflow in float16: this update is dropped, the schedule moves on
-        else:
-            optimizer.step()
-        optimizer.clear_grad()
-        scheduler.step()
-        if scaler:
-            scaler.update(found_inf)
+                                      scaler, master_gradients=policy.master_weights)
+        if world_size > 1:  # the global loss, so that every rank skips a non-finite step alike
+            step_loss = all_reduce_sum(paddle.to_tensor([step_loss], dtype="float64")).item()
+        outcome = optimizer_step(model, optimizer, scheduler, scaler, step_loss)
+        if outcome.skipped:  # the update is dropped, the schedule moves on
+            skipped_steps += 1
+            logger.log((epoch, step), {"skipped_update": 1, "loss": step_loss})
         if step % args.log_freq == 0 or step == total_steps:
-            if world_size > 1:  # every rank logs at the same steps, so all take part in this all-reduce
-                step_loss = all_reduce_sum(paddle.to_tensor([step_loss], dtype="float64")).item()
-            metrics = {"loss": step_loss, "learning_rate": learning_rate}
+            metrics = {"loss": step_loss, "learning_rate": outcome.learning_rate, "skipped_steps": skipped_steps}
             if scaler:
-                metrics.update(loss_scale=scaler.scale_value, skipped_steps=skipped_steps)
+                metrics.update(loss_scale=scaler.scale_value)
             logger.log((epoch, step), metrics)
             if visualdl is not None:
                 visualdl.scalars(step, metrics)

@@ -24,11 +24,17 @@ usual division of each micro-batch's mean loss by k.
 
 The returned values are this rank's shares of each term's global-batch mean: summed over the ranks
 (all_reduce_sum) they are the means over the global batch.
+
+Then `optimizer_step` makes the update, the same one for pretraining and fine-tuning:
+
+    outcome = optimizer_step(model, optimizer, scheduler, scaler, global_loss)
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -55,6 +61,7 @@ def merged_backward(
     world_size: int,
     scaler: LossScaler | None = None,
     all_reduce: Callable[[paddle.Tensor], paddle.Tensor] = all_reduce_sum,
+    master_gradients: bool = False,
 ) -> list[float]:
     """Forward and backward of this rank's micro-batches, weighted as in the module docstring.
 
@@ -64,14 +71,22 @@ def merged_backward(
     micro-batch's loss is scaled before backward. Returns, per term in loss_terms_fn's order, this rank's
     share of its global-batch mean (summed over ranks: the global mean). Gradients are left accumulated in
     the parameters for the optimizer step.
+
+    master_gradients: the gradients turn fp32 at the end of every backward (AMP O2, amp.amp_decorate's
+    master_grad). DataParallel's reducer (EagerReducer, paddle/fluid/distributed/collective/reducer.cc) types
+    its buckets by the parameters' dtype when it is built and concatenates each bucket's gradients as that
+    type, so a synced backward onto gradients that an earlier micro-batch left in fp32 would stop there. With
+    more than one micro-batch on several ranks every micro-batch then runs under no_sync, and the fp32
+    gradients are averaged over the ranks afterwards (all_reduce, one tensor at a time, without overlap).
     """
+    reduce_afterwards = master_gradients and world_size > 1 and len(micro_batches) > 1
     counts = [[float(count) for count in counts_fn(batch)] for batch in micro_batches]
     totals = [sum(column) for column in zip(*counts, strict=True)]
     if world_size > 1:
         totals = all_reduce(paddle.to_tensor(totals, dtype="float64")).numpy().tolist()
     shares: list[paddle.Tensor] = []
     for index, (batch, batch_counts) in enumerate(zip(micro_batches, counts, strict=True)):
-        inner = index < len(micro_batches) - 1
+        inner = index < len(micro_batches) - 1 or reduce_afterwards
         sync_context = network.no_sync() if inner and world_size > 1 else contextlib.nullcontext()
         with sync_context:
             terms = loss_terms_fn(network, batch)
@@ -80,4 +95,47 @@ def merged_backward(
             (scaler.scale(loss) if scaler else loss).backward()
         detached = [term.detach() for term in weighted]
         shares = detached if not shares else [total + term for total, term in zip(shares, detached, strict=True)]
+    if reduce_afterwards:
+        with paddle.no_grad():
+            for parameter in network.parameters():
+                if parameter.grad is not None:
+                    all_reduce(parameter.grad).scale_(1.0 / world_size)  # DataParallel's mean over the ranks
     return [float(share) for share in shares]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOutcome:
+    """What optimizer_step did."""
+
+    skipped: bool  # the update was dropped: a non-finite loss, or float16 gradients that overflowed
+    learning_rate: float  # the rate of this step (the one it would have run at, if skipped)
+    loss_scale: float  # the float16 loss scale this step's gradients carried (1.0 without loss scaling)
+
+
+def optimizer_step(
+    model: paddle.nn.Layer,
+    optimizer: paddle.optimizer.Optimizer,
+    scheduler: paddle.optimizer.lr.LRScheduler,
+    scaler: LossScaler | None,
+    loss: float,
+) -> StepOutcome:
+    """The update after merged_backward: unscale the gradients and check them for inf/NaN (float16 AMP),
+    update unless they overflowed or `loss` is not finite, clear the gradients, let the scaler adapt and
+    advance the schedule, which moves on whether or not the update ran.
+
+    `loss` is the step's global loss, the same on every rank, so that all ranks skip together. The loss check
+    is what protects fp32 and bfloat16, which have no scaler: one NaN batch would otherwise make every weight
+    NaN. Without a scaler the gradients themselves are not read (that would be one more pass over all of
+    them every step), so a finite loss with non-finite fp32 gradients is not caught here.
+    """
+    learning_rate = optimizer.get_lr()
+    overflow = scaler.unscale_and_check(model.parameters()) if scaler else False
+    skipped = overflow or not math.isfinite(loss)
+    if not skipped:
+        optimizer.step()
+    optimizer.clear_grad()
+    loss_scale = scaler.scale_value if scaler else 1.0
+    if scaler:
+        scaler.update(skipped)
+    scheduler.step()
+    return StepOutcome(skipped, learning_rate, loss_scale)

@@ -197,14 +197,20 @@ def init_bert_weights(layer: nn.Layer, initializer_range: float) -> None:
             nn.initializer.Constant(0.0)(sublayer.bias)
 
 
-def attention_bias(attention_mask: paddle.Tensor | None, heads: int, dtype: str | paddle.dtype) -> paddle.Tensor | None:
-    """[B, S] with 1 = token, 0 = padding  ->  additive [B, heads, S, S] in `dtype`: 0 where a key may be
-    attended to, -inf for a padding key (every row keeps its real tokens, so no softmax row is all -inf)."""
+def attention_bias(attention_mask: paddle.Tensor | None, heads: int, query_rows: int, dtype: str | paddle.dtype
+                   ) -> paddle.Tensor | None:
+    """[B, S] with 1 = token, 0 = padding  ->  additive [B, heads, query_rows, S] in `dtype` (query_rows 1 or S):
+    0 where a key may be attended to, -inf for a padding key (every row keeps its real tokens, so no softmax row
+    is all -inf). [B, 1, 1, S] is a view of the [B, S] values; any other shape is one materialised copy."""
     if attention_mask is None:
         return None
     batch, seq_length = attention_mask.shape
-    keys = paddle.where(attention_mask != 0, paddle.zeros([], dtype), paddle.full([], -math.inf, dtype))  # [B, S]
-    return paddle.expand(keys.reshape([batch, 1, 1, seq_length]), [batch, heads, seq_length, seq_length])
+    # Built in fp32 and cast: [B, S] values, and Paddle's CPU build has no float16 `where`.
+    keys = paddle.where(attention_mask != 0, paddle.zeros([], "float32"), paddle.full([], -math.inf, "float32"))
+    keys = keys.astype(dtype).reshape([batch, 1, 1, seq_length])
+    if heads == 1 and query_rows == 1:
+        return keys
+    return paddle.expand(keys, [batch, heads, query_rows, seq_length])
 
 
 def block_diagonal_bias(sample_ids: paddle.Tensor, heads: int, dtype: str | paddle.dtype) -> paddle.Tensor:
@@ -284,8 +290,11 @@ class BertModel(nn.Layer):
         super().__init__()
         self.config = config
         self.use_cpu_kernels = choose_cpu_kernels(use_cpu_kernels)
-        # Packed rows under AMP on a GPU skip the padding and the other samples' keys altogether.
+        # FlashAttention-2 runs here: packed rows under AMP skip the padding and the other samples' keys
+        # altogether, and padded rows under AMP take flash attention's mask.
         self.varlen_attention = not self.use_cpu_kernels and varlen_attention_available()
+        # Whether F.scaled_dot_product_attention may run a GPU kernel (flash or memory-efficient attention).
+        self.cuda_attention = not self.use_cpu_kernels and paddle.is_compiled_with_cuda()
         self.embeddings = BertEmbeddings(config, self.use_cpu_kernels)
         self.encoder = nn.LayerList([BertLayer(config, self.use_cpu_kernels) for _ in range(config.num_hidden_layers)])
         self.pooler = BertPooler(config)
@@ -320,22 +329,40 @@ class BertModel(nn.Layer):
 
     def _attention_input(self, attention_mask: paddle.Tensor | None, sample_ids: paddle.Tensor | None
                          ) -> paddle.Tensor | UnpaddedTokens | None:
-        """One materialised mask per forward, for all layers (or the unpadded layout of packed rows).
+        """One materialised mask per forward, shared by all layers (or the unpadded layout of packed rows), in
+        the smallest shape that the attention which runs takes as it is, so that no layer copies it again.
 
-        scaled_dot_product_attention (paddle/nn/functional/sdpa.py) takes the mask as it is in every backend:
-        flash attention wants a 4-D mask of the query's dtype with [B, 1 or N, S_q, S_k] rows (it reads heads
-        modulo dim 1); memory-efficient attention (fp32, S a multiple of 8) expands dim 1 to N and needs dim 2 to
-        be S_q (a [B, 1, 1, S] mask fails there); the math backend broadcasts. cpu_kernels.attention adds a
-        same-shape [B, N, S, S] mask, 13x faster than a broadcasting add. Packed rows get the block-diagonal
-        [B, 1 or N, S, S] mask, except in float16/bfloat16 where flash_attn_unpadded runs (it takes no fp32).
+        - cpu_kernels.attention adds a same-shape [B, N, S, S] mask, 13x faster than a broadcasting add.
+        - Flash attention (float16/bfloat16 on a GPU of SM 8.0 or later) gets [B, 1, S, S]. Its kernel
+          (PaddlePaddle/flash-attention, flash_fwd_kernel.h and flash_bwd_kernel.h: row_offset_mask and gMask)
+          reads heads modulo dim 1, but query rows as a tile of 128 rows with a stride of S_k, starting at
+          (first row % dim 2): a [B, 1, 1, S] mask, which its shape checks accept, would give query row i the
+          key mask of sequence b + i.
+        - Memory-efficient attention (every other GPU case with S a multiple of 8, fp32/tf32 included) gets
+          [B, N, S, S]: its kernel takes a per-sequence bias only as [B, N, S_q, S_k] (dims 0-1 are [B, N] or
+          [1, 1], memory_efficient_attention_utils.h), and given [B, 1, S, S] sdpa.py expands it to that in
+          every layer, a copy per layer that the backward pass keeps (24 x 256 MiB at the tf32 phase-2 preset).
+        - The math backend (the only one without a CUDA build) broadcasts: [B, 1, 1, S]. On a CUDA build
+          without flash or memory-efficient attention it gets [B, 1, S, S], which every backend reads right.
+
+        Packed rows get the block-diagonal [B, 1 or N, S, S] mask by the same rule for heads, except in
+        float16/bfloat16 where flash_attn_unpadded runs (it takes no fp32). These choices only size the mask:
+        were F.scaled_dot_product_attention to pick another backend than foreseen, each of these shapes is still
+        read correctly by it, at worst with one more copy.
         """
-        heads = self.config.num_attention_heads if self.use_cpu_kernels else 1
+        if attention_mask is None and sample_ids is None:
+            return None
         dtype = self._compute_dtype()
-        if sample_ids is None:
-            return attention_bias(attention_mask, heads, dtype)
-        if self.varlen_attention and str(dtype).removeprefix("paddle.") in HALF_DTYPES:
+        flash = self.varlen_attention and str(dtype).removeprefix("paddle.") in HALF_DTYPES
+        if sample_ids is not None and flash:
             return UnpaddedTokens.of(sample_ids, dtype)
-        return block_diagonal_bias(sample_ids, heads, dtype)
+        seq_length = (attention_mask if sample_ids is None else sample_ids).shape[1]
+        memory_efficient = self.cuda_attention and not flash and seq_length % 8 == 0
+        heads = self.config.num_attention_heads if self.use_cpu_kernels or memory_efficient else 1
+        if sample_ids is not None:
+            return block_diagonal_bias(sample_ids, heads, dtype)
+        query_rows = 1 if heads == 1 and not self.cuda_attention else seq_length
+        return attention_bias(attention_mask, heads, query_rows, dtype)
 
     def _compute_dtype(self) -> str | paddle.dtype:
         """The dtype of the attention scores: autocast's under AMP (its matmuls), else the weights'."""

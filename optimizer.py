@@ -4,11 +4,12 @@
   paddle.optimizer.Lamb with always_adapt=False matches): Adam moments with bias correction, epsilon outside
   the square root, decoupled weight decay, and the trust ratio ||w|| / ||update|| applied only to tensors that
   are weight-decayed; a zero norm gives a ratio of 1. Gradients are first clipped to a global norm
-  (ClipGradByGlobalNorm, 1.0 in NVIDIA's recipe). On a GPU create_optimizer uses paddle's fused kernel and
-  paddle's clip; on a CPU it uses `Lamb` below, the same update built from paddle's fused Adam kernel and
-  in-place tensor ops, about 2.5 times as fast there (benchmarks/bench_optimizer.py), or, where the cpu_ops
-  extension builds, one fused multi-threaded C++ kernel per tensor; and `ClipGradByGlobalNormInPlace`, the
-  same clip with dot products for the norms and in-place scaling (or its factor folded into that kernel).
+  (ClipGradByGlobalNorm, 1.0 in NVIDIA's recipe). On a GPU create_optimizer uses paddle's fused kernel
+  (under AMP O2 `Lamb` below instead: paddle's kernel refuses fp32 gradients for fp16 weights) and paddle's
+  clip; on a CPU it uses `Lamb` below, the same update built from paddle's fused Adam kernel and in-place ops,
+  about 2.5 times as fast there (benchmarks/bench_optimizer.py), or, where the cpu_ops extension builds, one
+  fused multi-threaded C++ kernel per tensor; and `ClipGradByGlobalNormInPlace`, the same clip with dot
+  products for the norms and in-place scaling (or its factor folded into that kernel).
 - LANS (Zheng et al. 2020, arXiv:2006.13484) is `Lans` below.
 - AdamW (Loshchilov & Hutter 2019) is paddle.optimizer.AdamW.
 
@@ -391,7 +392,8 @@ def create_optimizer(
     clipping off. multi_precision keeps fp32 master weights for fp16/bf16 parameters.
 
     "Lamb" is paddle.optimizer.Lamb (a fused kernel) when use_paddle_lamb is True, and this module's Lamb
-    (the same update in in-place ops, faster on a CPU) when it is False; None picks paddle's on a GPU. Both
+    (the same update in in-place ops, faster on a CPU) when it is False; None picks paddle's on a GPU unless
+    multi_precision is set (AMP O2, whose fp32 master gradients paddle's kernel cannot take). Both
     keep their state under the same names, so an optimizer checkpoint of one loads into the other. On a CPU
     our Lamb runs the cpu_ops extension's fused kernel, with the clip's factor folded into it, wherever the
     extension builds.
@@ -403,7 +405,10 @@ def create_optimizer(
     excluded = no_weight_decay_parameters(model)
     on_gpu = paddle.get_device().startswith("gpu")
     if use_paddle_lamb is None:
-        use_paddle_lamb = on_gpu
+        # Paddle's lamb kernel reads the gradient in the parameter's dtype (grad.data<T>() in
+        # lamb_kernel_impl.h), so it refuses the fp32 gradients that O2's master_grad gives float16/bfloat16
+        # parameters; ours updates the fp32 master weight from them.
+        use_paddle_lamb = on_gpu and not multi_precision
     fused_lamb = cpu_ops.load() if name == "Lamb" and not use_paddle_lamb and not on_gpu else None
     grad_clip = None
     if max_grad_norm is not None and on_gpu:

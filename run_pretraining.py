@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import signal
 import sys
@@ -53,7 +52,7 @@ from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from cli import str_to_bool
 from dllog import DLLogger
-from gradient_merge import merged_backward
+from gradient_merge import merged_backward, optimizer_step
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
 from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
@@ -397,26 +396,17 @@ class Trainer:
         stop (SIGTERM or the stop file), which every rank learns at the same step."""
         prepared = [self._micro_batch_tensors(batch) for batch in micro_batches]
         shares = merged_backward(self.network, prepared, MicroBatch.counts, self._loss_terms, self.world_size,
-                                 self.scaler, all_reduce=self._all_reduce)
+                                 self.scaler, all_reduce=self._all_reduce, master_gradients=self.policy.master_weights)
         mlm_share, nsp_share = shares if len(shares) == 2 else (shares[0], 0.0)
         sequences = sum(micro_batch.sequences for micro_batch in prepared)
         stats = self._all_reduce(paddle.to_tensor([mlm_share, nsp_share, float(stop_requested), float(sequences)],
                                                   "float32"))
         mlm_loss, nsp_loss, stop_votes, total_sequences = stats.numpy().tolist()
         loss = mlm_loss + nsp_loss
-        learning_rate = self.optimizer.get_lr()
-        overflow = self.scaler.unscale_and_check(self.model.parameters()) if self.scaler else False
-        skipped = overflow or not math.isfinite(loss)
-        if not skipped:
-            self.optimizer.step()
-        self.optimizer.clear_grad()
-        loss_scale = self.scaler.scale_value if self.scaler else 1.0
-        if self.scaler:
-            self.scaler.update(skipped)
-        self.scheduler.step()
+        outcome = optimizer_step(self.model, self.optimizer, self.scheduler, self.scaler, loss)
         padding = sum(p.padding_fraction for p in prepared) / len(prepared)
-        result = StepResult(loss, mlm_loss, nsp_loss, int(total_sequences), sequences, learning_rate, loss_scale,
-                            skipped, padding)
+        result = StepResult(loss, mlm_loss, nsp_loss, int(total_sequences), sequences, outcome.learning_rate,
+                            outcome.loss_scale, outcome.skipped, padding)
         return result, stop_votes > 0
 
 
@@ -476,7 +466,7 @@ class RunCheckpoints:
             return resume
         return checkpoint.open_checkpoint(Path(outcome["folder"]), args.model_prefix)
 
-    def _check_compatible(self, resume: checkpoint.Resume) -> None:
+    def _check_compatible(self, resume: checkpoint.Resume, master_weights: bool) -> None:
         """The settings a checkpoint can only be resumed with; each error says what to do instead."""
         args, progress, folder = self.args, resume.progress, resume.folder
         if progress.get("phase", self.phase) != self.phase:
@@ -490,6 +480,12 @@ class RunCheckpoints:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{folder}: saved {'with' if progress[name] else 'without'} {flag}; resume with the "
                                  "same setting, or start from its weights with --from-pretrained-params")
+        # AMP level O2 keeps fp32 master weights, and the moments under their names, in the optimizer state; the
+        # other levels keep neither, so Paddle's set_state_dict would fail on a missing accumulator.
+        if progress.get("use_pure_fp16", master_weights) != master_weights:
+            raise ValueError(f"{folder}: saved {'with' if progress['use_pure_fp16'] else 'without'} --use-pure-fp16 "
+                             "(AMP O2: fp32 master weights in the optimizer state), this run is the other way; "
+                             "resume with the same AMP level, or start from its weights with --from-pretrained-params")
         if progress.get("max_steps", args.max_steps) != args.max_steps:
             raise ValueError(f"{folder}: saved by a run with --max-steps {progress['max_steps']}, this one has "
                              f"--max-steps {args.max_steps}; the learning-rate schedule spans --max-steps, so resume "
@@ -511,7 +507,7 @@ class RunCheckpoints:
                 load_weights_only(trainer.model, args.from_pretrained_params, args.model_prefix,
                                   "--from-pretrained-params")
             return {}
-        self._check_compatible(resume)
+        self._check_compatible(resume, trainer.policy.master_weights)
         load_state(trainer.model, resume.model_state, str(resume.folder))
         checkpoint.load_optimizer_state(trainer.model, trainer.optimizer, resume.optimizer_state, str(resume.folder))
         if trainer.scaler and resume.progress.get("loss_scaler"):
@@ -538,7 +534,8 @@ class RunCheckpoints:
         positions = gather_from_ranks(loader.state_dict(), self.world_size)
         record = {
             "phase": self.phase, "world_size": self.world_size, "fuse_mha": self.args.fuse_mha,
-            "no_nsp": self.args.no_nsp, "max_steps": self.args.max_steps,
+            "no_nsp": self.args.no_nsp, "use_pure_fp16": trainer.policy.master_weights,
+            "max_steps": self.args.max_steps,
             "epoch": loader.epoch, "data_positions": positions, "rng_states": rng_states,
             "nonfinite_streak": nonfinite_streak,
             "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,

@@ -73,16 +73,18 @@ def init_data_parallel() -> tuple[int, int]:
 def set_cpu_affinity(device: str | None = None) -> list[int]:
     """Pin this process to its own CPUs; returns the CPUs it now has.
 
-    On a GPU node each rank takes CPUs next to its GPU, as NVML reports them (`gpu_cpu_sets`); elsewhere the
-    CPUs this process may use are split evenly among the processes the launcher started on this node, in
-    local-rank order, so that two ranks never compete for a core. A rank gets at least one CPU.
+    On a GPU node a rank takes CPUs next to its own GPU (`gpu_cpu_sets`, from NVML's topology): the GPU
+    paddle.distributed.launch selected for it (FLAGS_selected_gpus, an index among the visible GPUs, so
+    `--devices 4,5,6,7` gives the ranks GPUs 4-7). Elsewhere the CPUs this process may use are split evenly
+    among the processes the launcher started on this node, in local-rank order, so that two ranks never
+    compete for a core. A rank gets at least one CPU.
     """
     local_rank, local_size = local_rank_info()
     available = sorted(os.sched_getaffinity(0))
     device = device or paddle.get_device()
     if device.startswith("gpu"):
-        affinities = _nvml_cpu_affinities(_local_gpu_indices(local_size), len(available))
-        cpus = gpu_cpu_sets(affinities, available, _read_thread_siblings)[local_rank]
+        affinities = _nvml_cpu_affinities(_visible_gpus(), len(available))
+        cpus = gpu_cpu_sets(affinities, available, _read_thread_siblings)[_selected_gpu(len(affinities))]
     else:
         per_rank = max(1, len(available) // local_size)
         start = (local_rank * per_rank) % len(available)
@@ -93,10 +95,13 @@ def set_cpu_affinity(device: str | None = None) -> list[int]:
 
 def gpu_cpu_sets(affinities: list[set[int]], available: list[int],
                  siblings_of: Callable[[int], set[int]]) -> list[list[int]]:
-    """Each local rank's CPUs, from its GPU's CPU affinity (affinities[rank], NVML's set for that GPU).
+    """Each visible GPU's CPUs, from the GPUs' CPU affinities (affinities[i], NVML's set for visible GPU i).
 
-    Ranks whose GPUs share a CPU set (the GPUs of one socket or NUMA node) split that set's physical cores
-    into contiguous blocks, in rank order, and each takes its cores with their hyperthread siblings: on DGX
+    GPUs that share a CPU set (the GPUs of one socket or NUMA node) split that set's physical cores into
+    contiguous blocks, in visible order, and each takes its cores with their hyperthread siblings. Every
+    visible GPU gets its block whether or not a rank uses it, so that each rank's CPUs follow from its own
+    GPU alone (a rank does not know which GPUs the launcher gave the others); with fewer ranks than visible
+    GPUs some cores stay unused, never shared. On DGX
     machines the siblings are numbered after all physical cores (CPU n and n + cores are one core), so
     contiguous blocks of CPU numbers would put some ranks on other ranks' siblings. This is the
     socket_unique_contiguous mode of NVIDIA's gpu_affinity.py (DeepLearningExamples). `siblings_of(cpu)` gives
@@ -104,43 +109,70 @@ def gpu_cpu_sets(affinities: list[set[int]], available: list[int],
     """
     allowed = set(available)
     sharing: dict[frozenset[int], list[int]] = {}
-    for rank, affinity in enumerate(affinities):
-        sharing.setdefault(frozenset(affinity & allowed), []).append(rank)
+    for gpu, affinity in enumerate(affinities):
+        sharing.setdefault(frozenset(affinity & allowed), []).append(gpu)
     result: list[list[int]] = [[] for _ in affinities]
-    for cpu_set, ranks in sharing.items():
+    for cpu_set, gpus in sharing.items():
         if not cpu_set:
-            raise ValueError(f"--enable-cpu-affinity: the GPU of local rank {ranks[0]} has no CPU this process may use")
+            raise ValueError(f"--enable-cpu-affinity: visible GPU {gpus[0]} has no CPU this process may use")
         cores = sorted({min(siblings_of(cpu) & cpu_set) for cpu in cpu_set})  # one CPU per physical core
-        per_rank = max(1, len(cores) // len(ranks))
-        for position, rank in enumerate(ranks):
-            start = (position * per_rank) % len(cores)
-            block = cores[start : start + per_rank]
-            result[rank] = sorted(set().union(*(siblings_of(core) & cpu_set for core in block)))
+        per_gpu = max(1, len(cores) // len(gpus))
+        for position, gpu in enumerate(gpus):
+            start = (position * per_gpu) % len(cores)
+            block = cores[start : start + per_gpu]
+            result[gpu] = sorted(set().union(*(siblings_of(core) & cpu_set for core in block)))
     return result
 
 
-def _local_gpu_indices(local_size: int) -> list[int]:
-    """NVML indices of the GPUs of local ranks 0..local_size-1: paddle.distributed.launch gives local rank r
-    the r-th visible GPU. NVML counts GPUs as CUDA does with CUDA_DEVICE_ORDER=PCI_BUS_ID, ignoring
-    CUDA_VISIBLE_DEVICES, so visible numbers are mapped back through it."""
+def _visible_gpus() -> list[str] | None:
+    """The entries of CUDA_VISIBLE_DEVICES (indices, or GPU-/MIG- UUIDs), or None when it is unset (all GPUs)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    indices = [int(index) for index in visible.split(",")] if visible else list(range(local_size))
-    if len(indices) < local_size:
-        raise ValueError(f"--enable-cpu-affinity: {local_size} local ranks but CUDA_VISIBLE_DEVICES={visible!r}")
-    return indices[:local_size]
+    return None if visible is None else [entry.strip() for entry in visible.split(",") if entry.strip()]
 
 
-def _nvml_cpu_affinities(gpu_indices: list[int], cpu_count: int) -> list[set[int]]:
-    """Each GPU's ideal CPUs (nvmlDeviceGetCpuAffinity: a bitmask in 64-bit words, CPU i = bit i % 64 of
-    word i // 64). pynvml (nvidia-ml-py) is imported here, on GPU nodes only."""
+def _selected_gpu(visible_count: int) -> int:
+    """This rank's GPU as an index among the visible ones: the first entry of FLAGS_selected_gpus, which
+    paddle.distributed.launch sets for each rank (Paddle's own default device reads it too; 0 when unset)."""
+    selected = os.environ.get("FLAGS_selected_gpus", "0")
+    first = selected.split(",")[0].strip()
+    if not first.isdigit() or int(first) >= visible_count:
+        raise ValueError(f"--enable-cpu-affinity: FLAGS_selected_gpus={selected!r} names no GPU of the "
+                         f"{visible_count} visible")
+    return int(first)
+
+
+def _nvml_handle(nvml, entry: str):
+    """The NVML handle of the physical GPU a CUDA_VISIBLE_DEVICES entry names.
+
+    An index is NVML's own (NVML counts GPUs as CUDA does with CUDA_DEVICE_ORDER=PCI_BUS_ID). A GPU UUID may be
+    abbreviated, as CUDA allows, to any prefix that names one GPU; a MIG instance's UUID gives its parent
+    GPU, whose CPUs it shares.
+    """
+    if entry.isdigit():
+        return nvml.nvmlDeviceGetHandleByIndex(int(entry))
+    if entry.startswith("MIG-"):
+        return nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvml.nvmlDeviceGetHandleByUUID(entry))
+    if entry.startswith("GPU-"):
+        handles = [nvml.nvmlDeviceGetHandleByIndex(index) for index in range(nvml.nvmlDeviceGetCount())]
+        matches = [handle for handle in handles if nvml.nvmlDeviceGetUUID(handle).startswith(entry)]
+        if len(matches) == 1:
+            return matches[0]
+    raise ValueError(f"--enable-cpu-affinity: CUDA_VISIBLE_DEVICES entry {entry!r} names no single GPU of this node")
+
+
+def _nvml_cpu_affinities(visible: list[str] | None, cpu_count: int) -> list[set[int]]:
+    """Each visible GPU's ideal CPUs (nvmlDeviceGetCpuAffinity: a bitmask in 64-bit words, CPU i = bit i % 64
+    of word i // 64), in visible order; visible=None means every GPU of the node. pynvml (nvidia-ml-py) is
+    imported here, on GPU nodes only."""
     import pynvml
 
     words = (max(os.cpu_count() or 1, cpu_count) + 63) // 64
     pynvml.nvmlInit()
     try:
+        entries = visible if visible is not None else [str(index) for index in range(pynvml.nvmlDeviceGetCount())]
         affinities = []
-        for index in gpu_indices:
-            mask = pynvml.nvmlDeviceGetCpuAffinity(pynvml.nvmlDeviceGetHandleByIndex(index), words)
+        for entry in entries:
+            mask = pynvml.nvmlDeviceGetCpuAffinity(_nvml_handle(pynvml, entry), words)
             affinities.append({64 * word + bit for word, value in enumerate(mask) for bit in range(64)
                                if value >> bit & 1})
         return affinities

@@ -297,10 +297,10 @@ def record_optimizer_options(monkeypatch) -> dict:
     received = {}
     original = finetune.create_optimizer
 
-    def recording(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm):
+    def recording(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm, **options):
         received.update(name=name, weight_decay=weight_decay, beta1=beta1, beta2=beta2, epsilon=epsilon,
                         max_grad_norm=max_grad_norm)
-        return original(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm)
+        return original(name, model, learning_rate, weight_decay, beta1, beta2, epsilon, max_grad_norm, **options)
     monkeypatch.setattr(finetune, "create_optimizer", recording)
     return received
 

@@ -17,6 +17,8 @@ from paddle.base import core
 
 import amp
 import paddle_private
+import run_pretraining
+from helpers import pretraining_argv, train
 from modeling import BertConfig, BertForQuestionAnswering
 from weights import load_state
 
@@ -237,3 +239,32 @@ def test_float32_precision_sets_the_tf32_switches_on_a_gpu_only(monkeypatch, cap
     amp.amp_policy(amp_args("--float32-precision", "fp32"), device="cpu")
     assert calls == ["fp32", "tf32"]
     assert "--float32-precision fp32 is for GPUs; the device is cpu" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("saved_with, resumed_with", [(["--use-pure-fp16"], []), ([], ["--use-pure-fp16"]),
+                                                      (["--use-pure-fp16"], ["--use-pure-fp16"])])
+def test_a_checkpoint_resumes_only_at_its_own_amp_level(tmp_path, monkeypatch, saved_with, resumed_with):
+    """O2's optimizer state holds fp32 master weights and their moments, O1's neither: across the change
+    Paddle's set_state_dict would stop in _add_accumulator's assert; the run names the mismatch instead."""
+    monkeypatch.setattr(run_pretraining, "amp_policy", lambda args: amp.amp_policy(args, device="gpu:0"))
+    assert train(pretraining_argv(tmp_path, "--max-steps", "2", "--steps-this-run", "1", "--amp", *saved_with)) == 0
+    resume = pretraining_argv(tmp_path, "--max-steps", "2", "--last-step-of-checkpoint", "auto", "--amp", *resumed_with)
+    if saved_with == resumed_with:
+        assert train(resume) == 0
+        return
+    word = "with" if saved_with else "without"
+    with pytest.raises(ValueError, match=f"phase1/1: saved {word} --use-pure-fp16 .*resume with the same AMP level"):
+        train(resume)
+
+
+def test_tf32_is_refused_where_nvidia_tf32_override_turns_it_off(monkeypatch, capsys):
+    # NVIDIA_TF32_OVERRIDE=0 disables TF32 inside cuBLAS and cuDNN, below Paddle's switches: tf32 could not hold.
+    calls = []
+    monkeypatch.setattr(amp, "set_float32_matmul_precision", calls.append)
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+    with pytest.raises(SystemExit, match="--float32-precision tf32: NVIDIA_TF32_OVERRIDE=0 in the environment"):
+        amp.amp_policy(amp_args("--float32-precision", "tf32"), device="gpu:0")
+    amp.amp_policy(amp_args("--float32-precision", "fp32"), device="gpu:0")  # fp32 holds in any environment
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "1")
+    amp.amp_policy(amp_args("--float32-precision", "tf32"), device="gpu:0")
+    assert calls == ["fp32", "tf32"]

@@ -96,48 +96,136 @@ def test_bert_model_matches_numpy_equations(use_cpu_kernels):
     np.testing.assert_allclose(pooled_output, expected_pooled, atol=2e-5)
 
 
-def stand_in_sdpa(backend: str):
+FLASH_BLOCK_ROWS = 128  # kBlockM of the fork's forward kernels for head dim 64
+
+
+def flash_mask_as_read(mask: np.ndarray, batch: int, heads: int, seq_q: int) -> np.ndarray:
+    """The [B, N, S_q, S_k] scores bias that PaddlePaddle/flash-attention's kernel reads from a [B, H_m, R, S_k]
+    mask (flash_fwd_kernel.h: row_offset_mask, then a tile of 128 query rows with row stride S_k): query row i of
+    head h reads flat row (b * H_m + h % H_m) * R + (i0 % R) + (i - i0), i0 = i rounded down to the tile. A read
+    past the mask's end is an illegal memory access."""
+    mask_heads, mask_rows, seq_k = mask.shape[1:]
+    flat = mask.reshape(-1, seq_k)
+    rows = np.empty((batch, heads, seq_q), np.int64)
+    for b, h, i in np.ndindex(batch, heads, seq_q):
+        tile_start = i // FLASH_BLOCK_ROWS * FLASH_BLOCK_ROWS
+        rows[b, h, i] = (b * mask_heads + h % mask_heads) * mask_rows + tile_start % mask_rows + (i - tile_start)
+    if rows.max() >= len(flat):
+        raise RuntimeError(f"flash attention: illegal memory access reading a {list(mask.shape)} mask")
+    return flat[rows]
+
+
+def stand_in_sdpa(backend: str, received: list):
     """F.scaled_dot_product_attention as Paddle 3.3 runs it in `backend` on a GPU: the mask handling of
-    paddle/nn/functional/sdpa.py, then each kernel's requirements on the mask enforced, then the plain math."""
+    paddle/nn/functional/sdpa.py, then each kernel's own rules on the mask, then the plain math on the mask as the
+    kernel reads it. Each call appends to `received` (mask as passed, bytes sdpa.py copied it into). Under
+    emulated autocast the query would be in autocast's dtype on a GPU; here it stays fp32, so the mask's dtype
+    is checked against autocast's."""
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, training=True):
         batch, seq_q, heads, head_dim = query.shape
         seq_k = key.shape[1]
+        kernel_dtype = paddle.get_autocast_dtype() if paddle.is_autocast_enabled() else query.dtype
+        kernel_dtype = str(kernel_dtype).removeprefix("paddle.")
+        passed, copied = attn_mask, 0
         if attn_mask is not None and attn_mask.dtype == paddle.bool:  # sdpa.py turns a bool mask additive
             attn_mask = paddle.where(attn_mask, paddle.zeros([], query.dtype), paddle.full([], -np.inf, query.dtype))
+        bias = None
         if attn_mask is not None and backend == "flash_attn":
-            # flash_attn_utils.h: 4-D and the query's dtype; the kernel reads rows of S_k from [B, 1 or N, S_q].
-            assert attn_mask.ndim == 4 and attn_mask.dtype == query.dtype, attn_mask
-            assert attn_mask.shape[0] == batch and attn_mask.shape[1] in (1, heads), attn_mask.shape
-            assert attn_mask.shape[2:] == [seq_q, seq_k], attn_mask.shape
+            # flash_attn_utils.h (4-D, the query's dtype) and the fork's CHECK_FWD_EXECTUABLE (capi/flash_attn.cu).
+            assert attn_mask.ndim == 4 and str(attn_mask.dtype).removeprefix("paddle.") == kernel_dtype, attn_mask
+            b, h, r, k = attn_mask.shape
+            assert b == batch and h in (1, heads) and r in (1, seq_q) and k == seq_k, attn_mask.shape
+            bias = paddle.to_tensor(flash_mask_as_read(attn_mask.astype("float32").numpy(), batch, heads, seq_q))
         if attn_mask is not None and backend == "mem_efficient":
             assert attn_mask.shape[-1] % 8 == 0  # else sdpa.py's check_attn_mask_alignment picks another backend
             if attn_mask.ndim == 4 and attn_mask.shape[0] != 1 and attn_mask.shape[1] != heads:  # as sdpa.py does
                 attn_mask = attn_mask.expand([attn_mask.shape[0], heads, attn_mask.shape[2], attn_mask.shape[3]])
-            # memory_efficient_attention_utils.h: the bias is [B, N, S_q, S_k] in the query's dtype.
-            assert attn_mask.dtype == query.dtype and attn_mask.shape == [batch, heads, seq_q, seq_k], attn_mask.shape
+                copied = attn_mask.numel().item() * attn_mask.element_size()
+            # memory_efficient_attention_utils.h: [S_q, S_k], or [B, N, S_q, S_k] / [1, 1, S_q, S_k].
+            assert str(attn_mask.dtype).removeprefix("paddle.") == kernel_dtype, attn_mask.dtype
+            assert list(attn_mask.shape[-2:]) == [seq_q, seq_k], attn_mask.shape
+            assert attn_mask.ndim == 2 or list(attn_mask.shape[:2]) in ([batch, heads], [1, 1]), attn_mask.shape
+            bias = attn_mask
+        if attn_mask is not None and backend == "math":
+            bias = attn_mask  # _math_attention adds it to the [B, N, S_q, S_k] scores, broadcasting
+        received.append((passed, copied))
         q, k, v = (t.transpose([0, 2, 1, 3]) for t in (query, key, value))  # [B, N, S, D]
         scores = paddle.matmul(q, k, transpose_y=True) / np.sqrt(head_dim)
-        if attn_mask is not None:
-            scores = scores + attn_mask
+        if bias is not None:
+            scores = scores + bias.astype(scores.dtype)
         return paddle.matmul(paddle.nn.functional.softmax(scores), v).transpose([0, 2, 1, 3])
 
     return sdpa
+
+
+def emulate_cuda_build(monkeypatch, backend: str, amp_dtype: str | None = None) -> None:
+    """A CUDA build of Paddle; for flash attention an SM 8.0+ GPU under float16 autocast (the dtype the model
+    sizes its mask by; the stand-in computes in fp32)."""
+    monkeypatch.setattr(paddle, "is_compiled_with_cuda", lambda: backend != "math")
+    monkeypatch.setattr(modeling, "varlen_attention_available", lambda: backend == "flash_attn")
+    if amp_dtype is not None:
+        monkeypatch.setattr(paddle, "is_autocast_enabled", lambda: True)
+        monkeypatch.setattr(paddle, "get_autocast_dtype", lambda: amp_dtype)
 
 
 @pytest.mark.parametrize("backend", ["flash_attn", "mem_efficient", "math"])
 def test_attention_mask_suits_every_sdpa_backend(backend, monkeypatch):
     paddle.seed(1)
     config = tiny_config(initializer_range=0.3)
+    emulate_cuda_build(monkeypatch, backend, "float16" if backend == "flash_attn" else None)
     model = modeling.BertModel(config, use_cpu_kernels=False)
     params = {k: v.numpy().astype(np.float64) for k, v in model.state_dict().items()}
     batch = random_batch(config, seq=16)  # a multiple of 8: memory-efficient attention is eligible in fp32
-    monkeypatch.setattr(paddle.nn.functional, "scaled_dot_product_attention", stand_in_sdpa(backend))
+    received = []
+    monkeypatch.setattr(paddle.nn.functional, "scaled_dot_product_attention", stand_in_sdpa(backend, received))
     sequence_output, pooled_output = run_model(model, *batch)
     expected_sequence, expected_pooled = numpy_bert(params, config, *batch)
     valid = batch[2].astype(bool)
     np.testing.assert_allclose(sequence_output[valid], expected_sequence[valid], atol=2e-5)
     np.testing.assert_allclose(pooled_output, expected_pooled, atol=2e-5)
+    assert len(received) == config.num_hidden_layers
+
+
+def mask_traffic(backend: str, monkeypatch, old_layout: bool) -> tuple[list[int], int, int]:
+    """(mask shape SDPA gets, bytes of masks built per forward, bytes copied inside SDPA per layer) for a
+    forward pass of the tiny model on [3, 16] rows; old_layout sizes the mask as before this change
+    ([B, 1, S, S] for every GPU backend)."""
+    config = tiny_config()
+    emulate_cuda_build(monkeypatch, backend, "float16" if backend == "flash_attn" else None)
+    model = modeling.BertModel(config, use_cpu_kernels=False)
+    if old_layout:
+        monkeypatch.setattr(modeling, "attention_bias", lambda mask, heads, rows, dtype: paddle.expand(
+            paddle.where(mask != 0, 0.0, -np.inf).astype(dtype).reshape([3, 1, 1, 16]), [3, 1, 16, 16]))
+    received = []
+    monkeypatch.setattr(paddle.nn.functional, "scaled_dot_product_attention", stand_in_sdpa(backend, received))
+    run_model(model, *random_batch(config, seq=16))
+    masks = {id(mask): mask.numel().item() * mask.element_size() for mask, _ in received}
+    copied = {copy for _, copy in received}
+    assert len(received) == config.num_hidden_layers and len(copied) == 1
+    return list(received[0][0].shape), sum(masks.values()), copied.pop()
+
+
+def test_memory_efficient_attention_gets_its_mask_once_not_once_per_layer(monkeypatch):
+    """fp32/tf32 on a GPU runs memory-efficient attention, which takes a padding bias only as [B, N, S, S]:
+    given [B, 1, S, S], sdpa.py made that copy in every layer (kept for the backward pass). At the tf32
+    phase-2 preset (B 16, N 16, S 512, 24 layers) that is 256 MiB per layer, 6 GiB per step; now one 256 MiB
+    mask serves all layers. The tiny model here: B 3, N 4, S 16, fp32."""
+    full = 3 * 4 * 16 * 16 * 4  # bytes of one [B, N, S, S] fp32 mask
+    assert mask_traffic("mem_efficient", monkeypatch, old_layout=True) == ([3, 1, 16, 16], 3 * 16 * 16 * 4, full)
+    monkeypatch.undo()
+    assert mask_traffic("mem_efficient", monkeypatch, old_layout=False) == ([3, 4, 16, 16], full, 0)
+
+
+def test_flash_attention_gets_per_query_rows_and_the_math_backend_one_row(monkeypatch):
+    """Flash attention reads a [B, 1, S, S] mask without a copy; a [B, 1, 1, S] one would be read as other
+    sequences' rows (flash_mask_as_read), so it keeps S rows. The math backend, the only one without a CUDA
+    build, broadcasts [B, 1, 1, S], a view of the [B, S] padding: 16 times fewer bytes here."""
+    assert mask_traffic("flash_attn", monkeypatch, old_layout=False) == ([3, 1, 16, 16], 3 * 16 * 16 * 2, 0)
+    monkeypatch.undo()
+    assert mask_traffic("math", monkeypatch, old_layout=False) == ([3, 1, 1, 16], 3 * 16 * 4, 0)
+    with pytest.raises(RuntimeError, match="illegal memory access"):  # query row i of sequence b reads row b + i
+        flash_mask_as_read(np.zeros((3, 1, 1, 16), np.float32), batch=3, heads=4, seq_q=16)
 
 
 def stand_in_flash_attn_unpadded(calls: list):

@@ -3,6 +3,7 @@
 import numpy as np
 import paddle
 import pytest
+from paddle.base import core
 
 import cpu_ops
 from modeling import BertConfig, BertForPretraining, BertForQuestionAnswering
@@ -350,3 +351,48 @@ def test_create_optimizer_rejects_bad_arguments():
         create_optimizer("Lamb", model, 0.1, 0.01, BETA1, BETA2, EPSILON, 0.0)
     with pytest.raises(ValueError, match="beta1"):
         Lans(parameters=model.parameters(), beta1=1.0)
+
+
+def lamb_kernel_dtype_rule(real_lamb):
+    """_C_ops.lamb_ with its GPU kernel's dtype rule (paddle/phi/kernels/impl/lamb_kernel_impl.h, Paddle 3.3):
+    the kernel is chosen by the parameter's dtype T and reads the gradient as grad.data<T>(), which refuses a
+    gradient of another dtype ("The type of data we are trying to retrieve does not match")."""
+
+    def lamb_(param, grad, *rest):
+        if grad.dtype != param.dtype:
+            raise RuntimeError(f"lamb kernel: {grad.dtype} gradient for a {param.dtype} parameter")
+        return real_lamb(param, grad, *rest)
+
+    return lamb_
+
+
+def test_pure_fp16_lamb_on_a_gpu_steps_with_fp32_master_gradients(monkeypatch):
+    """--use-pure-fp16 on a GPU: float16 Linear weights (LayerNorm stays fp32, as amp_initialize leaves it),
+    fp32 gradients from decorate's master_grad hook, and the optimizer create_optimizer picks for a GPU with
+    multi_precision. Its fp32 master weights must follow the fp64 LAMB reference (clip included)."""
+    monkeypatch.setattr(paddle._C_ops, "lamb_", lamb_kernel_dtype_rule(paddle._C_ops.lamb_))
+    monkeypatch.setattr(paddle, "get_device", lambda: "gpu:0")
+    model = tiny_model("float32")
+    model.dense.to(dtype="float16")
+    start = {p.name: p.numpy().astype(np.float64) for p in model.parameters()}  # fp16-rounded where fp16
+    gradients = gradient_sequence(model, 3.0)
+    optimizer = create_optimizer("Lamb", model, 0.01, WEIGHT_DECAY, BETA1, BETA2, EPSILON, 1.0, multi_precision=True)
+    for step in gradients:
+        loss = sum((p.astype("float32") * paddle.to_tensor(step[p.name], dtype="float32")).sum()
+                   for p in model.parameters())
+        loss.backward()
+        assert model.dense.weight.grad.dtype == paddle.float16
+        core.eager.set_master_grads(model.parameters())  # decorate's master_grad_hook (auto_cast.py)
+        assert model.dense.weight.grad.dtype == paddle.float32
+        optimizer.step()
+        optimizer.clear_grad()
+    # The fp16 gradients were those of the fp32 values rounded to fp16 (the cast's backward).
+    rounded = [{name: g.astype(np.float16).astype(np.float64) if "linear" in name else g for name, g in step.items()}
+               for step in gradients]
+    betas = tuple(float(np.float32(beta)) for beta in (BETA1, BETA2))
+    expected = reference(lamb_rule(betas, betas), start, rounded, [0.01] * STEPS, {model.dense.weight.name}, 1.0)
+    weight = model.dense.weight
+    master = optimizer._master_weights[weight.name]
+    np.testing.assert_allclose(master.numpy(), expected[weight.name], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(weight.numpy(), master.astype("float16").numpy())
+    np.testing.assert_allclose(model.norm.weight.numpy(), expected[model.norm.weight.name], rtol=1e-5, atol=1e-6)
