@@ -283,6 +283,13 @@ def test_paddle2hf_unfuses_and_unpads_a_trained_model_state():
     hf_state, heads = convert_checkpoint.paddle_to_hf(model_state, config, "model")
     assert_equal_tensors(hf_state, {k: v for k, v in expected_hf_tensors().items() if not k.startswith("qa_")})
     assert heads == {"pooler": True, "mlm": True, "nsp": True, "qa": False, "classifier": False}
+    # The config file the run was trained with, which leaves the padding (to 8, as run_pretraining adds it) out.
+    hf_state, _ = convert_checkpoint.paddle_to_hf(model_state, tiny_config(), "model")
+    assert_equal_tensors(hf_state, {k: v for k, v in expected_hf_tensors().items() if not k.startswith("qa_")})
+    # Rows that are no padding of the config's 27 words are another vocabulary.
+    other = {**model_state, "bert.embeddings.word_embeddings.weight": np.zeros((40, 8), np.float32)}
+    with pytest.raises(ValueError, match="word_embeddings.weight has 40 vocabulary rows, the model a vocabulary of 27"):
+        convert_checkpoint.paddle_to_hf(other, tiny_config(), "model")
 
 
 def test_classifier_head_converts_both_ways(capsys, tmp_path):
