@@ -18,10 +18,10 @@ FROM ${FROM_IMAGE_NAME}
 ARG PADDLE_INDEX_URL=https://www.paddlepaddle.org.cn/packages/stable/cu126/
 
 # Ubuntu's own packages of the release: python3, venv (24.04's system Python refuses pip installs), jemalloc for
-# run.sub's preprocessing (USE_JEMALLOC).
+# run.sub's preprocessing (USE_JEMALLOC), curl and CA certificates for data/create_datasets_from_start.sh.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install --yes --no-install-recommends python3 python3-venv libjemalloc2 \
+    && apt-get install --yes --no-install-recommends python3 python3-venv libjemalloc2 curl ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && python3 -m venv /opt/paddlebert
 ENV PATH=/opt/paddlebert/bin:$PATH \

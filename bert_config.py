@@ -55,7 +55,11 @@ class BertConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     initializer_range: float = 0.02
+    # The LayerNorms' epsilon: the embeddings' and the masked-LM head's, and the encoder layers' unless
+    # encoder_layer_norm_eps gives theirs apart (None: the same). Google's and Hugging Face's BERT have one value;
+    # NVIDIA's Paddle BERT uses Paddle's transformer layers, 1e-5 in the encoder and 1e-12 elsewhere.
     layer_norm_eps: float = 1e-12
+    encoder_layer_norm_eps: float | None = None
     # Round the embedding table up to this multiple (8 suits tensor cores); 1 = no padding.
     pad_vocab_size_multiple: int = 1
     # Project Q, K and V with one [H, 3H] matrix instead of three [H, H] ones.
@@ -75,9 +79,20 @@ class BertConfig:
             raise ValueError(f"fuse_mha must be true or false, got {self.fuse_mha!r}")
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"hidden_act {self.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
+        for name in ("layer_norm_eps", "encoder_layer_norm_eps"):
+            value = getattr(self, name)
+            if value is None and name == "encoder_layer_norm_eps":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+                raise ValueError(f"{name} must be a number in (0, 1), got {value!r}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+
+    @property
+    def encoder_eps(self) -> float:
+        """The epsilon of the encoder layers' LayerNorms."""
+        return self.layer_norm_eps if self.encoder_layer_norm_eps is None else self.encoder_layer_norm_eps
 
     @property
     def padded_vocab_size(self) -> int:

@@ -3,8 +3,8 @@
     python convert_checkpoint.py hf2paddle HF_DIR OUT.pdparams|OUT.safetensors [--config-out CONFIG.json]
                                                               [--require-heads HEAD [HEAD ...]]
     python convert_checkpoint.py paddle2hf PADDLE.pdparams CONFIG.json OUT_DIR
-    python convert_checkpoint.py nvidia2paddle NGC_PREFIX_OR_FILE OUT.pdparams|OUT.safetensors [--config CONFIG.json]
-                                                                                            [--fuse-mha]
+    python convert_checkpoint.py nvidia2paddle NGC_PREFIX_OR_FILE OUT.pdparams|OUT.safetensors [--config CONFIG.json
+                                                                                            [--config-out OUT.json]]
 
 hf2paddle reads HF_DIR/config.json and HF_DIR/model.safetensors, else HF_DIR/pytorch_model.bin. The
 .bin is read without torch: it is a zip holding a pickle whose tensors point at raw storages in the
@@ -25,16 +25,12 @@ unpadded vocabulary, torch's [out, in] Linear layout, `bert.` prefix only when a
 written, as transformers does not write it either.
 
 nvidia2paddle reads a checkpoint of NVIDIA's "BERT for PaddlePaddle" (the NGC downloads): the .pdparams of
-a paddle.static.save, through paddle_files' restricted reader like every other file. Static graphs name
-parameters by layer type and creation counter (embedding_0.w_0, layer_norm_3.b_0, linear_17.w_0), so the
-names carry no role; each counter's order is the order NVIDIA's modeling.py creates its layers in:
-embeddings (word, position, token type, layer norm), the encoder layers, the pooler, then the head (the
-masked-LM transform, its layer norm, the decoder bias and next-sentence classifier; or the SQuAD
-classifier). Without --fuse-mha each layer is Paddle's nn.TransformerEncoderLayer (q, k, v and output
-projections, linear1, linear2, norm1, norm2; post-norm); with it, paddle.incubate.nn.FusedTransformerEncoderLayer
-(qkv_weight [3, heads, head size, hidden] as x @ W^T, its output projection and post-norm, then the
-feed-forward's two linears and post-norm). NVIDIA's encoder layer norms use those layers' epsilon, 1e-5;
-ours use the config's layer_norm_eps (1e-12) everywhere, which changes outputs by about 1e-6.
+a paddle.static.save, through paddle_files' restricted reader like every other file, and maps its parameters
+with ngc_weights.py, which recognises the encoder's layout (unfused, NVIDIA's --fuse-mha fused QKV, or
+FusedTransformerEncoderLayer) by itself. weights.load_pretrained does the same in memory, so every script also
+takes such a file as it is. --config-out writes the --config with NVIDIA's LayerNorm epsilons (encoder 1e-5,
+embeddings and masked-LM head 1e-12): with it our model gives NVIDIA's outputs, where our configs' 1e-12
+everywhere changes them by about 1e-5.
 """
 
 from __future__ import annotations
@@ -59,6 +55,7 @@ from safetensors.numpy import save_file
 from atomic_io import atomic_write, atomic_write_text
 from bert_config import HF_ARCHITECTURE_VALUES, BertConfig
 from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification
+from ngc_weights import NVIDIA_ENCODER_LAYER_NORM_EPS, NVIDIA_LAYER_NORM_EPS, nvidia_to_paddle
 from paddle_files import read_safetensors_state
 from progress import progress_bar
 from weights import (
@@ -385,12 +382,13 @@ def paddle_to_hf(
         array = as_numpy(value)
         state[with_bert_prefix(name)] = array.astype(np.float32) if np.issubdtype(array.dtype, np.floating) else array
     state = convert_qkv_layout(state, fuse_mha=False)
+    fit_vocabulary(state, config, source)
     heads = check_parameters(state, config, source)
     with_prefix = any(heads[head] for head in HEADS if head != "pooler")
     hf_state = {}
     for name, array in progress_bar(sorted(state.items()), desc="convert", unit="tensor"):
         if name in VOCAB_ROWS:
-            array = fit_vocab_rows(array, config.vocab_size)  # drop the rows added by pad_vocab_size_multiple
+            array = array[: config.vocab_size]  # drop the rows added by padding
         if _is_linear_weight(name, array):
             array = array.T
         hf_name = _rename(name, _PADDLE_TO_HF_RULES)
@@ -400,13 +398,21 @@ def paddle_to_hf(
     return hf_state, heads
 
 
+def fit_vocabulary(state: dict[str, np.ndarray], config: BertConfig, source: str) -> None:
+    """Fit the vocabulary rows of state to config's padded vocabulary, in place, when they are padding of the
+    same vocabulary (NVIDIA's multiple of 8, or the config's pad_vocab_size_multiple); else ValueError."""
+    rows = config.padded_vocab_size
+    state.update((name, fit_vocab_rows(state[name], rows, config.vocab_size, source, name))
+                 for name in VOCAB_ROWS if name in state)
+
+
 def hf_config_dict(config: BertConfig, heads: Mapping[str, bool], num_labels: int = 2) -> dict:
     """config as a Hugging Face config.json, naming the transformers classes the heads fit.
 
     num_labels is the classifier's output size; transformers reads it from id2label.
     """
     values = config.to_dict()
-    del values["pad_vocab_size_multiple"], values["fuse_mha"]
+    del values["pad_vocab_size_multiple"], values["fuse_mha"], values["encoder_layer_norm_eps"]
     architectures = []
     if heads["mlm"]:
         architectures.append("BertForPreTraining" if heads["nsp"] else "BertForMaskedLM")
@@ -424,16 +430,6 @@ def hf_config_dict(config: BertConfig, heads: Mapping[str, bool], num_labels: in
 # NVIDIA's static-graph checkpoints (NGC)
 # ---------------------------------------------------------------------------------------------
 
-# A static-graph parameter name: <layer type>_<creation counter>.<w|b>_<parameter counter within the layer>.
-_STATIC_NAME = re.compile(r"(?P<kind>[a-z_]+?)_(?P<index>\d+)\.(?P<role>[wb]_\d+)")
-# Each layer type's parameters, by role, as our names' suffixes ("" for a parameter that is the whole module).
-_LINEAR = {"w_0": "weight", "b_0": "bias"}
-_LAYER_NORM = {"w_0": "weight", "b_0": "bias"}
-# paddle.incubate.nn.FusedMultiHeadAttention / FusedFeedForward (post-norm) create, in this order:
-_FUSED_ATTENTION = ("qkv_weight", "qkv_bias", "linear_weight", "linear_bias", "ln_scale", "ln_bias")
-_FUSED_FEED_FORWARD = ("linear1_weight", "linear1_bias", "linear2_weight", "linear2_bias", "ln2_scale", "ln2_bias")
-_FUSED_ROLES = ("w_0", "b_0", "w_1", "b_1", "w_2", "b_2")
-
 
 def read_ngc_checkpoint(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], Path]:
     """(parameters by static name as float arrays, the file read) of a paddle.static.save prefix or .pdparams."""
@@ -442,108 +438,6 @@ def read_ngc_checkpoint(path: str | os.PathLike) -> tuple[dict[str, np.ndarray],
     if not file.is_file():
         raise FileNotFoundError(f"{path}: neither a .pdparams file nor the prefix of one")
     return {name: as_numpy(value) for name, value in read_weights(file).items()}, file
-
-
-def _layers_in_creation_order(state: Mapping[str, np.ndarray]) -> tuple[dict, dict]:
-    """({layer type: [{role: array} per layer, in creation order]}, {name: array} of names of no layer type)."""
-    layers: dict[str, dict[int, dict[str, np.ndarray]]] = {}
-    others = {}
-    for name, value in state.items():
-        match = _STATIC_NAME.fullmatch(name)
-        if match is None or match["kind"] not in ("embedding", "layer_norm", "linear", "fused_multi_head_attention",
-                                                  "fused_feed_forward"):
-            others[name] = value
-            continue
-        layers.setdefault(match["kind"], {}).setdefault(int(match["index"]), {})[match["role"]] = value
-    return {kind: [by_index[index] for index in sorted(by_index)] for kind, by_index in layers.items()}, others
-
-
-def _take(layers: list[dict], roles: Mapping[str, str], prefix: str, state: dict, source: str, kind: str) -> None:
-    """Put the next layer of `layers` into state as <prefix>.<suffix> for each of its roles."""
-    if not layers:
-        raise ValueError(f"{source}: fewer {kind} layers than NVIDIA's BERT creates; is it one of its checkpoints?")
-    layer = layers.pop(0)
-    if set(layer) != set(roles):
-        raise ValueError(f"{source}: a {kind} layer holds {sorted(layer)}, expected {sorted(roles)}")
-    for role, suffix in roles.items():
-        state[f"{prefix}.{suffix}" if suffix else prefix] = layer[role]
-
-
-def _fused_layer(attention: Mapping[str, np.ndarray], feed_forward: Mapping[str, np.ndarray], prefix: str,
-                 state: dict) -> None:
-    """One FusedTransformerEncoderLayer's parameters under our names (unfused Q/K/V, Linear weights [in, out])."""
-    attention = dict(zip(_FUSED_ATTENTION, (attention[role] for role in _FUSED_ROLES), strict=True))
-    feed_forward = dict(zip(_FUSED_FEED_FORWARD, (feed_forward[role] for role in _FUSED_ROLES), strict=True))
-    qkv_weight, qkv_bias = attention["qkv_weight"], attention["qkv_bias"]  # [3, heads, head size, H], [3, heads, hs]
-    hidden = qkv_weight.shape[-1]
-    for part, weight, bias in zip(("query", "key", "value"), qkv_weight, qkv_bias, strict=True):
-        # The fused kernel computes x @ W^T with W = qkv_weight[part] as [heads * head size, H].
-        state[f"{prefix}.attention.{part}.weight"] = np.ascontiguousarray(weight.reshape(-1, hidden).T)
-        state[f"{prefix}.attention.{part}.bias"] = bias.reshape(-1)
-    state[f"{prefix}.attention_output.weight"] = attention["linear_weight"]
-    state[f"{prefix}.attention_output.bias"] = attention["linear_bias"]
-    state[f"{prefix}.attention_layer_norm.weight"] = attention["ln_scale"]
-    state[f"{prefix}.attention_layer_norm.bias"] = attention["ln_bias"]
-    state[f"{prefix}.intermediate.weight"] = feed_forward["linear1_weight"]
-    state[f"{prefix}.intermediate.bias"] = feed_forward["linear1_bias"]
-    state[f"{prefix}.output.weight"] = feed_forward["linear2_weight"]
-    state[f"{prefix}.output.bias"] = feed_forward["linear2_bias"]
-    state[f"{prefix}.output_layer_norm.weight"] = feed_forward["ln2_scale"]
-    state[f"{prefix}.output_layer_norm.bias"] = feed_forward["ln2_bias"]
-
-
-def nvidia_to_paddle(ngc_state: Mapping[str, np.ndarray], fuse_mha: bool, source: str) -> dict[str, np.ndarray]:
-    """NVIDIA's static-graph BERT parameters (pretraining or SQuAD) under our names and layouts, float32."""
-    layers, others = _layers_in_creation_order(ngc_state)
-    fused_kinds = {"fused_multi_head_attention", "fused_feed_forward"} & set(layers)
-    if fused_kinds and not fuse_mha:
-        raise ValueError(f"{source}: holds {sorted(fused_kinds)[0]} parameters, written with NVIDIA's --fuse-mha; "
-                         "convert with --fuse-mha")
-    if fuse_mha and not fused_kinds:
-        raise ValueError(f"{source}: holds no fused_multi_head_attention parameters, so it was written without "
-                         "NVIDIA's --fuse-mha; convert without --fuse-mha")
-    if len(others) > 1:
-        raise ValueError(f"{source}: parameters of no BERT layer: {', '.join(sorted(others))}")
-    has_mlm = bool(others)  # the masked-LM decoder bias is the one parameter a layer type does not name
-    embeddings, norms, linears = (layers.get(kind, []) for kind in ("embedding", "layer_norm", "linear"))
-    state: dict[str, np.ndarray] = {}
-    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
-        _take(embeddings, {"w_0": ""}, f"bert.embeddings.{name}.weight", state, source, "embedding")
-    _take(norms, _LAYER_NORM, "bert.embeddings.layer_norm", state, source, "layer_norm")
-    if fuse_mha:
-        attentions, feed_forwards = layers.get("fused_multi_head_attention", []), layers.get("fused_feed_forward", [])
-        if len(attentions) != len(feed_forwards):
-            raise ValueError(f"{source}: {len(attentions)} fused attention layers but {len(feed_forwards)} "
-                             "fused feed-forward layers")
-        for layer, (attention, feed_forward) in enumerate(zip(attentions, feed_forwards, strict=True)):
-            if set(attention) != set(_FUSED_ROLES) or set(feed_forward) != set(_FUSED_ROLES):
-                raise ValueError(f"{source}: fused layer {layer} is not in FusedTransformerEncoderLayer's post-norm "
-                                 "layout")
-            _fused_layer(attention, feed_forward, f"bert.encoder.{layer}", state)
-    else:
-        # Each nn.TransformerEncoderLayer has two layer norms; the masked-LM head has one more.
-        num_layers, odd = divmod(len(norms) - has_mlm, 2)
-        if odd:
-            raise ValueError(f"{source}: {len(norms) + 1} layer norms fit no NVIDIA BERT")
-        for layer in range(num_layers):
-            prefix = f"bert.encoder.{layer}"
-            for module in ("attention.query", "attention.key", "attention.value", "attention_output",
-                           "intermediate", "output"):
-                _take(linears, _LINEAR, f"{prefix}.{module}", state, source, "linear")
-            for module in ("attention_layer_norm", "output_layer_norm"):
-                _take(norms, _LAYER_NORM, f"{prefix}.{module}", state, source, "layer_norm")
-    _take(linears, _LINEAR, "bert.pooler.dense", state, source, "linear")
-    if has_mlm:
-        _take(linears, _LINEAR, "cls.transform", state, source, "linear")
-        _take(norms, _LAYER_NORM, "cls.transform_layer_norm", state, source, "layer_norm")
-        state["cls.decoder_bias"] = next(iter(others.values()))
-        _take(linears, _LINEAR, "cls.seq_relationship", state, source, "linear")
-    elif linears:
-        _take(linears, _LINEAR, "qa_outputs", state, source, "linear")
-    left = len(embeddings) + len(norms) + len(linears)
-    if left:
-        raise ValueError(f"{source}: {left} layers more than NVIDIA's BERT creates; is it one of its checkpoints?")
-    return {name: value.astype(np.float32) for name, value in state.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -591,6 +485,10 @@ def run_hf2paddle(args: argparse.Namespace) -> None:
 
 def run_paddle2hf(args: argparse.Namespace) -> None:
     config = BertConfig.from_json_file(args.config)
+    if config.encoder_eps != config.layer_norm_eps:
+        # transformers' BertConfig has one layer_norm_eps for every LayerNorm.
+        print(f"note: transformers has one layer_norm_eps; config.json gets {config.layer_norm_eps}, so the encoder's "
+              f"{config.encoder_eps} is not kept and outputs change slightly")
     hf_state, heads = paddle_to_hf(read_weights(args.pdparams), config, args.pdparams)
     out_dir = Path(args.out_dir)
     # transformers refuses safetensors files without format metadata.
@@ -604,19 +502,26 @@ def run_paddle2hf(args: argparse.Namespace) -> None:
 
 
 def run_nvidia2paddle(args: argparse.Namespace) -> None:
+    if args.config_out and not args.config:
+        raise ValueError("--config-out needs --config (the architecture, which a checkpoint does not fully name)")
     ngc_state, file = read_ngc_checkpoint(args.ngc_checkpoint)
-    state = nvidia_to_paddle(ngc_state, args.fuse_mha, str(file))
+    conversion = nvidia_to_paddle(ngc_state, str(file))
+    state = conversion.state
     if args.config:
         config = BertConfig.from_json_file(args.config)
-        rows = _expected_shapes(config, num_labels=2)[VOCAB_ROWS[0]][0]
-        # NVIDIA's configs pad the vocabulary to a multiple of 8 (30528 rows); the loader pads again as needed.
-        state.update((name, fit_vocab_rows(state[name], rows)) for name in VOCAB_ROWS if name in state)
+        fit_vocabulary(state, config, f"{file} (checked against {args.config})")
         check_parameters(state, config, f"{file} (checked against {args.config})")
     print(f"read {len(ngc_state)} parameters from {file}: "
-          f"{sum(name.endswith('attention.query.weight') for name in state)} layers, "
+          f"{sum(name.endswith('attention.query.weight') for name in state)} layers ({conversion.layout}), "
           f"hidden {state['bert.embeddings.word_embeddings.weight'].shape[1]}")
     print("\n".join(_describe_heads({head: any(part_of(name) == head for name in state) for head in HEADS})))
     write_weights(args.out_weights, state)
+    if args.config_out:
+        nvidia_config = dataclasses.replace(config, layer_norm_eps=NVIDIA_LAYER_NORM_EPS,
+                                            encoder_layer_norm_eps=NVIDIA_ENCODER_LAYER_NORM_EPS)
+        atomic_write_text(Path(args.config_out), nvidia_config.to_json_string())
+        print(f"wrote {args.config_out}: {args.config} with NVIDIA's LayerNorm epsilons (encoder "
+              f"{NVIDIA_ENCODER_LAYER_NORM_EPS}, embeddings and masked-LM head {NVIDIA_LAYER_NORM_EPS})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -641,9 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
                                help="weights file to write: OUT.pdparams, or OUT.safetensors (the format to share)")
     nvidia2paddle.add_argument("--config", help="BERT config JSON to check every parameter's shape against "
                                                 "(NVIDIA's bert_configs/*.json, or ours)")
-    nvidia2paddle.add_argument("--fuse-mha", action="store_true",
-                               help="the checkpoint was trained with NVIDIA's --fuse-mha "
-                                    "(FusedTransformerEncoderLayer parameters)")
+    nvidia2paddle.add_argument("--config-out", help="also write --config here with NVIDIA's LayerNorm epsilons, "
+                                                    "for outputs equal to NVIDIA's")
     nvidia2paddle.set_defaults(run=run_nvidia2paddle)
     return parser
 

@@ -153,10 +153,10 @@ class BertLayer(nn.Layer):
         Linear, LayerNorm, Dropout = layer_classes(use_cpu_kernels)
         self.attention = BertSelfAttention(config, use_cpu_kernels)
         self.attention_output = Linear(config.hidden_size, config.hidden_size)
-        self.attention_layer_norm = LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
+        self.attention_layer_norm = LayerNorm(config.hidden_size, epsilon=config.encoder_eps)
         self.intermediate = Linear(config.hidden_size, config.intermediate_size)
         self.output = Linear(config.intermediate_size, config.hidden_size)
-        self.output_layer_norm = LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps)
+        self.output_layer_norm = LayerNorm(config.hidden_size, epsilon=config.encoder_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.activation = activation(config.hidden_act, use_cpu_kernels)
 

@@ -4,10 +4,11 @@
     python -m paddle.distributed.launch --nproc_per_node 8 run_pretraining.py ...      (one node)
     python -m paddle.distributed.launch --nnodes 2 --master HOST:PORT --nproc_per_node 8 run_pretraining.py ...
 
-The command line is NVIDIA's Paddle BERT run_pretraining.py (same names and defaults), plus --num-workers,
---keep-checkpoint-max, --amp-dtype, --lr-decay-power, --constant-proportion, --max-grad-norm,
---max-nonfinite-steps, --masked-lm-ratio and --whole-word-masking (dynamic masking), --no-nsp (masked LM alone)
-and --eval-dir, --eval-freq, --num-eval-batches (validation on held-out shards, pretraining_eval.py).
+The command line is NVIDIA's Paddle BERT run_pretraining.py (same names and defaults, but float16 AMP's loss
+scaling: dynamic from 2^20), plus --keep-checkpoint-max, --amp-dtype, --lr-decay-power, --constant-proportion,
+--max-grad-norm, --max-nonfinite-steps, --masked-lm-ratio and --whole-word-masking (dynamic masking), --no-nsp
+(masked LM alone) and --eval-dir, --eval-freq, --num-eval-batches (validation on held-out shards,
+pretraining_eval.py).
 `build_parser()` is the single definition of the options.
 
 One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W ranks:
@@ -91,7 +92,8 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--whole-word-masking", action="store_true",
                        help="Mask whole words (a piece and its ## continuations) rather than single pieces (shards "
                        "without static masks; statically masked shards are refused).")
-    group.add_argument("--num-workers", type=int, default=4, help="Data-loader worker processes per rank.")
+    group.add_argument("--num-workers", type=int, default=1,
+                       help="Data-loader worker processes per rank (0: load in the training process).")
     group.add_argument("--pack-sequences", action="store_true",
                        help="Pack each micro-batch's samples into as few rows of --max-seq-length as "
                        "first-fit-decreasing finds, each sample attending only to itself (Krell et al. 2021), so "

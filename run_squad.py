@@ -63,6 +63,9 @@ schedule has no warmup); --max-seq-length defaults to 384, the value the referen
 evaluate.py) adds the official script's scores; --optimizer (default AdamW) takes effect (NVIDIA's fine-tuning
 is always AdamW); --from-checkpoint takes only the weights, and a folder without a checkpoint is an error
 (NVIDIA's starts from random weights); predicting or evaluating random weights needs --allow-random-weights."""
+# NVIDIA's parser has this option and its run_squad.py never reads it; accepted so its command lines run.
+NUM_STEPS_PER_CHECKPOINT_NOTE = ("NVIDIA's run_squad.py does not read it either: the fine-tuned model is saved once, "
+                                 "after training")
 LogitsByFeature = dict[int, tuple[np.ndarray, np.ndarray]]
 
 
@@ -106,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     benchmark.add_argument("--benchmark-steps", type=int, default=20, help="timed steps")
     benchmark.add_argument("--benchmark-warmup-steps", type=int, default=20, help="untimed steps before them")
     finetune.add_advanced_arguments(parser)
+    compatibility = parser.add_argument_group("Accepted for NVIDIA's command lines")
+    compatibility.add_argument("--num-steps-per-checkpoint", type=int, default=None,
+                               help=f"no effect ({NUM_STEPS_PER_CHECKPOINT_NOTE})")
     return parser
 
 
@@ -116,6 +122,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def check_squad_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The checks of the SQuAD options: prediction, export and inference, v2.0, windows and benchmark."""
+    if args.num_steps_per_checkpoint is not None:
+        print(f"run_squad.py: --num-steps-per-checkpoint has no effect here; {NUM_STEPS_PER_CHECKPOINT_NOTE}",
+              flush=True)
     if args.do_eval:
         args.do_predict = True  # scoring needs predictions; the reference's eval mode passes both flags
     inference.check_inference_arguments(parser, args)

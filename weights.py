@@ -8,8 +8,9 @@ file's weights into a model.
 A task names the parts it cannot do without (SQuAD: embeddings and encoder; the pooler it never uses);
 a part the file lacks and the task does not require starts from its initialisation, and the report says
 so. Loading works whatever the file's QKV layout (fused or not), its `bert.` prefix, its vocabulary
-padding, and whatever dtype the model's parameters have (float16 under pure-fp16 AMP): each value is cast
-to the dtype of the parameter it goes into.
+padding (of the model's own vocabulary), and whatever dtype the model's parameters have (float16 under
+pure-fp16 AMP): each value is cast to the dtype of the parameter it goes into. NVIDIA's static-graph NGC
+files are converted in memory (ngc_weights.py), and the report says so.
 
 Parameter names are those of modeling.py's models: `bert.`-prefixed encoder, `cls.` pretraining heads,
 `qa_outputs.`, `classifier.`; docs/data-format.md lists the files.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -28,6 +30,7 @@ import paddle.nn as nn
 
 from atomic_io import atomic_write
 from checkpoint import PARAMS_SUFFIX
+from ngc_weights import STATIC_LAYOUT_EXAMPLE, is_static_graph_state, nvidia_to_paddle
 from paddle_files import read_paddle_file, read_safetensors_state, write_safetensors_state
 
 SAFETENSORS_SUFFIX = ".safetensors"
@@ -49,11 +52,24 @@ _HEAD_PREFIXES = ("bert.", "cls.", "qa_outputs.", "classifier.")
 _QKV_PARTS = ("query", "key", "value")
 # Parameters with a row per vocabulary entry (padded to pad_vocab_size_multiple in the model).
 VOCAB_ROWS = ("bert.embeddings.word_embeddings.weight", "cls.decoder_bias")
+# Every parameter name of modeling.py's models (with or without the `bert.` of a bare BertModel), fused or not.
+_OWN_NAME = re.compile(
+    r"(bert\.)?(embeddings\.(word|position|token_type)_embeddings\.weight|embeddings\.layer_norm\.(weight|bias)"
+    r"|encoder\.\d+\.(attention\.(query|key|value|qkv)|attention_output|attention_layer_norm|intermediate|output"
+    r"|output_layer_norm)\.(weight|bias)|pooler\.dense\.(weight|bias))"
+    r"|cls\.(transform|transform_layer_norm|seq_relationship)\.(weight|bias)|cls\.decoder_bias"
+    r"|(qa_outputs|classifier)\.(weight|bias)")
+NVIDIA_VOCAB_MULTIPLE = 8  # NVIDIA's run_squad.py and run_pretraining.py round vocab_size up to a multiple of 8
 
 
 def with_bert_prefix(name: str) -> str:
     """name as a model with heads calls it: a bare BertModel's names lack the `bert.` of its submodule."""
     return name if name.startswith(_HEAD_PREFIXES) else "bert." + name
+
+
+def is_own_name(name: str) -> bool:
+    """Whether name is one of PaddleBERT's parameter names."""
+    return _OWN_NAME.fullmatch(name) is not None
 
 
 def part_of(name: str) -> str | None:
@@ -95,9 +111,13 @@ def check_parts(expected: Iterable[str], provided: Collection[str], *, required:
 
 
 def resolve_weights_file(path: str | os.PathLike, model_prefix: str, flag: str) -> Path:
-    """A weights file itself, or the <model_prefix>.pdparams or <model_prefix>.safetensors of a folder (the
-    Paddle file first, as in a checkpoint folder that holds both); FileNotFoundError names the flag and path."""
+    """A weights file itself, the <model_prefix>.pdparams or <model_prefix>.safetensors of a folder (the Paddle
+    file first, as in a checkpoint folder that holds both), or a prefix <path>.pdparams as paddle.static.save
+    writes (NVIDIA's recipe takes those); FileNotFoundError names the flag and path."""
     path = Path(path)
+    prefixed = path.with_name(path.name + PARAMS_SUFFIX)
+    if not path.exists() and prefixed.is_file():
+        path = prefixed
     if path.is_dir():
         candidates = [path / (model_prefix + suffix) for suffix in (PARAMS_SUFFIX, SAFETENSORS_SUFFIX)]
         path = next((candidate for candidate in candidates if candidate.is_file()), candidates[0])
@@ -166,8 +186,17 @@ def convert_qkv_layout(state_dict: Mapping, fuse_mha: bool) -> dict:
     return converted
 
 
-def fit_vocab_rows(array: np.ndarray, rows: int) -> np.ndarray:
-    """Cut or zero-pad the vocabulary axis to the model's (padded) vocabulary size."""
+def fit_vocab_rows(array: np.ndarray, rows: int, vocab_size: int, source: str, name: str) -> np.ndarray:
+    """array's vocabulary axis cut or zero-padded to `rows` (a model's padded vocabulary size).
+
+    Only padding of the same vocabulary is fitted: `vocab_size` rows, `rows` themselves, or NVIDIA's padding to a
+    multiple of 8 (30522 -> 30528). Any other count is another vocabulary's table: ValueError naming `source`,
+    the parameter and both sizes.
+    """
+    nvidia_rows = -(-vocab_size // NVIDIA_VOCAB_MULTIPLE) * NVIDIA_VOCAB_MULTIPLE
+    if array.shape[0] not in (vocab_size, rows, nvidia_rows):
+        raise ValueError(f"{source}: {name} has {array.shape[0]} vocabulary rows, the model a vocabulary of "
+                         f"{vocab_size} ({rows} rows padded); a checkpoint of another vocabulary?")
     if array.shape[0] > rows:
         return array[:rows]
     return np.concatenate([array, np.zeros((rows - array.shape[0], *array.shape[1:]), array.dtype)])
@@ -178,7 +207,8 @@ def load_state(model: nn.Layer, state_dict: Mapping, source: str) -> tuple[list[
 
     - fused and unfused attention weights convert into the model's layout;
     - an encoder-only state (keys "embeddings...") loads into a model with a `bert` submodule, and back;
-    - word-embedding rows are cut or zero-padded to the model's padded vocabulary size;
+    - vocabulary rows (word embeddings, MLM bias) are cut or zero-padded to the model's padded vocabulary size
+      when they are padding of the model's vocabulary (fit_vocab_rows); another vocabulary is an error;
     - each value takes the dtype of the parameter itself, not of model.state_dict(), which reports float32
       under pure-fp16 AMP (paddle.amp.decorate's save_dtype hook) while the parameter is float16.
 
@@ -196,6 +226,7 @@ def load_state(model: nn.Layer, state_dict: Mapping, source: str) -> tuple[list[
             name = name[len("bert."):]
         state[name] = value
     state = convert_qkv_layout(state, fuse_mha=any(name.endswith(".attention.qkv.weight") for name in targets))
+    config = getattr(model, "config", None)
 
     loaded = []
     for name, value in state.items():
@@ -205,7 +236,8 @@ def load_state(model: nn.Layer, state_dict: Mapping, source: str) -> tuple[list[
         array = as_numpy(value)
         expected = list(target.shape)
         if with_bert_prefix(name) in VOCAB_ROWS and list(array.shape[1:]) == expected[1:]:
-            array = fit_vocab_rows(array, expected[0])
+            vocab_size = config.vocab_size if config is not None else expected[0]
+            array = fit_vocab_rows(array, expected[0], vocab_size, source, name)
         if list(array.shape) != expected:
             raise ValueError(f"{source}: parameter {name} has shape {list(array.shape)}, the model expects {expected}")
         target.set_value(paddle.to_tensor(array).astype(target.dtype))
@@ -230,9 +262,14 @@ class LoadReport:
     initialised: list[str]
     missing: list[str]
     unused: int
+    converted_from: str | None = None  # the layout of an NVIDIA static-graph file converted in memory
 
     def describe(self) -> str:
-        text = f"{self.path}: loaded {', '.join(self.loaded) or 'nothing'}"
+        text = f"{self.path}: "
+        if self.converted_from:
+            text += (f"NVIDIA static-graph checkpoint ({self.converted_from} encoder), converted in memory as "
+                     "convert_checkpoint.py nvidia2paddle does; ")
+        text += f"loaded {', '.join(self.loaded) or 'nothing'}"
         if self.initialised:
             text += f"; {', '.join(self.initialised)} not in the file, starting from random initialisation"
         if self.unused:
@@ -260,13 +297,36 @@ def load_pretrained(
     if unknown:
         raise ValueError(f"unknown parts {unknown}; the parts are {list(PARTS)}")
     file = resolve_weights_file(path, model_prefix, flag)
-    missing, unexpected = load_state(model, read_weights(file), str(file))
+    state = read_weights(file)
+    converted_from = None
+    if is_static_graph_state(state):
+        conversion = nvidia_to_paddle({name: as_numpy(value) for name, value in state.items()}, f"{flag} {file}")
+        state, converted_from = conversion.state, conversion.layout
+    missing, unexpected = load_state(model, state, str(file))
     parameters = [name for name, _ in model.named_parameters()]
-    present = check_parts(parameters, set(parameters) - set(missing), required=required, source=f"{flag} {file}")
+    try:
+        present = check_parts(parameters, set(parameters) - set(missing), required=required,
+                              source=f"{flag} {file}")
+    except ValueError:
+        foreign = sorted(name for name in state if not is_own_name(name))
+        if foreign:
+            raise ValueError(_foreign_names_message(f"{flag} {file}", foreign)) from None
+        raise
     return LoadReport(
         path=str(file),
         loaded=[part for part, complete in present.items() if complete],
         initialised=[part for part, complete in present.items() if not complete],
         missing=missing,
         unused=len(unexpected),
+        converted_from=converted_from,
     )
+
+
+def _foreign_names_message(source: str, foreign: Sequence[str]) -> str:
+    """The error for a file whose names are neither ours nor NVIDIA's static-graph ones, naming both layouts and
+    the converters."""
+    return (f"{source}: its parameter names (e.g. {foreign[0]}) match neither PaddleBERT's layout "
+            f"(bert.embeddings.word_embeddings.weight, bert.encoder.0.attention.query.weight, ...) nor "
+            f"{STATIC_LAYOUT_EXAMPLE}; convert it first: python convert_checkpoint.py hf2paddle HF_DIR OUT.pdparams "
+            "for a Hugging Face model, or python convert_checkpoint.py nvidia2paddle NGC_PREFIX OUT.pdparams for "
+            "NVIDIA's")

@@ -283,6 +283,13 @@ def test_paddle2hf_unfuses_and_unpads_a_trained_model_state():
     hf_state, heads = convert_checkpoint.paddle_to_hf(model_state, config, "model")
     assert_equal_tensors(hf_state, {k: v for k, v in expected_hf_tensors().items() if not k.startswith("qa_")})
     assert heads == {"pooler": True, "mlm": True, "nsp": True, "qa": False, "classifier": False}
+    # The config file the run was trained with, which leaves the padding (to 8, as run_pretraining adds it) out.
+    hf_state, _ = convert_checkpoint.paddle_to_hf(model_state, tiny_config(), "model")
+    assert_equal_tensors(hf_state, {k: v for k, v in expected_hf_tensors().items() if not k.startswith("qa_")})
+    # Rows that are no padding of the config's 27 words are another vocabulary.
+    other = {**model_state, "bert.embeddings.word_embeddings.weight": np.zeros((40, 8), np.float32)}
+    with pytest.raises(ValueError, match="word_embeddings.weight has 40 vocabulary rows, the model a vocabulary of 27"):
+        convert_checkpoint.paddle_to_hf(other, tiny_config(), "model")
 
 
 def test_classifier_head_converts_both_ways(capsys, tmp_path):
@@ -518,7 +525,8 @@ def test_bad_paddle_input_gives_one_line_naming_the_file(tmp_path):
     wrong_config = tmp_path / "wrong.pdparams"
     paddle.save({"embeddings.word_embeddings.weight": np.zeros((5, 128), np.float32)}, str(wrong_config))
     message = cli_error("paddle2hf", str(wrong_config), str(config), str(tmp_path / "hf"))
-    assert "wrong.pdparams: bert.embeddings.word_embeddings.weight has shape [5, 128]" in message
+    assert ("wrong.pdparams: bert.embeddings.word_embeddings.weight has 5 vocabulary rows, the model a vocabulary "
+            "of 30522") in message
     assert not (tmp_path / "hf").exists()
 
 
@@ -570,36 +578,49 @@ def ngc_config(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
+def model_outputs(model_class, config: BertConfig, state: dict, feed: dict) -> list[np.ndarray]:
+    """(sequence, pooled, the head's two outputs) of our model with `state`, eval mode, as the fixture returns them."""
+    model = model_class(config)
+    assert load_state(model, state, "ngc")[0] == []
+    model.eval()
+    inputs = [paddle.to_tensor(feed[name]) for name in ("input_ids", "token_type_ids", "attention_mask")]
+    with paddle.no_grad():
+        return [tensor.numpy() for tensor in (*model.bert(*inputs), *model(*inputs))]
+
+
+def assert_outputs_match(ours: list[np.ndarray], expected: tuple, tolerance: float) -> None:
+    for index, (actual, wanted) in enumerate(zip(ours, expected, strict=True)):
+        assert max_diff(actual.reshape(wanted.shape), wanted) <= tolerance, index
+
+
+@pytest.mark.parametrize("layout", ["unfused", "fused_qkv", "fused_layer"])
 @pytest.mark.parametrize("head", ["pretraining", "squad"])
-def test_nvidia2paddle_gives_the_static_programs_outputs(ngc_checkpoints, capsys, tmp_path, head, fused):
-    """The converted weights in our model (either attention layout) give the static program's outputs; NVIDIA's
-    encoder layer norms have epsilon 1e-5 where ours have 1e-12, hence not bit for bit."""
-    unfused_prefix, fused_prefix, feed, expected = ngc_checkpoints[head]
-    out = convert(capsys, "nvidia2paddle", str(fused_prefix if fused else unfused_prefix),
-                  str(tmp_path / "ngc.pdparams"), "--config", str(ngc_config(tmp_path)), *(["--fuse-mha"] * fused))
-    assert "2 layers, hidden 16" in out
+def test_nvidia2paddle_gives_the_static_programs_outputs(ngc_checkpoints, capsys, tmp_path, head, layout):
+    """Without any flag, each encoder layout converts, and the weights in our model (either attention layout) with
+    the config --config-out writes (NVIDIA's epsilons) give the static program's outputs; the fused_layer network
+    carries the unfused one's values, so its expectation is the unfused program's."""
+    checkpoints = ngc_checkpoints[head]
+    expected = checkpoints.outputs.get(layout, checkpoints.outputs["unfused"])
+    out = convert(capsys, "nvidia2paddle", str(checkpoints.prefixes[layout]), str(tmp_path / "ngc.pdparams"),
+                  "--config", str(ngc_config(tmp_path)), "--config-out", str(tmp_path / "nvidia.json"))
+    names = {"unfused": "unfused", "fused_qkv": "fused-QKV", "fused_layer": "FusedTransformerEncoderLayer"}
+    assert f"2 layers ({names[layout]}), hidden 16" in out
     assert ("mlm        present" in out) == (head == "pretraining")
     assert ("qa         present" in out) == (head == "squad")
+    written = json.loads((tmp_path / "nvidia.json").read_text())
+    assert written["layer_norm_eps"] == 1e-12 and written["encoder_layer_norm_eps"] == 1e-5
     state = paddle.load(str(tmp_path / "ngc.pdparams"))
     model_class = BertForPretraining if head == "pretraining" else BertForQuestionAnswering
-    inputs = [paddle.to_tensor(feed[name]) for name in ("input_ids", "token_type_ids", "attention_mask")]
     for fuse_mha in (False, True):
-        config = dataclasses.replace(BertConfig.from_json_file(ngc_config(tmp_path)), fuse_mha=fuse_mha)
-        model = model_class(config)
-        assert load_state(model, state, "ngc")[0] == []
-        model.eval()
-        with paddle.no_grad():
-            sequence, pooled = model.bert(*inputs)
-            outputs = model(*inputs)
-        assert max_diff(sequence.numpy(), expected[0]) <= 1e-5
-        assert max_diff(pooled.numpy(), expected[1]) <= 1e-5
-        if head == "pretraining":
-            assert max_diff(outputs[0].numpy(), expected[2].reshape(-1, expected[2].shape[-1])) <= 1e-5
-            assert max_diff(outputs[1].numpy(), expected[3]) <= 1e-5
-        else:
-            assert max_diff(outputs[0].numpy(), expected[2]) <= 1e-5
-            assert max_diff(outputs[1].numpy(), expected[3]) <= 1e-5
+        config = dataclasses.replace(BertConfig.from_json_file(tmp_path / "nvidia.json"), fuse_mha=fuse_mha)
+        assert_outputs_match(model_outputs(model_class, config, state, checkpoints.feed), expected, 2e-6)
+
+
+def test_fused_qkv_fixture_computes_the_unfused_network(ngc_checkpoints):
+    """The fixture's fuse_qkv layer (PR #53810's layout, its own forward) with the q, k, v weights side by side
+    computes what nn.TransformerEncoderLayer does: the two programs agree."""
+    for checkpoints in ngc_checkpoints.values():
+        assert_outputs_match(list(checkpoints.outputs["fused_qkv"]), checkpoints.outputs["unfused"], 1e-6)
 
 
 def test_nvidia2paddle_output_serves_squad_and_pretraining_from_weights(ngc_checkpoints, capsys, tmp_path):
@@ -607,7 +628,7 @@ def test_nvidia2paddle_output_serves_squad_and_pretraining_from_weights(ngc_chec
     given as the .pdparams or its prefix, written as .pdparams or .safetensors."""
     from weights import ENCODER_PARTS, load_pretrained
 
-    unfused_prefix = ngc_checkpoints["pretraining"][0]
+    unfused_prefix = ngc_checkpoints["pretraining"].prefixes["unfused"]
     convert(capsys, "nvidia2paddle", str(unfused_prefix), str(tmp_path / "ngc.pdparams"))
     convert(capsys, "nvidia2paddle", f"{unfused_prefix}.pdparams", str(tmp_path / "ngc.safetensors"))
     config = BertConfig.from_json_file(ngc_config(tmp_path))
@@ -620,18 +641,30 @@ def test_nvidia2paddle_output_serves_squad_and_pretraining_from_weights(ngc_chec
         assert pretraining.initialised == [] and pretraining.missing == []
 
 
-def test_nvidia2paddle_layout_and_input_errors_name_the_file(ngc_checkpoints, tmp_path):
-    unfused_prefix, fused_prefix = ngc_checkpoints["squad"][:2]
+def test_nvidia2paddle_pads_and_cuts_only_nvidias_vocabulary_padding(ngc_checkpoints, capsys, tmp_path):
+    """The fixture's 40-row vocabulary checked against a config of 36 words (NVIDIA pads 36 to 40) converts, cut
+    to 36 rows; against 30 words (40 is no padding of 30) it is an error naming both sizes."""
+    prefix = ngc_checkpoints["squad"].prefixes["unfused"]
+    padded = tmp_path / "padded.json"
+    padded.write_text(json.dumps({**json.loads(ngc_config(tmp_path).read_text()), "vocab_size": 36}))
+    convert(capsys, "nvidia2paddle", str(prefix), str(tmp_path / "ngc.pdparams"), "--config", str(padded))
+    assert list(paddle.load(str(tmp_path / "ngc.pdparams"))["bert.embeddings.word_embeddings.weight"].shape) == [36, 16]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**json.loads(ngc_config(tmp_path).read_text()), "vocab_size": 30}))
+    message = cli_error("nvidia2paddle", str(prefix), str(tmp_path / "other.pdparams"), "--config", str(other))
+    assert "bert.embeddings.word_embeddings.weight has 40 vocabulary rows, the model a vocabulary of 30" in message
+    assert not (tmp_path / "other.pdparams").exists()
+
+
+def test_nvidia2paddle_input_errors_name_the_file(ngc_checkpoints, tmp_path):
+    unfused_prefix = ngc_checkpoints["squad"].prefixes["unfused"]
     out = str(tmp_path / "out.pdparams")
-    message = cli_error("nvidia2paddle", str(fused_prefix), out)
-    assert message.startswith(f"convert_checkpoint.py nvidia2paddle: {fused_prefix}.pdparams: holds "
-                              "fused_feed_forward parameters") and "convert with --fuse-mha" in message
-    message = cli_error("nvidia2paddle", str(unfused_prefix), out, "--fuse-mha")
-    assert "convert without --fuse-mha" in message
     message = cli_error("nvidia2paddle", str(tmp_path / "absent"), out)
     assert message.endswith(f"{tmp_path / 'absent'}: neither a .pdparams file nor the prefix of one")
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps({**json.loads(ngc_config(tmp_path).read_text()), "intermediate_size": 64}))
     message = cli_error("nvidia2paddle", str(unfused_prefix), out, "--config", str(wrong))
     assert "has shape [16, 32], the config implies [16, 64]" in message
+    message = cli_error("nvidia2paddle", str(unfused_prefix), out, "--config-out", str(tmp_path / "c.json"))
+    assert "--config-out needs --config" in message
     assert not (tmp_path / "out.pdparams").exists()

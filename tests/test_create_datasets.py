@@ -1,7 +1,10 @@
-"""Tests for data/create_datasets_from_start.sh in local-corpus mode (download mode needs a network)."""
+"""Tests for data/create_datasets_from_start.sh: local-corpus mode, and the download modes offline against a local
+mirror folder (a tiny Wikipedia dump and SQuAD files built here)."""
 
 from __future__ import annotations
 
+import bz2
+import hashlib
 import json
 import os
 import subprocess
@@ -20,10 +23,14 @@ PHASE2 = Path("pretrain", "phase2", "bin_size_64", "parquet")
 SOURCE = Path("wikipedia", "source", "en", "0.txt")
 
 
+SQUAD_FILES = ("v1.1/train-v1.1.json", "v1.1/dev-v1.1.json", "v1.1/evaluate-v1.1.py", "v2.0/train-v2.0.json",
+               "v2.0/dev-v2.0.json", "v2.0/evaluate-v2.0.py")
+PATH = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+
+
 def run_script(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHON": sys.executable,
-                               **env})
+                          env={"PATH": PATH, "PYTHON": sys.executable, **env})
 
 
 def summaries(result: subprocess.CompletedProcess) -> list[dict]:
@@ -106,3 +113,149 @@ def test_bad_options_give_one_line_errors(tmp_path):
         result = run_script("--corpus", str(tmp_path), flag, value, BERT_PREP_WORKING_DIR=working)
         assert result.returncode == 1 and result.stderr.strip() == f"create_datasets_from_start.sh: {message}"
     assert not os.listdir(tmp_path)
+
+
+def md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def write_mirror(folder: Path) -> Path:
+    """A mirror laid out as --mirror reads it: squad/<version>/<file> (the real dev-v1.1.json, stand-ins for the
+    rest), wikipedia/enwiki-latest-pages-articles.xml.bz2 (six articles), and md5sums of its SQuAD files."""
+    for name in SQUAD_FILES:
+        path = folder / "squad" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if name == "v1.1/dev-v1.1.json":
+            path.write_bytes(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_bytes())
+        else:
+            path.write_text(f"stand-in for {name}\n")
+    (folder / "squad.md5").write_text("".join(f"{md5(folder / 'squad' / name)}  {name}\n" for name in SQUAD_FILES))
+    sentences = [" ".join(f"Sentence {j} of article {index} tells of the river and the town." for j in range(40))
+                 for index in range(6)]
+    pages = "".join(f"""  <page>
+    <title>Article {index}</title>
+    <ns>0</ns>
+    <id>{index + 1}</id>
+    <revision>
+      <id>{100 + index}</id>
+      <text xml:space="preserve">{sentences[index]}
+
+The town grew along the river, and its people built bridges over it.</text>
+    </revision>
+  </page>
+""" for index in range(6))
+    dump = f"""<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" xml:lang="en">
+  <siteinfo>
+    <sitename>Wikipedia</sitename>
+    <base>https://en.wikipedia.org/wiki/Main_Page</base>
+    <namespaces>
+      <namespace key="0" case="first-letter" />
+      <namespace key="10" case="first-letter">Template</namespace>
+    </namespaces>
+  </siteinfo>
+{pages}</mediawiki>
+"""
+    (folder / "wikipedia").mkdir()
+    (folder / "wikipedia" / "enwiki-latest-pages-articles.xml.bz2").write_bytes(bz2.compress(dump.encode()))
+    return folder
+
+
+def test_shipped_md5sums_are_nvidias_and_hold_the_real_dev_set():
+    """data/squad.md5 lists the six sums of NVIDIA's data/squad/squad_download.sh; the real dev-v1.1.json has its."""
+    sums = dict(line.split()[::-1] for line in (ROOT / "data" / "squad.md5").read_text().splitlines())
+    assert sorted(sums) == sorted(SQUAD_FILES)
+    assert sums["v1.1/train-v1.1.json"] == "981b29407e0affa3b1b156f72073b945"
+    assert sums["v2.0/evaluate-v2.0.py"] == "ff23213bed5516ea4a6d9edb6cd7d627"
+    assert sums["v1.1/dev-v1.1.json"] == md5(require_shared("data", "squad", "v1.1", "dev-v1.1.json"))
+
+
+def test_squad_only_fetches_both_versions_and_the_scripts_from_a_mirror_and_checks_md5(tmp_path):
+    mirror = write_mirror(tmp_path / "mirror")
+    working = tmp_path / "prep"
+    squad = working / "download" / "squad"
+    sums = ["--squad-md5sums", str(mirror / "squad.md5")]
+    result = run_script("--squad-only", "--mirror", str(mirror), *sums, "--working-dir", str(working))
+    assert result.returncode == 0, result.stderr
+    assert all((squad / name).read_bytes() == (mirror / "squad" / name).read_bytes() for name in SQUAD_FILES)
+    assert f"downloading file://{mirror}/squad/v1.1/evaluate-v1.1.py\n" in result.stdout
+    assert sorted(p.name for p in working.iterdir()) == ["download"]  # nothing of Wikipedia, no .part files
+    # A rerun has everything; a file changed since is refused by name, and kept.
+    rerun = run_script("--squad-only", "--mirror", str(mirror), *sums, "--working-dir", str(working))
+    assert rerun.returncode == 0 and f"have {squad / 'v2.0' / 'dev-v2.0.json'}\n" in rerun.stdout
+    (squad / "v2.0" / "dev-v2.0.json").write_text("changed")
+    changed = run_script("--squad-only", "--mirror", str(mirror), *sums, "--working-dir", str(working))
+    assert changed.returncode == 1
+    assert changed.stderr.strip().startswith(f"create_datasets_from_start.sh: {squad / 'v2.0' / 'dev-v2.0.json'}: md5 ")
+    assert (squad / "v2.0" / "dev-v2.0.json").read_text() == "changed"
+
+
+def test_a_download_with_the_wrong_md5_is_refused_naming_the_url_and_not_kept(tmp_path):
+    """Against NVIDIA's sums (the default) the mirror's stand-in train-v1.1.json fails; nothing of it remains."""
+    mirror = write_mirror(tmp_path / "mirror")
+    working = tmp_path / "prep"
+    result = run_script("--squad-only", "--mirror", str(mirror), "--working-dir", str(working))
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"create_datasets_from_start.sh: file://{mirror}/squad/v1.1/train-v1.1.json: md5 "
+        f"{md5(mirror / 'squad' / 'v1.1' / 'train-v1.1.json')}, expected 981b29407e0affa3b1b156f72073b945 "
+        f"({ROOT / 'data' / 'squad.md5'}): corrupt, or another copy of v1.1/train-v1.1.json")
+    assert list((working / "download" / "squad" / "v1.1").iterdir()) == []
+
+
+def test_from_start_runs_offline_against_a_mirror_with_the_shipped_vocab(tmp_path):
+    """Download, md5 check, WikiExtractor, LDDL source and phase 1, with no network and no --vocab-file (phase 2's
+    bins need more varied articles than six; its folder is made to hold something, so it is skipped)."""
+    mirror = write_mirror(tmp_path / "mirror")
+    working = tmp_path / "prep"
+    (working / PHASE2).mkdir(parents=True)
+    (working / PHASE2 / "kept.txt").write_text("mine")
+    result = run_script("--mirror", str(mirror), "--squad-md5sums", str(mirror / "squad.md5"), "--working-dir",
+                        str(working), "--num-shards", "1", "--num-workers", "1")
+    assert result.returncode == 0, result.stderr
+    assert f"vocab: {ROOT / 'vocab' / 'bert-large-uncased-vocab.txt'}\n" in result.stdout
+    source = (working / SOURCE).read_text().splitlines()
+    assert len(source) == 6 and all("tells of the river and the town" in line for line in source)
+    assert [s["documents"] for s in summaries(result)] == [len(documents_kept(working / SOURCE, 12439, 0.9))]
+    assert (working / PHASE1 / "shard-0.parquet").is_file()
+    assert (working / "download" / "squad" / "v2.0" / "evaluate-v2.0.py").is_file()
+
+
+def path_without(tmp_path: Path, tool: str) -> str:
+    """A PATH holding everything of PATH but `tool`."""
+    folder = tmp_path / f"bin-without-{tool}"
+    folder.mkdir(parents=True)
+    for directory in PATH.split(":"):
+        for program in Path(directory).iterdir():
+            if program.name != tool and not (folder / program.name).exists():
+                (folder / program.name).symlink_to(program)
+    return str(folder)
+
+
+def test_every_tool_is_checked_before_anything_is_downloaded(tmp_path):
+    mirror = write_mirror(tmp_path / "mirror")
+    working = tmp_path / "prep"
+    for mode in (["--squad-only"], []):
+        for tool in ("curl", "md5sum"):
+            result = run_script(*mode, "--mirror", str(mirror), "--working-dir", str(working),
+                                PATH=path_without(tmp_path / "-".join(["x", *mode, tool]), tool))
+            assert result.returncode == 1
+            assert result.stderr.strip().startswith(f"create_datasets_from_start.sh: needs {tool} on PATH, and "
+                                                    "nothing was downloaded")
+    # A Python without WikiExtractor: the dump is not fetched to fail after it.
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/bash\n[[ "$2" == "import wikiextractor" ]] && exit 1\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    result = run_script("--mirror", str(mirror), "--working-dir", str(working), PYTHON=str(python))
+    assert result.returncode == 1 and "WikiExtractor is needed" in result.stderr
+    assert not working.exists()
+
+
+def test_download_mode_options_are_checked(tmp_path):
+    working = str(tmp_path / "o")
+    result = run_script("--corpus", str(tmp_path), "--squad-only", "--working-dir", working)
+    assert result.returncode == 1 and "--corpus and --squad-only exclude each other" in result.stderr
+    result = run_script("--squad-only", "--mirror", str(tmp_path / "absent"), "--working-dir", working)
+    assert result.returncode == 1 and f"--mirror {tmp_path / 'absent'}: neither a folder nor a URL" in result.stderr
+    result = run_script("--squad-only", "--squad-md5sums", str(tmp_path / "none.md5"), "--working-dir", working)
+    assert result.returncode == 1 and f"--squad-md5sums {tmp_path / 'none.md5'}: file not found" in result.stderr
+    assert not os.path.exists(working)

@@ -123,7 +123,7 @@ def test_defaults_match_nvidia_reference():
         "learning_rate": 1e-4, "warmup_start_lr": 0.0, "warmup_proportion": 0.01, "beta1": 0.9, "beta2": 0.999,
         "epsilon": 1e-6, "weight_decay": 0.01, "max_seq_length": 512, "batch_size": 32, "phase1": False,
         "phase2": False, "max_predictions_per_seq": 80, "amp": False, "use_pure_fp16": False, "fuse_mha": False,
-        "num_workers": 4,
+        "num_workers": 1,
         # Deliberately not NVIDIA's 1.0 and False: float16 AMP scales dynamically from 2^20 unless told otherwise.
         "scale_loss": 1048576.0, "use_dynamic_loss_scaling": True,
         # Additions.
