@@ -38,6 +38,7 @@ from typing import TypeVar
 import numpy as np
 import paddle
 
+import folder_lock
 from amp import (
     AmpPolicy,
     add_amp_arguments,
@@ -287,11 +288,29 @@ class Session:
     policy: AmpPolicy
 
 
+def claim_output_dir(output_dir: str, rank: int, world_size: int) -> None:
+    """Before the report opens: rank 0 locks --output-dir for the run's life (one run per folder, folder_lock.py);
+    every rank stops with rank 0's one-line error."""
+    failure = None
+    if rank == 0:
+        try:
+            folder_lock.hold(output_dir, "--output-dir")
+        except ValueError as error:
+            failure = str(error)
+    if world_size > 1:
+        gathered: list = []
+        paddle.distributed.all_gather_object(gathered, failure)
+        failure = gathered[0]
+    if failure is not None:
+        raise ValueError(failure)
+
+
 def start_session(args: argparse.Namespace) -> Session:
     cpu_affinity = set_cpu_affinity() if args.enable_cpu_affinity else None  # before the threads, which count CPUs
     num_threads = configure_cpu_threads()
     apply_cpu_tweaks()
     rank, world_size = init_data_parallel()
+    claim_output_dir(args.output_dir, rank, world_size)
     logger = DLLogger(args.report_file, enabled=rank == 0)
     if args.show_config:
         logger.log("PARAMETER", vars(args))

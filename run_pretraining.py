@@ -49,6 +49,7 @@ import paddle
 
 import checkpoint
 import cli
+import folder_lock
 from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check_amp_arguments, create_loss_scaler
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from cli import str_to_bool
@@ -765,9 +766,36 @@ def announce(args: argparse.Namespace, logger: DLLogger, say, rank: int, world_s
         say("Configuration: " + json.dumps(config_record, sort_keys=True), flush=True)
 
 
+def claim_output_dir(args: argparse.Namespace, phase: int, rank: int, world_size: int) -> None:
+    """Before any work: rank 0 locks --output-dir for the run's life (one run per folder, folder_lock.py) and
+    checks that the phase folder can take checkpoints; every rank stops with rank 0's one-line error."""
+    failure = None
+    if rank == 0:
+        try:
+            folder_lock.hold(args.output_dir, "--output-dir")
+            if not args.benchmark:  # a benchmark saves no checkpoint
+                phase_folder = checkpoint.phase_dir(args.output_dir, args.bert_model, phase)
+                flag = "--output-dir's phase folder"
+                folder_lock.check_writable(folder_lock.prepare_output_folder(phase_folder, flag), flag)
+        except ValueError as error:
+            failure = str(error)
+    failure = gather_from_ranks(failure, world_size)[0]
+    if failure is not None:
+        raise ValueError(failure)
+
+
 def run(args: argparse.Namespace, process_start: float, process_info: dict) -> int:
     rank, world_size = init_data_parallel()
     phase = 1 if args.phase1 else 2
+    claim_output_dir(args, phase, rank, world_size)
+    try:
+        return train_phase(args, phase, rank, world_size, process_start, process_info)
+    finally:
+        folder_lock.release(args.output_dir)
+
+
+def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int, process_start: float,
+                process_info: dict) -> int:
     # The report file gets every record; stdout gets the shorter progress lines of ProgressReporter instead.
     logger = DLLogger(args.report_file, enabled=rank == 0, stdout=False)
     say = print if rank == 0 else (lambda *a, **k: None)
