@@ -8,6 +8,7 @@ PADDLEBERT_DEBUG=1 brings the traceback back. (A SystemExit with a message alrea
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import traceback
@@ -22,6 +23,19 @@ def str_to_bool(text: str) -> bool:
     if value in ("0", "false", "f", "no", "n", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def finite_float(text: str) -> float:
+    """argparse type of every float option of every script: a finite number. float() takes "nan" and "inf",
+    and every range check is False for NaN (nan <= 0, 0 <= nan <= 1), so without this a NaN learning rate
+    trains to an all-NaN model and exits 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
 
 
 def check_at_least(parser: argparse.ArgumentParser, args: argparse.Namespace, *names: str, minimum: int = 1) -> None:

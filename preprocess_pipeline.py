@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from cli import finite_float
 from corpus import INPUT_FORMATS, document_sentences, find_corpus_files, read_documents
 from masking import continuation_pieces, mask_batch, word_starts
 from pretraining_pairs import bin_id, create_pairs_from_document, create_segments_from_document
@@ -653,12 +654,13 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_aliases: S
                         help="lowercase and strip accents before WordPiece (uncased vocab); default: on")
     parser.add_argument("--max-seq-length", type=int, default=128,
                         help="length of [CLS] A [SEP] B [SEP] at most (LDDL: --target-seq-length); default: 128")
-    parser.add_argument("--short-seq-prob", type=float, default=None,
+    parser.add_argument("--short-seq-prob", type=finite_float, default=None,
                         help="probability of a shorter random target length per document (NSP pairs only); "
                              f"default: {PipelineSettings.short_seq_prob}")
     parser.add_argument("--duplicate-factor", type=int, default=5,
                         help="times each document is turned into pairs (different random draws); default: 5")
-    parser.add_argument("--masked-lm-ratio", *masked_lm_aliases, dest="masked_lm_ratio", type=float, default=None,
+    parser.add_argument("--masked-lm-ratio", *masked_lm_aliases, dest="masked_lm_ratio", type=finite_float,
+                        default=None,
                         help="fraction of each sequence's tokens that static masking predicts (MosaicBERT: 0.3); "
                              f"default: {PipelineSettings.masked_lm_ratio}")
     parser.add_argument("--whole-word-masking", action="store_true",
@@ -666,10 +668,10 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_aliases: S
                              "whole-word-masked BERT; default: single pieces")
     parser.add_argument("--seed", type=int, default=12345,
                         help="seed of every random draw: same seed and flags give the same files; default: 12345")
-    parser.add_argument("--sample-ratio", type=float, default=1.0,
+    parser.add_argument("--sample-ratio", type=finite_float, default=1.0,
                         help="keep this fraction of the documents: each one independently with this probability, "
                              "drawn from --seed and where it is in the corpus (as LDDL's); default: 1 (all)")
-    parser.add_argument("--holdout-fraction", type=float, default=0.0,
+    parser.add_argument("--holdout-fraction", type=finite_float, default=0.0,
                         help="hold out this fraction of the documents for validation, each one independently, drawn "
                              "from --seed and where it is in the corpus; their samples go to --holdout-dir, never "
                              "to --output-dir; default: 0 (none)")

@@ -52,7 +52,7 @@ import cli
 import folder_lock
 from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check_amp_arguments, create_loss_scaler
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
-from cli import str_to_bool
+from cli import finite_float, str_to_bool
 from dllog import DLLogger
 from gradient_merge import merged_backward
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
@@ -87,7 +87,7 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        help="Longest sequence allowed in the shards (phase 1: 128, phase 2: 512).")
     group.add_argument("--max-predictions-per-seq", type=int, default=80,
                        help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
-    group.add_argument("--masked-lm-ratio", type=float, default=0.15,
+    group.add_argument("--masked-lm-ratio", type=finite_float, default=0.15,
                        help="Fraction of each sequence's tokens masked, up to --max-predictions-per-seq (shards "
                        "without static masks, which the loader masks anew every epoch; e.g. 0.3 as MosaicBERT).")
     group.add_argument("--whole-word-masking", action="store_true",
@@ -133,25 +133,26 @@ def _add_schedule_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--batch-size", type=int, default=32, help="Sequences per micro-batch per rank.")
     group.add_argument("--gradient-merge-steps", type=int, default=1,
                        help="Micro-batches per optimizer step (gradient accumulation).")
-    group.add_argument("--learning-rate", type=float, default=1e-4, help="Peak learning rate.")
-    group.add_argument("--warmup-start-lr", type=float, default=0.0, help="Learning rate at the start of warmup.")
-    group.add_argument("--warmup-proportion", type=float, default=0.01,
+    group.add_argument("--learning-rate", type=finite_float, default=1e-4, help="Peak learning rate.")
+    group.add_argument("--warmup-start-lr", type=finite_float, default=0.0,
+                       help="Learning rate at the start of warmup.")
+    group.add_argument("--warmup-proportion", type=finite_float, default=0.01,
                        help="Fraction of --max-steps spent in linear warmup.")
-    group.add_argument("--constant-proportion", type=float, default=0.0,
+    group.add_argument("--constant-proportion", type=finite_float, default=0.0,
                        help="Fraction of --max-steps held at the peak after warmup (LANS schedule).")
-    group.add_argument("--lr-decay-power", type=float, default=1.0,
+    group.add_argument("--lr-decay-power", type=finite_float, default=1.0,
                        help="Exponent of the polynomial decay to 0 (1.0 = linear).")
 
 
 def _add_optimizer_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Optimizer")
     group.add_argument("--optimizer", default="Lamb", choices=OPTIMIZER_NAMES, help="Optimizer.")
-    group.add_argument("--beta1", type=float, default=0.9, help="First-moment decay rate.")
-    group.add_argument("--beta2", type=float, default=0.999, help="Second-moment decay rate.")
-    group.add_argument("--epsilon", type=float, default=1e-6, help="Optimizer epsilon.")
-    group.add_argument("--weight-decay", type=float, default=0.01,
+    group.add_argument("--beta1", type=finite_float, default=0.9, help="First-moment decay rate.")
+    group.add_argument("--beta2", type=finite_float, default=0.999, help="Second-moment decay rate.")
+    group.add_argument("--epsilon", type=finite_float, default=1e-6, help="Optimizer epsilon.")
+    group.add_argument("--weight-decay", type=finite_float, default=0.01,
                        help="Decoupled weight decay (not applied to biases and LayerNorm).")
-    group.add_argument("--max-grad-norm", type=float, default=1.0, help="Clip gradients to this global norm.")
+    group.add_argument("--max-grad-norm", type=finite_float, default=1.0, help="Clip gradients to this global norm.")
     group.add_argument("--max-nonfinite-steps", type=int, default=100,
                        help="Stop when the loss is non-finite in more than this many steps in a row.")
 
