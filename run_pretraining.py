@@ -24,10 +24,11 @@ One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W
      (--max-grad-norm) and the optimizer steps. The learning-rate schedule advances either way.
 
 Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/ every --num-steps-per-checkpoint steps, at the
-end of the run, and at the step boundary after a SIGTERM or once the file named in $PADDLEBERT_STOP_FILE exists
-(the run then exits with status 0). They hold the model and its config, the optimizer with its schedule, and a
-progress file with every rank's data position and random-generator states, so a run resumed with
---last-step-of-checkpoint auto continues exactly as if it had never stopped (bitwise on CPU). A run never writes
+end of the run, and at the step boundary after a SIGTERM, SIGUSR1, SIGHUP or SIGINT (Ctrl-C; a second one stops
+at once) or once the file named in $PADDLEBERT_STOP_FILE exists (the run then exits with status 0). They hold the
+model and its config, the optimizer with its schedule, and a progress file with every rank's data position and
+random-generator states, so a run resumed with --last-step-of-checkpoint auto continues exactly as if it had never
+stopped (bitwise on CPU). A run never writes
 over a checkpoint it did not write itself; docs/resume.md has the resume forms and rules.
 """
 
@@ -396,7 +397,7 @@ class Trainer:
 
     def step(self, micro_batches: Sequence[dict], stop_requested: bool = False) -> tuple[StepResult, bool]:
         """One optimizer step over this rank's micro-batches; returns the result and whether any rank asked to
-        stop (SIGTERM or the stop file), which every rank learns at the same step."""
+        stop (a stop signal or the stop file), which every rank learns at the same step."""
         prepared = [self._micro_batch_tensors(batch) for batch in micro_batches]
         shares = merged_backward(self.network, prepared, MicroBatch.counts, self._loss_terms, self.world_size,
                                  self.scaler, all_reduce=self._all_reduce)
@@ -556,34 +557,48 @@ class RunCheckpoints:
 # run.sub creates this file when Slurm's --signal warning arrives (Paddle's launcher would not wait for its ranks
 # to checkpoint on a SIGTERM of its own).
 STOP_FILE_VARIABLE = "PADDLEBERT_STOP_FILE"
+# The signals that ask for a checkpoint at the next step boundary and an exit 0: SIGTERM (what Slurm sends before a
+# time limit), SIGUSR1 (what `sbatch --signal=USR1@N` without B: sends to the steps), SIGHUP (a closed terminal or
+# ssh session) and SIGINT (Ctrl-C; a second one stops at once).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP, signal.SIGINT)
 
 
 class StopRequest:
-    """Whether this rank has been asked to stop at the next step boundary: by SIGTERM (what Slurm sends before a
-    time limit), or by the file named in $PADDLEBERT_STOP_FILE existing. The run saves and exits 0."""
+    """Whether this rank has been asked to stop at the next step boundary: by one of STOP_SIGNALS, or by the file
+    named in $PADDLEBERT_STOP_FILE existing. The run saves and exits 0. A second SIGINT raises KeyboardInterrupt
+    at once (cli.run_main prints it as one line); a save it interrupts leaves the earlier checkpoints whole."""
 
     def __init__(self, stop_file: str | None):
         self.stop_file = stop_file or None
-        self.signalled = False
-        self._previous = None
+        self.signalled: str | None = None  # the name of the signal received
+        self._previous: dict[int, object] = {}
 
     def _handle(self, signum, frame) -> None:
-        self.signalled = True
+        if signum == signal.SIGINT and self.signalled == "SIGINT":
+            raise KeyboardInterrupt("interrupted again: stopped at once, without saving the steps since the last "
+                                    "checkpoint")
+        if self.signalled is None:
+            self.signalled = signal.Signals(signum).name
+            # os.write, not print: a handler that prints while the interrupted code prints fails as reentrant.
+            again = " (Ctrl-C again to stop at once)" if signum == signal.SIGINT else ""
+            os.write(1, f"{self.signalled}: saving a checkpoint after this step, then stopping"
+                     f"{again}\n".encode())
 
     def reason(self) -> str | None:
         """What asked this rank to stop, or None."""
-        if self.signalled:
-            return "SIGTERM"
+        if self.signalled is not None:
+            return self.signalled
         if self.stop_file is not None and os.path.exists(self.stop_file):
             return f"stop file {self.stop_file}"
         return None
 
     def __enter__(self) -> StopRequest:
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc_info) -> None:
-        signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -702,3 +702,81 @@ def test_an_unusable_output_dir_is_one_line_before_any_training(tmp_path, capsys
     assert "Training phase" not in output
     one_line_error(output, "run_pretraining.py: ", expected)
     assert_kept(before)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Signals: every stop signal saves at the next step boundary; a second Ctrl-C stops at once
+
+
+def start_long_job(tmp_path: Path, *extra: str, code: str | None = None) -> subprocess.Popen:
+    """A real run_pretraining.py process (or `python -c code` with its argv) of LONG_JOB, with stdout and stderr
+    apart, once it has trained three steps."""
+    command = [sys.executable, "-W", "ignore", *(["-c", code] if code else [SCRIPT])]
+    job = subprocess.Popen([*command, *pretraining_argv(tmp_path, *LONG_JOB, *extra)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    for line in job.stdout:
+        if line.startswith("step 3/"):
+            return job
+    job.kill()
+    raise AssertionError(job.stderr.read()[-3000:])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGTERM],
+                         ids=lambda signum: signum.name)
+def test_every_stop_signal_saves_at_the_next_step_and_exits_0(tmp_path, signum):
+    job = start_long_job(tmp_path)
+    workers = process_tree(job.pid)
+    try:
+        job.send_signal(signum)
+        out, err = job.communicate(timeout=120)
+        assert job.returncode == 0, err[-3000:]
+        assert err == ""  # no traceback, no worker's complaint
+        name = signal.Signals(signum).name
+        assert f"{name}: saving a checkpoint after this step, then stopping" in out
+        (stopped,) = [line for line in out.splitlines() if line.startswith(f"{name}: stopped after step ")]
+        step = int(stopped.split()[4])
+        assert stopped == f"{name}: stopped after step {step} (checkpoint in {step_folder(tmp_path / 'out', step)})"
+        assert step_folders(tmp_path / "out") == [step]
+        assert checkpoint.read_progress(step_folder(tmp_path / "out", step))["global_step"] == step
+        assert wait_until_gone(workers, seconds=5) == []
+    finally:
+        end_leftovers(job, workers)
+
+
+# run_pretraining.main() whose steps after the checkpoint of step 4 last a second each, so that a second Ctrl-C
+# surely comes before the step boundary the first one waits for.
+SLOW_STEPS_AFTER_4 = """
+import os, sys, time
+sys.path.insert(0, os.getcwd())
+import checkpoint, run_pretraining
+real_step = run_pretraining.Trainer.step
+def slow_step(self, *args, **kwargs):
+    if checkpoint.list_checkpoints(checkpoint.phase_dir(self.args.output_dir, "custom", 1)):
+        time.sleep(1)
+    return real_step(self, *args, **kwargs)
+run_pretraining.Trainer.step = slow_step
+sys.exit(run_pretraining.cli.run_main(lambda: run_pretraining.main(sys.argv[1:]), "run_pretraining.py"))
+"""
+
+
+def test_a_second_ctrl_c_stops_at_once_in_one_line_and_keeps_the_checkpoints(tmp_path):
+    job = start_long_job(tmp_path, "--num-steps-per-checkpoint", "4", code=SLOW_STEPS_AFTER_4)
+    workers = process_tree(job.pid)
+    try:
+        wait_for(lambda: step_folders(tmp_path / "out") == [4], 60, "the checkpoint of step 4")
+        time.sleep(0.5)
+        before = snapshot(tmp_path / "out")
+        job.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        job.send_signal(signal.SIGINT)
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == cli.INTERRUPTED_STATUS
+        assert "SIGINT: saving a checkpoint after this step, then stopping (Ctrl-C again to stop at once)" in out
+        assert err.splitlines() == ["run_pretraining.py: interrupted again: stopped at once, without saving the steps "
+                                    "since the last checkpoint"]
+        assert_kept(before)
+        assert step_folders(tmp_path / "out") == [4]
+        assert not [p for p in phase1(tmp_path).iterdir() if p.name.startswith(TEMP_PREFIX)]
+        assert wait_until_gone(workers, seconds=5) == []
+    finally:
+        end_leftovers(job, workers)
