@@ -74,5 +74,5 @@ def run_main(main: Callable[[], int | None], script: str) -> int:
     except KeyboardInterrupt as interrupt:
         if os.environ.get("PADDLEBERT_DEBUG"):
             traceback.print_exc()
-        print(f"{script}: {interrupt or 'interrupted (Ctrl-C)'}", file=sys.stderr)
+        print(f"{script}: {str(interrupt) or 'interrupted (Ctrl-C)'}", file=sys.stderr)
         return INTERRUPTED_STATUS

@@ -42,7 +42,7 @@ import string
 import sys
 from collections.abc import Iterator, Mapping
 
-from cli import finite_float
+from cli import finite_float, run_main
 
 EXPECTED_VERSION = "1.1"
 DEFAULT_NA_PROB_THRESH = 1.0  # the official v2.0 script's default (no probability exceeds it; a score diff may)
@@ -304,9 +304,9 @@ def main(argv: list[str] | None = None) -> None:
         threshold = DEFAULT_NA_PROB_THRESH if args.na_prob_thresh is None else args.na_prob_thresh
         scores = evaluate_v2(content["data"], predictions, na_probs, threshold, args.dataset_file, args.na_prob_file)
     except (FileNotFoundError, ValueError) as error:
-        raise SystemExit(str(error)) from None
+        raise SystemExit(f"squad_evaluate.py: {error}") from None
     print(json.dumps(scores, indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main, "squad_evaluate.py"))

@@ -354,7 +354,7 @@ def test_reports_and_squad_files_that_are_not_utf8_name_the_file(trained, tmp_pa
     status, output = run_entry([str(dataset), str(tmp_path / "predictions.json")], capsys, squad_evaluate.main,
                                "squad_evaluate.py")
     assert status == 1
-    one_line_error(output, str(dataset), f"{dataset}: not UTF-8 text (byte 0xe9 at offset 42)")
+    one_line_error(output, "squad_evaluate.py: ", f"{dataset}: not UTF-8 text (byte 0xe9 at offset 42)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -780,3 +780,75 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line_and_keeps_the_checkpoints(tmp
         assert wait_until_gone(workers, seconds=5) == []
     finally:
         end_leftovers(job, workers)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Killing preprocessing: no worker outlives it, and its rerun clears what it left
+
+
+def preprocess_command(tmp_path: Path) -> list[str]:
+    """lddl_preprocess.py with two pool workers on wikitext-2's test split: about ten seconds of work."""
+    return [sys.executable, "-W", "ignore", str(ROOT / "lddl_preprocess.py"),
+            "--input", str(require_shared("data", "wikitext-2", "wiki.test.raw")),
+            "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")), "--output-dir",
+            str(tmp_path / "out"), "--num-workers", "2", "--duplicate-factor", "10", "--num-shards", "2", "--quiet"]
+
+
+def work_folders(tmp_path: Path) -> list[Path]:
+    return sorted(tmp_path.glob(".preprocess-out-*"))
+
+
+def start_preprocessing(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
+    """The preprocessor, once its two pool workers are at work in its work folder; (process, worker pids)."""
+    job = subprocess.Popen(preprocess_command(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           cwd=ROOT)
+    wait_for(lambda: work_folders(tmp_path) and len(process_tree(job.pid)) >= 3, 60, "the pool workers")
+    return job, process_tree(job.pid)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_sigkill_of_preprocessing_leaves_no_worker_and_the_rerun_removes_its_work_folder(tmp_path):
+    job, workers = start_preprocessing(tmp_path)
+    try:
+        time.sleep(1)
+        job.send_signal(signal.SIGKILL)
+        job.wait(timeout=30)
+        assert wait_until_gone(workers, seconds=5) == []
+    finally:
+        end_leftovers(job, workers)
+    (leftover,) = work_folders(tmp_path)
+    # The output folder holds nothing, so the recipes' emptiness check runs preprocessing again.
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    rerun = subprocess.run(preprocess_command(tmp_path), capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    (removed,) = [line for line in rerun.stderr.splitlines() if line.startswith("Removed ")]
+    assert removed.startswith(f"Removed {leftover} (")
+    assert removed.endswith("MB), the work folder of an interrupted run")
+    assert work_folders(tmp_path) == []
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".num_samples.json", "shard-0.parquet",
+                                                                     "shard-1.parquet"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_ctrl_c_in_preprocessing_is_one_line_and_leaves_nothing(tmp_path):
+    job, workers = start_preprocessing(tmp_path)
+    try:
+        time.sleep(1)
+        for pid in [job.pid, *workers]:  # as a terminal's Ctrl-C does: the whole process group
+            os.kill(pid, signal.SIGINT)
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == cli.INTERRUPTED_STATUS, err[-3000:]
+        assert err.splitlines() == ["lddl_preprocess.py: interrupted (Ctrl-C)"]
+        assert wait_until_gone(workers, seconds=5) == []
+    finally:
+        end_leftovers(job, workers)
+    assert work_folders(tmp_path) == []
+
+
+def test_ctrl_c_in_any_entry_script_is_one_line_and_status_130(capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    assert cli.run_main(interrupted, "run_squad.py") == cli.INTERRUPTED_STATUS
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "run_squad.py: interrupted (Ctrl-C)\n"
