@@ -31,6 +31,7 @@ from collections.abc import Iterable
 import paddle
 
 import paddle_private
+from cli import finite_float
 
 AMP_DTYPES = ("float16", "bfloat16")
 FLOAT32_PRECISIONS = ("fp32", "tf32")
@@ -65,7 +66,7 @@ def add_amp_arguments(parser: argparse.ArgumentParser) -> None:
         help="AMP level O2: weights in --amp-dtype with fp32 master weights in the optimizer (default: O1).",
     )
     group.add_argument(
-        "--scale-loss", type=float, default=DEFAULT_LOSS_SCALE,
+        "--scale-loss", type=finite_float, default=DEFAULT_LOSS_SCALE,
         help="Initial loss scale for float16 AMP (2^20, as NVIDIA's recipes use).",
     )
     group.add_argument(
@@ -81,7 +82,7 @@ def add_amp_arguments(parser: argparse.ArgumentParser) -> None:
         "in the environment makes cuBLAS and cuDNN refuse TF32 whatever Paddle asks, so tf32 with it is an error.",
     )
     group.add_argument(
-        "--min-loss-scale", type=float, default=1.0,
+        "--min-loss-scale", type=finite_float, default=1.0,
         help="float16 AMP with dynamic scaling: stop the run with an error when overflows halve the loss scale "
         "below this (the gradients are then inf or NaN at any scale).",
     )

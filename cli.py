@@ -1,13 +1,14 @@
 """Command-line helpers shared by the entry scripts: argparse types and checks, and one-line errors.
 
 Every entry script ends with `sys.exit(cli.run_main(main, "script.py"))`: the project's own errors
-(ValueError, and OSError such as a missing file or a full disk) print as one line naming the script, and
-PADDLEBERT_DEBUG=1 brings the traceback back. (A SystemExit with a message already prints as one line.)
+(ValueError, and OSError such as a missing file or a full disk) and a Ctrl-C print as one line naming the script,
+and PADDLEBERT_DEBUG=1 brings the traceback back. (A SystemExit with a message already prints as one line.)
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import traceback
@@ -22,6 +23,19 @@ def str_to_bool(text: str) -> bool:
     if value in ("0", "false", "f", "no", "n", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def finite_float(text: str) -> float:
+    """argparse type of every float option of every script: a finite number. float() takes "nan" and "inf",
+    and every range check is False for NaN (nan <= 0, 0 <= nan <= 1), so without this a NaN learning rate
+    trains to an all-NaN model and exits 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
 
 
 def check_at_least(parser: argparse.ArgumentParser, args: argparse.Namespace, *names: str, minimum: int = 1) -> None:
@@ -43,8 +57,13 @@ def check_seed(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"--seed must be in [0, {SEED_LIMIT - 1}], got {args.seed}")
 
 
+# The shell's status for a process ended by SIGINT (128 + 2).
+INTERRUPTED_STATUS = 130
+
+
 def run_main(main: Callable[[], int | None], script: str) -> int:
-    """Run an entry script's main(); the project's errors become `<script>: <message>` on stderr, exit 1."""
+    """Run an entry script's main(); the project's errors become `<script>: <message>` on stderr, exit 1, and a
+    Ctrl-C (KeyboardInterrupt, whose message, if any, says what was lost) one such line, exit 130."""
     try:
         return main() or 0
     except (OSError, ValueError) as error:
@@ -52,3 +71,8 @@ def run_main(main: Callable[[], int | None], script: str) -> int:
             traceback.print_exc()
         print(f"{script}: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as interrupt:
+        if os.environ.get("PADDLEBERT_DEBUG"):
+            traceback.print_exc()
+        print(f"{script}: {str(interrupt) or 'interrupted (Ctrl-C)'}", file=sys.stderr)
+        return INTERRUPTED_STATUS

@@ -21,12 +21,14 @@ Format: docs/data-format.md#nvidia-hdf5-shards.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import h5py
 import numpy as np
 
+import cli
 from atomic_io import atomic_write
 from preprocess_pipeline import (
     PipelineSettings,
@@ -101,9 +103,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--max-predictions-per-seq {args.max_predictions_per_seq} must be at least 1")
     settings = settings_from_arguments(parser, args, masking=True,
                                        max_predictions_per_seq=args.max_predictions_per_seq)
-    result = execute(args, settings, write_hdf5_shard, shard_name)
+    result = execute(args, settings, write_hdf5_shard, shard_name, "create_pretraining_data.py")
     print_summary(args.output_dir, result)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli.run_main(main, "create_pretraining_data.py"))

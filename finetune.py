@@ -39,6 +39,7 @@ from typing import TypeVar
 import numpy as np
 import paddle
 
+import folder_lock
 from amp import (
     AmpPolicy,
     add_amp_arguments,
@@ -51,7 +52,7 @@ from amp import (
 from atomic_io import atomic_write, atomic_write_text
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, PROGRESS_SUFFIX, list_checkpoints, read_progress
-from cli import check_at_least, str_to_bool
+from cli import check_at_least, finite_float, str_to_bool
 from dllog import DLLogger
 from gradient_merge import all_reduce_sum, merged_backward, optimizer_step
 from lr_scheduler import create_lr_scheduler
@@ -141,16 +142,16 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, unit: str, learni
     training.add_argument("--train-batch-size", type=int, default=32, help=f"{unit} per process per micro-batch")
     training.add_argument("--gradient-merge-steps", type=int, default=1,
                           help="micro-batches whose gradients are accumulated into one update")
-    training.add_argument("--learning-rate", type=float, default=learning_rate, help="peak learning rate")
-    training.add_argument("--warmup-start-lr", type=float, default=0.0, help="learning rate at the first step")
-    training.add_argument("--warmup-proportion", type=float, default=warmup_proportion,
+    training.add_argument("--learning-rate", type=finite_float, default=learning_rate, help="peak learning rate")
+    training.add_argument("--warmup-start-lr", type=finite_float, default=0.0, help="learning rate at the first step")
+    training.add_argument("--warmup-proportion", type=finite_float, default=warmup_proportion,
                           help="fraction of the updates spent in linear warmup; then linear decay to 0")
     training.add_argument("--optimizer", default="AdamW", choices=OPTIMIZER_NAMES,
                           help="AdamW, as NVIDIA's fine-tuning always uses; or LAMB or LANS (optimizer.py)")
-    training.add_argument("--beta1", type=float, default=0.9, help="first-moment decay rate")
-    training.add_argument("--beta2", type=float, default=0.999, help="second-moment decay rate")
-    training.add_argument("--epsilon", type=float, default=1e-6, help="optimizer epsilon")
-    training.add_argument("--weight-decay", type=float, default=0.01,
+    training.add_argument("--beta1", type=finite_float, default=0.9, help="first-moment decay rate")
+    training.add_argument("--beta2", type=finite_float, default=0.999, help="second-moment decay rate")
+    training.add_argument("--epsilon", type=finite_float, default=1e-6, help="optimizer epsilon")
+    training.add_argument("--weight-decay", type=finite_float, default=0.01,
                           help="decoupled weight decay (not on biases and LayerNorm)")
     training.add_argument("--seed", type=int, default=42, help="seed of weights, dropout and data order")
     training.add_argument("--log-freq", type=int, default=10, help="log the loss every this many updates")
@@ -288,11 +289,29 @@ class Session:
     policy: AmpPolicy
 
 
+def claim_output_dir(output_dir: str, rank: int, world_size: int) -> None:
+    """Before the report opens: rank 0 locks --output-dir for the run's life (one run per folder, folder_lock.py);
+    every rank stops with rank 0's one-line error."""
+    failure = None
+    if rank == 0:
+        try:
+            folder_lock.hold(output_dir, "--output-dir")
+        except ValueError as error:
+            failure = str(error)
+    if world_size > 1:
+        gathered: list = []
+        paddle.distributed.all_gather_object(gathered, failure)
+        failure = gathered[0]
+    if failure is not None:
+        raise ValueError(failure)
+
+
 def start_session(args: argparse.Namespace) -> Session:
     cpu_affinity = set_cpu_affinity() if args.enable_cpu_affinity else None  # before the threads, which count CPUs
     num_threads = configure_cpu_threads()
     apply_cpu_tweaks()
     rank, world_size = init_data_parallel()
+    claim_output_dir(args.output_dir, rank, world_size)
     logger = DLLogger(args.report_file, enabled=rank == 0)
     if args.show_config:
         logger.log("PARAMETER", vars(args))

@@ -24,6 +24,7 @@ import argparse
 import functools
 import io
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+import cli
 from atomic_io import atomic_write, atomic_write_text
 from preprocess_pipeline import (
     PipelineSettings,
@@ -173,7 +175,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--short-seq-prob shortens NSP pairs; --no-nsp samples are packed full (RoBERTa)")
     settings = settings_from_arguments(parser, args, masking=args.masking, bin_size=args.bin_size,
                                        next_sentence_prediction=args.nsp)
-    result = execute(args, settings, write_parquet_shard, _ShardNamer(args.bin_size is not None))
+    result = execute(args, settings, write_parquet_shard, _ShardNamer(args.bin_size is not None),
+                     "lddl_preprocess.py")
     output_dir = Path(args.output_dir)
     write_num_samples(output_dir, result.rows_per_shard)
     if result.holdout is not None:
@@ -182,4 +185,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli.run_main(main, "lddl_preprocess.py"))

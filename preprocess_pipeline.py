@@ -37,12 +37,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import functools
 import json
 import math
 import os
 import random
+import re
 import shutil
+import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -55,6 +59,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+import folder_lock
+from cli import finite_float
 from corpus import INPUT_FORMATS, document_sentences, find_corpus_files, read_documents
 from masking import continuation_pieces, mask_batch, word_starts
 from pretraining_pairs import bin_id, create_pairs_from_document, create_segments_from_document
@@ -488,10 +494,36 @@ def open_executor(num_workers: int, use_dask: bool = False,
             yield client.get_executor(pure=False)
     elif num_workers > 1:
         # spawn, not fork: the parent may hold threads (tokenizers' pool, Paddle) that fork would copy half-dead.
-        with ProcessPoolExecutor(max_workers=num_workers, mp_context=get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(max_workers=num_workers, mp_context=get_context("spawn"),
+                                   initializer=_start_pool_worker, initargs=(os.getpid(),))
+        try:
             yield pool
+        except BaseException:  # an error or a Ctrl-C: the workers' tasks are of no use any more
+            for worker in list((pool._processes or {}).values()):
+                worker.kill()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     else:
         yield None
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# Ctrl-C and a closed terminal: the parent's to handle.
+_PARENT_SIGNALS = (signal.SIGINT, signal.SIGHUP)
+
+
+def _start_pool_worker(parent_pid: int) -> None:
+    """A pool worker ends with the process that started it, however that one dies (SIGKILL included): on Linux the
+    kernel sends it SIGKILL (prctl PR_SET_PDEATHSIG, as the training loader's workers). Ctrl-C and a closed
+    terminal reach the whole process group; they are the parent's to handle, which then ends the workers."""
+    with contextlib.suppress(OSError, AttributeError):  # no prctl: not Linux
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(0)
+    for signum in _PARENT_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _PARENT_SIGNALS)  # held since the spawn (run_tasks); now ignored
 
 
 def run_tasks(executor: Executor | None, function: Callable, argument_lists: Sequence[tuple], bar: tqdm,
@@ -514,10 +546,46 @@ def run_tasks(executor: Executor | None, function: Callable, argument_lists: Seq
             for index, arguments in enumerate(argument_lists):
                 finished(index, function(*arguments))
         else:
-            futures = {executor.submit(function, *arguments): index for index, arguments in enumerate(argument_lists)}
+            # A pool spawns its workers in submit. They inherit this signal mask: a Ctrl-C while one is still
+            # starting (before its initializer ignores it) waits rather than killing it with a traceback, and
+            # reaches this process once the mask is lifted (CPython's resource tracker starts the same way).
+            signal.pthread_sigmask(signal.SIG_BLOCK, _PARENT_SIGNALS)
+            try:
+                futures = {executor.submit(function, *arguments): index
+                           for index, arguments in enumerate(argument_lists)}
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _PARENT_SIGNALS)
             for future in as_completed(futures):
                 finished(futures[future], future.result())
     return results
+
+
+WORK_PREFIX = ".preprocess-"
+_MKDTEMP_SUFFIX = r"[a-z0-9_]{8}"  # tempfile.mkdtemp's random part
+
+
+def _work_place(output_dir: Path) -> tuple[Path, str]:
+    """(folder, name prefix) of the run's work folder: beside output_dir, as `.preprocess-<name>-XXXXXXXX`, so that
+    a killed run leaves the output folder empty for its rerun (and for the recipes' emptiness check); inside it
+    when output_dir is a mount point, as the shards are renamed into it, which needs one file system."""
+    if os.path.ismount(output_dir):
+        return output_dir, WORK_PREFIX
+    return output_dir.parent, f"{WORK_PREFIX}{output_dir.name}-"
+
+
+def _remove_leftovers(parent: Path, prefix: str) -> None:
+    """Remove the work folders `<prefix>XXXXXXXX` that killed runs left in parent, saying so; FolderInUse (one line
+    with its PID and host) if a live run holds one."""
+    if not parent.is_dir():
+        return
+    pattern = re.compile(re.escape(prefix) + _MKDTEMP_SUFFIX)
+    for leftover in sorted(entry for entry in parent.iterdir() if pattern.fullmatch(entry.name) and entry.is_dir()):
+        folder_lock.hold(leftover, "work folder")
+        folder_lock.release(leftover)
+        size = sum(path.stat().st_size for path in leftover.rglob("*") if path.is_file())
+        shutil.rmtree(leftover)
+        print(f"Removed {leftover} ({size / 1e6:.1f} MB), the work folder of an interrupted run", file=sys.stderr,
+              flush=True)
 
 
 def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: str | Path,
@@ -532,6 +600,9 @@ def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: st
     if settings.holdout_fraction > 0 and holdout_dir is None:
         raise ValueError(f"holdout_fraction {settings.holdout_fraction} needs a holdout_dir")
     outputs = [output_dir] + ([Path(holdout_dir)] if settings.holdout_fraction > 0 else [])
+    work_parent, work_prefix = _work_place(output_dir)
+    for parent, prefix in ((work_parent, work_prefix), (output_dir, WORK_PREFIX)):
+        _remove_leftovers(parent, prefix)
     for folder in outputs:
         if folder.exists() and any(folder.iterdir()):
             raise ValueError(f"{folder}: output folder is not empty")
@@ -543,9 +614,10 @@ def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: st
 
     for folder in outputs:
         folder.mkdir(parents=True, exist_ok=True)
-    work_dir = tempfile.mkdtemp(prefix=".preprocess-", dir=output_dir)
+    work_dir = tempfile.mkdtemp(prefix=work_prefix, dir=work_parent)
     stage_seconds = {}
     try:
+        folder_lock.hold(work_dir, "work folder")  # a rerun knows it from a live run's by this lock
         stage_began = time.perf_counter()
         blocks = run_tasks(executor, tokenize_range, [(task, settings, work_dir) for task in read_tasks],
                            progress_bar(desc="tokenize", total=total_bytes, unit="B", unit_scale=True, quiet=quiet),
@@ -598,6 +670,7 @@ def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: st
             rows_per_shard[index][final.name] = sum(stop - first for _, first, stop in shard_slices)
         stage_seconds["shards"] = time.perf_counter() - stage_began
     finally:
+        folder_lock.release(work_dir)
         shutil.rmtree(work_dir, ignore_errors=True)
     training = partition_sets == 0
     holdout = None
@@ -653,12 +726,13 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_aliases: S
                         help="lowercase and strip accents before WordPiece (uncased vocab); default: on")
     parser.add_argument("--max-seq-length", type=int, default=128,
                         help="length of [CLS] A [SEP] B [SEP] at most (LDDL: --target-seq-length); default: 128")
-    parser.add_argument("--short-seq-prob", type=float, default=None,
+    parser.add_argument("--short-seq-prob", type=finite_float, default=None,
                         help="probability of a shorter random target length per document (NSP pairs only); "
                              f"default: {PipelineSettings.short_seq_prob}")
     parser.add_argument("--duplicate-factor", type=int, default=5,
                         help="times each document is turned into pairs (different random draws); default: 5")
-    parser.add_argument("--masked-lm-ratio", *masked_lm_aliases, dest="masked_lm_ratio", type=float, default=None,
+    parser.add_argument("--masked-lm-ratio", *masked_lm_aliases, dest="masked_lm_ratio", type=finite_float,
+                        default=None,
                         help="fraction of each sequence's tokens that static masking predicts (MosaicBERT: 0.3); "
                              f"default: {PipelineSettings.masked_lm_ratio}")
     parser.add_argument("--whole-word-masking", action="store_true",
@@ -666,10 +740,10 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_aliases: S
                              "whole-word-masked BERT; default: single pieces")
     parser.add_argument("--seed", type=int, default=12345,
                         help="seed of every random draw: same seed and flags give the same files; default: 12345")
-    parser.add_argument("--sample-ratio", type=float, default=1.0,
+    parser.add_argument("--sample-ratio", type=finite_float, default=1.0,
                         help="keep this fraction of the documents: each one independently with this probability, "
                              "drawn from --seed and where it is in the corpus (as LDDL's); default: 1 (all)")
-    parser.add_argument("--holdout-fraction", type=float, default=0.0,
+    parser.add_argument("--holdout-fraction", type=finite_float, default=0.0,
                         help="hold out this fraction of the documents for validation, each one independently, drawn "
                              "from --seed and where it is in the corpus; their samples go to --holdout-dir, never "
                              "to --output-dir; default: 0 (none)")
@@ -762,14 +836,15 @@ def _corpus_paths(entry: str) -> list[Path]:
 
 
 def execute(args: argparse.Namespace, settings: PipelineSettings, shard_writer: ShardWriter,
-            shard_name: Callable[[int, int], str]) -> PipelineResult:
-    """Open the engine the flags ask for and run the pipeline; data errors become one-line SystemExit messages."""
+            shard_name: Callable[[int, int], str], script: str) -> PipelineResult:
+    """Open the engine the flags ask for and run the pipeline; data errors become one-line SystemExit messages
+    `<script>: <message>`."""
     try:
         with open_executor(args.num_workers, args.dask, args.scheduler_address) as executor:
             return run_pipeline(args.input, args.input_format, args.output_dir, settings, shard_writer, shard_name,
                                 executor, args.num_workers, holdout_dir=holdout_dir_of(args), quiet=args.quiet)
     except (ValueError, OSError) as error:
-        raise SystemExit(f"error: {error}") from None
+        raise SystemExit(f"{script}: {error}") from None
 
 
 def print_summary(output_dir: str | Path, result: PipelineResult) -> None:

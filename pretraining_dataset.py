@@ -699,7 +699,10 @@ def _end_with_parent(parent_pid: int) -> None:
 def _worker_loop(builder: BatchBuilder, tasks: multiprocessing.Queue, results: multiprocessing.Queue,
                  parent_pid: int) -> None:
     _end_with_parent(parent_pid)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops the workers
+    # Ctrl-C, a closed terminal and Slurm's USR1 warning reach the whole process group: the trainer's to handle (it
+    # checkpoints, then stops the workers), not a reason for a worker to die first.
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(signum, signal.SIG_IGN)
     # Being terminated at exit is normal for a worker; the handler inherited from the trainer (Paddle's prints a
     # fatal-error report) must not run for it.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

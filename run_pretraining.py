@@ -25,10 +25,11 @@ One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W
      (--max-grad-norm) and the optimizer steps. The learning-rate schedule advances either way.
 
 Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/ every --num-steps-per-checkpoint steps, at the
-end of the run, and at the step boundary after a SIGTERM or once the file named in $PADDLEBERT_STOP_FILE exists
-(the run then exits with status 0). They hold the model and its config, the optimizer with its schedule, and a
-progress file with every rank's data position and random-generator states, so a run resumed with
---last-step-of-checkpoint auto continues exactly as if it had never stopped (bitwise on CPU). A run never writes
+end of the run, and at the step boundary after a SIGTERM, SIGUSR1, SIGHUP or SIGINT (Ctrl-C; a second one stops
+at once) or once the file named in $PADDLEBERT_STOP_FILE exists (the run then exits with status 0). They hold the
+model and its config, the optimizer with its schedule, and a progress file with every rank's data position and
+random-generator states, so a run resumed with --last-step-of-checkpoint auto continues exactly as if it had never
+stopped (bitwise on CPU). A run never writes
 over a checkpoint it did not write itself; docs/resume.md has the resume forms and rules.
 """
 
@@ -49,9 +50,10 @@ import paddle
 
 import checkpoint
 import cli
+import folder_lock
 from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check_amp_arguments, create_loss_scaler
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
-from cli import str_to_bool
+from cli import finite_float, str_to_bool
 from dllog import DLLogger
 from gradient_merge import merged_backward, optimizer_step
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
@@ -86,7 +88,7 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        help="Longest sequence allowed in the shards (phase 1: 128, phase 2: 512).")
     group.add_argument("--max-predictions-per-seq", type=int, default=80,
                        help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
-    group.add_argument("--masked-lm-ratio", type=float, default=0.15,
+    group.add_argument("--masked-lm-ratio", type=finite_float, default=0.15,
                        help="Fraction of each sequence's tokens masked, up to --max-predictions-per-seq (shards "
                        "without static masks, which the loader masks anew every epoch; e.g. 0.3 as MosaicBERT).")
     group.add_argument("--whole-word-masking", action="store_true",
@@ -133,25 +135,26 @@ def _add_schedule_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--batch-size", type=int, default=32, help="Sequences per micro-batch per rank.")
     group.add_argument("--gradient-merge-steps", type=int, default=1,
                        help="Micro-batches per optimizer step (gradient accumulation).")
-    group.add_argument("--learning-rate", type=float, default=1e-4, help="Peak learning rate.")
-    group.add_argument("--warmup-start-lr", type=float, default=0.0, help="Learning rate at the start of warmup.")
-    group.add_argument("--warmup-proportion", type=float, default=0.01,
+    group.add_argument("--learning-rate", type=finite_float, default=1e-4, help="Peak learning rate.")
+    group.add_argument("--warmup-start-lr", type=finite_float, default=0.0,
+                       help="Learning rate at the start of warmup.")
+    group.add_argument("--warmup-proportion", type=finite_float, default=0.01,
                        help="Fraction of --max-steps spent in linear warmup.")
-    group.add_argument("--constant-proportion", type=float, default=0.0,
+    group.add_argument("--constant-proportion", type=finite_float, default=0.0,
                        help="Fraction of --max-steps held at the peak after warmup (LANS schedule).")
-    group.add_argument("--lr-decay-power", type=float, default=1.0,
+    group.add_argument("--lr-decay-power", type=finite_float, default=1.0,
                        help="Exponent of the polynomial decay to 0 (1.0 = linear).")
 
 
 def _add_optimizer_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Optimizer")
     group.add_argument("--optimizer", default="Lamb", choices=OPTIMIZER_NAMES, help="Optimizer.")
-    group.add_argument("--beta1", type=float, default=0.9, help="First-moment decay rate.")
-    group.add_argument("--beta2", type=float, default=0.999, help="Second-moment decay rate.")
-    group.add_argument("--epsilon", type=float, default=1e-6, help="Optimizer epsilon.")
-    group.add_argument("--weight-decay", type=float, default=0.01,
+    group.add_argument("--beta1", type=finite_float, default=0.9, help="First-moment decay rate.")
+    group.add_argument("--beta2", type=finite_float, default=0.999, help="Second-moment decay rate.")
+    group.add_argument("--epsilon", type=finite_float, default=1e-6, help="Optimizer epsilon.")
+    group.add_argument("--weight-decay", type=finite_float, default=0.01,
                        help="Decoupled weight decay (not applied to biases and LayerNorm).")
-    group.add_argument("--max-grad-norm", type=float, default=1.0, help="Clip gradients to this global norm.")
+    group.add_argument("--max-grad-norm", type=finite_float, default=1.0, help="Clip gradients to this global norm.")
     group.add_argument("--max-nonfinite-steps", type=int, default=100,
                        help="Stop when the loss is non-finite in more than this many steps in a row.")
 
@@ -395,7 +398,7 @@ class Trainer:
 
     def step(self, micro_batches: Sequence[dict], stop_requested: bool = False) -> tuple[StepResult, bool]:
         """One optimizer step over this rank's micro-batches; returns the result and whether any rank asked to
-        stop (SIGTERM or the stop file), which every rank learns at the same step."""
+        stop (a stop signal or the stop file), which every rank learns at the same step."""
         prepared = [self._micro_batch_tensors(batch) for batch in micro_batches]
         shares = merged_backward(self.network, prepared, MicroBatch.counts, self._loss_terms, self.world_size,
                                  self.scaler, all_reduce=self._all_reduce, master_gradients=self.policy.master_weights)
@@ -553,34 +556,48 @@ class RunCheckpoints:
 # run.sub creates this file when Slurm's --signal warning arrives (Paddle's launcher would not wait for its ranks
 # to checkpoint on a SIGTERM of its own).
 STOP_FILE_VARIABLE = "PADDLEBERT_STOP_FILE"
+# The signals that ask for a checkpoint at the next step boundary and an exit 0: SIGTERM (what Slurm sends before a
+# time limit), SIGUSR1 (what `sbatch --signal=USR1@N` without B: sends to the steps), SIGHUP (a closed terminal or
+# ssh session) and SIGINT (Ctrl-C; a second one stops at once).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP, signal.SIGINT)
 
 
 class StopRequest:
-    """Whether this rank has been asked to stop at the next step boundary: by SIGTERM (what Slurm sends before a
-    time limit), or by the file named in $PADDLEBERT_STOP_FILE existing. The run saves and exits 0."""
+    """Whether this rank has been asked to stop at the next step boundary: by one of STOP_SIGNALS, or by the file
+    named in $PADDLEBERT_STOP_FILE existing. The run saves and exits 0. A second SIGINT raises KeyboardInterrupt
+    at once (cli.run_main prints it as one line); a save it interrupts leaves the earlier checkpoints whole."""
 
     def __init__(self, stop_file: str | None):
         self.stop_file = stop_file or None
-        self.signalled = False
-        self._previous = None
+        self.signalled: str | None = None  # the name of the signal received
+        self._previous: dict[int, object] = {}
 
     def _handle(self, signum, frame) -> None:
-        self.signalled = True
+        if signum == signal.SIGINT and self.signalled == "SIGINT":
+            raise KeyboardInterrupt("interrupted again: stopped at once, without saving the steps since the last "
+                                    "checkpoint")
+        if self.signalled is None:
+            self.signalled = signal.Signals(signum).name
+            # os.write, not print: a handler that prints while the interrupted code prints fails as reentrant.
+            again = " (Ctrl-C again to stop at once)" if signum == signal.SIGINT else ""
+            os.write(1, f"{self.signalled}: saving a checkpoint after this step, then stopping"
+                     f"{again}\n".encode())
 
     def reason(self) -> str | None:
         """What asked this rank to stop, or None."""
-        if self.signalled:
-            return "SIGTERM"
+        if self.signalled is not None:
+            return self.signalled
         if self.stop_file is not None and os.path.exists(self.stop_file):
             return f"stop file {self.stop_file}"
         return None
 
     def __enter__(self) -> StopRequest:
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc_info) -> None:
-        signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -764,9 +781,36 @@ def announce(args: argparse.Namespace, logger: DLLogger, say, rank: int, world_s
         say("Configuration: " + json.dumps(config_record, sort_keys=True), flush=True)
 
 
+def claim_output_dir(args: argparse.Namespace, phase: int, rank: int, world_size: int) -> None:
+    """Before any work: rank 0 locks --output-dir for the run's life (one run per folder, folder_lock.py) and
+    checks that the phase folder can take checkpoints; every rank stops with rank 0's one-line error."""
+    failure = None
+    if rank == 0:
+        try:
+            folder_lock.hold(args.output_dir, "--output-dir")
+            if not args.benchmark:  # a benchmark saves no checkpoint
+                phase_folder = checkpoint.phase_dir(args.output_dir, args.bert_model, phase)
+                flag = "--output-dir's phase folder"
+                folder_lock.check_writable(folder_lock.prepare_output_folder(phase_folder, flag), flag)
+        except ValueError as error:
+            failure = str(error)
+    failure = gather_from_ranks(failure, world_size)[0]
+    if failure is not None:
+        raise ValueError(failure)
+
+
 def run(args: argparse.Namespace, process_start: float, process_info: dict) -> int:
     rank, world_size = init_data_parallel()
     phase = 1 if args.phase1 else 2
+    claim_output_dir(args, phase, rank, world_size)
+    try:
+        return train_phase(args, phase, rank, world_size, process_start, process_info)
+    finally:
+        folder_lock.release(args.output_dir)
+
+
+def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int, process_start: float,
+                process_info: dict) -> int:
     # The report file gets every record; stdout gets the shorter progress lines of ProgressReporter instead.
     logger = DLLogger(args.report_file, enabled=rank == 0, stdout=False)
     say = print if rank == 0 else (lambda *a, **k: None)

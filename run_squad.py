@@ -34,7 +34,7 @@ import paddle
 import finetune
 import inference
 from atomic_io import atomic_write_text
-from cli import check_at_least, run_main
+from cli import check_at_least, finite_float, run_main
 from dllog import DLLogger
 from finetune import INPUT_NAMES, SEQUENCE_MULTIPLE, Session, model_inputs
 from loss import squad_span_loss
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     prediction.add_argument("--predict-batch-size", type=int, default=8, help="features per prediction batch")
     prediction.add_argument("--n-best-size", type=int, default=20, help="candidates kept per question")
     prediction.add_argument("--max-answer-length", type=int, default=30, help="longest answer, in tokens")
-    prediction.add_argument("--null-score-diff-threshold", type=float, default=0.0,
+    prediction.add_argument("--null-score-diff-threshold", type=finite_float, default=0.0,
                             help="--version-2-with-negative: answer \"\" when the null answer's score minus the "
                                  "best answer's exceeds this")
     prediction.add_argument("--eval-script",

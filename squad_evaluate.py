@@ -42,6 +42,8 @@ import string
 import sys
 from collections.abc import Iterator, Mapping
 
+from cli import finite_float, run_main
+
 EXPECTED_VERSION = "1.1"
 DEFAULT_NA_PROB_THRESH = 1.0  # the official v2.0 script's default (no probability exceeds it; a score diff may)
 _PUNCTUATION = frozenset(string.punctuation)
@@ -282,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--version-2-with-negative", action="store_true",
                         help="score by the v2.0 rules (default: when some question has the field is_impossible)")
     parser.add_argument("--na-prob-file", "-n", help="v2.0: JSON question id -> no-answer probability or score diff")
-    parser.add_argument("--na-prob-thresh", "-t", type=float,
+    parser.add_argument("--na-prob-thresh", "-t", type=finite_float,
                         help=f"v2.0: count as \"\" above this probability (default {DEFAULT_NA_PROB_THRESH})")
     args = parser.parse_args(argv)
     try:
@@ -302,9 +304,9 @@ def main(argv: list[str] | None = None) -> None:
         threshold = DEFAULT_NA_PROB_THRESH if args.na_prob_thresh is None else args.na_prob_thresh
         scores = evaluate_v2(content["data"], predictions, na_probs, threshold, args.dataset_file, args.na_prob_file)
     except (FileNotFoundError, ValueError) as error:
-        raise SystemExit(str(error)) from None
+        raise SystemExit(f"squad_evaluate.py: {error}") from None
     print(json.dumps(scores, indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main, "squad_evaluate.py"))

@@ -25,6 +25,7 @@ from transformers import BertForQuestionAnswering
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cli import finite_float  # noqa: E402
 from squad_evaluate import evaluate, load_dataset  # noqa: E402
 from squad_utils import (  # noqa: E402
     batch_indices,
@@ -58,9 +59,9 @@ def main() -> None:
     parser.add_argument("--train-batch-size", type=int, default=32)
     parser.add_argument("--predict-batch-size", type=int, default=32)
     parser.add_argument("--max-steps", type=int, required=True)
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--warmup-proportion", type=float, default=0.1)
-    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--learning-rate", type=finite_float, default=5e-5)
+    parser.add_argument("--warmup-proportion", type=finite_float, default=0.1)
+    parser.add_argument("--weight-decay", type=finite_float, default=0.01)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     args = parser.parse_args()

@@ -24,6 +24,7 @@ import pytest
 
 import checkpoint
 import cli
+import folder_lock
 import plot_report
 import run_pretraining
 import squad_evaluate
@@ -77,11 +78,12 @@ def one_line_error(output: str, prefix: str, *names: str) -> str:
 
 
 def snapshot(*roots: Path) -> dict[str, str]:
-    """sha256 of every file under roots (a root may be a file), by path."""
+    """sha256 of every file under roots (a root may be a file), by path; not the lock file of an output folder,
+    which each run rewrites with its own PID (folder_lock.py)."""
     files = {}
     for root in roots:
         for path in [root] if root.is_file() else sorted(root.rglob("*")):
-            if path.is_file():
+            if path.is_file() and path.name != folder_lock.LOCK_NAME:
                 files[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
     return files
 
@@ -302,7 +304,7 @@ def test_a_config_vocab_size_below_the_vocab_file_is_one_line_naming_both(tmp_pa
     assert status == 1
     one_line_error(output, "run_pretraining.py: ", f"--config-file {config}: vocab_size 1000 is smaller than the "
                    "30522 tokens of --vocab-file", "bert-uncased-vocab.txt")
-    assert not (tmp_path / "out").exists()
+    assert not any(phase1(tmp_path).iterdir())  # nothing trained, nothing saved
 
 
 def test_a_negative_seed_is_a_parser_error(tmp_path, capsys):
@@ -361,7 +363,7 @@ def test_reports_and_squad_files_that_are_not_utf8_name_the_file(trained, tmp_pa
     status, output = run_entry([str(dataset), str(tmp_path / "predictions.json")], capsys, squad_evaluate.main,
                                "squad_evaluate.py")
     assert status == 1
-    one_line_error(output, str(dataset), f"{dataset}: not UTF-8 text (byte 0xe9 at offset 42)")
+    one_line_error(output, "squad_evaluate.py: ", f"{dataset}: not UTF-8 text (byte 0xe9 at offset 42)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -564,3 +566,305 @@ def test_two_ranks_set_aside_resume_and_stop_together(tmp_path):
     # Rank 1 continued from step 2's data position too (it was told which folder rank 0 chose).
     progress = checkpoint.read_progress(step_folder(tmp_path / "out", 3))
     assert [position["step"] for position in progress["data_positions"]] == [3, 3]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One run per folder, and an unusable output folder found before any work
+
+
+def hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+# A process that holds the lock of the folder argv[1], says so, and waits to be killed.
+HOLD_LOCK = """
+import os, sys, time
+sys.path.insert(0, os.getcwd())
+import folder_lock
+folder_lock.hold(sys.argv[1], "--output-dir")
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_pretraining_run_into_a_live_runs_folder_stops_naming_its_pid_and_host(tmp_path, capsys):
+    first = subprocess.Popen([sys.executable, "-W", "ignore", SCRIPT, *pretraining_argv(tmp_path, *LONG_JOB)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    workers = []
+    try:
+        for line in first.stdout:
+            if line.startswith("step 3/"):
+                break
+        workers = process_tree(first.pid)
+        before = snapshot(tmp_path / "out")
+        # Another seed and report, the same --output-dir: a real second process, refused before any work.
+        second = subprocess.run([sys.executable, "-W", "ignore", SCRIPT,
+                                 *pretraining_argv(tmp_path, *JOB, "--seed", "7", "--report-file",
+                                                   str(tmp_path / "second.json"))],
+                                capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert second.returncode == 1, second.stdout[-2000:] + second.stderr[-2000:]
+        assert "step 1/" not in second.stdout
+        one_line_error(second.stderr, "run_pretraining.py: ", f"--output-dir {tmp_path / 'out'}: in use by another "
+                       f"run (PID {first.pid} on host {hostname()} since ", "one run per folder")
+        assert_kept(before)
+        assert not (tmp_path / "second.json").exists()
+        # The kernel releases the lock when its holder dies, however: after a SIGKILL the folder is free again.
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        assert wait_until_gone(workers, seconds=5) == []
+        status, output = run_entry(pretraining_argv(tmp_path, *JOB), capsys)
+        assert status == 0, output[-3000:]
+        assert step_folders(tmp_path / "out") == [2, 4]
+    finally:
+        end_leftovers(first, workers)
+
+
+@pytest.fixture
+def glue_job(tmp_path) -> list[str]:
+    """run_glue.py's arguments for 2 updates of the tiny BERT on 16 MRPC pairs into tmp_path/out."""
+    from helpers import common_argv, write_tiny_model
+
+    lines = require_shared("data", "glue", "MRPC", "train.tsv").read_bytes().split(b"\n")
+    (tmp_path / "train.tsv").write_bytes(b"\n".join(lines[:17]) + b"\n")
+    write_tiny_model(tmp_path)
+    return ["--task-name", "mrpc", *common_argv(tmp_path, tmp_path / "out"), "--do-train", "--train-file",
+            str(tmp_path / "train.tsv"), "--from-pretrained-params", str(tmp_path / "pretrain" / "1000"),
+            "--max-steps", "2", "--show-config", "false", "--enable-cpu-affinity", "false"]
+
+
+def test_a_fine_tuning_run_into_a_folder_in_use_stops_naming_the_holder(tmp_path, glue_job, capsys):
+    import run_glue
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.json").write_text("earlier records\n")
+    (out / "bert_paddle.pdparams").write_bytes(b"an earlier model")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        before = snapshot(out)
+        status, output = run_entry(glue_job, capsys, run_glue.main, "run_glue.py")
+        assert status == 1
+        one_line_error(output, "run_glue.py: ", f"--output-dir {out}: in use by another run (PID {holder.pid} on "
+                       f"host {hostname()}")
+        assert snapshot(out) == before  # not even the report was appended to
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_entry(glue_job, capsys, run_glue.main, "run_glue.py")[0] == 0  # free once the holder is gone
+
+
+def test_a_file_system_that_cannot_lock_is_one_warning_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    import errno
+    import fcntl
+
+    def no_locks(descriptor, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1"), capsys)
+    assert status == 0, output[-3000:]
+    (warning,) = [line for line in output.splitlines() if line.startswith("Warning: --output-dir")]
+    assert f"{tmp_path / 'out'}: its file system cannot lock files" in warning and "-o flock" in warning
+
+
+@pytest.fixture
+def read_only_disk(tmp_path):
+    """A read-only tmpfs holding an empty folder."""
+    mount_point = tmp_path / "ro"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        message = f"cannot mount a read-only tmpfs ({mounted.stderr.strip() or 'mount refused'})"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+@pytest.mark.parametrize("kind", ["regular file", "dangling symlink", "read-only", "phase folder dangling symlink",
+                                  "phase folder read-only"])
+def test_an_unusable_output_dir_is_one_line_before_any_training(tmp_path, capsys, request, kind):
+    out = tmp_path / "out"
+    phase_folder = out / "custom" / "phase1"
+    if kind == "regular file":
+        out.write_text("not a folder")
+        expected = f"--output-dir {out}: not a folder"
+    elif kind == "dangling symlink":
+        out.symlink_to(tmp_path / "gone")
+        expected = f"--output-dir {out}: a symlink to {tmp_path / 'gone'}, which does not exist"
+    elif kind == "read-only":
+        out = request.getfixturevalue("read_only_disk")
+        expected = f"--output-dir {out}: not writable (Read-only file system)"
+    elif kind == "phase folder dangling symlink":
+        phase_folder.parent.mkdir(parents=True)
+        phase_folder.symlink_to(tmp_path / "scratch" / "phase1")
+        expected = f"--output-dir's phase folder {phase_folder}: a symlink to {tmp_path / 'scratch' / 'phase1'}, "
+    else:
+        read_only = request.getfixturevalue("read_only_disk")
+        phase_folder.parent.mkdir(parents=True)
+        phase_folder.symlink_to(read_only)
+        expected = f"--output-dir's phase folder {phase_folder}: not writable (Read-only file system)"
+    before = snapshot(tmp_path)
+    status, output = run_entry(pretraining_argv(tmp_path, "--output-dir", str(out)), capsys)
+    assert status == 1
+    assert "Training phase" not in output
+    one_line_error(output, "run_pretraining.py: ", expected)
+    assert_kept(before)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Signals: every stop signal saves at the next step boundary; a second Ctrl-C stops at once
+
+
+def start_long_job(tmp_path: Path, *extra: str, code: str | None = None) -> subprocess.Popen:
+    """A real run_pretraining.py process (or `python -c code` with its argv) of LONG_JOB, with stdout and stderr
+    apart, once it has trained three steps."""
+    command = [sys.executable, "-W", "ignore", *(["-c", code] if code else [SCRIPT])]
+    job = subprocess.Popen([*command, *pretraining_argv(tmp_path, *LONG_JOB, *extra)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    for line in job.stdout:
+        if line.startswith("step 3/"):
+            return job
+    job.kill()
+    raise AssertionError(job.stderr.read()[-3000:])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGTERM],
+                         ids=lambda signum: signum.name)
+def test_every_stop_signal_saves_at_the_next_step_and_exits_0(tmp_path, signum):
+    job = start_long_job(tmp_path)
+    workers = process_tree(job.pid)
+    try:
+        job.send_signal(signum)
+        out, err = job.communicate(timeout=120)
+        assert job.returncode == 0, err[-3000:]
+        assert err == ""  # no traceback, no worker's complaint
+        name = signal.Signals(signum).name
+        assert f"{name}: saving a checkpoint after this step, then stopping" in out
+        (stopped,) = [line for line in out.splitlines() if line.startswith(f"{name}: stopped after step ")]
+        step = int(stopped.split()[4])
+        assert stopped == f"{name}: stopped after step {step} (checkpoint in {step_folder(tmp_path / 'out', step)})"
+        assert step_folders(tmp_path / "out") == [step]
+        assert checkpoint.read_progress(step_folder(tmp_path / "out", step))["global_step"] == step
+        assert wait_until_gone(workers, seconds=5) == []
+    finally:
+        end_leftovers(job, workers)
+
+
+# run_pretraining.main() whose steps after the checkpoint of step 4 last a second each, so that a second Ctrl-C
+# surely comes before the step boundary the first one waits for.
+SLOW_STEPS_AFTER_4 = """
+import os, sys, time
+sys.path.insert(0, os.getcwd())
+import checkpoint, run_pretraining
+real_step = run_pretraining.Trainer.step
+def slow_step(self, *args, **kwargs):
+    if checkpoint.list_checkpoints(checkpoint.phase_dir(self.args.output_dir, "custom", 1)):
+        time.sleep(1)
+    return real_step(self, *args, **kwargs)
+run_pretraining.Trainer.step = slow_step
+sys.exit(run_pretraining.cli.run_main(lambda: run_pretraining.main(sys.argv[1:]), "run_pretraining.py"))
+"""
+
+
+def test_a_second_ctrl_c_stops_at_once_in_one_line_and_keeps_the_checkpoints(tmp_path):
+    job = start_long_job(tmp_path, "--num-steps-per-checkpoint", "4", code=SLOW_STEPS_AFTER_4)
+    workers = process_tree(job.pid)
+    try:
+        wait_for(lambda: step_folders(tmp_path / "out") == [4], 60, "the checkpoint of step 4")
+        time.sleep(0.5)
+        before = snapshot(tmp_path / "out")
+        job.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        job.send_signal(signal.SIGINT)
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == cli.INTERRUPTED_STATUS
+        assert "SIGINT: saving a checkpoint after this step, then stopping (Ctrl-C again to stop at once)" in out
+        assert err.splitlines() == ["run_pretraining.py: interrupted again: stopped at once, without saving the steps "
+                                    "since the last checkpoint"]
+        assert_kept(before)
+        assert step_folders(tmp_path / "out") == [4]
+        assert not [p for p in phase1(tmp_path).iterdir() if p.name.startswith(TEMP_PREFIX)]
+        assert wait_until_gone(workers, seconds=5) == []
+    finally:
+        end_leftovers(job, workers)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Killing preprocessing: no worker outlives it, and its rerun clears what it left
+
+
+def preprocess_command(tmp_path: Path) -> list[str]:
+    """lddl_preprocess.py with two pool workers on wikitext-2's test split: about ten seconds of work."""
+    return [sys.executable, "-W", "ignore", str(ROOT / "lddl_preprocess.py"),
+            "--input", str(require_shared("data", "wikitext-2", "wiki.test.raw")),
+            "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")), "--output-dir",
+            str(tmp_path / "out"), "--num-workers", "2", "--duplicate-factor", "10", "--num-shards", "2", "--quiet"]
+
+
+def work_folders(tmp_path: Path) -> list[Path]:
+    return sorted(tmp_path.glob(".preprocess-out-*"))
+
+
+def start_preprocessing(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
+    """The preprocessor, once its two pool workers are at work in its work folder; (process, worker pids)."""
+    job = subprocess.Popen(preprocess_command(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           cwd=ROOT)
+    wait_for(lambda: work_folders(tmp_path) and len(process_tree(job.pid)) >= 3, 60, "the pool workers")
+    return job, process_tree(job.pid)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_sigkill_of_preprocessing_leaves_no_worker_and_the_rerun_removes_its_work_folder(tmp_path):
+    job, workers = start_preprocessing(tmp_path)
+    try:
+        time.sleep(1)
+        job.send_signal(signal.SIGKILL)
+        job.wait(timeout=30)
+        assert wait_until_gone(workers, seconds=5) == []
+    finally:
+        end_leftovers(job, workers)
+    (leftover,) = work_folders(tmp_path)
+    # The output folder holds nothing, so the recipes' emptiness check runs preprocessing again.
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    rerun = subprocess.run(preprocess_command(tmp_path), capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    (removed,) = [line for line in rerun.stderr.splitlines() if line.startswith("Removed ")]
+    assert removed.startswith(f"Removed {leftover} (")
+    assert removed.endswith("MB), the work folder of an interrupted run")
+    assert work_folders(tmp_path) == []
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".num_samples.json", "shard-0.parquet",
+                                                                     "shard-1.parquet"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_ctrl_c_in_preprocessing_is_one_line_and_leaves_nothing(tmp_path):
+    job, workers = start_preprocessing(tmp_path)
+    try:
+        time.sleep(1)
+        for pid in [job.pid, *workers]:  # as a terminal's Ctrl-C does: the whole process group
+            os.kill(pid, signal.SIGINT)
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == cli.INTERRUPTED_STATUS, err[-3000:]
+        assert err.splitlines() == ["lddl_preprocess.py: interrupted (Ctrl-C)"]
+        assert wait_until_gone(workers, seconds=5) == []
+    finally:
+        end_leftovers(job, workers)
+    assert work_folders(tmp_path) == []
+
+
+def test_ctrl_c_in_any_entry_script_is_one_line_and_status_130(capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    assert cli.run_main(interrupted, "run_squad.py") == cli.INTERRUPTED_STATUS
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "run_squad.py: interrupted (Ctrl-C)\n"

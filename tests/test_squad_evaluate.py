@@ -112,7 +112,7 @@ def test_cli_reports_malformed_json_in_one_line(tmp_path):
     result = _run_cli(dataset, broken)
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0
-    assert result.stderr.startswith(f"{broken}: not valid JSON")
+    assert result.stderr.startswith(f"squad_evaluate.py: {broken}: not valid JSON")
 
 
 @pytest.mark.parametrize("which", ["dataset", "predictions"])
@@ -126,7 +126,7 @@ def test_cli_names_a_file_that_is_not_utf8(tmp_path, which):
     result = _run_cli(dataset, predictions)
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0
-    assert result.stderr.startswith(f"{latin1}: not UTF-8 text (byte 0xe9 at offset ")
+    assert result.stderr.startswith(f"squad_evaluate.py: {latin1}: not UTF-8 text (byte 0xe9 at offset ")
 
 
 @pytest.mark.parametrize(
@@ -259,7 +259,7 @@ def test_cli_reports_a_bad_na_prob_file_in_one_line(tmp_path):
     dataset, predictions, na_probs = _write_v2_case(tmp_path, {**V2_NA_PROBS, "a1": "high"})
     result = _run_cli(dataset, predictions, "--na-prob-file", na_probs)
     assert result.returncode == 1
-    assert result.stderr.strip() == f"{na_probs}: probability for question a1 is not a number"
+    assert result.stderr.strip() == f"squad_evaluate.py: {na_probs}: probability for question a1 is not a number"
     na_probs.write_text(json.dumps({"a1": 0.0}))
     result = _run_cli(dataset, predictions, "--na-prob-file", na_probs)
-    assert result.stderr.strip() == f"{na_probs}: no probability for question a2"
+    assert result.stderr.strip() == f"squad_evaluate.py: {na_probs}: no probability for question a2"
