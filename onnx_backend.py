@@ -24,6 +24,8 @@ arithmetic: the scale moves after the matmul, and exp(-10000 - max) is 0 in fp32
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -282,6 +284,19 @@ def quantized(fused_path: str, output_path: str, quantization: str, calibration_
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, extra_options=FUSED_OUTPUT_TYPE)
 
 
+@contextlib.contextmanager
+def _quiet_root_logger(level: int) -> Iterator[None]:
+    """ORT's fusion and quantization modules log every step to the root logger (which Paddle sets to INFO); a run
+    prints what was prepared in one line instead. The quantizer also advises its pre-processing script at WARNING:
+    its shape inference is what DefaultTensorType replaces here."""
+    previous = logging.root.level
+    logging.root.setLevel(max(previous, level))
+    try:
+        yield
+    finally:
+        logging.root.setLevel(previous)
+
+
 def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: str, input_names: tuple[str, ...],
                    mask_input: str) -> str:
     """The path of the model an ONNX Runtime session runs in `precision` (module docstring), prepared in work_dir
@@ -297,10 +312,14 @@ def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: 
         basic_path = os.path.join(work_dir, "basic.onnx")
         basic_optimized(onnx_path, basic_path)
         output_path = os.path.join(work_dir, "int8-static.onnx")
-        quantized(basic_path, output_path, quantization, calibration, mask_input)
+        with _quiet_root_logger(logging.ERROR):
+            quantized(basic_path, output_path, quantization, calibration, mask_input)
+        print(f"{onnx_path}: int8 with static quantization, calibrated on {calibration}", flush=True)
         return output_path
     fused_path = os.path.join(work_dir, "fused.onnx")
-    fused(onnx_path, fused_path, mask_input=mask_input)
+    with _quiet_root_logger(logging.WARNING):
+        counts = fused(onnx_path, fused_path, mask_input=mask_input)
+    print(f"{onnx_path}: fused " + ", ".join(f"{count} {op}" for op, count in counts.items()), flush=True)
     if precision == "fp32":
         return fused_path
     output_path = os.path.join(work_dir, f"{precision}.onnx")
@@ -311,7 +330,8 @@ def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: 
         model.convert_float_to_float16(keep_io_types=True)
         model.save_model_to_file(output_path)
         return output_path
-    quantized(fused_path, output_path, quantization, None, mask_input)
+    with _quiet_root_logger(logging.ERROR):
+        quantized(fused_path, output_path, quantization, None, mask_input)
     return output_path
 
 
