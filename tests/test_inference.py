@@ -135,8 +135,6 @@ def test_gpu_fp16_reaches_enable_use_gpu_and_there_is_no_tensorrt_flag(tmp_path,
      "--export-onnx converts the model that --export-dir exports"),
     (["--inference-model-dir", "m", "--do-predict", "--predict-file", str(TINY_CONFIG), "--inference-precision",
       "int8"], "int8 needs --inference-backend onnxruntime"),
-    (["--inference-model-dir", "m", "--do-predict", "--predict-file", str(TINY_CONFIG), "--inference-backend",
-      "onnxruntime", "--int8-quantization", "static"], "only used with --inference-precision int8"),
     (["--inference-model-dir", "m", "--do-train", "--train-file", str(TINY_CONFIG)], "cannot train"),
     (["--inference-model-dir", "m", "--export-dir", "y"], "cannot train, export"),
     (["--inference-model-dir", "m"], "nothing to do"),
@@ -146,6 +144,20 @@ def test_inference_flags_are_checked(capsys, script, argv, message):
     with pytest.raises(SystemExit):
         script.parse_args([*task, "--vocab-file", str(TINY_CONFIG), "--output-dir", "x", *argv])
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", [run_squad, run_glue])
+def test_int8_quantization_defaults_to_the_tasks_choice_and_needs_int8(capsys, script):
+    task = ["--task-name", "sst-2"] if script is run_glue else []
+    base = [*task, "--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--do-predict", "--predict-file",
+            str(TINY_CONFIG), "--inference-model-dir", "m", "--inference-backend", "onnxruntime"]
+    assert script.parse_args([*base, "--inference-precision", "int8"]).int8_quantization == script.INT8_QUANTIZATION
+    other = next(choice for choice in ("dynamic", "static") if choice != script.INT8_QUANTIZATION)
+    assert script.parse_args([*base, "--inference-precision", "int8", "--int8-quantization",
+                              other]).int8_quantization == other
+    with pytest.raises(SystemExit):
+        script.parse_args([*base, "--int8-quantization", other])
+    assert "--int8-quantization is only used with --inference-precision int8" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------
