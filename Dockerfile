@@ -28,14 +28,20 @@ ENV PATH=/opt/paddlebert/bin:$PATH \
     BERT_PREP_WORKING_DIR=/workspace/bert/data
 WORKDIR /workspace/bert
 
-# requirements.txt pins the CPU wheel of Paddle: its version is installed as the GPU wheel, everything else as
-# pinned there. The check at the end stops the build unless the CUDA build of that version is what imports.
+# requirements.txt pins the CPU wheels of Paddle and ONNX Runtime: their versions are installed as the GPU wheels
+# (onnxruntime-gpu, for ONNX Runtime's CUDA execution provider; it finds the cuDNN and cuBLAS that Paddle's wheel
+# brings), everything else as pinned there. The check at the end stops the build unless the CUDA build of
+# Paddle's version is what imports. Neither this image nor requirements.txt has TensorRT: PaddleBERT offers no
+# TensorRT route (inference.py says why); to try one, add NVIDIA's TensorRT for CUDA 12.6 (its libraries and its
+# Python package) and convert the exported .json program with paddle.tensorrt.convert, or the exported .onnx
+# model with TensorRT's own tools. Nobody has run either with PaddleBERT.
 COPY requirements.txt ./
 RUN paddle_version="$(sed -n 's/^paddlepaddle==\([0-9.]*\)$/\1/p' requirements.txt)" \
+    && onnxruntime_version="$(sed -n 's/^onnxruntime==\([0-9.]*\)$/\1/p' requirements.txt)" \
     && pip install --no-cache-dir "paddlepaddle-gpu==${paddle_version}" \
         --index-url "${PADDLE_INDEX_URL}" --extra-index-url https://pypi.org/simple \
-    && grep -v -E '^paddlepaddle([=<>~! ]|$)' requirements.txt > /tmp/requirements-image.txt \
-    && pip install --no-cache-dir -r /tmp/requirements-image.txt \
+    && grep -v -E '^(paddlepaddle|onnxruntime)([=<>~! ]|$)' requirements.txt > /tmp/requirements-image.txt \
+    && pip install --no-cache-dir -r /tmp/requirements-image.txt "onnxruntime-gpu==${onnxruntime_version}" \
     && rm /tmp/requirements-image.txt \
     && python -c "import sys, paddle; ok = paddle.__version__ == sys.argv[1] and paddle.is_compiled_with_cuda(); \
 sys.exit(0 if ok else 'Paddle %s (CUDA build: %s); PaddleBERT needs the CUDA build of Paddle %s' % (\

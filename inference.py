@@ -1,17 +1,29 @@
-"""Exported models and Paddle Inference predictors for the fine-tuned heads (run_squad.py, run_glue.py).
+"""Exported models and their predictors for the fine-tuned heads (run_squad.py, run_glue.py): Paddle Inference
+and ONNX Runtime.
 
 A task script adds the option group (add_inference_arguments), checks it (check_inference_arguments), exports
-its fine-tuned model with --export-dir (export_inference_model) and predicts through the exported model with
---inference-model-dir (predictor_for). A predictor, exported or dygraph, is called like the model on the
-[B, S] int64 arrays of INPUT_NAMES and returns the model's outputs as NumPy arrays: SQuAD's start and end
-logits [B, S], GLUE's logits [B, num_labels]; each task keeps only its own handling of them.
+its fine-tuned model with --export-dir (export_inference_model; with --export-onnx also to ONNX, onnx_backend.py)
+and predicts through the exported model with --inference-model-dir (predictor_for) on --inference-backend. A
+predictor, exported or dygraph, is called like the model on the [B, S] int64 arrays of INPUT_NAMES and returns
+the model's outputs as NumPy arrays: SQuAD's start and end logits [B, S], GLUE's logits [B, num_labels]; each
+task keeps only its own handling of them.
 
-Precisions (--inference-precision), decided once in resolve_precision:
-- a CPU runs fp32 with oneDNN kernels, or bf16 through oneDNN where the CPU has native bf16 instructions
+Precisions (--inference-precision) per backend and device, decided once in resolve_precision:
+- paddle on a CPU: fp32 with oneDNN kernels, or bf16 through oneDNN where the CPU has native bf16 instructions
   (Paddle's supports_bfloat16_fast_performance: AVX512-BF16 or AMX); on a CPU without them bf16 runs fp32;
-- a GPU runs fp32 or fp16, optionally through TensorRT (--use-tensorrt); bf16 there runs fp16.
-Whatever runs instead of the choice is said in one line. int8 is not offered: README, "Exported models and
-reduced precision", says what fails on Paddle 3.3.1's CPU build.
+- paddle on a GPU: fp32 or fp16 (enable_use_gpu's precision_mode; PIR's mixed-precision pass converts the
+  program); bf16 there runs fp16;
+- onnxruntime on a CPU: fp32 with ORT's transformer fusions, or int8 (dynamic or static quantization,
+  --int8-quantization); ORT's CPU execution provider has no bf16 kernels for BERT's ops, so bf16 runs fp32;
+- onnxruntime on a GPU (onnxruntime-gpu's CUDA execution provider): fp32 or fp16; bf16 and int8 run fp16.
+Whatever runs instead of the choice is said in one line; so is a GPU that ONNX Runtime cannot use. int8 on
+Paddle Inference is refused: README, "Exported models and reduced precision", says what fails in Paddle 3.3.1.
+TensorRT is not offered: Config.enable_tensorrt_engine ignores the PIR (.json) programs that paddle.jit.save
+writes, and Paddle's PIR route (paddle.tensorrt.convert) needs TensorRT's libraries and Python package, which
+neither requirements.txt nor the Docker image has, and which no machine of this project can run.
+
+The settings of the thread pools, the execution mode and the graph optimizations of each backend are made here
+(CPU_SETTINGS, onnxruntime_session_settings).
 """
 
 from __future__ import annotations
@@ -22,13 +34,21 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 import numpy as np
+import onnxruntime
 import paddle
 
+import onnx_backend
 from amp import AmpPolicy, amp_autocast
 from finetune import INPUT_NAMES
 from modeling import standard_copy
 
-INFERENCE_PRECISIONS = ("fp32", "bf16", "fp16")
+INFERENCE_BACKENDS = ("paddle", "onnxruntime")
+INFERENCE_PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+# Training features that --export-onnx saves as static int8's calibration inputs: a few hundred, as ORT's
+# quantization examples use, cover BERT's activation ranges.
+CALIBRATION_FEATURES = 256
+# The input whose zeros mark padding, which the ONNX attention fusion reads.
+MASK_INPUT = "attention_mask"
 # Initial size of Paddle Inference's GPU memory pool; it grows on demand.
 GPU_MEMORY_POOL_MB = 1024
 # Runs the model on a collated batch: (input_ids, token_type_ids, attention_mask) [B, S] -> the model's outputs
@@ -44,17 +64,27 @@ CPU_SETTINGS: Mapping[str, Mapping] = MappingProxyType({"disable_gpu": {}, "enab
 # ---------------------------------------------------------------------------------------------
 
 
-def add_inference_arguments(group: argparse._ArgumentGroup) -> None:
-    """--export-dir, --inference-model-dir, --inference-precision and --use-tensorrt."""
+def add_inference_arguments(group: argparse._ArgumentGroup, int8_quantization: str) -> None:
+    """--export-dir, --export-onnx, --inference-model-dir, --inference-backend, --inference-precision and
+    --int8-quantization, whose default (the task's choice, from benchmarks/inference_accuracy.py) the task gives."""
     group.add_argument("--export-dir",
                        help="save the model with paddle.jit.save to <export-dir>/<model-prefix> for Paddle Inference")
+    group.add_argument("--export-onnx", action="store_true",
+                       help=f"--export-dir: also convert the program to <model-prefix>.onnx (paddle2onnx, opset "
+                            f"{onnx_backend.ONNX_OPSET}, dynamic batch and sequence axes) for ONNX Runtime; with "
+                            "--do-train also save the first training features as static int8's calibration inputs")
     group.add_argument("--inference-model-dir",
-                       help="predict with the Paddle Inference predictor of a model exported by --export-dir")
+                       help="predict with the predictor of a model exported by --export-dir")
+    group.add_argument("--inference-backend", choices=INFERENCE_BACKENDS, default="paddle",
+                       help="--inference-model-dir: Paddle Inference (<model-prefix>.json) or ONNX Runtime "
+                            "(<model-prefix>.onnx, from --export-onnx)")
     group.add_argument("--inference-precision", choices=INFERENCE_PRECISIONS, default="fp32",
-                       help="--inference-model-dir: the precision of the predictor's kernels; bf16 on a CPU with "
-                            "bf16 instructions (else fp32), fp16 on a GPU (bf16 there runs fp16)")
-    group.add_argument("--use-tensorrt", action="store_true",
-                       help="--inference-model-dir on a GPU: run the model through TensorRT engines")
+                       help="--inference-model-dir: the precision of the predictor's kernels; bf16 with paddle on a "
+                            "CPU with bf16 instructions (else fp32), fp16 on a GPU (bf16 there runs fp16), int8 with "
+                            "onnxruntime")
+    group.add_argument("--int8-quantization", choices=onnx_backend.QUANTIZATIONS, default=int8_quantization,
+                       help="--inference-precision int8: dynamic (activation scales per batch) or static "
+                            "(calibrated on the inputs that --export-onnx saved)")
 
 
 def check_inference_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -64,8 +94,15 @@ def check_inference_arguments(parser: argparse.ArgumentParser, args: argparse.Na
                                      or args.from_checkpoint):
         parser.error("--inference-model-dir predicts with an exported model; it cannot train, export or load "
                      "--from-pretrained-params or --from-checkpoint")
-    if not args.inference_model_dir and (args.use_tensorrt or args.inference_precision != "fp32"):
-        parser.error("--inference-precision and --use-tensorrt are only used with --inference-model-dir")
+    if args.export_onnx and not args.export_dir:
+        parser.error("--export-onnx converts the model that --export-dir exports; give --export-dir")
+    if not args.inference_model_dir and (args.inference_backend != "paddle" or args.inference_precision != "fp32"):
+        parser.error("--inference-backend and --inference-precision are only used with --inference-model-dir")
+    if args.inference_precision == "int8" and args.inference_backend != "onnxruntime":
+        parser.error("--inference-precision int8 needs --inference-backend onnxruntime (Paddle 3.3.1 has no int8 "
+                     "kernels for PIR programs)")
+    if args.int8_quantization != parser.get_default("int8_quantization") and args.inference_precision != "int8":
+        parser.error("--int8-quantization is only used with --inference-precision int8")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,6 +124,15 @@ def export_inference_model(model: paddle.nn.Layer, export_dir: str, model_prefix
     return prefix
 
 
+def export_onnx_model(model: paddle.nn.Layer, prefix: str) -> str:
+    """Convert the program that export_inference_model wrote at prefix to <prefix>.onnx; returns its path."""
+    path = onnx_backend.onnx_file(prefix)
+    onnx_backend.export_onnx(exported_program_file(prefix), prefix + ".pdiparams", path, INPUT_NAMES,
+                             {"num_attention_heads": model.config.num_attention_heads,
+                              "hidden_size": model.config.hidden_size})
+    return path
+
+
 def exported_program_file(prefix: str) -> str:
     # Paddle 3 with PIR writes the program as <prefix>.json; older formats used <prefix>.pdmodel.
     for suffix in (".json", ".pdmodel"):
@@ -106,34 +152,29 @@ def cpu_has_bf16() -> bool:
     return paddle.base.core.supports_bfloat16_fast_performance()
 
 
-def resolve_precision(device: str, precision: str, use_tensorrt: bool) -> tuple[str, bool, str | None]:
-    """(precision, use_tensorrt) that run on `device` ("cpu", "gpu:N") for the asked ones, and the one-line
+def resolve_precision(backend: str, device: str, precision: str) -> tuple[str, str | None]:
+    """The precision that runs on `backend` and `device` ("cpu", "gpu:N") for the asked one, and the one-line
     notice of what runs instead (None when the choice runs as asked)."""
-    if device.startswith("gpu"):
-        if precision == "bf16":
-            return "fp16", use_tensorrt, "--inference-precision bf16 is the CPU's; on a GPU the predictor runs fp16."
-        return precision, use_tensorrt, None
-    notices = []
-    if use_tensorrt:
-        notices.append(f"--use-tensorrt needs a GPU; the device is {device}, so the predictor runs oneDNN.")
+    on_gpu = device.startswith("gpu")
+    if on_gpu and precision in ("bf16", "int8"):
+        return "fp16", f"--inference-precision {precision} is the CPU's; on a GPU the predictor runs fp16."
+    if on_gpu:
+        return precision, None
     if precision == "fp16":
-        notices.append(f"--inference-precision fp16 needs a GPU; the device is {device}, so the predictor runs "
-                       "fp32 (bf16 is the CPU's reduced precision).")
-        precision = "fp32"
+        return "fp32", (f"--inference-precision fp16 needs a GPU; the device is {device}, so the predictor runs "
+                        "fp32 (bf16 and int8 are the CPU's reduced precisions).")
+    if precision == "bf16" and backend == "onnxruntime":
+        return "fp32", ("--inference-precision bf16: ONNX Runtime's CPU execution provider has no bf16 kernels for "
+                        "BERT's MatMul and Attention, so the predictor runs fp32 (Paddle's runs bf16).")
     if precision == "bf16" and not cpu_has_bf16():
-        notices.append("--inference-precision bf16: this CPU has no bf16 instructions (avx512_bf16 or amx_bf16), "
-                       "so the predictor runs fp32.")
-        precision = "fp32"
-    return precision, False, " ".join(notices) or None
+        return "fp32", ("--inference-precision bf16: this CPU has no bf16 instructions (avx512_bf16 or amx_bf16), "
+                        "so the predictor runs fp32.")
+    return precision, None
 
 
-def predictor_settings(device: str, precision: str, use_tensorrt: bool, *, max_batch_size: int,
-                       max_seq_length: int) -> dict[str, dict]:
+def predictor_settings(device: str, precision: str) -> dict[str, dict]:
     """The paddle.inference.Config calls (method name -> keyword arguments, in order) for a device and a
-    precision and TensorRT choice that run there (resolve_precision).
-
-    TensorRT gets the dynamic shape range of the inputs: [1, 1] up to [max_batch_size, max_seq_length].
-    """
+    precision that runs there (resolve_precision)."""
     if not device.startswith("gpu"):
         settings = dict(CPU_SETTINGS)
         if precision == "bf16":
@@ -141,30 +182,42 @@ def predictor_settings(device: str, precision: str, use_tensorrt: bool, *, max_b
         return settings
     precision_mode = {"fp32": paddle.inference.PrecisionType.Float32,
                       "fp16": paddle.inference.PrecisionType.Half}[precision]
-    device_id = int(device.partition(":")[2] or 0)
-    if not use_tensorrt:
-        return {"enable_use_gpu": {"memory_pool_init_size_mb": GPU_MEMORY_POOL_MB, "device_id": device_id,
-                                   "precision_mode": precision_mode}}
-    largest = [max_batch_size, max_seq_length]
-    return {
-        # TensorRT sets the precision of its engines; the ops it cannot take run in fp32 on the GPU
-        "enable_use_gpu": {"memory_pool_init_size_mb": GPU_MEMORY_POOL_MB, "device_id": device_id},
-        "enable_tensorrt_engine": {"workspace_size": 1 << 30, "max_batch_size": max_batch_size,
-                                   "min_subgraph_size": 3, "precision_mode": precision_mode, "use_static": False,
-                                   "use_calib_mode": False},
-        "set_trt_dynamic_shape_info": {"min_input_shape": dict.fromkeys(INPUT_NAMES, [1, 1]),
-                                       "max_input_shape": dict.fromkeys(INPUT_NAMES, largest),
-                                       "optim_input_shape": dict.fromkeys(INPUT_NAMES, largest)},
-    }
+    return {"enable_use_gpu": {"memory_pool_init_size_mb": GPU_MEMORY_POOL_MB,
+                               "device_id": int(device.partition(":")[2] or 0), "precision_mode": precision_mode}}
+
+
+def onnxruntime_device(device: str) -> tuple[str, str | None]:
+    """The device ONNX Runtime runs on for Paddle's device, and a notice when a GPU has no CUDA execution
+    provider (the CPU package onnxruntime is installed instead of onnxruntime-gpu)."""
+    if device.startswith("gpu") and "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        return "cpu", (f"--inference-backend onnxruntime: this onnxruntime has no CUDAExecutionProvider (install "
+                       f"onnxruntime-gpu=={onnxruntime.__version__} for {device}), so it runs on the CPU.")
+    return device, None
+
+
+def onnxruntime_session_settings(device: str, num_threads: int) -> dict:
+    """The onnxruntime.SessionOptions attributes and the execution providers of a session on `device`:
+    num_threads for the operators, no parallel branches (BERT's graph is one chain), every graph optimization."""
+    providers = ["CPUExecutionProvider"]
+    if device.startswith("gpu"):
+        providers.insert(0, ("CUDAExecutionProvider", {"device_id": int(device.partition(":")[2] or 0)}))
+    return {"options": {"intra_op_num_threads": num_threads, "inter_op_num_threads": 1,
+                        "execution_mode": onnxruntime.ExecutionMode.ORT_SEQUENTIAL,
+                        "graph_optimization_level": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL},
+            "providers": providers}
+
+
+def notice_of(notices: list[str | None]) -> None:
+    for notice in notices:
+        if notice:
+            print(notice, flush=True)
 
 
 def settings_for(args: argparse.Namespace, device: str) -> dict[str, dict]:
     """predictor_settings of the command line on `device`; what runs instead of a choice is printed in one line."""
-    precision, use_tensorrt, notice = resolve_precision(device, args.inference_precision, args.use_tensorrt)
-    if notice:
-        print(notice, flush=True)
-    return predictor_settings(device, precision, use_tensorrt, max_batch_size=args.predict_batch_size,
-                              max_seq_length=args.max_seq_length)
+    precision, notice = resolve_precision("paddle", device, args.inference_precision)
+    notice_of([notice])
+    return predictor_settings(device, precision)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,10 +255,41 @@ def inference_predictor(model_dir: str, model_prefix: str, num_threads: int,
     return run
 
 
+def onnxruntime_predictor(model_dir: str, model_prefix: str, precision: str, quantization: str, device: str,
+                          num_threads: int) -> BatchPredictor:
+    """An ONNX Runtime session of <model_dir>/<model_prefix>.onnx prepared for a precision that runs on `device`
+    (resolve_precision, onnx_backend.prepared_model), called like the dygraph model."""
+    settings = onnxruntime_session_settings(device, num_threads)
+    options = onnxruntime.SessionOptions()
+    for name, value in settings["options"].items():
+        setattr(options, name, value)
+    options.log_severity_level = 3  # paddle2onnx's unused initializers: one warning each otherwise
+    onnx_path = onnx_backend.onnx_file(os.path.join(model_dir, model_prefix))
+    with onnx_backend.temporary_work_dir() as work_dir:
+        path = onnx_backend.prepared_model(onnx_path, work_dir, precision, quantization, INPUT_NAMES, MASK_INPUT)
+        session = onnxruntime.InferenceSession(path, options, providers=settings["providers"])
+    # the fusions may have narrowed an input to int32
+    dtypes = {graph_input.name: np.int32 if graph_input.type == "tensor(int32)" else np.int64
+              for graph_input in session.get_inputs()}
+
+    def run(input_ids: np.ndarray, token_type_ids: np.ndarray, attention_mask: np.ndarray) -> tuple[np.ndarray, ...]:
+        feeds = {name: array.astype(dtypes[name], copy=False)
+                 for name, array in zip(INPUT_NAMES, (input_ids, token_type_ids, attention_mask), strict=True)}
+        return tuple(np.asarray(output, dtype=np.float32) for output in session.run(None, feeds))
+
+    return run
+
+
 def predictor_for(args: argparse.Namespace, num_threads: int) -> BatchPredictor:
-    """The predictor of --inference-model-dir in --inference-precision on Paddle's device."""
-    return inference_predictor(args.inference_model_dir, args.model_prefix, num_threads,
-                               settings_for(args, paddle.get_device()))
+    """The predictor of --inference-model-dir on --inference-backend in --inference-precision on Paddle's device."""
+    if args.inference_backend == "paddle":
+        return inference_predictor(args.inference_model_dir, args.model_prefix, num_threads,
+                                   settings_for(args, paddle.get_device()))
+    device, device_notice = onnxruntime_device(paddle.get_device())
+    precision, notice = resolve_precision("onnxruntime", device, args.inference_precision)
+    notice_of([device_notice, notice])
+    return onnxruntime_predictor(args.inference_model_dir, args.model_prefix, precision, args.int8_quantization,
+                                 device, num_threads)
 
 
 def dygraph_predictor(model: paddle.nn.Layer, policy: AmpPolicy) -> BatchPredictor:
@@ -223,12 +307,18 @@ def dygraph_predictor(model: paddle.nn.Layer, policy: AmpPolicy) -> BatchPredict
 
 
 def export_and_predict(model: paddle.nn.Layer | None, args: argparse.Namespace, session, predicting: bool,
-                       predict: Callable[[BatchPredictor], None]) -> None:
-    """Rank 0's part of a fine-tuning run after training: --export-dir, then, when `predicting`, `predict` with
-    the exported predictor of --inference-model-dir or else with the model itself (a finetune.Session)."""
+                       predict: Callable[[BatchPredictor], None],
+                       calibration_inputs: Callable[[], dict[str, np.ndarray]] | None = None) -> None:
+    """Rank 0's part of a fine-tuning run after training: --export-dir (and --export-onnx, with the
+    calibration_inputs of the training file when training), then, when `predicting`, `predict` with the
+    exported predictor of --inference-model-dir or else with the model itself (a finetune.Session)."""
     if args.export_dir:
-        session.logger.log("PARAMETER", {"exported_model": export_inference_model(
-            model, args.export_dir, args.model_prefix)})
+        prefix = export_inference_model(model, args.export_dir, args.model_prefix)
+        session.logger.log("PARAMETER", {"exported_model": prefix})
+        if args.export_onnx:
+            session.logger.log("PARAMETER", {"exported_onnx_model": export_onnx_model(model, prefix)})
+            if args.do_train and calibration_inputs is not None:
+                onnx_backend.save_calibration(onnx_backend.calibration_file(prefix), calibration_inputs())
     if predicting:
         if args.inference_model_dir:
             run = predictor_for(args, session.num_threads)

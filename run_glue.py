@@ -13,8 +13,9 @@ Each process trains on its share of every global batch (train_batch_size per pro
 
 Outputs in --output-dir: <model-prefix>.pdparams and <model-prefix>_config.json (the fine-tuned model, which
 --from-pretrained-params loads again), predictions.tsv (id, predicted label, its probability) with
---do-predict, with --export-dir the model exported for Paddle Inference (which --inference-model-dir predicts
-with, in --inference-precision: inference.py), and the DLLogger report with the loss, learning rate and, with
+--do-predict, with --export-dir the model exported for Paddle Inference (and with --export-onnx for ONNX
+Runtime), which --inference-model-dir predicts with on --inference-backend in --inference-precision:
+inference.py), and the DLLogger report with the loss, learning rate and, with
 --do-eval, the metrics: accuracy, F1 of label 1 (MRPC, QQP), Matthews correlation (CoLA) and ROC AUC (binary
 tasks).
 
@@ -64,6 +65,9 @@ from tokenizer import BertTokenizer
 CUSTOM_TASK = "custom"
 TASK_NAMES = (*GLUE_TASKS, CUSTOM_TASK)
 PREDICTIONS_FILE = "predictions.tsv"
+# --int8-quantization's default for GLUE (benchmarks/inference_accuracy.py; README, "Exported models and reduced
+# precision").
+INT8_QUANTIZATION = "dynamic"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help=f"write <output-dir>/{PREDICTIONS_FILE} for --predict-file")
     prediction.add_argument("--do-eval", action="store_true", help="score the predictions of --predict-file")
     prediction.add_argument("--predict-batch-size", type=int, default=8, help="examples per prediction batch")
-    inference.add_inference_arguments(prediction)
+    inference.add_inference_arguments(prediction, int8_quantization=INT8_QUANTIZATION)
     finetune.add_advanced_arguments(parser)
     return parser
 
@@ -216,6 +220,15 @@ def predict(run: inference.BatchPredictor, examples: list[ClassificationExample]
         logger.log((), metrics)
 
 
+def calibration_inputs(args: argparse.Namespace, tokenizer: BertTokenizer) -> dict[str, np.ndarray]:
+    """The first inference.CALIBRATION_FEATURES examples of --train-file ([N, S] per input name): what
+    --export-onnx saves for static int8's calibration."""
+    examples = read_examples(args, args.train_file, require_labels=True)[:inference.CALIBRATION_FEATURES]
+    batch = collate(convert_examples_to_features(examples, tokenizer, args.max_seq_length, task_labels(args)),
+                    tokenizer.pad_token_id, args.max_seq_length)
+    return {name: batch[name] for name in INPUT_NAMES}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     session = finetune.start_session(args)
@@ -229,7 +242,8 @@ def main(argv: list[str] | None = None) -> None:
     if session.rank != 0:
         return
     inference.export_and_predict(model, args, session, args.do_predict or args.do_eval,
-                                 lambda run: predict(run, prediction_examples, session.tokenizer, args, session.logger))
+                                 lambda run: predict(run, prediction_examples, session.tokenizer, args, session.logger),
+                                 lambda: calibration_inputs(args, session.tokenizer))
     session.logger.close()
 
 

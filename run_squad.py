@@ -13,8 +13,8 @@ difference) is written beside predictions.json, and --do-eval reports the offici
 
 The options keep the names and defaults of NVIDIA's PaddlePaddle BERT run_squad.py where they exist; where they
 deliberately differ, DIFFERENCES_FROM_NVIDIA (below, and in --help) says how. The training core is finetune.py's.
-With --inference-model-dir the exported model predicts through Paddle Inference in --inference-precision
-(inference.py: a CPU runs fp32 or bf16 with oneDNN, a GPU fp32 or fp16, through TensorRT with --use-tensorrt).
+With --inference-model-dir the exported model predicts through Paddle Inference or, exported with --export-onnx,
+ONNX Runtime (--inference-backend) in --inference-precision (inference.py: fp32, bf16, fp16 on a GPU, int8).
 """
 
 from __future__ import annotations
@@ -67,6 +67,9 @@ is always AdamW); --from-checkpoint takes only the weights, and a folder without
 NUM_STEPS_PER_CHECKPOINT_NOTE = ("NVIDIA's run_squad.py does not read it either: the fine-tuned model is saved once, "
                                  "after training")
 LogitsByFeature = dict[int, tuple[np.ndarray, np.ndarray]]
+# --int8-quantization's default for SQuAD (benchmarks/inference_accuracy.py; README, "Exported models and reduced
+# precision").
+INT8_QUANTIZATION = "dynamic"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     prediction.add_argument("--eval-script",
                             help="--do-eval: also run this official evaluation script as `python SCRIPT "
                                  "PREDICT_FILE predictions.json` and report its exact match and F1")
-    inference.add_inference_arguments(prediction)
+    inference.add_inference_arguments(prediction, int8_quantization=INT8_QUANTIZATION)
 
     benchmark = parser.add_argument_group("Benchmark")
     benchmark.add_argument("--benchmark", action="store_true",
@@ -303,6 +306,20 @@ def run_eval_script(script: str, dataset_path: str, predictions_path: str) -> di
     return {"eval_script_exact_match": exact_match, "eval_script_F1": f1}
 
 
+def calibration_inputs(args: argparse.Namespace, tokenizer: BertTokenizer) -> dict[str, np.ndarray]:
+    """The first inference.CALIBRATION_FEATURES prediction features of --train-file's questions ([N, S] per input
+    name): what --export-onnx saves for static int8's calibration."""
+    examples = read_squad_examples(args.train_file, is_training=False,
+                                   version_2_with_negative=args.version_2_with_negative)
+    # every question gives at least one feature
+    features = convert_examples_to_features(examples[:inference.CALIBRATION_FEATURES], tokenizer,
+                                            args.max_seq_length, args.doc_stride, args.max_query_length,
+                                            is_training=False)[:inference.CALIBRATION_FEATURES]
+    batch = collate_features(features, tokenizer.pad_token_id, is_training=False, multiple=SEQUENCE_MULTIPLE,
+                             max_length=args.max_seq_length)
+    return {name: batch[name] for name in INPUT_NAMES}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     session = finetune.start_session(args)
@@ -314,7 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     if session.rank != 0:
         return
     inference.export_and_predict(model, args, session, args.do_predict,
-                                 lambda run: predict(run, prediction_examples, session.tokenizer, args, session.logger))
+                                 lambda run: predict(run, prediction_examples, session.tokenizer, args, session.logger),
+                                 lambda: calibration_inputs(args, session.tokenizer))
     session.logger.close()
 
 

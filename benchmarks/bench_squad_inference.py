@@ -2,10 +2,12 @@
 
 Contenders (CONTENDERS), each group in its own worker process with the same thread count:
 
-- ours:         our BertForQuestionAnswering in dygraph, with paddle.jit.to_static, and through the exported
+- ours:         our BertForQuestionAnswering in dygraph, with paddle.jit.to_static, through the exported
                 Paddle Inference predictor that `run_squad.py --inference-model-dir` uses (inference.py), in
-                each precision of OUR_PREDICTOR_PRECISIONS (fp32 and oneDNN bf16; int8 is not offered, README
-                says why); the process gets the CPU settings run_squad.py applies;
+                each precision of OUR_PREDICTOR_PRECISIONS (fp32 and oneDNN bf16), and through the ONNX
+                Runtime session of `--inference-backend onnxruntime` in each of OUR_ONNXRUNTIME_PRECISIONS
+                (fp32 with ORT's transformer fusions, int8 with run_squad.py's --int8-quantization default);
+                the process gets the CPU settings run_squad.py applies;
 - paddlenlp:    paddlenlp 2.8.1's BertForQuestionAnswering in the same three forms (--paddlenlp-python);
 - transformers: HF BertForQuestionAnswering on torch, eager, torch.compile and eager under bf16 autocast
                 (--torch-python).
@@ -41,9 +43,12 @@ SCRIPT = "bench_squad_inference.py"
 # Our exported predictor's CPU precisions (inference.INFERENCE_PRECISIONS; fp16 is the GPU's). On a CPU without
 # bf16 instructions the bf16 row runs fp32, which the worker prints.
 OUR_PREDICTOR_PRECISIONS = ("fp32", "bf16")
+# Our ONNX Runtime session's CPU precisions (bf16 runs fp32 there, inference.resolve_precision says why).
+OUR_ONNXRUNTIME_PRECISIONS = ("fp32", "int8")
 # (worker, mode): the rows of the report, in this order.
 CONTENDERS = (
     ("ours", "dygraph"), ("ours", "to_static"), *(("ours", f"predictor {p}") for p in OUR_PREDICTOR_PRECISIONS),
+    *(("ours", f"onnxruntime {p}") for p in OUR_ONNXRUNTIME_PRECISIONS),
     ("paddlenlp", "dygraph"), ("paddlenlp", "to_static"), ("paddlenlp", "predictor"),
     ("transformers", "eager"), ("transformers", "torch.compile"), ("transformers", "bf16 autocast"),
 )
@@ -84,6 +89,7 @@ def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
     import paddle
 
     import inference
+    import run_squad
     from amp import AmpPolicy
     from bert_config import BertConfig
     from modeling import BertForQuestionAnswering, standard_copy
@@ -96,16 +102,18 @@ def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
     model.eval()
     input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in inference.INPUT_NAMES]
     static_model = paddle.jit.to_static(standard_copy(model), input_spec=input_spec, full_graph=True)
-    inference.export_inference_model(model, export_dir, "qa")
+    inference.export_onnx_model(model, inference.export_inference_model(model, export_dir, "qa"))
     runners = {"dygraph": inference.dygraph_predictor(model, AmpPolicy()),
                "to_static": inference.dygraph_predictor(static_model, AmpPolicy())}
     for precision in OUR_PREDICTOR_PRECISIONS:
-        runs, _, notice = inference.resolve_precision("cpu", precision, False)
+        runs, notice = inference.resolve_precision("paddle", "cpu", precision)
         if notice:
             print(f"predictor {precision}: {notice}", file=sys.stderr, flush=True)
-        # The shape bounds are TensorRT's, which a CPU does not use.
-        settings = inference.predictor_settings("cpu", runs, False, max_batch_size=1, max_seq_length=1)
-        runners[f"predictor {precision}"] = inference.inference_predictor(export_dir, "qa", threads, settings)
+        runners[f"predictor {precision}"] = inference.inference_predictor(export_dir, "qa", threads,
+                                                                          inference.predictor_settings("cpu", runs))
+    for precision in OUR_ONNXRUNTIME_PRECISIONS:
+        runners[f"onnxruntime {precision}"] = inference.onnxruntime_predictor(
+            export_dir, "qa", precision, run_squad.INT8_QUANTIZATION, "cpu", threads)
     return {mode: start_logits_of(run) for mode, run in runners.items()}
 
 

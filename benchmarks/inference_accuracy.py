@@ -1,13 +1,14 @@
-"""Accuracy of the exported predictor in each precision: a real checkpoint fine-tuned on MRPC, SST-2 and SQuAD,
-exported, and scored through `--inference-model-dir --inference-precision P` for every P of --precisions.
+"""Accuracy of the exported predictors per backend and precision: a real checkpoint fine-tuned on MRPC, SST-2 and
+SQuAD, exported (--export-dir --export-onnx), and scored through `--inference-model-dir --inference-backend B
+--inference-precision P [--int8-quantization Q]` for every B:P[:Q] of --predictors.
 
     python benchmarks/inference_accuracy.py --work-dir /tmp/inference_accuracy
 
 - GLUE: all-MiniLM-L6-v2 (--model-dir) fine-tuned on MRPC's training set and on the first --sst2-train-examples
-  rows of SST-2's; dev accuracy per precision.
+  rows of SST-2's; dev accuracy per predictor.
 - SQuAD: only dev-v1.1.json is at hand, so the model fine-tunes on its first --squad-train-articles articles
-  and predicts the last --squad-predict-articles (no article in both); per precision EM and F1, and against
-  fp32 the fraction of questions whose predicted answer text is unchanged and the EM/F1 change.
+  and predicts the last --squad-predict-articles (no article in both); per predictor EM and F1, and against
+  the first predictor the fraction of questions whose predicted answer text is unchanged and the EM/F1 change.
 
 Each fine-tuning is a few minutes on 2 cores. Accuracy does not depend on machine load, so the figures hold on a
 busy machine; no time is measured here.
@@ -24,6 +25,9 @@ import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
+# The predictors scored by default: backend:precision[:int8 quantization] (inference.py's options).
+PREDICTORS = ("paddle:fp32", "paddle:bf16", "onnxruntime:fp32", "onnxruntime:int8:dynamic",
+              "onnxruntime:int8:static")
 
 
 def answers_unchanged(reference: dict[str, str], predictions: dict[str, str]) -> float:
@@ -41,6 +45,13 @@ def split_articles(dataset: dict, train_articles: int, predict_articles: int) ->
     version = dataset.get("version", "1.1")
     return ({"version": version, "data": articles[:train_articles]},
             {"version": version, "data": articles[len(articles) - predict_articles:]})
+
+
+def predictor_flags(predictor: str) -> list[str]:
+    """The inference flags of a "backend:precision[:quantization]" predictor, e.g. onnxruntime:int8:static."""
+    backend, precision, *quantization = predictor.split(":")
+    flags = ["--inference-backend", backend, "--inference-precision", precision]
+    return flags + (["--int8-quantization", quantization[0]] if quantization else [])
 
 
 def head_rows(source: Path, target: Path, rows: int) -> None:
@@ -63,15 +74,15 @@ def glue_accuracy(args: argparse.Namespace, task: str, train_file: Path, common:
     run_glue.main([*common, "--task-name", task, "--do-train", "--train-file", str(train_file),
                    "--from-pretrained-params", str(args.work_dir / "minilm.pdparams"), "--epochs", str(args.epochs),
                    "--learning-rate", "5e-5", "--output-dir", str(folder / "train"), "--export-dir",
-                   str(folder / "export")])
+                   str(folder / "export"), "--export-onnx"])
     dev = args.glue_dir / {"mrpc": "MRPC", "sst-2": "SST-2"}[task] / "dev.tsv"
     accuracy = {}
-    for precision in args.precisions:
-        output = folder / precision
+    for predictor in args.predictors:
+        output = folder / predictor.replace(":", "-")
         run_glue.main([*common, "--task-name", task, "--do-eval", "--predict-file", str(dev),
-                       "--inference-model-dir", str(folder / "export"), "--inference-precision", precision,
+                       "--inference-model-dir", str(folder / "export"), *predictor_flags(predictor),
                        "--output-dir", str(output)])
-        accuracy[precision] = 100 * last_logged(output / "report.json", "accuracy")
+        accuracy[predictor] = 100 * last_logged(output / "report.json", "accuracy")
     return accuracy
 
 
@@ -88,19 +99,31 @@ def squad_scores(args: argparse.Namespace, common: list[str]) -> dict[str, dict[
     run_squad.main([*common, *squad, "--do-train", "--train-file", str(folder / "train.json"),
                     "--from-pretrained-params", str(args.work_dir / "minilm.pdparams"), "--epochs", str(args.epochs),
                     "--learning-rate", "1e-4", "--warmup-proportion", "0.1", "--output-dir", str(folder / "train"),
-                    "--export-dir", str(folder / "export")])
+                    "--export-dir", str(folder / "export"), "--export-onnx"])
     scores, answers = {}, {}
-    for precision in args.precisions:
-        output = folder / precision
+    for predictor in args.predictors:
+        output = folder / predictor.replace(":", "-")
         run_squad.main([*common, *squad, "--do-eval", "--predict-file", str(folder / "predict.json"),
-                        "--inference-model-dir", str(folder / "export"), "--inference-precision", precision,
+                        "--inference-model-dir", str(folder / "export"), *predictor_flags(predictor),
                         "--output-dir", str(output)])
-        answers[precision] = json.loads((output / "predictions.json").read_text(encoding="utf-8"))
-        scores[precision] = {"EM": last_logged(output / "report.json", "exact_match"),
+        answers[predictor] = json.loads((output / "predictions.json").read_text(encoding="utf-8"))
+        scores[predictor] = {"EM": last_logged(output / "report.json", "exact_match"),
                              "F1": last_logged(output / "report.json", "F1"),
-                             "unchanged": 100 * answers_unchanged(answers[args.precisions[0]], answers[precision])}
-    scores["questions"] = len(answers[args.precisions[0]])
+                             "unchanged": 100 * answers_unchanged(answers[args.predictors[0]], answers[predictor])}
+    scores["questions"] = len(answers[args.predictors[0]])
     return scores
+
+
+def columns(predictor: str) -> list[str]:
+    """The backend, precision and int8 quantization columns of a predictor."""
+    backend, precision, *quantization = predictor.split(":")
+    return [backend, precision, quantization[0] if quantization else "-"]
+
+
+def glue_rows(task: str, accuracy: dict[str, float]) -> list[str]:
+    reference = next(iter(accuracy.values()))
+    return [f"| {task} | {' | '.join(columns(predictor))} | {value:.2f} | {value - reference:+.2f} |"
+            for predictor, value in accuracy.items()]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -110,8 +133,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="Hugging Face checkpoint to fine-tune (model.safetensors, config.json, vocab.txt)")
     parser.add_argument("--glue-dir", type=Path, default=SHARED / "data" / "glue")
     parser.add_argument("--squad-file", type=Path, default=SHARED / "data" / "squad" / "v1.1" / "dev-v1.1.json")
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"],
-                        help="the first is the reference of the SQuAD comparison")
+    parser.add_argument("--predictors", nargs="+", default=list(PREDICTORS),
+                        help="backend:precision[:int8 quantization]; the first is the reference of the differences")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--sst2-train-examples", type=int, default=6000)
     parser.add_argument("--squad-train-articles", type=int, default=8)
@@ -132,26 +155,26 @@ def main(argv: list[str] | None = None) -> None:
                              "--config-out", str(args.work_dir / "minilm.json")])
     common = ["--vocab-file", str(args.model_dir / "vocab.txt"), "--bert-model", "custom", "--config-file",
               str(args.work_dir / "minilm.json"), "--train-batch-size", "32", "--predict-batch-size", "32"]
-    lines = []
+    lines = ["| task | backend | precision | int8 quantization | score | minus " + args.predictors[0] + " |",
+             "|---|---|---|---|---|---|"]
     if "mrpc" in args.tasks:
-        accuracy = glue_accuracy(args, "mrpc", args.glue_dir / "MRPC" / "train.tsv", common)
-        lines.append("MRPC dev accuracy: " + ", ".join(f"{p} {a:.2f}" for p, a in accuracy.items()))
+        lines += glue_rows("MRPC dev accuracy", glue_accuracy(args, "mrpc", args.glue_dir / "MRPC" / "train.tsv",
+                                                              common))
     if "sst-2" in args.tasks:
         subset = args.work_dir / "sst2_train.tsv"
         head_rows(args.glue_dir / "SST-2" / "train.tsv", subset, args.sst2_train_examples)
-        accuracy = glue_accuracy(args, "sst-2", subset, common)
-        lines.append(f"SST-2 dev accuracy (trained on the first {args.sst2_train_examples} rows): "
-                     + ", ".join(f"{p} {a:.2f}" for p, a in accuracy.items()))
+        lines += glue_rows(f"SST-2 dev accuracy (trained on the first {args.sst2_train_examples} rows)",
+                           glue_accuracy(args, "sst-2", subset, common))
     if "squad" in args.tasks:
         scores = squad_scores(args, common)
-        reference = scores[args.precisions[0]]
-        lines.append(f"SQuAD (trained on articles 1-{args.squad_train_articles} of dev-v1.1.json, predicted the "
-                     f"last {args.squad_predict_articles}: {scores['questions']} questions):")
-        for precision in args.precisions:
-            score = scores[precision]
-            lines.append(f"  {precision}: EM {score['EM']:.2f} ({score['EM'] - reference['EM']:+.2f}), "
-                         f"F1 {score['F1']:.2f} ({score['F1'] - reference['F1']:+.2f}), answer text unchanged "
-                         f"from {args.precisions[0]} {score['unchanged']:.1f}%")
+        reference = scores[args.predictors[0]]
+        task = (f"SQuAD (trained on articles 1-{args.squad_train_articles} of dev-v1.1.json, predicted the last "
+                f"{args.squad_predict_articles}: {scores['questions']} questions)")
+        for predictor in args.predictors:
+            score = scores[predictor]
+            lines.append(f"| {task} | {' | '.join(columns(predictor))} | EM {score['EM']:.2f}, F1 {score['F1']:.2f} "
+                         f"| EM {score['EM'] - reference['EM']:+.2f}, F1 {score['F1'] - reference['F1']:+.2f}; answer "
+                         f"text unchanged {score['unchanged']:.1f}% |")
     print(f"\n{machine.header_line()}\n" + "\n".join(lines), flush=True)
 
 

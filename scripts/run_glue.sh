@@ -29,7 +29,15 @@
 #   15 seed (2)
 #   16 mode ("train eval")              any of train, eval (score dev.tsv) and prediction (write predictions.tsv),
 #                                       separated by spaces or commas
-# Environment: BERT_PREP_WORKING_DIR (default <code_dir>/data).
+# Environment: BERT_PREP_WORKING_DIR (default <code_dir>/data), and some that NVIDIA's script lacks (it predicts in
+# dygraph only), so that its 16 positions stay as they are:
+#   EXPORT_ONNX (false)                 true: a mode with train also exports the fine-tuned model to <out_dir>/export
+#                                       for Paddle Inference and ONNX Runtime (--export-dir, --export-onnx)
+#   INFERENCE_BACKEND (unset)           paddle | onnxruntime: a mode without train predicts with the model exported
+#                                       there, init_checkpoint naming its folder (--inference-model-dir,
+#                                       --inference-backend)
+#   INFERENCE_PRECISION (fp32)          with INFERENCE_BACKEND: fp32 | bf16 | fp16 | int8 (--inference-precision;
+#                                       README, "Exported models and reduced precision", says what runs where)
 # Presets print all 16 arguments (scripts/configs/glue_config.sh):
 #
 #   bash scripts/run_glue.sh $(source scripts/configs/glue_config.sh && mrpc_dgxa100-80g_8gpu_fp16)
@@ -74,13 +82,28 @@ done
 if [[ "$mode" != *train* && "$init_checkpoint" == None ]]; then
   die "mode '$mode' scores the weights of init_checkpoint, which is None (random weights); name the fine-tuned model"
 fi
+export_onnx=${EXPORT_ONNX:-false}
+require_choice EXPORT_ONNX "$export_onnx" true false
+[[ "$export_onnx" == false || "$mode" == *train* ]] ||
+  die "EXPORT_ONNX exports the model that a mode with train fine-tunes; mode is '$mode'"
+weights=()
+[[ "$init_checkpoint" != None ]] && weights=(--from-pretrained-params "$init_checkpoint")
+if [[ -n "${INFERENCE_BACKEND:-}" ]]; then
+  require_choice INFERENCE_BACKEND "$INFERENCE_BACKEND" paddle onnxruntime
+  require_choice INFERENCE_PRECISION "${INFERENCE_PRECISION:-fp32}" fp32 bf16 fp16 int8
+  [[ "$mode" != *train* ]] || die "INFERENCE_BACKEND predicts with an exported model: mode must not train, got '$mode'"
+  weights=(--inference-model-dir "$init_checkpoint" --inference-backend "$INFERENCE_BACKEND"
+    --inference-precision "${INFERENCE_PRECISION:-fp32}")
+elif [[ -n "${INFERENCE_PRECISION:-}" ]]; then
+  die "INFERENCE_PRECISION is only used with INFERENCE_BACKEND"
+fi
 data_dir=${data_dir%/}
 set_bert_model "$config_file"
 set_precision_flags "$precision" 128  # the initial loss scale of NVIDIA's Paddle run_squad.sh
 
 flags=(--task-name "$task_name" --vocab-file "$vocab_file" "${BERT_MODEL_FLAGS[@]}" --output-dir "$out_dir"
   --max-seq-length 128 --seed "$seed" "${PRECISION_FLAGS[@]}")
-[[ "$init_checkpoint" != None ]] && flags+=(--from-pretrained-params "$init_checkpoint")
+flags+=("${weights[@]}")
 if [[ "$mode" == *train* ]]; then
   flags+=(--do-train --train-file "$data_dir/train.tsv" --train-batch-size $((batch_size / gradient_accumulation_steps))
     --gradient-merge-steps "$gradient_accumulation_steps" --learning-rate "$learning_rate"
@@ -96,6 +119,7 @@ fi
 [[ "$mode" == *eval* ]] && flags+=(--do-eval)
 [[ "$mode" == *prediction* ]] && flags+=(--do-predict)
 [[ "$mode" =~ (eval|prediction) ]] && flags+=(--predict-file "$data_dir/dev.tsv" --predict-batch-size "$batch_size")
+[[ "$export_onnx" == true ]] && flags+=(--export-dir "$out_dir/export" --export-onnx)
 
 launcher=(python)
 if (( num_gpu > 1 )); then

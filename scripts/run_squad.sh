@@ -28,12 +28,21 @@
 #   16 benchmark_steps (100)
 #   17 benchmark_warmup_steps (100)
 #   18 fuse_mha (true)                        one fused QKV projection per attention layer
-# Environment: BERT_PREP_WORKING_DIR (default <repo>/data), RESULTS_DIR (default <repo>/results), and two that
-# NVIDIA's script lacks (it always runs v1.1), so that its 18 positions stay as they are:
+# Environment: BERT_PREP_WORKING_DIR (default <repo>/data), RESULTS_DIR (default <repo>/results), and some that
+# NVIDIA's script lacks (it always runs v1.1 in dygraph), so that its 18 positions stay as they are:
 #   SQUAD_VERSION (1.1)                       2.0: train-v2.0.json and dev-v2.0.json with unanswerable questions
 #                                             (--version-2-with-negative); the presets' squad_dir follows it too
 #   NULL_SCORE_DIFF_THRESHOLD (0.0)           SQuAD v2.0 only: answer "" when the null answer's score minus the
 #                                             best answer's exceeds this (--null-score-diff-threshold)
+#   EXPORT_ONNX (false)                       true: a mode with train also exports the fine-tuned model to
+#                                             <OUT_DIR>/<bert-model>/squad/export for Paddle Inference and ONNX
+#                                             Runtime (--export-dir, --export-onnx)
+#   INFERENCE_BACKEND (unset)                 paddle | onnxruntime: eval and prediction predict with the model
+#                                             exported there, init_checkpoint naming its folder
+#                                             (--inference-model-dir, --inference-backend)
+#   INFERENCE_PRECISION (fp32)                with INFERENCE_BACKEND: fp32 | bf16 | fp16 | int8
+#                                             (--inference-precision; README, "Exported models and reduced
+#                                             precision", says what runs where)
 # Paddle's launcher writes its worker logs to ./log (its default, where NVIDIA's script leaves them too; the
 # environment variable PADDLE_LOG_DIR moves them).
 # run_squad.py checks the files (checkpoint, vocab, SQuAD json) and names any that is missing.
@@ -82,13 +91,29 @@ if [[ -n "${NULL_SCORE_DIFF_THRESHOLD:-}" ]]; then
     die "NULL_SCORE_DIFF_THRESHOLD must be a number, got '$NULL_SCORE_DIFF_THRESHOLD'"
 fi
 
+export_onnx=${EXPORT_ONNX:-false}
+require_choice EXPORT_ONNX "$export_onnx" true false
+[[ "$export_onnx" == false || "$mode" == train || "$mode" == train_eval ]] ||
+  die "EXPORT_ONNX exports the model that a mode with train fine-tunes; mode is '$mode'"
+weights=(--from-pretrained-params "$init_checkpoint")
+if [[ -n "${INFERENCE_BACKEND:-}" ]]; then
+  require_choice INFERENCE_BACKEND "$INFERENCE_BACKEND" paddle onnxruntime
+  require_choice INFERENCE_PRECISION "${INFERENCE_PRECISION:-fp32}" fp32 bf16 fp16 int8
+  [[ "$mode" == eval || "$mode" == prediction ]] ||
+    die "INFERENCE_BACKEND predicts with an exported model: mode must be eval or prediction, got '$mode'"
+  weights=(--inference-model-dir "$init_checkpoint" --inference-backend "$INFERENCE_BACKEND"
+    --inference-precision "${INFERENCE_PRECISION:-fp32}")
+elif [[ -n "${INFERENCE_PRECISION:-}" ]]; then
+  die "INFERENCE_PRECISION is only used with INFERENCE_BACKEND"
+fi
+
 set_bert_model "$CONFIG_FILE"
 set_precision_flags "$precision" 128.0
 
 # NVIDIA's run_squad.py writes the model and predictions to <output-dir>/<bert-model>/squad/; ours writes to
 # --output-dir itself, so the folder is named here.
 squad_out_dir="$OUT_DIR/$BERT_MODEL/squad"
-flags=(--from-pretrained-params "$init_checkpoint" --vocab-file "$vocab_file" --output-dir "$squad_out_dir"
+flags=("${weights[@]}" --vocab-file "$vocab_file" --output-dir "$squad_out_dir"
   "${BERT_MODEL_FLAGS[@]}" --learning-rate "$learning_rate" --warmup-proportion "$warmup_proportion"
   --seed "$seed" --epochs "$epochs" --max-steps "$max_steps" --max-seq-length 384 --doc-stride 128
   --log-freq 100 --report-file "$OUT_DIR/dllogger_${num_gpus}_${precision}.json" "${PRECISION_FLAGS[@]}")
@@ -105,6 +130,7 @@ if [[ "$mode" == eval || "$mode" == train_eval ]]; then
   flags+=(--do-eval)
 fi
 [[ "$fuse_mha" == true ]] && flags+=(--fuse-mha)
+[[ "$export_onnx" == true ]] && flags+=(--export-dir "$squad_out_dir/export" --export-onnx)
 [[ "$enable_benchmark" == true ]] && flags+=(--benchmark --benchmark-steps "$benchmark_steps"
   --benchmark-warmup-steps "$benchmark_warmup_steps")
 

@@ -1,6 +1,7 @@
-"""inference.py: the predictor's settings per device and precision, the Config they build (a recording stand-in
-for paddle.inference.Config), the options of both task scripts, and real fp32/bf16 predictors of a tiny
-exported model against the dygraph model. (Moved from tests/test_squad_run.py with the code they test.)"""
+"""inference.py's Paddle Inference side: the predictor's settings per device and precision, the Config they build
+(a recording stand-in for paddle.inference.Config), the options of both task scripts, and real fp32/bf16
+predictors of a tiny exported model against the dygraph model. (Moved from tests/test_squad_run.py with the code
+they test.)"""
 
 from __future__ import annotations
 
@@ -19,45 +20,40 @@ from conftest import ROOT
 from helpers import TINY_CONFIG
 from modeling import BertForQuestionAnswering, BertForSequenceClassification
 
-SIZES = {"max_batch_size": 16, "max_seq_length": 128}
 
-
-def test_predictor_settings_follow_the_device_and_flags():
+def test_predictor_settings_follow_the_device_and_precision():
     half, full = paddle.inference.PrecisionType.Half, paddle.inference.PrecisionType.Float32
-    assert inference.predictor_settings("cpu", "fp32", False, **SIZES) == {"disable_gpu": {}, "enable_onednn": {}}
-    assert inference.predictor_settings("cpu", "bf16", False, **SIZES) == {
+    assert inference.predictor_settings("cpu", "fp32") == {"disable_gpu": {}, "enable_onednn": {}}
+    assert inference.predictor_settings("cpu", "bf16") == {
         "disable_gpu": {}, "enable_onednn": {}, "enable_onednn_bfloat16": {}}
-    assert inference.predictor_settings("gpu:1", "fp32", False, **SIZES) == {
+    assert inference.predictor_settings("gpu:1", "fp32") == {
         "enable_use_gpu": {"memory_pool_init_size_mb": 1024, "device_id": 1, "precision_mode": full}}
-    assert inference.predictor_settings("gpu:0", "fp16", False, **SIZES) == {
+    assert inference.predictor_settings("gpu:0", "fp16") == {
         "enable_use_gpu": {"memory_pool_init_size_mb": 1024, "device_id": 0, "precision_mode": half}}
-    tensorrt = inference.predictor_settings("gpu:0", "fp16", True, **SIZES)
-    assert list(tensorrt) == ["enable_use_gpu", "enable_tensorrt_engine", "set_trt_dynamic_shape_info"]
-    assert tensorrt["enable_use_gpu"] == {"memory_pool_init_size_mb": 1024, "device_id": 0}
-    assert tensorrt["enable_tensorrt_engine"]["precision_mode"] == half
-    assert tensorrt["enable_tensorrt_engine"]["max_batch_size"] == 16
-    assert tensorrt["set_trt_dynamic_shape_info"]["max_input_shape"] == dict.fromkeys(inference.INPUT_NAMES,
-                                                                                      [16, 128])
     # every call names a method, and every argument a parameter, of this build's Config
-    for settings in (tensorrt, inference.predictor_settings("cpu", "bf16", False, **SIZES)):
+    for settings in (inference.predictor_settings("gpu:0", "fp16"), inference.predictor_settings("cpu", "bf16")):
         for method, arguments in settings.items():
             signature = getattr(paddle.inference.Config, method).__doc__.split("\n")[0]
             assert all(f"{name}:" in signature for name in arguments), (method, signature)
 
 
-@pytest.mark.parametrize(("device", "asked", "has_bf16", "runs", "notice"), [
-    ("cpu", ("fp32", False), True, ("fp32", False), None),
-    ("cpu", ("bf16", False), True, ("bf16", False), None),
-    ("cpu", ("bf16", False), False, ("fp32", False), "no bf16 instructions"),
-    ("cpu", ("fp16", False), True, ("fp32", False), "fp16 needs a GPU"),
-    ("cpu", ("fp32", True), True, ("fp32", False), "--use-tensorrt needs a GPU"),
-    ("gpu:0", ("fp16", True), False, ("fp16", True), None),
-    ("gpu:0", ("bf16", False), True, ("fp16", False), "on a GPU the predictor runs fp16"),
+@pytest.mark.parametrize(("backend", "device", "asked", "has_bf16", "runs", "notice"), [
+    ("paddle", "cpu", "fp32", True, "fp32", None),
+    ("paddle", "cpu", "bf16", True, "bf16", None),
+    ("paddle", "cpu", "bf16", False, "fp32", "no bf16 instructions"),
+    ("paddle", "cpu", "fp16", True, "fp32", "fp16 needs a GPU"),
+    ("paddle", "gpu:0", "fp16", False, "fp16", None),
+    ("paddle", "gpu:0", "bf16", True, "fp16", "on a GPU the predictor runs fp16"),
+    ("onnxruntime", "cpu", "int8", False, "int8", None),
+    ("onnxruntime", "cpu", "bf16", True, "fp32", "no bf16 kernels"),
+    ("onnxruntime", "cpu", "fp16", True, "fp32", "fp16 needs a GPU"),
+    ("onnxruntime", "gpu:0", "fp16", True, "fp16", None),
+    ("onnxruntime", "gpu:0", "int8", True, "fp16", "on a GPU the predictor runs fp16"),
 ])
-def test_resolve_precision_says_what_runs_instead(monkeypatch, device, asked, has_bf16, runs, notice):
+def test_resolve_precision_says_what_runs_instead(monkeypatch, backend, device, asked, has_bf16, runs, notice):
     monkeypatch.setattr(inference, "cpu_has_bf16", lambda: has_bf16)
-    precision, use_tensorrt, message = inference.resolve_precision(device, *asked)
-    assert (precision, use_tensorrt) == runs
+    precision, message = inference.resolve_precision(backend, device, asked)
+    assert precision == runs
     assert (message is None) == (notice is None)
     if notice:
         assert notice in message and "\n" not in message
@@ -81,11 +77,11 @@ class RecordingConfig:
         return lambda *args, **kwargs: RecordingConfig.calls.append((method, args, kwargs))
 
 
-def _parse(script, model_dir, precision):
+def _parse(script, model_dir, precision, *extra):
     task = ["--task-name", "sst-2"] if script is run_glue else []
     return script.parse_args([*task, "--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--do-predict",
                               "--predict-file", str(TINY_CONFIG), "--inference-model-dir", str(model_dir),
-                              "--inference-precision", precision])
+                              "--inference-precision", precision, *extra])
 
 
 CPU = [("disable_gpu", (), {}), ("enable_onednn", (), {})]
@@ -114,9 +110,31 @@ def test_the_config_receives_the_settings_of_the_command_line(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("script", [run_squad, run_glue])
+def test_gpu_fp16_reaches_enable_use_gpu_and_there_is_no_tensorrt_flag(tmp_path, monkeypatch, capsys, script):
+    """Issue 25, item 2: --use-tensorrt sent fp16 only to enable_tensorrt_engine, which PIR programs ignore, and
+    enable_use_gpu ran fp32. Now fp16 is enable_use_gpu's own precision_mode and the flag is gone."""
+    for suffix in (".json", ".pdiparams"):
+        (tmp_path / f"qa{suffix}").write_text("")
+    monkeypatch.setattr(paddle.inference, "Config", RecordingConfig)
+    inference.inference_config(str(tmp_path), "qa", 1, inference.settings_for(_parse(script, tmp_path, "fp16"),
+                                                                               "gpu:0"))
+    methods = [call[0] for call in RecordingConfig.calls]
+    assert "enable_tensorrt_engine" not in methods
+    assert ("enable_use_gpu", (), {"memory_pool_init_size_mb": 1024, "device_id": 0,
+                                   "precision_mode": paddle.inference.PrecisionType.Half}) in RecordingConfig.calls
+    with pytest.raises(SystemExit):
+        _parse(script, tmp_path, "fp16", "--use-tensorrt")
+    assert "unrecognized arguments: --use-tensorrt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", [run_squad, run_glue])
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--export-dir", "y", "--use-tensorrt"], "only used with --inference-model-dir"),
+    (["--export-dir", "y", "--inference-backend", "onnxruntime"], "only used with --inference-model-dir"),
     (["--export-dir", "y", "--inference-precision", "bf16"], "only used with --inference-model-dir"),
+    (["--export-onnx", "--do-predict", "--predict-file", str(TINY_CONFIG), "--allow-random-weights"],
+     "--export-onnx converts the model that --export-dir exports"),
+    (["--inference-model-dir", "m", "--do-predict", "--predict-file", str(TINY_CONFIG), "--inference-precision",
+      "int8"], "int8 needs --inference-backend onnxruntime"),
     (["--inference-model-dir", "m", "--do-train", "--train-file", str(TINY_CONFIG)], "cannot train"),
     (["--inference-model-dir", "m", "--export-dir", "y"], "cannot train, export"),
     (["--inference-model-dir", "m"], "nothing to do"),
@@ -126,6 +144,20 @@ def test_inference_flags_are_checked(capsys, script, argv, message):
     with pytest.raises(SystemExit):
         script.parse_args([*task, "--vocab-file", str(TINY_CONFIG), "--output-dir", "x", *argv])
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", [run_squad, run_glue])
+def test_int8_quantization_defaults_to_the_tasks_choice_and_needs_int8(capsys, script):
+    task = ["--task-name", "sst-2"] if script is run_glue else []
+    base = [*task, "--vocab-file", str(TINY_CONFIG), "--output-dir", "x", "--do-predict", "--predict-file",
+            str(TINY_CONFIG), "--inference-model-dir", "m", "--inference-backend", "onnxruntime"]
+    assert script.parse_args([*base, "--inference-precision", "int8"]).int8_quantization == script.INT8_QUANTIZATION
+    other = next(choice for choice in ("dynamic", "static") if choice != script.INT8_QUANTIZATION)
+    assert script.parse_args([*base, "--inference-precision", "int8", "--int8-quantization",
+                              other]).int8_quantization == other
+    with pytest.raises(SystemExit):
+        script.parse_args([*base, "--int8-quantization", other])
+    assert "--int8-quantization is only used with --inference-precision int8" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,8 +190,8 @@ def exported(tmp_path_factory):
 
 def _predict(exported, precision):
     folder, batch, _ = exported
-    precision, _, _ = inference.resolve_precision("cpu", precision, False)
-    settings = inference.predictor_settings("cpu", precision, False, max_batch_size=1, max_seq_length=1)
+    precision, _ = inference.resolve_precision("paddle", "cpu", precision)
+    settings = inference.predictor_settings("cpu", precision)
     (logits,) = inference.inference_predictor(str(folder), "cls", 1, settings)(*batch)
     return logits
 

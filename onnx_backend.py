@@ -1,0 +1,340 @@
+"""The ONNX side of inference.py: export an exported Paddle program to ONNX, and prepare it for ONNX Runtime.
+
+- export_onnx: paddle2onnx converts the fp32 PIR program that inference.export_inference_model wrote
+  (<prefix>.json + <prefix>.pdiparams) at ONNX_OPSET; the inputs get the dynamic axes "batch" and "sequence",
+  the architecture goes into the model's metadata (the fusions need the head count), and onnx.checker checks
+  the result before it is written to <prefix>.onnx. Calibration inputs for static int8 go beside it.
+- prepared_model: the file an ONNX Runtime session loads for a precision:
+  - "fp32": ONNX Runtime's transformer fusions (onnxruntime.transformers.optimizer: Attention, SkipLayerNorm,
+    BiasGelu) on the converted graph;
+  - "fp16": the fused graph in float16 with float32 inputs and outputs, for the CUDA execution provider;
+  - "int8" with "dynamic" quantization: the fused graph with int8 weights and per-batch activation scales
+    (MatMulInteger, and QAttention in place of Attention);
+  - "int8" with "static" quantization: activation scales calibrated once on the exported calibration inputs
+    (QDQ MatMuls). ONNX Runtime's static quantizer has no fused Attention, so this graph is fused without it
+    and every GEMM, the query, key and value projections included, runs in int8.
+
+The transformer optimizer is called with opt_level=0: any level above imports torch (optimizer.py's
+optimize_by_onnxruntime reads torch's version), so ONNX Runtime's own basic graph pass runs here first, through
+an InferenceSession that saves its optimized graph. paddle2onnx writes scaled dot-product attention as
+softmax(q * scale @ k^T + mask) with a float mask built through Where; ORT's BERT attention fusion recognises
+softmax(q @ k^T / sqrt(d) + (1 - mask) * -10000), so standard_attention_patterns rewrites the two (the same
+arithmetic: the scale moves after the matmul, and exp(-10000 - max) is 0 in fp32 as exp(-inf) is).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+import onnx
+import onnxruntime
+from onnx import TensorProto, helper, numpy_helper
+
+from atomic_io import atomic_write
+
+# ONNX opset of the export: 17 has LayerNormalization as one op, which ONNX Runtime and TensorRT both run.
+ONNX_OPSET = 17
+# The exported inputs' dynamic axes, shared by all three inputs, so that ONNX Runtime knows their shapes agree.
+DYNAMIC_AXES = ("batch", "sequence")
+# What export_onnx records in the model's metadata_props: the fusions need the head count and hidden size.
+ARCHITECTURE_KEYS = ("num_attention_heads", "hidden_size")
+# The padding value of the rewritten mask: ORT's attention fusion expects -10000 (its kernels' default filter).
+MASK_FILTER_VALUE = -10000.0
+QUANTIZATIONS = ("dynamic", "static")
+# ONNX's shape inference knows no types for the outputs of ORT's fused ops (com.microsoft domain); they are fp32.
+FUSED_OUTPUT_TYPE = {"DefaultTensorType": TensorProto.FLOAT}
+# Features per calibration batch of static quantization.
+CALIBRATION_BATCH = 8
+
+
+def onnx_file(prefix: str) -> str:
+    return prefix + ".onnx"
+
+
+def calibration_file(prefix: str) -> str:
+    return prefix + ".calibration.npz"
+
+
+# ---------------------------------------------------------------------------------------------
+# Export
+# ---------------------------------------------------------------------------------------------
+
+
+def export_onnx(program_file: str, params_file: str, onnx_path: str, input_names: tuple[str, ...],
+                architecture: Mapping[str, int]) -> None:
+    """Convert the exported Paddle program to ONNX at ONNX_OPSET, name its dynamic axes, record the architecture,
+    check it with onnx.checker and write it atomically to onnx_path. RuntimeError naming the program when
+    paddle2onnx fails."""
+    import paddle2onnx
+
+    try:
+        # save_file=None returns the bytes without paddle2onnx's optional polygraphy pass, which installs
+        # packages at run time (POLYGRAPHY_AUTOINSTALL_DEPS).
+        serialized = paddle2onnx.export(program_file, params_file, None, opset_version=ONNX_OPSET,
+                                        auto_upgrade_opset=False, enable_onnx_checker=True)
+    except Exception as error:  # paddle2onnx raises what its C++ converter raises
+        raise RuntimeError(f"{program_file}: paddle2onnx could not convert the program: {error}") from None
+    model = onnx.load_model_from_string(serialized)
+    if tuple(graph_input.name for graph_input in model.graph.input) != input_names:
+        raise RuntimeError(f"{program_file}: the converted inputs are not {list(input_names)}")
+    for graph_input in model.graph.input:
+        for dimension, axis in zip(graph_input.type.tensor_type.shape.dim, DYNAMIC_AXES, strict=True):
+            dimension.dim_param = axis
+    for output in model.graph.output:
+        output.type.tensor_type.shape.dim[0].dim_param = DYNAMIC_AXES[0]
+    onnx.helper.set_model_props(model, {key: str(architecture[key]) for key in ARCHITECTURE_KEYS})
+    onnx.checker.check_model(model, full_check=True)
+    atomic_write(onnx_path, lambda temp: onnx.save_model(model, temp))
+
+
+def save_calibration(path: str, inputs: Mapping[str, np.ndarray]) -> None:
+    """The calibration inputs ([N, S] int64 per input name) of static int8, written atomically."""
+    def write(temp: str) -> None:
+        with open(temp, "wb") as writer:  # an open file: np.savez would add ".npz" to the temporary name
+            np.savez(writer, **inputs)
+
+    atomic_write(path, write)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and checking
+# ---------------------------------------------------------------------------------------------
+
+
+def load_checked(path: str, input_names: tuple[str, ...]) -> onnx.ModelProto:
+    """The ONNX model at path; FileNotFoundError or ValueError in one line naming the file when it is missing,
+    is not an ONNX model, or does not take input_names."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no ONNX model (export it with --export-dir and --export-onnx)")
+    try:
+        model = onnx.load_model(path)
+        onnx.checker.check_model(model)
+    except Exception as error:  # protobuf's DecodeError, onnx's ValidationError
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{path}: not a valid ONNX model ({reason})") from None
+    names = tuple(graph_input.name for graph_input in model.graph.input)
+    if names != input_names:
+        raise ValueError(f"{path}: the model's inputs {list(names)} are not {list(input_names)}")
+    return model
+
+
+def architecture_of(model: onnx.ModelProto) -> tuple[int, int]:
+    """(heads, hidden size) from export_onnx's metadata; (0, 0) lets ORT's optimizer look for them itself."""
+    props = {prop.key: prop.value for prop in model.metadata_props}
+    return tuple(int(props.get(key, 0)) for key in ARCHITECTURE_KEYS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Graph preparation
+# ---------------------------------------------------------------------------------------------
+
+
+def basic_optimized(model_path: str, output_path: str) -> None:
+    """ONNX Runtime's basic graph optimizations (constant folding, redundant node removal) saved to a file:
+    what optimize_model's opt_level=1 does, without its torch import."""
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = output_path
+    options.log_severity_level = 3  # paddle2onnx leaves unused initializers, which ORT warns about one by one
+    onnxruntime.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+
+
+def _producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    return {output: node for node in graph.node for output in node.output}
+
+
+def _scalar(graph: onnx.GraphProto, name: str) -> float | None:
+    for initializer in graph.initializer:
+        if initializer.name == name:
+            value = numpy_helper.to_array(initializer)
+            return float(value.reshape(-1)[0]) if value.size == 1 else None
+    return None
+
+
+def standard_attention_patterns(model: onnx.ModelProto, mask_input: str) -> int:
+    """Rewrite every softmax(Mul(q, c) @ k + mask) to softmax((q @ k) / (1 / c) + (1 - mask) * -10000), the form
+    ORT's BERT attention fusion matches (its path with a Div: with a Mul there, it would take the scale for the
+    mask's Mul); mask_input is the [B, S] graph input with 1 for tokens and 0 for padding.
+    Returns the number of attention blocks rewritten; the old mask subgraph is left for the optimizer to prune."""
+    graph = model.graph
+    producers = _producers(graph)
+    # (1 - mask) * -10000 as [B, 1, 1, S], built once for every layer
+    names = [f"standard_mask.{index}" for index in range(7)]
+    mask_nodes = [
+        helper.make_node("Unsqueeze", [mask_input, names[0]], [names[1]]),
+        helper.make_node("Unsqueeze", [names[1], names[2]], [names[3]]),
+        helper.make_node("Cast", [names[3]], [names[4]], to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["standard_mask.one", names[4]], [names[5]]),
+        helper.make_node("Mul", [names[5], "standard_mask.filter"], [names[6]]),
+    ]
+    constants = [numpy_helper.from_array(np.array([1], np.int64), names[0]),
+                 numpy_helper.from_array(np.array([2], np.int64), names[2]),
+                 numpy_helper.from_array(np.array(1.0, np.float32), "standard_mask.one"),
+                 numpy_helper.from_array(np.array(MASK_FILTER_VALUE, np.float32), "standard_mask.filter")]
+    rewritten = 0
+    new_nodes = []
+    for softmax in [node for node in graph.node if node.op_type == "Softmax"]:
+        add = producers.get(softmax.input[0])
+        if add is None or add.op_type != "Add":
+            continue
+        matmul = next((producers[name] for name in add.input if name in producers
+                       and producers[name].op_type == "MatMul"), None)
+        scale = producers.get(matmul.input[0]) if matmul is not None else None
+        if scale is None or scale.op_type != "Mul":
+            continue
+        factor = next((name for name in scale.input if _scalar(graph, name) is not None), None)
+        if factor is None:
+            continue
+        query = next(name for name in scale.input if name != factor)
+        scaled, divisor = f"standard_scale.{rewritten}", f"standard_scale.{rewritten}.divisor"
+        matmul.input[0] = query
+        constants.append(numpy_helper.from_array(np.array(1 / _scalar(graph, factor), np.float32), divisor))
+        new_nodes.append(helper.make_node("Div", [matmul.output[0], divisor], [scaled]))
+        del add.input[:]
+        add.input.extend([scaled, names[6]])
+        rewritten += 1
+    if rewritten:
+        graph.initializer.extend(constants)
+        graph.node.extend(mask_nodes + new_nodes)
+        _sort_topologically(graph)
+    return rewritten
+
+
+def _sort_topologically(graph: onnx.GraphProto) -> None:
+    available = {graph_input.name for graph_input in graph.input} | {init.name for init in graph.initializer}
+    pending, ordered = list(graph.node), []
+    while pending:
+        ready = [node for node in pending if all(not name or name in available for name in node.input)]
+        if not ready:
+            raise ValueError("standard_attention_patterns left a cycle in the graph")
+        for node in ready:
+            available.update(node.output)
+        ordered.extend(ready)
+        pending = [node for node in pending if all(node is not other for other in ready)]
+    del graph.node[:]
+    graph.node.extend(ordered)
+
+
+def fused(model_path: str, output_path: str, *, mask_input: str) -> dict[str, int]:
+    """ORT's transformer fusions on the model at model_path, written to output_path; returns the fused op counts.
+
+    torch is never imported: opt_level=0 after basic_optimized, and model_type "bert" with the head count and
+    hidden size given."""
+    from onnxruntime.transformers import optimizer
+    from onnxruntime.transformers.fusion_options import FusionOptions
+
+    basic_path = output_path + ".basic.onnx"
+    basic_optimized(model_path, basic_path)
+    model = onnx.load_model(basic_path)
+    os.remove(basic_path)
+    # the basic pass keeps no metadata
+    heads, hidden_size = architecture_of(onnx.load_model(model_path, load_external_data=False))
+    standard_attention_patterns(model, mask_input)
+    optimized = optimizer.optimize_model(model, model_type="bert", num_heads=heads, hidden_size=hidden_size,
+                                         optimization_options=FusionOptions("bert"), opt_level=0, use_gpu=False)
+    optimized.save_model_to_file(output_path)
+    return {op: count for op, count in optimized.get_fused_operator_statistics().items() if count}
+
+
+class _CalibrationReader:
+    """onnxruntime.quantization's CalibrationDataReader over the exported calibration inputs, in batches cut to
+    their longest row (the rest is padding), cast to the model's input types."""
+
+    def __init__(self, inputs: Mapping[str, np.ndarray], dtypes: Mapping[str, np.dtype], mask_input: str):
+        self._batches = self._cut(inputs, dtypes, mask_input)
+
+    @staticmethod
+    def _cut(inputs, dtypes, mask_input) -> Iterator[dict[str, np.ndarray]]:
+        rows = len(inputs[mask_input])
+        for start in range(0, rows, CALIBRATION_BATCH):
+            mask = inputs[mask_input][start:start + CALIBRATION_BATCH]
+            length = int(mask.sum(axis=1).max())
+            yield {name: array[start:start + CALIBRATION_BATCH, :length].astype(dtypes[name])
+                   for name, array in inputs.items()}
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._batches, None)
+
+
+def input_dtypes(model_path: str) -> dict[str, np.dtype]:
+    model = onnx.load_model(model_path, load_external_data=False)
+    return {graph_input.name: helper.tensor_dtype_to_np_dtype(graph_input.type.tensor_type.elem_type)
+            for graph_input in model.graph.input}
+
+
+def quantized(fused_path: str, output_path: str, quantization: str, calibration_path: str | None,
+              mask_input: str) -> None:
+    """int8 weights (and, for "static", calibrated int8 activations) of the fused model, written to output_path."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    if quantization == "dynamic":
+        # Gathers (the embedding tables) stay fp32: a lookup gains nothing from int8.
+        quantize_dynamic(fused_path, output_path, op_types_to_quantize=["MatMul", "Attention"],
+                         weight_type=QuantType.QInt8, extra_options=FUSED_OUTPUT_TYPE)
+        return
+    with np.load(calibration_path) as stored:
+        inputs = {name: stored[name] for name in stored.files}
+    reader = _CalibrationReader(inputs, input_dtypes(fused_path), mask_input)
+    quantize_static(fused_path, output_path, reader, quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"],
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, extra_options=FUSED_OUTPUT_TYPE)
+
+
+@contextlib.contextmanager
+def _quiet_root_logger(level: int) -> Iterator[None]:
+    """ORT's fusion and quantization modules log every step to the root logger (which Paddle sets to INFO); a run
+    prints what was prepared in one line instead. The quantizer also advises its pre-processing script at WARNING:
+    its shape inference is what DefaultTensorType replaces here."""
+    previous = logging.root.level
+    logging.root.setLevel(max(previous, level))
+    try:
+        yield
+    finally:
+        logging.root.setLevel(previous)
+
+
+def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: str, input_names: tuple[str, ...],
+                   mask_input: str) -> str:
+    """The path of the model an ONNX Runtime session runs in `precision` (module docstring), prepared in work_dir
+    from the checked export at onnx_path."""
+    load_checked(onnx_path, input_names)
+    if precision == "int8" and quantization == "static":
+        calibration = calibration_file(os.path.splitext(onnx_path)[0])
+        if not os.path.isfile(calibration):
+            raise FileNotFoundError(f"{calibration}: no calibration inputs for --int8-quantization static (export "
+                                    "with --do-train --export-onnx, which saves them from the training file)")
+        # ORT's static quantizer cannot see through the fused com.microsoft ops (their outputs have no types for
+        # its calibration), so it quantizes the graph of standard ops; the session's own fusions run after.
+        basic_path = os.path.join(work_dir, "basic.onnx")
+        basic_optimized(onnx_path, basic_path)
+        output_path = os.path.join(work_dir, "int8-static.onnx")
+        with _quiet_root_logger(logging.ERROR):
+            quantized(basic_path, output_path, quantization, calibration, mask_input)
+        print(f"{onnx_path}: int8 with static quantization, calibrated on {calibration}", flush=True)
+        return output_path
+    fused_path = os.path.join(work_dir, "fused.onnx")
+    with _quiet_root_logger(logging.WARNING):
+        counts = fused(onnx_path, fused_path, mask_input=mask_input)
+    print(f"{onnx_path}: fused " + ", ".join(f"{count} {op}" for op, count in counts.items()), flush=True)
+    if precision == "fp32":
+        return fused_path
+    output_path = os.path.join(work_dir, f"{precision}.onnx")
+    if precision == "fp16":
+        from onnxruntime.transformers.onnx_model import OnnxModel
+
+        model = OnnxModel(onnx.load_model(fused_path))
+        model.convert_float_to_float16(keep_io_types=True)
+        model.save_model_to_file(output_path)
+        return output_path
+    with _quiet_root_logger(logging.ERROR):
+        quantized(fused_path, output_path, quantization, None, mask_input)
+    return output_path
+
+
+def temporary_work_dir() -> tempfile.TemporaryDirectory:
+    """Where prepared_model writes: the prepared graphs are rebuilt on every run and never left in the model dir."""
+    return tempfile.TemporaryDirectory(prefix="paddlebert-onnx-")

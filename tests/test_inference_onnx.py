@@ -1,0 +1,308 @@
+"""--export-onnx and --inference-backend onnxruntime end to end on a tiny BERT: the exported ONNX model and its
+checks, ORT's fusions without torch, every precision's logits against the Paddle predictor's, static and
+dynamic int8 through run_glue.py and run_squad.py, the one-line errors for a missing or broken model, and the
+CUDA execution provider with fp16 through a recording stand-in for onnxruntime.InferenceSession (no GPU here:
+the CUDA path has never run on one)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime
+import paddle
+import pytest
+
+import inference
+import run_glue
+import run_squad
+from conftest import ROOT, require_shared
+from helpers import common_argv, run_in_process, write_tiny_model
+
+TRAIN_ROWS, DEV_ROWS = 32, 24
+# int8 (dynamic or static) against fp32 on the tiny random-weight model: measured 0.6-1.0% of the logits'
+# largest magnitude; weights and activations each round to 1/255 of their range, through two layers.
+INT8_TOLERANCE = 0.05
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """MRPC slices, a one-paragraph SQuAD slice, the tiny model, and a GLUE model trained 3 steps and exported
+    with --export-dir --export-onnx."""
+    folder = tmp_path_factory.mktemp("onnx")
+    for split, rows in (("train", TRAIN_ROWS), ("dev", DEV_ROWS)):
+        lines = require_shared("data", "glue", "MRPC", f"{split}.tsv").read_bytes().split(b"\n")
+        (folder / f"{split}.tsv").write_bytes(b"\n".join(lines[:rows + 1]) + b"\n")
+    article = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())["data"][0]
+    squad = {"version": "1.1", "data": [{"title": article["title"], "paragraphs": article["paragraphs"][:1]}]}
+    (folder / "squad.json").write_text(json.dumps(squad))
+    write_tiny_model(folder)
+    glue(folder, "trained", "--do-train", "--train-file", folder / "train.tsv", "--from-pretrained-params",
+         folder / "pretrain" / "1000", "--max-steps", 3, "--export-dir", folder / "export", "--export-onnx")
+    return folder
+
+
+def glue(workspace, name, *args):
+    return run_in_process(run_glue.main, ["--task-name", "mrpc", *common_argv(workspace, workspace / name), *args],
+                          workspace / name)
+
+
+def squad(workspace, name, *args):
+    return run_in_process(run_squad.main, [*common_argv(workspace, workspace / name), "--max-seq-length", "128",
+                                           "--doc-stride", "64", *args], workspace / name)
+
+
+def predict_glue(workspace, name, *inference_flags):
+    output_dir, _ = glue(workspace, name, "--do-predict", "--predict-file", workspace / "dev.tsv",
+                         "--inference-model-dir", workspace / "export", *inference_flags)
+    with open(output_dir / "predictions.tsv", encoding="utf-8", newline="") as reader:
+        rows = list(csv.reader(reader, delimiter="\t"))[1:]
+    return [row[1] for row in rows], np.array([float(row[2]) for row in rows])
+
+
+def batch(vocab_size: int = 30522):
+    rng = np.random.default_rng(0)
+    input_ids = rng.integers(5, vocab_size, (4, 48), dtype=np.int64)
+    token_type_ids = np.zeros_like(input_ids)
+    token_type_ids[:, 24:] = 1
+    attention_mask = np.ones_like(input_ids)
+    attention_mask[0, 40:] = 0  # a padded row
+    attention_mask[1, 30:] = 0
+    return input_ids, token_type_ids, attention_mask
+
+
+def paddle_logits(folder, prefix="bert_paddle"):
+    return inference.inference_predictor(str(folder), prefix, 1, inference.predictor_settings("cpu", "fp32"))(*batch())
+
+
+def ort_logits(folder, precision, quantization="dynamic", prefix="bert_paddle"):
+    return inference.onnxruntime_predictor(str(folder), prefix, precision, quantization, "cpu", 1)(*batch())
+
+
+# ---------------------------------------------------------------------------------------------
+# The export
+# ---------------------------------------------------------------------------------------------
+
+
+def test_export_writes_a_checked_onnx_model_with_dynamic_axes_and_calibration_inputs(workspace):
+    model = onnx.load_model(str(workspace / "export" / "bert_paddle.onnx"))
+    onnx.checker.check_model(model, full_check=True)
+    assert [opset.version for opset in model.opset_import if opset.domain in ("", "ai.onnx")] == [17]
+    for graph_input in model.graph.input:
+        assert [d.dim_param for d in graph_input.type.tensor_type.shape.dim] == ["batch", "sequence"]
+        assert graph_input.type.tensor_type.elem_type == onnx.TensorProto.INT64
+    assert [d.dim_param or d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim] == ["batch", 2]
+    config = json.loads((workspace / "config.json").read_text())
+    assert {p.key: p.value for p in model.metadata_props} == {
+        "num_attention_heads": str(config["num_attention_heads"]), "hidden_size": str(config["hidden_size"])}
+    with np.load(workspace / "export" / "bert_paddle.calibration.npz") as calibration:
+        assert sorted(calibration.files) == sorted(inference.INPUT_NAMES)
+        # all 32 training rows (fewer than CALIBRATION_FEATURES), padded to the longest
+        assert calibration["input_ids"].shape[0] == TRAIN_ROWS
+        assert (calibration["attention_mask"].sum(axis=1) > 0).all()
+
+
+def test_fusions_run_without_torch_and_fuse_every_layer(workspace, tmp_path):
+    """ORT's BERT fusions find every attention block of paddle2onnx's graph (after standard_attention_patterns),
+    and nothing imports torch; in a fresh process, so that no other test's imports count."""
+    script = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); import onnx_backend; "
+              f"counts = onnx_backend.fused({str(workspace / 'export' / 'bert_paddle.onnx')!r}, "
+              f"{str(tmp_path / 'fused.onnx')!r}, mask_input='attention_mask'); "
+              "print(counts); assert 'torch' not in sys.modules, 'torch was imported'")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    layers = json.loads((workspace / "config.json").read_text())["num_hidden_layers"]
+    counts = eval(result.stdout.strip().splitlines()[-1])  # a dict literal printed by the script
+    assert counts["Attention"] == layers
+    assert counts["BiasGelu"] == layers
+    assert counts["SkipLayerNormalization"] + counts.get("EmbedLayerNormalization", 0) == 2 * layers + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Logits per precision against the Paddle predictor
+# ---------------------------------------------------------------------------------------------
+
+
+def test_fp32_session_matches_the_paddle_predictor(workspace):
+    (expected,), (logits,) = paddle_logits(workspace / "export"), ort_logits(workspace / "export", "fp32")
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("quantization", ["dynamic", "static"])
+def test_int8_session_is_within_quantization_error_of_the_paddle_predictor(workspace, quantization):
+    (expected,) = paddle_logits(workspace / "export")
+    (logits,) = ort_logits(workspace / "export", "int8", quantization)
+    difference = np.abs(logits - expected).max()
+    assert 0 < difference <= INT8_TOLERANCE * np.abs(expected).max(), (difference, np.abs(expected).max())
+
+
+def test_squad_session_returns_start_and_end_logits_of_the_paddle_predictor(workspace, tmp_path):
+    from bert_config import BertConfig
+    from modeling import BertForQuestionAnswering
+
+    paddle.seed(4)
+    model = BertForQuestionAnswering(BertConfig.from_json_file(str(workspace / "config.json")))
+    inference.export_onnx_model(model, inference.export_inference_model(model, str(tmp_path), "qa"))
+    expected, outputs = paddle_logits(tmp_path, "qa"), ort_logits(tmp_path, "fp32", prefix="qa")
+    assert len(outputs) == 2
+    for output, reference in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(output, reference, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the task scripts
+# ---------------------------------------------------------------------------------------------
+
+
+def test_glue_predicts_through_every_backend_and_precision(workspace, capsys):
+    labels, probabilities = predict_glue(workspace, "paddle_fp32")
+    fp32_labels, fp32 = predict_glue(workspace, "ort_fp32", "--inference-backend", "onnxruntime")
+    assert fp32_labels == labels
+    np.testing.assert_allclose(fp32, probabilities, atol=1e-5)
+    for precision in ("bf16", "fp16"):  # neither has kernels on ORT's CPU provider: one line, then fp32
+        capsys.readouterr()
+        same_labels, same = predict_glue(workspace, f"ort_{precision}", "--inference-backend", "onnxruntime",
+                                         "--inference-precision", precision)
+        assert len([line for line in capsys.readouterr().out.splitlines() if "runs fp32" in line]) == 1
+        np.testing.assert_array_equal(same, fp32)
+    for quantization in ("dynamic", "static"):
+        int8_labels, int8 = predict_glue(workspace, f"ort_int8_{quantization}", "--inference-backend", "onnxruntime",
+                                         "--inference-precision", "int8", "--int8-quantization", quantization)
+        assert 0 < np.abs(int8 - fp32).max() < 0.05
+        clear = np.abs(fp32 - 0.5) > 0.05  # the label is decided by more than the int8 error
+        assert [a for a, c in zip(int8_labels, clear, strict=True) if c] == [a for a, c in zip(labels, clear,
+                                                                                               strict=True) if c]
+
+
+def test_squad_exports_calibration_and_predicts_in_static_int8(workspace):
+    squad_file = workspace / "squad.json"
+    squad(workspace, "squad_trained", "--do-train", "--train-file", squad_file, "--from-pretrained-params",
+          workspace / "pretrain" / "1000", "--max-steps", 2, "--export-dir", workspace / "squad_export",
+          "--export-onnx")
+    with np.load(workspace / "squad_export" / "bert_paddle.calibration.npz") as calibration:
+        questions = len(json.loads(squad_file.read_text())["data"][0]["paragraphs"][0]["qas"])
+        assert questions <= calibration["input_ids"].shape[0] <= inference.CALIBRATION_FEATURES
+    answers = {}
+    for name, flags in (("paddle", []), ("int8", ["--inference-backend", "onnxruntime", "--inference-precision",
+                                                  "int8", "--int8-quantization", "static"])):
+        output_dir, _ = squad(workspace, f"squad_{name}", "--do-predict", "--predict-file", squad_file,
+                              "--inference-model-dir", workspace / "squad_export", *flags)
+        answers[name] = json.loads((output_dir / "predictions.json").read_text())
+    assert answers["int8"].keys() == answers["paddle"].keys()
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+
+def _cli_error(workspace, model_dir, *flags):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "run_glue.py"), "--task-name", "mrpc", *map(str, common_argv(
+            workspace, workspace / "cli")), "--do-predict", "--predict-file", str(workspace / "dev.tsv"),
+         "--inference-model-dir", str(model_dir), "--inference-backend", "onnxruntime", *flags],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_missing_or_broken_onnx_model_is_a_one_line_error(workspace, tmp_path):
+    missing = tmp_path / "missing"
+    missing.mkdir()
+    line = _cli_error(workspace, missing)
+    assert line == (f"run_glue.py: {missing / 'bert_paddle.onnx'}: no ONNX model (export it with --export-dir and "
+                    "--export-onnx)")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "bert_paddle.onnx").write_bytes(b"this is not a protobuf")
+    assert _cli_error(workspace, broken).startswith(f"run_glue.py: {broken / 'bert_paddle.onnx'}: not a valid ONNX "
+                                                    "model (")
+
+
+def test_wrong_inputs_and_missing_calibration_are_refused(workspace, tmp_path):
+    model = onnx.load_model(str(workspace / "export" / "bert_paddle.onnx"))
+    model.graph.input[2].name = "mask"
+    for node in model.graph.node:
+        node.input[:] = ["mask" if name == "attention_mask" else name for name in node.input]
+    onnx.save_model(model, str(tmp_path / "bert_paddle.onnx"))
+    with pytest.raises(ValueError, match=r"bert_paddle.onnx: the model's inputs .* are not "):
+        ort_logits(tmp_path, "fp32")
+    no_calibration = tmp_path / "no_calibration"
+    no_calibration.mkdir()
+    (no_calibration / "bert_paddle.onnx").write_bytes((workspace / "export" / "bert_paddle.onnx").read_bytes())
+    with pytest.raises(FileNotFoundError, match=r"bert_paddle.calibration.npz: no calibration inputs"):
+        ort_logits(no_calibration, "int8", "static")
+
+
+# ---------------------------------------------------------------------------------------------
+# Session settings and the GPU (recording stand-in)
+# ---------------------------------------------------------------------------------------------
+
+
+REAL_SESSION = onnxruntime.InferenceSession
+
+
+class RecordingSession:
+    """Stands in for onnxruntime.InferenceSession: records the options, the providers and the model's dtypes of
+    the predictor's session (the graph preparation's own sessions, which save a file, run for real)."""
+
+    calls: list = []
+
+    def __new__(cls, path, options, providers):
+        if options.optimized_model_filepath:
+            return REAL_SESSION(path, options, providers=providers)
+        return super().__new__(cls)
+
+    def __init__(self, path, options, providers):
+        model = onnx.load_model(path)  # read now: the prepared file lives in a temporary folder
+        RecordingSession.calls.append({
+            "options": {name: getattr(options, name) for name in ("intra_op_num_threads", "inter_op_num_threads",
+                                                                  "execution_mode", "graph_optimization_level")},
+            "providers": providers,
+            "initializer_types": {init.data_type for init in model.graph.initializer if init.dims}})
+
+    def get_inputs(self):
+        return []
+
+
+def _args(workspace, precision):
+    return run_glue.parse_args(["--task-name", "mrpc", *map(str, common_argv(workspace, workspace / "x")),
+                                "--do-predict", "--predict-file", str(workspace / "dev.tsv"), "--inference-model-dir",
+                                str(workspace / "export"), "--inference-backend", "onnxruntime",
+                                "--inference-precision", precision])
+
+
+def test_cuda_provider_runs_the_fp16_model(workspace, monkeypatch):
+    """On a GPU with onnxruntime-gpu: the CUDA execution provider (then the CPU's for what it lacks) with the
+    model converted to float16. Never run on a GPU here; this checks what the session is given."""
+    monkeypatch.setattr(paddle, "get_device", lambda: "gpu:1")
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider",
+                                                                         "CPUExecutionProvider"])
+    monkeypatch.setattr(onnxruntime, "InferenceSession", RecordingSession)
+    RecordingSession.calls = []
+    inference.predictor_for(_args(workspace, "fp16"), 3)
+    (call,) = RecordingSession.calls
+    assert call["providers"] == [("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"]
+    assert onnx.TensorProto.FLOAT16 in call["initializer_types"]
+    assert call["options"] == {"intra_op_num_threads": 3, "inter_op_num_threads": 1,
+                               "execution_mode": onnxruntime.ExecutionMode.ORT_SEQUENTIAL,
+                               "graph_optimization_level": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL}
+
+
+def test_a_gpu_without_the_cuda_provider_runs_on_the_cpu_and_says_so(workspace, monkeypatch, capsys):
+    monkeypatch.setattr(paddle, "get_device", lambda: "gpu:0")
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    monkeypatch.setattr(onnxruntime, "InferenceSession", RecordingSession)
+    RecordingSession.calls = []
+    inference.predictor_for(_args(workspace, "fp16"), 2)
+    (call,) = RecordingSession.calls
+    assert call["providers"] == ["CPUExecutionProvider"]
+    assert onnx.TensorProto.FLOAT16 not in call["initializer_types"]  # fp32 on the CPU
+    out = capsys.readouterr().out
+    assert "has no CUDAExecutionProvider (install onnxruntime-gpu" in out
+    assert "fp16 needs a GPU" in out

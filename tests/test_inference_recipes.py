@@ -1,0 +1,93 @@
+"""scripts/run_squad.sh and run_glue.sh reach --export-onnx and both inference backends through EXPORT_ONNX,
+INFERENCE_BACKEND and INFERENCE_PRECISION (their positional arguments stay NVIDIA's): the exact flags each
+passes, and the one-line refusals, through a recording `python` (recipe_fakes)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+from recipe_fakes import make_fakes, script_args, value
+
+RUN_SQUAD = ROOT / "scripts" / "run_squad.sh"
+RUN_GLUE = ROOT / "scripts" / "run_glue.sh"
+
+
+@pytest.fixture
+def run(tmp_path):
+    """run(script, args, **env) -> (CompletedProcess, the recorded argument lists of the Python script)."""
+    fakes = make_fakes(tmp_path / "fakes")
+
+    def run_script(script, args, **env):
+        fakes.python_log.unlink(missing_ok=True)
+        environment = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"),
+                                **env)
+        result = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, cwd=tmp_path,
+                                env=environment, timeout=60)
+        name = "run_squad.py" if script == RUN_SQUAD else "run_glue.py"
+        return result, script_args(fakes.python_calls(), name)
+
+    return run_script
+
+
+def squad_args(mode):
+    return ["ckpt", *[""] * 10, mode]
+
+
+def glue_args(tmp_path, mode):
+    return ["ckpt", "", "", "", str(tmp_path / "out"), "", "1", "", "", "", "", "", "", "fp32", "", mode]
+
+
+def test_squad_export_onnx_exports_the_fine_tuned_model(run, tmp_path):
+    result, (flags,) = run(RUN_SQUAD, squad_args("train_eval"), EXPORT_ONNX="true")
+    assert result.returncode == 0, result.stderr
+    squad_out_dir = f"{tmp_path}/results/bert-large-uncased/squad"
+    assert value(flags, "--export-dir") == f"{squad_out_dir}/export" and "--export-onnx" in flags
+    _, (plain,) = run(RUN_SQUAD, squad_args("train_eval"))
+    assert "--export-dir" not in plain and "--export-onnx" not in plain
+
+
+@pytest.mark.parametrize("backend, precision", [("onnxruntime", "int8"), ("paddle", "bf16"), ("onnxruntime", None)])
+def test_squad_inference_backend_predicts_with_the_exported_model(run, backend, precision):
+    env = {"INFERENCE_BACKEND": backend, **({"INFERENCE_PRECISION": precision} if precision else {})}
+    result, (flags,) = run(RUN_SQUAD, squad_args("eval"), **env)
+    assert result.returncode == 0, result.stderr
+    assert value(flags, "--inference-model-dir") == "ckpt" and "--from-pretrained-params" not in flags
+    assert value(flags, "--inference-backend") == backend
+    assert value(flags, "--inference-precision") == (precision or "fp32")
+    _, (plain,) = run(RUN_SQUAD, squad_args("eval"))
+    assert value(plain, "--from-pretrained-params") == "ckpt" and "--inference-backend" not in plain
+
+
+def test_glue_export_onnx_and_inference_backend(run, tmp_path):
+    result, (flags,) = run(RUN_GLUE, glue_args(tmp_path, "train eval"), EXPORT_ONNX="true")
+    assert result.returncode == 0, result.stderr
+    assert value(flags, "--export-dir") == f"{tmp_path}/out/export" and "--export-onnx" in flags
+    assert value(flags, "--from-pretrained-params") == "ckpt"
+    result, (flags,) = run(RUN_GLUE, glue_args(tmp_path, "eval"), INFERENCE_BACKEND="onnxruntime",
+                           INFERENCE_PRECISION="int8")
+    assert result.returncode == 0, result.stderr
+    assert value(flags, "--inference-model-dir") == "ckpt" and "--from-pretrained-params" not in flags
+    assert (value(flags, "--inference-backend"), value(flags, "--inference-precision")) == ("onnxruntime", "int8")
+    _, (plain,) = run(RUN_GLUE, glue_args(tmp_path, "eval"))
+    assert not {"--inference-backend", "--inference-model-dir", "--export-onnx"} & set(plain)
+
+
+@pytest.mark.parametrize("script", [RUN_SQUAD, RUN_GLUE])
+@pytest.mark.parametrize("mode, env, message", [
+    ("eval", {"EXPORT_ONNX": "yes"}, "EXPORT_ONNX must be one of: true false; got 'yes'"),
+    ("eval", {"EXPORT_ONNX": "true"},
+     "EXPORT_ONNX exports the model that a mode with train fine-tunes; mode is 'eval'"),
+    ("eval", {"INFERENCE_BACKEND": "tensorrt"}, "INFERENCE_BACKEND must be one of: paddle onnxruntime; got 'tensorrt'"),
+    ("eval", {"INFERENCE_BACKEND": "paddle", "INFERENCE_PRECISION": "int4"},
+     "INFERENCE_PRECISION must be one of: fp32 bf16 fp16 int8; got 'int4'"),
+    ("eval", {"INFERENCE_PRECISION": "int8"}, "INFERENCE_PRECISION is only used with INFERENCE_BACKEND"),
+    ("train", {"INFERENCE_BACKEND": "onnxruntime"}, "INFERENCE_BACKEND predicts with an exported model: mode must"),
+])
+def test_inference_settings_are_checked_in_one_line(run, tmp_path, script, mode, env, message):
+    result, calls = run(script, squad_args(mode) if script == RUN_SQUAD else glue_args(tmp_path, mode), **env)
+    assert result.returncode == 1 and calls == []
+    assert result.stderr.strip().startswith(f"{script.name}: {message}")
+    assert len(result.stderr.strip().splitlines()) == 1
