@@ -29,8 +29,8 @@ a paddle.static.save, through paddle_files' restricted reader like every other f
 with ngc_weights.py, which recognises the encoder's layout (unfused, NVIDIA's --fuse-mha fused QKV, or
 FusedTransformerEncoderLayer) by itself. weights.load_pretrained does the same in memory, so every script also
 takes such a file as it is. --config-out writes the --config with NVIDIA's LayerNorm epsilons (encoder 1e-5,
-embeddings and masked-LM head 1e-12): with it our model gives NVIDIA's outputs, where our configs' 1e-12
-everywhere changes them by about 1e-5.
+embeddings and masked-LM head 1e-12): with it our model computes NVIDIA's function, which our configs' 1e-12
+everywhere changes slightly.
 """
 
 from __future__ import annotations
