@@ -3,12 +3,14 @@
 Each row runs the project's own entry scripts (run_pretraining.py, run_squad.py, run_glue.py, and
 paddle.distributed.launch) as separate processes on tiny inputs that it builds in the work folder, compares what
 they wrote, and becomes one line of the table printed at the end: row, status (pass, FAIL or skipped), figure
-(sequences/s, or the largest difference found) and tolerance. The process exits 1 when any row FAILs.
+(sequences/s, or the largest difference found), tolerance, and the seconds it took against its budget on paper
+(pretraining_budget, FIXED_BUDGETS). The process exits 1 when any row FAILs.
 
     python scripts/gpu_check.py --gpus N --work-dir DIR      (gpu_check.sh detects N and chooses DIR)
 
-With --gpus 0 (a CPU, or a build without CUDA) only the fp32 rows run, with bert-tiny and tiny shapes, so that
-CI runs the script; every GPU row prints as "skipped (no GPU)", and the rows that need two GPUs also say so.
+With --gpus 0 (a CPU, or a build without CUDA) only the fp32 and CPU rows run, with bert-tiny and tiny shapes,
+so that CI runs the script; every GPU row prints as "skipped (no GPU)", the rows that need two GPUs say so, and
+on a GPU older than Ampere the tf32, bfloat16 and flash-attention rows print "skipped (needs SM 8.0)".
 
 What each pretraining run is checked for, from its own report (log frequency 1):
 - step 1, before any update: every precision starts from the same seeded weights (dropout 0) on the same batch,
