@@ -407,7 +407,8 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
     the trained model (decorated for AMP level O2).
 
     Reported: the training set (training_<unit>), every --log-freq updates the loss (the mean over the global
-    batch) and learning rate, and at the end the throughput. benchmark = (warmup steps, timed steps) runs that
+    batch), learning rate and skipped updates so far, each skipped update as it happens (skipped_update), and
+    at the end the throughput. benchmark = (warmup steps, timed steps) runs that
     many updates and times the last ones.
     """
     policy, logger, world_size = session.policy, session.logger, session.world_size

@@ -75,7 +75,8 @@ def merged_backward(
     master_gradients: the gradients turn fp32 at the end of every backward (AMP O2, amp.amp_decorate's
     master_grad). DataParallel's reducer (EagerReducer, paddle/fluid/distributed/collective/reducer.cc) types
     its buckets by the parameters' dtype when it is built and concatenates each bucket's gradients as that
-    type, so a synced backward onto gradients that an earlier micro-batch left in fp32 would stop there. With
+    type, so a synced backward onto gradients that an earlier micro-batch left in fp32 stops there (Paddle
+    3.3.1's reducer, shown over gloo in tests/test_gradient_merge_o2.py). With
     more than one micro-batch on several ranks every micro-batch then runs under no_sync, and the fp32
     gradients are averaged over the ranks afterwards (all_reduce, one tensor at a time, without overlap).
     """

@@ -4,15 +4,17 @@
 #   bash scripts/gpu_check.sh [--work-dir DIR]
 #
 # It finds the GPUs Paddle sees, then scripts/gpu_check.py runs each row as its own process: BERT-base
-# pretraining steps at sequence length 128 and 512 in fp32, tf32, float16 AMP O1 and O2 and bfloat16, with and
-# without --fuse-mha, each precision's losses against fp32's on the same batches; a SIGKILL mid-run and a rerun
-# of the same command (fp32, and float16 O2); SQuAD training, prediction and export, and the exported model's
-# Paddle Inference predictor in fp32 and fp16 against the dygraph answers; GLUE MRPC steps; and one step of two
-# data-parallel GPUs against one process on the combined batch. It prints a table (row, status, figure,
-# tolerance) and exits 1 when any row FAILs. On one GPU it should finish in under 10 minutes.
+# pretraining in every precision (fp32, tf32, float16 and bfloat16 at O1 and O2) at sequence length 128, some at
+# 512, with --fuse-mha and with --pack-sequences, each checked for its step-1 loss against fp32 (rounding apart,
+# but apart) and for learning (the loss falls, few skipped steps); the encoder's output on each GPU attention
+# path against the CPU path; CPU affinity; a SIGKILL mid-run and a rerun (fp32, float16 O2); an O2 checkpoint
+# resumed at O1 (a one-line error); SQuAD training, prediction, export and predictors; GLUE MRPC; and with two
+# GPUs a data-parallel step against one process and gradient merge under O1 and O2. It prints a table (row,
+# status, figure, tolerance, seconds / budget) and exits 1 when any row FAILs. The budgets are on paper
+# (scripts/gpu_check.py): about 18 minutes on one GPU, 24 with the two-GPU rows.
 #
-# Without a GPU (a CPU build of Paddle, or no device) it runs the fp32 rows with bert-tiny and tiny shapes, so
-# that CI runs it in about a minute; the other rows print as skipped.
+# Without a GPU (a CPU build of Paddle, or no device) it runs the fp32 and CPU rows with bert-tiny and tiny
+# shapes, so that CI runs it in a few minutes; the other rows print as skipped.
 #
 # --work-dir DIR   keep the inputs, outputs and one log per row (logs/) in DIR. Default: a new temporary
 #                  folder, deleted when every row passes and kept (its path printed) when one fails.

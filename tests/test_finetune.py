@@ -593,9 +593,9 @@ def test_training_batches_of_both_scripts_are_padded_to_a_multiple_of_8(workspac
     lengths = []
     original = finetune.merged_backward
 
-    def recording(network, micro_batches, *args):
+    def recording(network, micro_batches, *args, **kwargs):
         lengths.extend(batch["input_ids"].shape[1] for batch in micro_batches)
-        return original(network, micro_batches, *args)
+        return original(network, micro_batches, *args, **kwargs)
     monkeypatch.setattr(finetune, "merged_backward", recording)
     task.run(workspace, "padded", *task.train_args(workspace, "--max-steps", 3))
     assert len(lengths) == 3 and all(length % 8 == 0 for length in lengths)

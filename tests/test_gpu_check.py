@@ -1,6 +1,9 @@
-"""scripts/gpu_check.sh on a CPU: its fp32 rows run and pass, every GPU row is listed as skipped, a row that
-fails makes it exit 1 and keeps its work folder, and its data-parallel row (GPU-only in the script) compares a
-two-rank launch with one process correctly, run here over gloo."""
+"""scripts/gpu_check.sh on a CPU: its fp32 and CPU rows run and pass, every GPU row is listed as skipped, a row
+that fails makes it exit 1 and keeps its work folder, and its data-parallel row (GPU-only in the script) compares
+a two-rank launch with one process correctly, run here over gloo. Then each defect the rows exist for is planted
+(an update that changes nothing, every step skipped, AMP not applied, a loss scale left in the loss, a wrong
+attention mask, a resume across AMP levels that goes ahead, affinity not applied, data-parallel gradient merge
+that skips or goes NaN) and the row that must catch it is shown to fail."""
 
 from __future__ import annotations
 
@@ -41,19 +44,33 @@ def table_rows(output: str) -> dict[str, str]:
 
 
 def expected_rows() -> list[str]:
-    """Every row the issue asks for, spelled out here rather than taken from the script."""
+    """Every row the issues ask for, spelled out here rather than taken from the script."""
     rows = ["data: LDDL shards"]
-    for suffix in ("seq128", "seq128 fuse-mha", "seq512", "seq512 fuse-mha"):
-        rows += [f"pretrain {p} {suffix}" for p in ("fp32", "tf32", "fp16-O1", "fp16-O2", "bf16-O1")]
-        rows += [f"loss {p} vs fp32 {suffix}" for p in ("tf32", "fp16-O1", "fp16-O2", "bf16-O1")]
-    return rows + ["kill and resume fp32", "kill and resume fp16-O2", "data: SQuAD", "squad train, predict, export",
-                   "squad predictor fp32", "squad predictor fp16", "data: GLUE MRPC", "glue mrpc",
-                   "data parallel 2 GPUs vs 1", "total time"]
+    runs = [("seq128", ["fp32", "tf32", "fp16-O1", "fp16-O2", "bf16-O1", "bf16-O2"]),
+            ("seq512", ["fp32", "fp16-O1", "bf16-O1"]), ("seq128 fuse-mha", ["fp32", "fp16-O2"]),
+            ("seq128 pack-sequences", ["fp32", "fp16-O1"])]
+    for suffix, precisions in runs:
+        for precision in precisions:
+            rows.append(f"pretrain {precision} {suffix}")
+            if precision != "fp32":
+                rows.append(f"step-1 loss {precision} vs fp32 {suffix}")
+            rows.append(f"learns {precision} {suffix}")
+    rows += [f"sequence_output {case} vs CPU" for case in (
+        "flash, padded, fp16", "memory-efficient, padded, fp32", "varlen flash, packed, fp16",
+        "memory-efficient, packed, fp32")]
+    rows += [f"sequence_output math, {rows_kind}, fp32 vs CPU kernels" for rows_kind in ("padded", "packed")]
+    return rows + ["cpu affinity", "kill and resume fp32", "kill and resume fp16-O2", "resume O2 checkpoint at O1",
+                   "data: SQuAD", "squad train, predict, export", "squad predictor fp32", "squad predictor fp16",
+                   "data: GLUE MRPC", "glue mrpc", "data parallel 2 GPUs vs 1",
+                   "data parallel 2 GPUs gradient merge 2 fp16-O1", "data parallel 2 GPUs gradient merge 2 fp16-O2",
+                   "total time"]
 
 
-CPU_ROWS = {"data: LDDL shards", "pretrain fp32 seq128", "pretrain fp32 seq128 fuse-mha", "pretrain fp32 seq512",
-            "pretrain fp32 seq512 fuse-mha", "kill and resume fp32", "data: SQuAD", "squad train, predict, export",
-            "squad predictor fp32", "data: GLUE MRPC", "glue mrpc"}
+CPU_ROWS = {"data: LDDL shards", "kill and resume fp32", "data: SQuAD", "squad train, predict, export",
+            "squad predictor fp32", "data: GLUE MRPC", "glue mrpc", "cpu affinity",
+            "sequence_output math, padded, fp32 vs CPU kernels", "sequence_output math, packed, fp32 vs CPU kernels",
+            *(f"{kind} fp32 {suffix}" for kind in ("pretrain", "learns")
+              for suffix in ("seq128", "seq512", "seq128 fuse-mha", "seq128 pack-sequences"))}
 
 
 def test_cpu_run_passes_its_fp32_rows_and_lists_the_gpu_rows_as_skipped(tmp_path):
@@ -114,3 +131,124 @@ def test_data_parallel_row_compares_two_ranks_with_one_process(tmp_path, monkeyp
 ])
 def test_relative_differences(losses, expected):
     assert gpu_check.relative_differences(losses, {1: 10.0, 2: 9.0}) == expected
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Each defect planted, with CPU stand-ins, and the row that catches it
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def run_report(losses: list[float], skipped: tuple[int, ...] = ()) -> gpu_check.RunReport:
+    return gpu_check.RunReport(dict(enumerate(losses, start=1)), frozenset(skipped))
+
+
+LEARNING = [11.1, 10.9, 10.6, 10.3, 10.1, 9.9]  # what a working fp32 run reports (bert-tiny falls ~11%)
+
+
+def test_learning_row_catches_an_update_that_changes_nothing_and_all_steps_skipped():
+    fp32, fp16 = gpu_check.FP32, gpu_check.BY_NAME["fp16-O1"]
+    assert gpu_check.learning_check(run_report(LEARNING), fp32)[1]
+    assert not gpu_check.learning_check(run_report([11.1] * 6), fp32)[1]  # the weights never moved
+    assert not gpu_check.learning_check(run_report([11.1, 11.0, 11.1, 11.05, 11.0, 11.05]), fp32)[1]  # 1e-4's drift
+    assert gpu_check.learning_check(run_report(LEARNING, skipped=(1, 2, 3)), fp16)[1]  # the loss-scale search
+    assert not gpu_check.learning_check(run_report([11.1] * 6, skipped=tuple(range(1, 7))), fp16)[1]
+    assert not gpu_check.learning_check(run_report(LEARNING, skipped=tuple(range(1, 8))), fp16)[1]  # > 6 skipped
+    assert not gpu_check.learning_check(run_report(LEARNING, skipped=(2,)), fp32)[1]  # fp32 never skips
+    assert not gpu_check.learning_check(run_report([*LEARNING[:-1], float("nan")]), fp32)[1]
+
+
+def test_step1_row_catches_amp_not_applied_and_a_broken_precision():
+    reference = run_report(LEARNING)
+    fp16 = gpu_check.BY_NAME["fp16-O1"]
+    assert gpu_check.step1_comparison(run_report([11.1 * (1 + 3e-4), *LEARNING[1:]]), reference, fp16)[1]
+    # AMP silently not applied: the loss is fp32's to the last bit (or to fp32's rounding).
+    assert not gpu_check.step1_comparison(reference, reference, fp16)[1]
+    assert not gpu_check.step1_comparison(run_report([11.1 * (1 + 1e-7), *LEARNING[1:]]), reference, fp16)[1]
+    # A loss scale left in the loss, or a NaN.
+    assert not gpu_check.step1_comparison(run_report([11.1 * 2**20, *LEARNING[1:]]), reference, fp16)[1]
+    assert not gpu_check.step1_comparison(run_report([float("nan"), *LEARNING[1:]]), reference, fp16)[1]
+
+
+def test_parity_rows_catch_a_wrong_padding_mask_and_cross_sample_attention(monkeypatch):
+    """The CPU rows' own computation (attention_parity), with the mask of the SDPA path broken the two ways a
+    backend's mask handling can break: padding keys attended, and packed samples attending to each other."""
+    import paddle
+
+    import modeling
+
+    config = ROOT / "bert_configs" / "bert-tiny-uncased.json"
+    tolerance = {case: spec[2] for case, spec in gpu_check.CPU_PARITY_CASES.items()}
+    correct = gpu_check.attention_parity(config, gpus=0)
+    assert all(correct[case] <= tolerance[case] for case in tolerance), correct
+    real = modeling.BertModel._attention_input
+
+    def broken(self, attention_mask, sample_ids):
+        if self.use_cpu_kernels:  # the reference path keeps its mask
+            return real(self, attention_mask, sample_ids)
+        if sample_ids is None:
+            return real(self, paddle.ones_like(attention_mask), None)  # padding keys attended
+        return real(self, None, paddle.zeros_like(sample_ids))  # every token in one sample
+
+    monkeypatch.setattr(modeling.BertModel, "_attention_input", broken)
+    wrong = gpu_check.attention_parity(config, gpus=0)
+    assert all(wrong[case] > 10 * tolerance[case] for case in tolerance), wrong
+
+
+class FakeRuns(gpu_check.GpuCheck):
+    """GpuCheck whose processes are replaced: run() writes what `outcome(label, argv)` returns into the log (and
+    raises RowFailure for a non-zero status), as the real run() does."""
+
+    def __init__(self, work, gpus, outcome):
+        super().__init__(work, gpus=0, shared=work / "no-shared")
+        self.gpus, self.outcome = gpus, outcome
+        self.shards = {length: work / f"shards-{length}" for length in gpu_check.SEQUENCE_LENGTHS}
+
+    def run(self, label, argv, precision=gpu_check.FP32):
+        status, text = self.outcome(label, [str(arg) for arg in argv])
+        self.log_file(label).write_text(text)
+        if status:
+            raise gpu_check.RowFailure(f"{label}: exit status {status}: {text.splitlines()[-1]}")
+
+
+def test_resume_across_amp_levels_row_wants_the_one_line_error(tmp_path):
+    message = "run_pretraining.py: error: ...: saved with --use-pure-fp16 (AMP O2: fp32 master weights ...)"
+    assert FakeRuns(tmp_path, 1, lambda label, argv: (1, message)).resume_across_amp_levels()[1]
+    # Planted: the resume goes ahead (no metadata check), or dies in Paddle's assert instead.
+    assert not FakeRuns(tmp_path, 1, lambda label, argv: (0, "step 8/8")).resume_across_amp_levels()[1]
+    assert not FakeRuns(tmp_path, 1, lambda label, argv: (1, "AssertionError: Optimizer set error, "
+                                                             "linear_0.w_0_moment1_0 should in state dict")
+                        ).resume_across_amp_levels()[1]
+
+
+def test_affinity_row_wants_the_pinned_cpus(tmp_path):
+    pinned = "Rank 0 of 1: CPUs [4, 5, 12, 13], 4 threads\nstep 1/1"
+    assert FakeRuns(tmp_path, 1, lambda label, argv: (0, pinned)).cpu_affinity()[1]
+    assert not FakeRuns(tmp_path, 1, lambda label, argv: (0, "Rank 0 of 1: CPUs not pinned, 8 threads")
+                        ).cpu_affinity()[1]
+    with pytest.raises(gpu_check.RowFailure, match="exit status 1"):  # e.g. a UUID-style CUDA_VISIBLE_DEVICES
+        FakeRuns(tmp_path, 1, lambda label, argv: (1, "ValueError: invalid literal for int()")).cpu_affinity()
+
+
+def write_report(folder: Path, losses: list[float], skipped: tuple[int, ...] = ()) -> None:
+    from dllog import DLLogger
+
+    folder.mkdir(parents=True, exist_ok=True)
+    logger = DLLogger(str(folder / "report.json"))
+    for step, loss in enumerate(losses, start=1):
+        if step in skipped:
+            logger.log((0, step), {"skipped_update": 1, "loss": loss})
+        logger.log((0, step), {"loss": loss})
+
+
+@pytest.mark.parametrize(("losses", "skipped", "passes"), [
+    ([11.1, 10.9, 10.8, 10.7], (1,), True),
+    ([11.1, 11.1, 11.1, 11.1], (1, 2, 3, 4), False),  # every update skipped
+    ([11.1, float("nan"), float("nan"), float("nan")], (), False),  # the weights went NaN
+])
+def test_data_parallel_gradient_merge_row(tmp_path, losses, skipped, passes):
+    def outcome(label, argv):
+        write_report(Path(argv[argv.index("--output-dir") + 1]), losses, skipped)
+        return 0, "done"
+
+    check = FakeRuns(tmp_path, 2, outcome)
+    assert check.data_parallel_gradient_merge(gpu_check.BY_NAME["fp16-O2"])[1] == passes

@@ -6,8 +6,9 @@ is built, points the bucket at each gradient as it arrives (ShareDataWith, no dt
 bucket as that dtype (ConcatTensorsForAllReduce<float16> reads every gradient with data<float16>()). Under O2 the
 parameters are float16 while decorate's master_grad hook makes every gradient fp32 at the end of each backward,
 so a synced backward onto the gradients an earlier micro-batch left behind stops in that concat. The stand-in
-DataParallel below enforces exactly that rule; on the CPU the real reducer never meets float16 parameters.
-Run as a script under paddle.distributed.launch this module is the worker of the two-rank gloo test.
+DataParallel below enforces exactly that rule, which the two-rank gloo test shows in Paddle's own reducer (a
+float16 bucket given an fp32 gradient). Run as a script under paddle.distributed.launch this module is the
+worker of the two-rank gloo tests.
 """
 
 from __future__ import annotations
@@ -90,16 +91,55 @@ def test_single_micro_batch_or_single_rank_keeps_the_overlapped_all_reduce():
     assert network.synced_backwards == 1  # one backward, before any gradient turned fp32: the reducer's own path
 
 
-def test_averaging_afterwards_equals_the_reducers_all_reduce_on_two_gloo_ranks(tmp_path):
-    """The path taken under O2, on real DataParallel ranks (fp32 here): the same gradients, bit for bit."""
-    result = run_script("tests/test_gradient_merge_o2.py", [], launch_ranks=2, log_dir=tmp_path / "logs")
+def launched_logs(tmp_path, worker: str) -> list[str]:
+    result = run_script("tests/test_gradient_merge_o2.py", [worker], launch_ranks=2, log_dir=tmp_path / "logs")
     logs = [(tmp_path / "logs" / f"workerlog.{rank}").read_text() for rank in range(2)]
     assert result.returncode == 0, logs
+    return logs
+
+
+def test_averaging_afterwards_equals_the_reducers_all_reduce_on_two_gloo_ranks(tmp_path):
+    """The path taken under O2, on real DataParallel ranks (fp32 here): the same gradients, bit for bit."""
+    logs = launched_logs(tmp_path, "same-gradients")
     assert all("gradients equal: True" in log for log in logs), logs
 
 
-def _worker() -> None:
-    paddle.distributed.init_parallel_env()
+def test_paddles_reducer_refuses_an_fp32_gradient_in_a_float16_bucket(tmp_path):
+    """The rule of the stand-in above, in Paddle 3.3.1's EagerReducer over gloo: a float16 parameter whose
+    gradient master_grad made fp32 (here it reaches the reducer as an unused parameter's gradient, since the
+    CPU cannot add a float16 gradient onto an fp32 one as a GPU does) stops the synced backward."""
+    logs = launched_logs(tmp_path, "reducer-rule")
+    assert all("reducer: The type of data we are trying to retrieve (float16) does not match the type of data "
+               "(float32)" in log for log in logs), logs
+
+
+def _reducer_rule_worker() -> None:
+    class Net(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.w = self.create_parameter([4], dtype="float32")
+            self.u = self.create_parameter([4], dtype="float16")  # a bucket of its own: float16
+            self.use_u = True
+
+        def forward(self, x):
+            y = (self.w * x).sum()
+            return y + (self.u.astype("float32") * x).sum() if self.use_u else y
+
+    net = Net()
+    network = paddle.DataParallel(net, find_unused_parameters=True)
+    x = paddle.to_tensor(np.arange(4, dtype=np.float32))
+    with network.no_sync():
+        network(x).backward()
+    paddle.base.core.eager.set_master_grads([net.u])  # decorate's master_grad hook at the end of a backward
+    net.use_u = False
+    try:
+        network(x).backward()
+        print("reducer: accepted", flush=True)
+    except ValueError as error:
+        print("reducer:", str(error).splitlines()[0].removeprefix("(InvalidArgument) "), flush=True)
+
+
+def _same_gradients_worker() -> None:
     rng = np.random.default_rng(paddle.distributed.get_rank())  # each rank its own micro-batches
     batches = [rng.normal(size=(rows, 3)).astype(np.float32) for rows in (2, 3)]
     grads = []
@@ -112,4 +152,5 @@ def _worker() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(_worker())
+    paddle.distributed.init_parallel_env()
+    {"same-gradients": _same_gradients_worker, "reducer-rule": _reducer_rule_worker}[sys.argv[1]]()
