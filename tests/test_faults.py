@@ -852,3 +852,132 @@ def test_ctrl_c_in_any_entry_script_is_one_line_and_status_130(capsys):
     assert cli.run_main(interrupted, "run_squad.py") == cli.INTERRUPTED_STATUS
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == "run_squad.py: interrupted (Ctrl-C)\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Files that belong together are written as one unit
+
+
+def mount_tmpfs(mount_point: Path, size: str) -> None:
+    mount_point.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        message = f"cannot mount a tmpfs ({mounted.stderr.strip() or 'mount refused'})"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(size) mounts a tmpfs of that size at tmp_path/disk and returns it; unmounted at the end."""
+    mounted = []
+
+    def mount(size: str) -> Path:
+        mount_tmpfs(tmp_path / "disk", size)
+        mounted.append(tmp_path / "disk")
+        return tmp_path / "disk"
+
+    yield mount
+    for mount_point in mounted:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_a_rerun_without_save_safetensors_leaves_no_stale_twin_beside_the_new_model(glue_job, tmp_path, capsys):
+    import run_glue
+
+    assert run_entry([*glue_job, "--save-safetensors"], capsys, run_glue.main, "run_glue.py")[0] == 0
+    assert (tmp_path / "out" / "bert_paddle.safetensors").is_file()
+    assert run_entry([*glue_job, "--seed", "3"], capsys, run_glue.main, "run_glue.py")[0] == 0
+    assert not (tmp_path / "out" / "bert_paddle.safetensors").exists()
+    assert (tmp_path / "out" / "bert_paddle.pdparams").is_file()
+
+
+def test_save_safetensors_on_a_full_disk_is_one_line_naming_the_file(tmp_path, tmpfs, capsys):
+    disk = tmpfs("14m")  # the tiny job's checkpoint (12.3 MB) fits, its weights again as safetensors do not
+    status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "2", "--num-steps-per-checkpoint", "2",
+                                                "--output-dir", str(disk), "--save-safetensors"), capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", f"{disk}/custom/phase1/2/bert_paddle.safetensors: not written",
+                   "No space left on device")
+    checkpoint.load_checkpoint(disk / "custom" / "phase1" / "2")
+    assert not [p for p in (disk / "custom" / "phase1" / "2").iterdir() if p.name.startswith(TEMP_PREFIX)]
+
+
+def test_squad_predictions_on_a_full_disk_keep_the_old_set_whole_and_name_the_file(tmp_path, tmpfs):
+    from atomic_io import atomic_write_set, text_writer
+
+    disk = tmpfs("1m")
+    names = ("predictions.json", "nbest_predictions.json", "null_odds.json")
+    atomic_write_set({disk / name: text_writer(f"old {name}\n") for name in names})
+    before = snapshot(disk)
+    (disk / "filler").write_bytes(b"x" * (1024 * 1024 - 64 * 1024))  # leave less room than the new nbest needs
+    new = {disk / "predictions.json": text_writer("{}\n"), disk / "nbest_predictions.json": text_writer("n" * 200000),
+           disk / "null_odds.json": None}
+    with pytest.raises(OSError) as error:
+        atomic_write_set(new)
+    assert str(error.value).startswith(f"[Errno 28] {disk / 'nbest_predictions.json'}: not written, so none of ")
+    (disk / "filler").unlink()
+    assert_kept(before)
+    assert sorted(p.name for p in disk.iterdir()) == sorted(names)  # no temp file left
+    # With room, the new set replaces the old one whole, and the file the new set lacks is gone.
+    atomic_write_set(new)
+    assert sorted(p.name for p in disk.iterdir()) == ["nbest_predictions.json", "predictions.json"]
+
+
+def test_plot_report_refuses_to_write_the_plot_over_its_report(trained, tmp_path, capsys):
+    report = tmp_path / "report.json"
+    shutil.copy(trained / "report.json", report)
+    before = snapshot(report)
+    status, output = run_entry([str(report), "--output", str(tmp_path / "." / "report.json")], capsys,
+                               plot_report.main, "plot_report.py")
+    assert status == 1
+    one_line_error(output, "--output", f"--output {tmp_path / '.' / 'report.json'}: is the report itself")
+    assert snapshot(report) == before
+
+
+@pytest.mark.parametrize("prefix", ["../../evil", "sub/x", "..", ""])
+@pytest.mark.parametrize("script", ["run_pretraining.py", "run_glue.py"])
+def test_a_model_prefix_that_is_a_path_is_a_parser_error(tmp_path, capsys, glue_job, script, prefix):
+    import run_glue
+
+    argv, main = (pretraining_argv(tmp_path), run_pretraining.main) if script == "run_pretraining.py" else \
+        (glue_job, run_glue.main)
+    status, output = run_entry([*argv, "--model-prefix", prefix], capsys, main, script)
+    assert status == 2
+    assert "Traceback" not in output
+    (error,) = [line for line in output.splitlines() if " error: " in line]
+    assert error.endswith(f"error: argument --model-prefix: expected a file name without a folder part, got "
+                          f"{prefix!r}")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "evil").exists()
+
+
+@pytest.fixture(scope="module")
+def eval_shards(tmp_path_factory) -> dict[str, Path]:
+    """Held-out shards that do not fit the tiny NSP job of seq 128: of seq 256, and single segments (--no-nsp)."""
+    import lddl_preprocess
+
+    folder = tmp_path_factory.mktemp("eval_shards")
+    common = ["--input", str(require_shared("data", "wikitext-2", "wiki.test.raw")), "--vocab-file",
+              str(require_shared("vocab", "bert-uncased-vocab.txt")), "--duplicate-factor", "1", "--num-shards", "1",
+              "--sample-ratio", "0.2", "--num-workers", "1", "--quiet"]
+    lddl_preprocess.main([*common, "--max-seq-length", "256", "--output-dir", str(folder / "seq256")])
+    lddl_preprocess.main([*common, "--max-seq-length", "128", "--no-nsp", "--output-dir", str(folder / "no_nsp")])
+    return {"seq256": folder / "seq256", "no_nsp": folder / "no_nsp"}
+
+
+@pytest.mark.parametrize("kind, named", [
+    ("seq256", "tokens, more than max_seq_length=128"),
+    ("no_nsp", "segment B is empty, a single-segment sample (lddl_preprocess.py --no-nsp)"),
+])
+def test_eval_shards_that_do_not_fit_the_run_stop_it_before_the_first_step(tmp_path, capsys, eval_shards, kind,
+                                                                           named):
+    before = snapshot(eval_shards[kind])
+    status, output = run_entry(pretraining_argv(tmp_path, "--eval-dir", str(eval_shards[kind]), "--eval-freq", "2"),
+                               capsys)
+    assert status == 1
+    assert "step 1/" not in output
+    one_line_error(output, "run_pretraining.py: ", f"{eval_shards[kind] / 'shard-0.parquet'}: row ", named)
+    assert step_folders(tmp_path / "out") == []
+    assert snapshot(eval_shards[kind]) == before
