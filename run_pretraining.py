@@ -43,6 +43,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +63,7 @@ from modeling import BertForPretraining
 from optimizer import OPTIMIZER_NAMES, create_optimizer
 from packing import PACKED_MODEL_INPUTS, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader
-from pretraining_eval import add_eval_arguments, build_evaluator, check_eval_arguments
+from pretraining_eval import PretrainingEvaluator, add_eval_arguments, build_evaluator, check_eval_arguments
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from visualdl_log import VisualDLLog, open_run_log
 from weights import (
@@ -163,7 +164,8 @@ def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--num-steps-per-checkpoint", type=int, default=100, help="Save a checkpoint every N steps.")
     group.add_argument("--keep-checkpoint-max", type=int, default=3,
                        help="Keep only the newest N checkpoints of the phase, counting those of earlier runs.")
-    group.add_argument("--model-prefix", default="bert_paddle", help="File-name prefix of checkpoint files.")
+    group.add_argument("--model-prefix", type=cli.file_name, default="bert_paddle",
+                       help="File-name prefix of checkpoint files (a name, not a path).")
     group.add_argument("--from-checkpoint", default=None,
                        help="Resume from a checkpoint: one checkpoint folder (with or without "
                        "--last-step-of-checkpoint), or a phase folder of <step>/ folders with "
@@ -782,6 +784,16 @@ def announce(args: argparse.Namespace, logger: DLLogger, say, rank: int, world_s
         say("Configuration: " + json.dumps(config_record, sort_keys=True), flush=True)
 
 
+def check_eval_batches(evaluator: PretrainingEvaluator) -> None:
+    """Build every evaluation batch once before training: --eval-dir shards that do not fit this run (longer
+    sequences than --max-seq-length, single segments in an NSP run) stop it now, in the loader's one line, rather
+    than at the first evaluation, --eval-freq steps later. Each evaluation rewinds its loader, so this changes
+    nothing it will read."""
+    for _ in islice(evaluator.loader, evaluator.num_batches):
+        pass
+    evaluator.loader.load_state_dict(evaluator.start)
+
+
 def claim_output_dir(args: argparse.Namespace, phase: int, rank: int, world_size: int) -> None:
     """Before any work: rank 0 locks --output-dir for the run's life (one run per folder, folder_lock.py) and
     checks that the phase folder can take checkpoints; every rank stops with rank 0's one-line error."""
@@ -826,12 +838,14 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
     step = start_step = progress.get("global_step", 0)
     nonfinite_streak = progress.get("nonfinite_streak", 0)
     last_step = last_step_of_run(args, start_step)
+    evaluator = build_evaluator(args, rank, world_size, logger, say)
+    if evaluator is not None:
+        check_eval_batches(evaluator)
     say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
     visualdl = open_run_log(args.visualdl_log_dir, rank=rank, resume=start_step > 0, start_step=start_step,
                             config=vars(args))
     reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, lambda: loader.epoch,
                                 nsp=not args.no_nsp, visualdl=visualdl)
-    evaluator = build_evaluator(args, rank, world_size, logger, say)
     batches = iter(loader)
     with StopRequest(os.environ.get(STOP_FILE_VARIABLE)) as stop_request:
         while step < last_step:
