@@ -981,3 +981,14 @@ def test_eval_shards_that_do_not_fit_the_run_stop_it_before_the_first_step(tmp_p
     one_line_error(output, "run_pretraining.py: ", f"{eval_shards[kind] / 'shard-0.parquet'}: row ", named)
     assert step_folders(tmp_path / "out") == []
     assert snapshot(eval_shards[kind]) == before
+
+
+def test_a_thread_count_far_beyond_the_cpus_is_one_line_not_an_abort(tmp_path):
+    # A real process: before the check, the OpenMP runtime aborted it (SIGABRT) trying to start the threads.
+    env = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
+    result = subprocess.run([sys.executable, "-W", "ignore", SCRIPT, *pretraining_argv(tmp_path)], capture_output=True,
+                            text=True, cwd=ROOT, timeout=300, env={**env, "PADDLEBERT_NUM_THREADS": "100000"})
+    assert result.returncode == 1, result.stderr[-2000:]
+    one_line_error(result.stderr, "run_pretraining.py: ", "PADDLEBERT_NUM_THREADS='100000' is more than 8 threads "
+                   "per CPU")
+    assert not (tmp_path / "out").exists()
