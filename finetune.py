@@ -181,6 +181,8 @@ def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         parser.error(f"nothing to do: give {', '.join(flags[:-1])} and/or {flags[-1]}")
     if args.do_train and not args.train_file:
         parser.error("--do-train needs --train-file")
+    if args.save_safetensors and (not args.do_train or getattr(args, "benchmark", False)):
+        parser.error("--save-safetensors writes the fine-tuned model, which only --do-train without --benchmark saves")
     if (args.do_predict or args.do_eval) and not args.predict_file:
         parser.error("--do-predict and --do-eval need --predict-file")
     _resolve_from_checkpoint(parser, args)

@@ -992,3 +992,95 @@ def test_a_thread_count_far_beyond_the_cpus_is_one_line_not_an_abort(tmp_path):
     one_line_error(result.stderr, "run_pretraining.py: ", "PADDLEBERT_NUM_THREADS='100000' is more than 8 threads "
                    "per CPU")
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Flags that could not take effect are refused, not silently accepted
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--masked-lm-ratio", "0.3"), "--masked-lm-ratio 0.3: the shards of --input-dir "),
+    (("--save-safetensors", "--benchmark"), "--save-safetensors writes the final weights beside the last "
+     "checkpoint, and --benchmark saves no checkpoint"),
+])
+def test_pretraining_flags_that_cannot_take_effect_are_parser_errors(tmp_path, capsys, extra, message):
+    status, output = run_entry(pretraining_argv(tmp_path, *extra), capsys)  # statically masked shards
+    assert status == 2
+    assert "Traceback" not in output
+    (error,) = [line for line in output.splitlines() if " error: " in line]
+    assert message in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_masked_lm_ratio_on_dynamic_shards_still_trains(tmp_path, capsys):
+    from helpers import DYNAMIC
+
+    status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1", "--masked-lm-ratio", "0.3",
+                                                shards=DYNAMIC), capsys)
+    assert status == 0, output[-3000:]
+
+
+def test_save_safetensors_without_training_is_a_parser_error(glue_job, tmp_path, capsys):
+    import run_glue
+
+    argv = [*(arg for arg in glue_job if arg != "--do-train"), "--save-safetensors", "--do-predict", "--predict-file",
+            str(tmp_path / "train.tsv")]
+    status, output = run_entry(argv, capsys, run_glue.main, "run_glue.py")
+    assert status == 2
+    (error,) = [line for line in output.splitlines() if " error: " in line]
+    assert error.endswith("--save-safetensors writes the fine-tuned model, which only --do-train without --benchmark "
+                          "saves")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_squad_v2_question_marked_impossible_with_answers_is_one_line(tmp_path):
+    from squad_utils import read_squad_examples
+
+    dataset = tmp_path / "train-v2.0.json"
+    dataset.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [{
+        "context": "Paris is in France.", "qas": [{"id": "q1", "question": "Where is Paris?", "is_impossible": True,
+                                                   "answers": [{"text": "France", "answer_start": 12}]}]}]}]}))
+    with pytest.raises(ValueError, match=rf"^{dataset}: question q1 is marked is_impossible but has answers"):
+        read_squad_examples(str(dataset), is_training=True, version_2_with_negative=True)
+
+
+def test_a_nan_in_the_no_answer_file_is_one_line_naming_it(tmp_path, capsys):
+    dataset = tmp_path / "dev-v2.0.json"
+    dataset.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [{
+        "context": "Paris is in France.", "qas": [{"id": "q1", "question": "Where is Paris?", "is_impossible": False,
+                                                   "answers": [{"text": "France", "answer_start": 12}]}]}]}]}))
+    (tmp_path / "predictions.json").write_text('{"q1": "France"}')
+    (tmp_path / "null_odds.json").write_text('{"q1": NaN}')
+    status, output = run_entry([str(dataset), str(tmp_path / "predictions.json"), "--na-prob-file",
+                                str(tmp_path / "null_odds.json")], capsys, squad_evaluate.main, "squad_evaluate.py")
+    assert status == 1
+    one_line_error(output, "squad_evaluate.py: ", f"{tmp_path / 'null_odds.json'}: probability for question q1 is "
+                   "nan, not a finite number")
+
+
+@pytest.fixture(scope="module")
+def exported_model(tmp_path_factory) -> Path:
+    """A tiny BERT for SQuAD exported for Paddle Inference: <folder>/bert_paddle.json and .pdiparams."""
+    import inference
+    from helpers import tiny_config
+    from modeling import BertConfig, BertForQuestionAnswering
+
+    folder = tmp_path_factory.mktemp("exported")
+    inference.export_inference_model(BertForQuestionAnswering(BertConfig.from_dict(tiny_config())), str(folder),
+                                     "bert_paddle")
+    return folder
+
+
+@pytest.mark.parametrize("name", ["bert_paddle.json", "bert_paddle.pdiparams"])
+def test_a_truncated_exported_model_is_one_line_naming_it(exported_model, tmp_path, capsys, name):
+    import inference
+
+    folder = tmp_path / "export"
+    shutil.copytree(exported_model, folder)
+    truncate(folder / name, keep=(folder / name).stat().st_size // 2)
+    before = snapshot(folder)
+    status, output = run_entry([], capsys, lambda argv: inference.inference_predictor(str(folder), "bert_paddle", 1),
+                               "run_squad.py")
+    assert status == 1
+    one_line_error(output, "run_squad.py: ", f"{folder / 'bert_paddle'}: not a readable exported model (")
+    assert snapshot(folder) == before
