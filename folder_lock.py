@@ -11,10 +11,10 @@ deleted: unlinking it while another process opens it would let two runs hold two
 
 Network file systems: on NFS the Linux client emulates flock with POSIX byte-range locks, which the server
 arbitrates, so two hosts exclude each other (a crashed client's lock lasts until the server's lease expires,
-about 90 s on NFSv4). Lustre arbitrates flock across clients only when mounted with `-o flock`; under
-`-o localflock` the lock holds between processes of one node only, and without either option (older releases'
-default) flock fails with ENOSYS. Where the file system cannot lock at all, the run says so in one line and goes
-on unlocked.
+about 90 s on NFSv4; a mount with `nolock` or `local_lock=flock` keeps locks on one host). Lustre arbitrates
+flock across clients only when mounted with `-o flock`; under `-o localflock` the lock holds between processes
+of one node only, and without either option (older releases' default) flock fails with ENOSYS. Where the file
+system cannot lock at all, the run says so in one line and goes on unlocked.
 
 This module imports no Paddle, so that preprocessing can use it.
 """
