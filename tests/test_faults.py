@@ -58,6 +58,12 @@ def run_entry(argv: list[str], capsys, main=run_pretraining.main,
     return status, captured.out + captured.err
 
 
+def without_omp_threads() -> dict[str, str]:
+    """This process's environment without OMP_NUM_THREADS, which earlier in-process runs set
+    (configure_cpu_threads) and which makes Paddle warn on stderr at import: that line is Paddle's."""
+    return {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
+
+
 def one_line_error(output: str, prefix: str, *names: str) -> str:
     """The only error line of output: it starts with prefix and names each of names; no traceback anywhere."""
     assert "Traceback" not in output, output[-3000:]
@@ -587,7 +593,7 @@ def test_a_second_pretraining_run_into_a_live_runs_folder_stops_naming_its_pid_a
         second = subprocess.run([sys.executable, "-W", "ignore", SCRIPT,
                                  *pretraining_argv(tmp_path, *JOB, "--seed", "7", "--report-file",
                                                    str(tmp_path / "second.json"))],
-                                capture_output=True, text=True, cwd=ROOT, timeout=300)
+                                capture_output=True, text=True, cwd=ROOT, timeout=300, env=without_omp_threads())
         assert second.returncode == 1, second.stdout[-2000:] + second.stderr[-2000:]
         assert "step 1/" not in second.stdout
         one_line_error(second.stderr, "run_pretraining.py: ", f"--output-dir {tmp_path / 'out'}: in use by another "
@@ -713,7 +719,7 @@ def start_long_job(tmp_path: Path, *extra: str, code: str | None = None) -> subp
     apart, once it has trained three steps."""
     command = [sys.executable, "-W", "ignore", *(["-c", code] if code else [SCRIPT])]
     job = subprocess.Popen([*command, *pretraining_argv(tmp_path, *LONG_JOB, *extra)], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT, env=without_omp_threads())
     for line in job.stdout:
         if line.startswith("step 3/"):
             return job
@@ -985,9 +991,9 @@ def test_eval_shards_that_do_not_fit_the_run_stop_it_before_the_first_step(tmp_p
 
 def test_a_thread_count_far_beyond_the_cpus_is_one_line_not_an_abort(tmp_path):
     # A real process: before the check, the OpenMP runtime aborted it (SIGABRT) trying to start the threads.
-    env = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
     result = subprocess.run([sys.executable, "-W", "ignore", SCRIPT, *pretraining_argv(tmp_path)], capture_output=True,
-                            text=True, cwd=ROOT, timeout=300, env={**env, "PADDLEBERT_NUM_THREADS": "100000"})
+                            text=True, cwd=ROOT, timeout=300,
+                            env={**without_omp_threads(), "PADDLEBERT_NUM_THREADS": "100000"})
     assert result.returncode == 1, result.stderr[-2000:]
     one_line_error(result.stderr, "run_pretraining.py: ", "PADDLEBERT_NUM_THREADS='100000' is more than 8 threads "
                    "per CPU")
@@ -1084,3 +1090,38 @@ def test_a_truncated_exported_model_is_one_line_naming_it(exported_model, tmp_pa
     assert status == 1
     one_line_error(output, "run_squad.py: ", f"{folder / 'bert_paddle'}: not a readable exported model (")
     assert snapshot(folder) == before
+
+
+# Holds the lock of argv[1], forks a child that outlives it, says "held <child pid>", and waits to be killed.
+HOLD_LOCK_AND_FORK = """
+import os, sys, time
+sys.path.insert(0, os.getcwd())
+import folder_lock
+folder_lock.hold(sys.argv[1], "--output-dir")
+child = os.fork()
+if child == 0:
+    time.sleep(600)
+    os._exit(0)
+print("held", child, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_lock_ends_with_its_holder_even_if_a_forked_child_lives_on(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK_AND_FORK, str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT)
+    child = None
+    try:
+        word, child_pid = holder.stdout.readline().split()
+        child = int(child_pid)
+        with pytest.raises(folder_lock.FolderInUse, match=f"PID {holder.pid} on host "):
+            folder_lock.hold(tmp_path, "--output-dir")
+        holder.kill()
+        holder.wait(timeout=30)
+        assert running(child)
+        folder_lock.hold(tmp_path, "--output-dir")  # free, though the child forked while it was held is alive
+        folder_lock.release(tmp_path)
+    finally:
+        holder.kill()
+        if child is not None and running(child):
+            os.kill(child, signal.SIGKILL)
