@@ -2,6 +2,7 @@
 
     atomic_write(path, lambda temp: paddle.save(state, temp))
     atomic_write_text(path, text)
+    atomic_write_set({model: save_model, twin: None})      # files that belong together, as one unit
 
 The content goes to `.tmp-<name>-<pid>` beside the target, is fsynced and gets the usual permissions (0666
 less the umask; paddle.save, safetensors and mkstemp create files 0600), then is renamed over the target and
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 TEMP_PREFIX = ".tmp-"
@@ -60,12 +61,53 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     try:
         write_synced(temp, write)
         os.replace(temp, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
+        if isinstance(error, OSError) and error.errno is not None:  # a full disk, most often: name the target
+            raise OSError(error.errno, f"{path}: not written, any earlier file is unchanged "
+                          f"({error.strerror or error})") from error
         raise
     fsync_dir(path.parent)
     return path
+
+
+def atomic_write_set(writes: Mapping[str | os.PathLike, Callable[[str], None] | None]) -> list[Path]:
+    """Write a set of files that belong together (a model and its .safetensors twin, SQuAD's prediction files) as
+    one unit; a None writer means the file must not stand beside the others (a twin this run does not write).
+
+    Every file is first written and fsynced beside its target; if any write fails (a full disk), the temps go and
+    every old file is left as it was, and the OSError names the file. Only then are the old files removed and the
+    new ones renamed in, so that a kill during the swap leaves a part of the new set, never a new file beside an
+    old one it does not match. All targets must be in one folder. Returns the paths written."""
+    targets = {Path(path): write for path, write in writes.items()}
+    folder = next(iter(targets)).parent
+    if any(path.parent != folder for path in targets):
+        raise ValueError(f"atomic_write_set: the files are not in one folder: {', '.join(map(str, targets))}")
+    folder.mkdir(parents=True, exist_ok=True)
+    temps: dict[Path, Path] = {}
+    try:
+        for path, write in targets.items():
+            if write is not None:
+                temps[path] = temp_beside(path)
+                try:
+                    write_synced(temps[path], write)
+                except OSError as error:
+                    raise OSError(error.errno, f"{path}: not written, so none of {', '.join(p.name for p in targets)} "
+                                  f"was replaced ({error.strerror or error})") from error
+    except BaseException:
+        for temp in temps.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+        raise
+    for path in targets:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    fsync_dir(folder)
+    for path, temp in temps.items():
+        os.replace(temp, path)
+    fsync_dir(folder)
+    return list(temps)
 
 
 def text_writer(text: str) -> Callable[[str], None]:

@@ -38,6 +38,15 @@ def finite_float(text: str) -> float:
     return value
 
 
+def file_name(text: str) -> str:
+    """argparse type of --model-prefix: one file name, no folder part. A prefix "../x" or "sub/x" would put the
+    files outside the folder whose atomic save and rotation guard them."""
+    separators = {os.sep, os.altsep} - {None}
+    if text in ("", ".", "..") or any(separator in text for separator in separators) or "\0" in text:
+        raise argparse.ArgumentTypeError(f"expected a file name without a folder part, got {text!r}")
+    return text
+
+
 def check_at_least(parser: argparse.ArgumentParser, args: argparse.Namespace, *names: str, minimum: int = 1) -> None:
     """parser.error (one line naming the flag) unless each named option is unset (None) or >= minimum."""
     for name in names:

@@ -4,21 +4,26 @@ The extension is compiled once per machine with paddle.utils.cpp_extension (gcc;
 directory keyed by a hash of the source, the flags, Paddle's and Python's versions:
 $PADDLEBERT_CACHE (default ~/.cache/paddlebert)/cpu_ops/<hash>/. Later processes only register the cached
 library (5 ms, no compiler run). A build that fails (no compiler, or a glibc older than 2.35 without vector
-erff) leaves `load()` returning None with a one-line warning, and the callers keep Paddle's ops. The flags
+erff) leaves `load()` returning None with a one-line warning (the compiler's own output goes to a log, not the
+terminal), and the callers keep Paddle's ops; the failure is remembered in the cache, so later processes warn
+without building again until the compiler or the source changes. The flags
 are portable across Intel and AMD x86-64 (AVX2 + FMA, no -march=native), since a cache directory can
 outlive the CPU it was built on; a CPU without AVX2 or FMA gets Paddle's ops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import json
 import os
 import platform
 import shutil
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import paddle
@@ -27,6 +32,7 @@ from paddle.utils import cpp_extension
 
 # cpu_kernels imports this module too; the circle is harmless, neither uses the other at import time.
 import cpu_kernels
+from atomic_io import atomic_write_text
 
 NAME = "paddlebert_cpu_ops"
 SOURCE = Path(__file__).resolve().parent / "csrc" / "cpu_ops.cc"
@@ -79,8 +85,9 @@ def _build(directory: Path) -> None:
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
     try:
-        cpp_extension.load(name=NAME, sources=[str(SOURCE)], extra_cxx_cflags=CXX_FLAGS, extra_ldflags=LD_FLAGS,
-                           build_directory=str(staging))
+        with _output_to(staging / "build.log"):
+            cpp_extension.load(name=NAME, sources=[str(SOURCE)], extra_cxx_cflags=CXX_FLAGS,
+                               extra_ldflags=LD_FLAGS, build_directory=str(staging))
         try:
             staging.rename(directory)
         except OSError:
@@ -90,21 +97,76 @@ def _build(directory: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+# The compilers a build may run (setuptools takes $CXX/$CC, else the platform's c++/cc; Paddle checks g++/gcc).
+_COMPILER_NAMES = ("c++", "g++", "gcc", "cc")
+
+
+def compiler_identity() -> list:
+    """What decides whether a failed build is worth retrying: each compiler a build may run, as its path, size and
+    modification time (or None where there is none); installing, removing or upgrading one changes it."""
+    names = [os.environ.get("CXX"), os.environ.get("CC"), *_COMPILER_NAMES]
+    identity = []
+    for name in filter(None, names):
+        path = shutil.which(name.split()[0])
+        stat = os.stat(path) if path else None
+        identity.append([name, path, stat.st_size if stat else None, stat.st_mtime_ns if stat else None])
+    return identity
+
+
+def failure_record(directory: Path) -> Path:
+    """`<hash>.failed` beside the cache directory: a failed build of this source, flags, Paddle and Python."""
+    return directory.with_name(directory.name + ".failed")
+
+
+@contextlib.contextmanager
+def _output_to(log: Path) -> Iterator[None]:
+    """The compiler's output (it writes to this process's stdout and stderr) into log, not onto the terminal."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(log, "wb") as target:
+        os.dup2(target.fileno(), 1)
+        os.dup2(target.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for descriptor, saved_descriptor in zip((1, 2), saved, strict=True):
+                os.dup2(saved_descriptor, descriptor)
+                os.close(saved_descriptor)
+
+
 @functools.cache
 def load() -> CpuOps | None:
-    """The extension, built on first use on this machine; None (with a warning) where it cannot be built."""
+    """The extension, built on first use on this machine; None (with a warning) where it cannot be built.
+
+    A failed build is remembered in failure_record() with the compiler_identity() it ran with: later processes
+    warn once and do not try again until the compiler changes (or the source, the flags, Paddle or Python, which
+    change the cache directory)."""
     _, flags = cpu_kernels._cpu_vendor_and_flags()
     if not REQUIRED_CPU_FLAGS <= flags:
         warnings.warn(f"cpu_ops: this CPU lacks {sorted(REQUIRED_CPU_FLAGS - flags)}; using Paddle's CPU ops",
                       stacklevel=2)
         return None
     directory = cache_directory()
+    record, compiler = failure_record(directory), compiler_identity()
+    if not _library(directory).exists() and record.is_file():
+        with contextlib.suppress(ValueError, OSError):
+            failed = json.loads(record.read_text(encoding="utf-8"))
+            if failed.get("compiler") == compiler:
+                warnings.warn(f"cpu_ops: {SOURCE.name} failed to build before with this compiler "
+                              f"({failed.get('message')}); using Paddle's CPU ops (delete {record} to retry)",
+                              stacklevel=2)
+                return None
     try:
         if not _library(directory).exists():
             _build(directory)
         cpp_extension.load_op_meta_info_and_register_op(str(_library(directory)))
     except Exception as error:  # a missing compiler or header fails in many ways; all mean "use Paddle's ops"
         message = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        with contextlib.suppress(OSError):  # an unwritable cache only costs the next process another try
+            atomic_write_text(record, json.dumps({"compiler": compiler, "message": message}))
         warnings.warn(f"cpu_ops: cannot build {SOURCE.name} ({message}); using Paddle's CPU ops", stacklevel=2)
         return None
     return CpuOps()

@@ -49,19 +49,20 @@ from amp import (
     check_amp_arguments,
     create_loss_scaler,
 )
-from atomic_io import atomic_write, atomic_write_text
+from atomic_io import atomic_write_set, text_writer
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, PROGRESS_SUFFIX, list_checkpoints, read_progress
-from cli import check_at_least, finite_float, str_to_bool
+from cli import check_at_least, file_name, finite_float, str_to_bool
 from dllog import DLLogger
 from gradient_merge import all_reduce_sum, merged_backward, optimizer_step
 from lr_scheduler import create_lr_scheduler
 from optimizer import OPTIMIZER_NAMES, create_optimizer
+from paddle_files import write_safetensors_state
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from squad_utils import batch_indices
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
 from visualdl_log import open_run_log
-from weights import load_pretrained, safetensors_beside, write_safetensors_weights
+from weights import load_pretrained, safetensors_beside
 
 MAX_GRAD_NORM = 1.0  # gradient clipping of Google's and NVIDIA's fine-tuning recipes
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
@@ -88,7 +89,8 @@ def add_shared_data_arguments(group: argparse._ArgumentGroup, *, max_seq_length:
     group.add_argument("--output-dir", required=True,
                        help="where the fine-tuned model, predictions and report are written")
     group.add_argument("--report-file", help="DLLogger JSON report; default <output-dir>/report.json")
-    group.add_argument("--model-prefix", default="bert_paddle", help="file name prefix of saved models")
+    group.add_argument("--model-prefix", type=file_name, default="bert_paddle",
+                       help="file name prefix of saved models (a name, not a path)")
     group.add_argument("--max-seq-length", type=int, default=max_seq_length, help=max_seq_length_help)
 
 
@@ -180,6 +182,8 @@ def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         parser.error(f"nothing to do: give {', '.join(flags[:-1])} and/or {flags[-1]}")
     if args.do_train and not args.train_file:
         parser.error("--do-train needs --train-file")
+    if args.save_safetensors and (not args.do_train or getattr(args, "benchmark", False)):
+        parser.error("--save-safetensors writes the fine-tuned model, which only --do-train without --benchmark saves")
     if (args.do_predict or args.do_eval) and not args.predict_file:
         parser.error("--do-predict and --do-eval need --predict-file")
     _resolve_from_checkpoint(parser, args)
@@ -353,11 +357,14 @@ def save_fine_tuned(model: paddle.nn.Layer, args: argparse.Namespace, session: S
         return
     params_path = os.path.join(args.output_dir, args.model_prefix + PARAMS_SUFFIX)
     state = model.state_dict()
-    atomic_write(params_path, lambda path: paddle.save(state, path))
-    if args.save_safetensors:
-        write_safetensors_weights(safetensors_beside(params_path), state)
-    atomic_write_text(os.path.join(args.output_dir, args.model_prefix + "_config.json"),
-                      model.config.to_json_string())
+    # One set: a rerun without --save-safetensors removes the twin of the model it replaces, which would no longer
+    # match it; a full disk replaces none of the files.
+    atomic_write_set({
+        params_path: lambda path: paddle.save(state, path),
+        safetensors_beside(params_path): (lambda path: write_safetensors_state(path, state))
+        if args.save_safetensors else None,
+        os.path.join(args.output_dir, args.model_prefix + CONFIG_SUFFIX): text_writer(model.config.to_json_string()),
+    })
     session.logger.log("PARAMETER", {"saved_model": params_path})
 
 

@@ -11,16 +11,17 @@ deleted: unlinking it while another process opens it would let two runs hold two
 
 Network file systems: on NFS the Linux client emulates flock with POSIX byte-range locks, which the server
 arbitrates, so two hosts exclude each other (a crashed client's lock lasts until the server's lease expires,
-about 90 s on NFSv4). Lustre arbitrates flock across clients only when mounted with `-o flock`; under
-`-o localflock` the lock holds between processes of one node only, and without either option (older releases'
-default) flock fails with ENOSYS. Where the file system cannot lock at all, the run says so in one line and goes
-on unlocked.
+about 90 s on NFSv4; a mount with `nolock` or `local_lock=flock` keeps locks on one host). Lustre arbitrates
+flock across clients only when mounted with `-o flock`; under `-o localflock` the lock holds between processes
+of one node only, and without either option (older releases' default) flock fails with ENOSYS. Where the file
+system cannot lock at all, the run says so in one line and goes on unlocked.
 
 This module imports no Paddle, so that preprocessing can use it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -39,6 +40,19 @@ _HOLDER_WAIT_SECONDS = 2.0
 # folder (resolved) -> open descriptor of its lock file, until release() or the end of the process. A second hold
 # of the same folder by the same process (a script's main run twice from Python) keeps the one lock.
 _held: dict[str, int] = {}
+
+
+def _close_in_child() -> None:
+    """In a forked child (a loader worker): close this process's copies of the lock descriptors, so that the lock
+    lives exactly as long as the process that took it, not until its last worker has gone too. (The lock is the
+    open file's; closing a copy leaves the parent's in force.)"""
+    for descriptor in _held.values():
+        with contextlib.suppress(OSError):
+            os.close(descriptor)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 
 
 class FolderInUse(ValueError):

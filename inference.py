@@ -240,7 +240,12 @@ def inference_config(model_dir: str, model_prefix: str, num_threads: int,
 def inference_predictor(model_dir: str, model_prefix: str, num_threads: int,
                         settings: Mapping[str, Mapping] = CPU_SETTINGS) -> BatchPredictor:
     """A Paddle Inference predictor for <model_dir>/<model_prefix>, called like the dygraph model."""
-    predictor = paddle.inference.create_predictor(inference_config(model_dir, model_prefix, num_threads, settings))
+    config = inference_config(model_dir, model_prefix, num_threads, settings)
+    try:
+        predictor = paddle.inference.create_predictor(config)
+    except RuntimeError as error:  # a truncated or garbled export: Paddle's C++ error, its first line names the cause
+        cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{os.path.join(model_dir, model_prefix)}: not a readable exported model ({cause})") from None
     if tuple(predictor.get_input_names()) != INPUT_NAMES:
         raise ValueError(f"{os.path.join(model_dir, model_prefix)}: exported inputs {predictor.get_input_names()} "
                          f"are not {list(INPUT_NAMES)}")

@@ -41,8 +41,10 @@ writer writes its path directly; callers wrap it in atomic_io.atomic_write.
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import pickle
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -246,3 +248,7 @@ def write_safetensors_state(
         safetensors.paddle.save_file(tensors, path, metadata=metadata)
     except ValueError as error:  # a non-contiguous tensor
         raise ValueError(f"{path}: {error}") from None
+    except safetensors.SafetensorError as error:  # its I/O errors (a full disk) end "... (os error 28)"
+        code = re.search(r"os error (\d+)", str(error))
+        number = int(code.group(1)) if code else errno.EIO
+        raise OSError(number, os.strerror(number), str(path)) from None

@@ -124,11 +124,8 @@ def summary_line(records: list[dict]) -> str:
 
 
 def save_figure(figure: Figure, output: Path) -> None:
-    """Write the PNG atomically (atomic_io); an OSError names output."""
-    try:
-        atomic_write(output, lambda temp: figure.savefig(temp, format="png", dpi=100))
-    except OSError as error:
-        raise OSError(error.errno, f"{output}: cannot write the plot ({error.strerror or error})") from error
+    """Write the PNG atomically (atomic_io, whose OSError names output)."""
+    atomic_write(output, lambda temp: figure.savefig(temp, format="png", dpi=100))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,6 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.output.is_dir():
         raise SystemExit(f"--output {args.output}: is a folder; give the PNG file to write, e.g. "
                          f"{args.output / 'plot.png'}")
+    if args.output.exists() and args.output.resolve() == args.report.resolve():
+        raise SystemExit(f"--output {args.output}: is the report itself; the plot would replace it")
     try:
         records = read_report(args.report)
         figure = build_figure(records, str(args.report))

@@ -43,6 +43,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -61,8 +62,8 @@ from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
 from optimizer import OPTIMIZER_NAMES, create_optimizer
 from packing import PACKED_MODEL_INPUTS, pack_batch, padding_fraction
-from pretraining_dataset import PretrainingDataLoader
-from pretraining_eval import add_eval_arguments, build_evaluator, check_eval_arguments
+from pretraining_dataset import PretrainingDataLoader, find_shards
+from pretraining_eval import PretrainingEvaluator, add_eval_arguments, build_evaluator, check_eval_arguments
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from visualdl_log import VisualDLLog, open_run_log
 from weights import (
@@ -74,6 +75,8 @@ from weights import (
     write_safetensors_weights,
 )
 
+# Google's BERT masks 15% of the tokens (Devlin et al. 2019, section 3.1).
+DEFAULT_MASKED_LM_RATIO = 0.15
 # The reference pads the vocabulary to a multiple of 8 for tensor cores; load_weights handles either size.
 VOCAB_PAD_MULTIPLE = 8
 
@@ -88,9 +91,10 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        help="Longest sequence allowed in the shards (phase 1: 128, phase 2: 512).")
     group.add_argument("--max-predictions-per-seq", type=int, default=80,
                        help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
-    group.add_argument("--masked-lm-ratio", type=finite_float, default=0.15,
-                       help="Fraction of each sequence's tokens masked, up to --max-predictions-per-seq (shards "
-                       "without static masks, which the loader masks anew every epoch; e.g. 0.3 as MosaicBERT).")
+    group.add_argument("--masked-lm-ratio", type=finite_float, default=None,
+                       help=f"Fraction of each sequence's tokens masked, up to --max-predictions-per-seq (default "
+                       f"{DEFAULT_MASKED_LM_RATIO}; shards without static masks, which the loader masks anew every "
+                       "epoch; e.g. 0.3 as MosaicBERT; statically masked shards are refused).")
     group.add_argument("--whole-word-masking", action="store_true",
                        help="Mask whole words (a piece and its ## continuations) rather than single pieces (shards "
                        "without static masks; statically masked shards are refused).")
@@ -164,7 +168,8 @@ def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--num-steps-per-checkpoint", type=int, default=100, help="Save a checkpoint every N steps.")
     group.add_argument("--keep-checkpoint-max", type=int, default=3,
                        help="Keep only the newest N checkpoints of the phase, counting those of earlier runs.")
-    group.add_argument("--model-prefix", default="bert_paddle", help="File-name prefix of checkpoint files.")
+    group.add_argument("--model-prefix", type=cli.file_name, default="bert_paddle",
+                       help="File-name prefix of checkpoint files (a name, not a path).")
     group.add_argument("--from-checkpoint", default=None,
                        help="Resume from a checkpoint: one checkpoint folder (with or without "
                        "--last-step-of-checkpoint), or a phase folder of <step>/ folders with "
@@ -231,6 +236,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--from-phase1-final-params is for phase 2, not with --phase1")
     if args.from_phase1_final_params is not None and args.from_pretrained_params is not None:
         parser.error("--from-phase1-final-params and --from-pretrained-params cannot both be set")
+    if args.save_safetensors and args.benchmark:
+        parser.error("--save-safetensors writes the final weights beside the last checkpoint, and --benchmark saves "
+                     "no checkpoint")
     if args.last_step_of_checkpoint in (None, "None"):
         args.last_step_of_checkpoint = None
     elif args.last_step_of_checkpoint != "auto":
@@ -256,13 +264,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.weight_decay < 0:
         parser.error(f"--weight-decay must not be negative, got {args.weight_decay}")
     cli.check_seed(parser, args)
-    if not 0.0 < args.masked_lm_ratio < 1.0:
+    if args.masked_lm_ratio is not None and not 0.0 < args.masked_lm_ratio < 1.0:
         parser.error(f"--masked-lm-ratio must be between 0 and 1, got {args.masked_lm_ratio}")
     check_amp_arguments(parser, args)
     check_eval_arguments(parser, args)
 
     if not Path(args.input_dir).is_dir():
         parser.error(f"--input-dir {args.input_dir}: no such folder")
+    if args.masked_lm_ratio is None:
+        args.masked_lm_ratio = DEFAULT_MASKED_LM_RATIO
+    elif find_shards(args.input_dir).statically_masked:
+        parser.error(f"--masked-lm-ratio {args.masked_lm_ratio}: the shards of --input-dir {args.input_dir} are "
+                     "masked statically, so it cannot take effect; make them with lddl_preprocess.py "
+                     "--masked-lm-ratio, or with --no-masking to mask in the loader")
     if not Path(args.vocab_file).is_file():
         parser.error(f"--vocab-file {args.vocab_file}: no such file")
     try:
@@ -781,6 +795,16 @@ def announce(args: argparse.Namespace, logger: DLLogger, say, rank: int, world_s
         say("Configuration: " + json.dumps(config_record, sort_keys=True), flush=True)
 
 
+def check_eval_batches(evaluator: PretrainingEvaluator) -> None:
+    """Build every evaluation batch once before training: --eval-dir shards that do not fit this run (longer
+    sequences than --max-seq-length, single segments in an NSP run) stop it now, in the loader's one line, rather
+    than at the first evaluation, --eval-freq steps later. Each evaluation rewinds its loader, so this changes
+    nothing it will read."""
+    for _ in islice(evaluator.loader, evaluator.num_batches):
+        pass
+    evaluator.loader.load_state_dict(evaluator.start)
+
+
 def claim_output_dir(args: argparse.Namespace, phase: int, rank: int, world_size: int) -> None:
     """Before any work: rank 0 locks --output-dir for the run's life (one run per folder, folder_lock.py) and
     checks that the phase folder can take checkpoints; every rank stops with rank 0's one-line error."""
@@ -825,12 +849,14 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
     step = start_step = progress.get("global_step", 0)
     nonfinite_streak = progress.get("nonfinite_streak", 0)
     last_step = last_step_of_run(args, start_step)
+    evaluator = build_evaluator(args, rank, world_size, logger, say)
+    if evaluator is not None:
+        check_eval_batches(evaluator)
     say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
     visualdl = open_run_log(args.visualdl_log_dir, rank=rank, resume=start_step > 0, start_step=start_step,
                             config=vars(args))
     reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, lambda: loader.epoch,
                                 nsp=not args.no_nsp, visualdl=visualdl)
-    evaluator = build_evaluator(args, rank, world_size, logger, say)
     batches = iter(loader)
     with StopRequest(os.environ.get(STOP_FILE_VARIABLE)) as stop_request:
         while step < last_step:

@@ -26,14 +26,14 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import paddle
 
 import finetune
 import inference
-from atomic_io import atomic_write_text
+from atomic_io import atomic_write_set, text_writer
 from cli import check_at_least, finite_float, run_main
 from dllog import DLLogger
 from finetune import INPUT_NAMES, SEQUENCE_MULTIPLE, Session, model_inputs
@@ -231,8 +231,9 @@ def benchmark_inference(run: inference.BatchPredictor, features: list[SquadFeatu
     return args.predict_batch_size * args.benchmark_steps / (time.perf_counter() - timed_start)
 
 
-def write_json(path: str, content: object) -> None:
-    atomic_write_text(path, json.dumps(content, indent=4, ensure_ascii=False) + "\n")
+def json_writer(content: object) -> Callable[[str], None]:
+    """An atomic_io writer of content as indented UTF-8 JSON."""
+    return text_writer(json.dumps(content, indent=4, ensure_ascii=False) + "\n")
 
 
 def read_prediction_examples(args: argparse.Namespace) -> list[SquadExample]:
@@ -262,12 +263,11 @@ def predict(run: inference.BatchPredictor, examples: list[SquadExample], tokeniz
                                                  args.max_answer_length, args.version_2_with_negative,
                                                  args.null_score_diff_threshold)
     predictions_path = os.path.join(args.output_dir, "predictions.json")
-    write_json(predictions_path, predictions)
-    write_json(os.path.join(args.output_dir, "nbest_predictions.json"), nbest)
-    odds = None
-    if args.version_2_with_negative:
-        odds = null_odds(nbest)
-        write_json(os.path.join(args.output_dir, "null_odds.json"), odds)
+    odds = null_odds(nbest) if args.version_2_with_negative else None
+    # One set: a full disk replaces none of them, and a v1.1 run leaves no null_odds.json of an earlier v2.0 run.
+    atomic_write_set({predictions_path: json_writer(predictions),
+                      os.path.join(args.output_dir, "nbest_predictions.json"): json_writer(nbest),
+                      os.path.join(args.output_dir, "null_odds.json"): None if odds is None else json_writer(odds)})
     if args.do_eval:
         scores = score_predictions(args, predictions, odds)
         if args.eval_script:

@@ -34,6 +34,11 @@ def apply_cpu_tweaks(device: str | None = None) -> dict[str, object]:
 
 
 
+# More threads than CPUs only take turns on them; tens of thousands make the OpenMP runtime abort the process
+# (SIGABRT) when it cannot create them. A few per CPU stay allowed, for experiments with oversubscription.
+MAX_THREADS_PER_CPU = 8
+
+
 def configure_cpu_threads() -> int:
     """Set and return the number of CPU threads Paddle's kernels use in this process."""
     requested = os.environ.get("PADDLEBERT_NUM_THREADS")
@@ -44,6 +49,10 @@ def configure_cpu_threads() -> int:
             raise ValueError(f"PADDLEBERT_NUM_THREADS={requested!r} is not a whole number") from None
         if num_threads < 1:
             raise ValueError(f"PADDLEBERT_NUM_THREADS={requested!r} must be at least 1")
+        limit = MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+        if num_threads > limit:
+            raise ValueError(f"PADDLEBERT_NUM_THREADS={requested!r} is more than {MAX_THREADS_PER_CPU} threads per "
+                             f"CPU of the {os.cpu_count()} here ({limit}); it would only oversubscribe them")
     else:
         local_processes = int(os.environ.get("PADDLE_LOCAL_SIZE", "1"))
         num_threads = max(1, (os.cpu_count() or 1) // local_processes)

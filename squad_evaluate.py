@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import re
 import string
 import sys
@@ -274,6 +275,8 @@ def load_na_probs(path: str) -> dict[str, float]:
     for question_id, value in na_probs.items():
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{path}: probability for question {question_id} is not a number")
+        if not math.isfinite(value):  # JSON's NaN and Infinity: every comparison with the threshold would be False
+            raise ValueError(f"{path}: probability for question {question_id} is {value}, not a finite number")
     return na_probs
 
 

@@ -92,6 +92,10 @@ def read_squad_examples(path: str, is_training: bool, version_2_with_negative: b
                     example.is_impossible = qa.get("is_impossible", False)
                     if not isinstance(example.is_impossible, bool):
                         raise ValueError(f"{path}: {question_where} has an is_impossible that is not true or false")
+                    if example.is_impossible and qa.get("answers"):
+                        raise ValueError(f"{path}: {question_where} is marked is_impossible but has answers; one of "
+                                         "the two is wrong (SQuAD v2.0 keeps those of an unanswerable question in "
+                                         "plausible_answers)")
                 if is_training and not example.is_impossible:
                     example.answer_text, example.answer_start = _first_answer(qa, context, path, question_where)
                 examples.append(example)

@@ -148,6 +148,13 @@ require_choice fuse_mha "$fuse_mha" true false
 require_choice phase2_bin_size "$phase2_bin_size" none 32 64 128 256 512
 require_choice optimizer "$optimizer" Lamb Lans AdamW
 require_fraction sample_ratio "$sample_ratio"
+# Checked here, not only by run_pretraining.py, which would refuse them after hours of preprocessing.
+for name in learning_rate learning_rate_phase2; do
+  require_number "$name" "${!name}" 'v > 0' '(0, inf)'
+done
+for name in warmup_proportion warmup_proportion_phase2; do
+  require_number "$name" "${!name}" 'v <= 1' '[0, 1]'
+done
 # Arguments 27 and 36-42: checked, and each flag routed to the script where it takes effect (scripts/common.sh).
 set_feature_flags masking holdout_fraction eval_freq num_eval_batches whole_word_masking masked_lm_ratio no_nsp \
   pack_sequences

@@ -67,6 +67,12 @@ def run_entry(argv: list[str], capsys, main=run_pretraining.main,
     return status, captured.out + captured.err
 
 
+def without_omp_threads() -> dict[str, str]:
+    """This process's environment without OMP_NUM_THREADS, which earlier in-process runs set
+    (configure_cpu_threads) and which makes Paddle warn on stderr at import: that line is Paddle's."""
+    return {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
+
+
 def one_line_error(output: str, prefix: str, *names: str) -> str:
     """The only error line of output: it starts with prefix and names each of names; no traceback anywhere."""
     assert "Traceback" not in output, output[-3000:]
@@ -603,7 +609,7 @@ def test_a_second_pretraining_run_into_a_live_runs_folder_stops_naming_its_pid_a
         second = subprocess.run([sys.executable, "-W", "ignore", SCRIPT,
                                  *pretraining_argv(tmp_path, *JOB, "--seed", "7", "--report-file",
                                                    str(tmp_path / "second.json"))],
-                                capture_output=True, text=True, cwd=ROOT, timeout=300)
+                                capture_output=True, text=True, cwd=ROOT, timeout=300, env=without_omp_threads())
         assert second.returncode == 1, second.stdout[-2000:] + second.stderr[-2000:]
         assert "step 1/" not in second.stdout
         one_line_error(second.stderr, "run_pretraining.py: ", f"--output-dir {tmp_path / 'out'}: in use by another "
@@ -729,7 +735,7 @@ def start_long_job(tmp_path: Path, *extra: str, code: str | None = None) -> subp
     apart, once it has trained three steps."""
     command = [sys.executable, "-W", "ignore", *(["-c", code] if code else [SCRIPT])]
     job = subprocess.Popen([*command, *pretraining_argv(tmp_path, *LONG_JOB, *extra)], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT, env=without_omp_threads())
     for line in job.stdout:
         if line.startswith("step 3/"):
             return job
@@ -868,3 +874,270 @@ def test_ctrl_c_in_any_entry_script_is_one_line_and_status_130(capsys):
     assert cli.run_main(interrupted, "run_squad.py") == cli.INTERRUPTED_STATUS
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == "run_squad.py: interrupted (Ctrl-C)\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Files that belong together are written as one unit
+
+
+def mount_tmpfs(mount_point: Path, size: str) -> None:
+    mount_point.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        message = f"cannot mount a tmpfs ({mounted.stderr.strip() or 'mount refused'})"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(size) mounts a tmpfs of that size at tmp_path/disk and returns it; unmounted at the end."""
+    mounted = []
+
+    def mount(size: str) -> Path:
+        mount_tmpfs(tmp_path / "disk", size)
+        mounted.append(tmp_path / "disk")
+        return tmp_path / "disk"
+
+    yield mount
+    for mount_point in mounted:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_a_rerun_without_save_safetensors_leaves_no_stale_twin_beside_the_new_model(glue_job, tmp_path, capsys):
+    import run_glue
+
+    assert run_entry([*glue_job, "--save-safetensors"], capsys, run_glue.main, "run_glue.py")[0] == 0
+    assert (tmp_path / "out" / "bert_paddle.safetensors").is_file()
+    assert run_entry([*glue_job, "--seed", "3"], capsys, run_glue.main, "run_glue.py")[0] == 0
+    assert not (tmp_path / "out" / "bert_paddle.safetensors").exists()
+    assert (tmp_path / "out" / "bert_paddle.pdparams").is_file()
+
+
+def test_save_safetensors_on_a_full_disk_is_one_line_naming_the_file(tmp_path, tmpfs, capsys):
+    disk = tmpfs("14m")  # the tiny job's checkpoint (12.3 MB) fits, its weights again as safetensors do not
+    status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "2", "--num-steps-per-checkpoint", "2",
+                                                "--output-dir", str(disk), "--save-safetensors"), capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", f"{disk}/custom/phase1/2/bert_paddle.safetensors: not written",
+                   "No space left on device")
+    checkpoint.load_checkpoint(disk / "custom" / "phase1" / "2")
+    assert not [p for p in (disk / "custom" / "phase1" / "2").iterdir() if p.name.startswith(TEMP_PREFIX)]
+
+
+def test_squad_predictions_on_a_full_disk_keep_the_old_set_whole_and_name_the_file(tmp_path, tmpfs):
+    from atomic_io import atomic_write_set, text_writer
+
+    disk = tmpfs("1m")
+    names = ("predictions.json", "nbest_predictions.json", "null_odds.json")
+    atomic_write_set({disk / name: text_writer(f"old {name}\n") for name in names})
+    before = snapshot(disk)
+    (disk / "filler").write_bytes(b"x" * (1024 * 1024 - 64 * 1024))  # leave less room than the new nbest needs
+    new = {disk / "predictions.json": text_writer("{}\n"), disk / "nbest_predictions.json": text_writer("n" * 200000),
+           disk / "null_odds.json": None}
+    with pytest.raises(OSError) as error:
+        atomic_write_set(new)
+    assert str(error.value).startswith(f"[Errno 28] {disk / 'nbest_predictions.json'}: not written, so none of ")
+    (disk / "filler").unlink()
+    assert_kept(before)
+    assert sorted(p.name for p in disk.iterdir()) == sorted(names)  # no temp file left
+    # With room, the new set replaces the old one whole, and the file the new set lacks is gone.
+    atomic_write_set(new)
+    assert sorted(p.name for p in disk.iterdir()) == ["nbest_predictions.json", "predictions.json"]
+
+
+def test_plot_report_refuses_to_write_the_plot_over_its_report(trained, tmp_path, capsys):
+    report = tmp_path / "report.json"
+    shutil.copy(trained / "report.json", report)
+    before = snapshot(report)
+    status, output = run_entry([str(report), "--output", str(tmp_path / "." / "report.json")], capsys,
+                               plot_report.main, "plot_report.py")
+    assert status == 1
+    one_line_error(output, "--output", f"--output {tmp_path / '.' / 'report.json'}: is the report itself")
+    assert snapshot(report) == before
+
+
+@pytest.mark.parametrize("prefix", ["../../evil", "sub/x", "..", ""])
+@pytest.mark.parametrize("script", ["run_pretraining.py", "run_glue.py"])
+def test_a_model_prefix_that_is_a_path_is_a_parser_error(tmp_path, capsys, glue_job, script, prefix):
+    import run_glue
+
+    argv, main = (pretraining_argv(tmp_path), run_pretraining.main) if script == "run_pretraining.py" else \
+        (glue_job, run_glue.main)
+    status, output = run_entry([*argv, "--model-prefix", prefix], capsys, main, script)
+    assert status == 2
+    assert "Traceback" not in output
+    (error,) = [line for line in output.splitlines() if " error: " in line]
+    assert error.endswith(f"error: argument --model-prefix: expected a file name without a folder part, got "
+                          f"{prefix!r}")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "evil").exists()
+
+
+@pytest.fixture(scope="module")
+def eval_shards(tmp_path_factory) -> dict[str, Path]:
+    """Held-out shards that do not fit the tiny NSP job of seq 128: of seq 256, and single segments (--no-nsp)."""
+    import lddl_preprocess
+
+    folder = tmp_path_factory.mktemp("eval_shards")
+    common = ["--input", str(require_shared("data", "wikitext-2", "wiki.test.raw")), "--vocab-file",
+              str(require_shared("vocab", "bert-uncased-vocab.txt")), "--duplicate-factor", "1", "--num-shards", "1",
+              "--sample-ratio", "0.2", "--num-workers", "1", "--quiet"]
+    lddl_preprocess.main([*common, "--max-seq-length", "256", "--output-dir", str(folder / "seq256")])
+    lddl_preprocess.main([*common, "--max-seq-length", "128", "--no-nsp", "--output-dir", str(folder / "no_nsp")])
+    return {"seq256": folder / "seq256", "no_nsp": folder / "no_nsp"}
+
+
+@pytest.mark.parametrize("kind, named", [
+    ("seq256", "tokens, more than max_seq_length=128"),
+    ("no_nsp", "segment B is empty, a single-segment sample (lddl_preprocess.py --no-nsp)"),
+])
+def test_eval_shards_that_do_not_fit_the_run_stop_it_before_the_first_step(tmp_path, capsys, eval_shards, kind,
+                                                                           named):
+    before = snapshot(eval_shards[kind])
+    status, output = run_entry(pretraining_argv(tmp_path, "--eval-dir", str(eval_shards[kind]), "--eval-freq", "2"),
+                               capsys)
+    assert status == 1
+    assert "step 1/" not in output
+    one_line_error(output, "run_pretraining.py: ", f"{eval_shards[kind] / 'shard-0.parquet'}: row ", named)
+    assert step_folders(tmp_path / "out") == []
+    assert snapshot(eval_shards[kind]) == before
+
+
+def test_a_thread_count_far_beyond_the_cpus_is_one_line_not_an_abort(tmp_path):
+    # A real process: before the check, the OpenMP runtime aborted it (SIGABRT) trying to start the threads.
+    result = subprocess.run([sys.executable, "-W", "ignore", SCRIPT, *pretraining_argv(tmp_path)], capture_output=True,
+                            text=True, cwd=ROOT, timeout=300,
+                            env={**without_omp_threads(), "PADDLEBERT_NUM_THREADS": "100000"})
+    assert result.returncode == 1, result.stderr[-2000:]
+    one_line_error(result.stderr, "run_pretraining.py: ", "PADDLEBERT_NUM_THREADS='100000' is more than 8 threads "
+                   "per CPU")
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Flags that could not take effect are refused, not silently accepted
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--masked-lm-ratio", "0.3"), "--masked-lm-ratio 0.3: the shards of --input-dir "),
+    (("--save-safetensors", "--benchmark"), "--save-safetensors writes the final weights beside the last "
+     "checkpoint, and --benchmark saves no checkpoint"),
+])
+def test_pretraining_flags_that_cannot_take_effect_are_parser_errors(tmp_path, capsys, extra, message):
+    status, output = run_entry(pretraining_argv(tmp_path, *extra), capsys)  # statically masked shards
+    assert status == 2
+    assert "Traceback" not in output
+    (error,) = [line for line in output.splitlines() if " error: " in line]
+    assert message in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_masked_lm_ratio_on_dynamic_shards_still_trains(tmp_path, capsys):
+    from helpers import DYNAMIC
+
+    status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1", "--masked-lm-ratio", "0.3",
+                                                shards=DYNAMIC), capsys)
+    assert status == 0, output[-3000:]
+
+
+def test_save_safetensors_without_training_is_a_parser_error(glue_job, tmp_path, capsys):
+    import run_glue
+
+    argv = [*(arg for arg in glue_job if arg != "--do-train"), "--save-safetensors", "--do-predict", "--predict-file",
+            str(tmp_path / "train.tsv")]
+    status, output = run_entry(argv, capsys, run_glue.main, "run_glue.py")
+    assert status == 2
+    (error,) = [line for line in output.splitlines() if " error: " in line]
+    assert error.endswith("--save-safetensors writes the fine-tuned model, which only --do-train without --benchmark "
+                          "saves")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_squad_v2_question_marked_impossible_with_answers_is_one_line(tmp_path):
+    from squad_utils import read_squad_examples
+
+    dataset = tmp_path / "train-v2.0.json"
+    dataset.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [{
+        "context": "Paris is in France.", "qas": [{"id": "q1", "question": "Where is Paris?", "is_impossible": True,
+                                                   "answers": [{"text": "France", "answer_start": 12}]}]}]}]}))
+    with pytest.raises(ValueError, match=rf"^{dataset}: question q1 is marked is_impossible but has answers"):
+        read_squad_examples(str(dataset), is_training=True, version_2_with_negative=True)
+
+
+def test_a_nan_in_the_no_answer_file_is_one_line_naming_it(tmp_path, capsys):
+    dataset = tmp_path / "dev-v2.0.json"
+    dataset.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [{
+        "context": "Paris is in France.", "qas": [{"id": "q1", "question": "Where is Paris?", "is_impossible": False,
+                                                   "answers": [{"text": "France", "answer_start": 12}]}]}]}]}))
+    (tmp_path / "predictions.json").write_text('{"q1": "France"}')
+    (tmp_path / "null_odds.json").write_text('{"q1": NaN}')
+    status, output = run_entry([str(dataset), str(tmp_path / "predictions.json"), "--na-prob-file",
+                                str(tmp_path / "null_odds.json")], capsys, squad_evaluate.main, "squad_evaluate.py")
+    assert status == 1
+    one_line_error(output, "squad_evaluate.py: ", f"{tmp_path / 'null_odds.json'}: probability for question q1 is "
+                   "nan, not a finite number")
+
+
+@pytest.fixture(scope="module")
+def exported_model(tmp_path_factory) -> Path:
+    """A tiny BERT for SQuAD exported for Paddle Inference: <folder>/bert_paddle.json and .pdiparams."""
+    import inference
+    from helpers import tiny_config
+    from modeling import BertConfig, BertForQuestionAnswering
+
+    folder = tmp_path_factory.mktemp("exported")
+    inference.export_inference_model(BertForQuestionAnswering(BertConfig.from_dict(tiny_config())), str(folder),
+                                     "bert_paddle")
+    return folder
+
+
+@pytest.mark.parametrize("name", ["bert_paddle.json", "bert_paddle.pdiparams"])
+def test_a_truncated_exported_model_is_one_line_naming_it(exported_model, tmp_path, capsys, name):
+    import inference
+
+    folder = tmp_path / "export"
+    shutil.copytree(exported_model, folder)
+    truncate(folder / name, keep=(folder / name).stat().st_size // 2)
+    before = snapshot(folder)
+    status, output = run_entry([], capsys, lambda argv: inference.inference_predictor(str(folder), "bert_paddle", 1),
+                               "run_squad.py")
+    assert status == 1
+    one_line_error(output, "run_squad.py: ", f"{folder / 'bert_paddle'}: not a readable exported model (")
+    assert snapshot(folder) == before
+
+
+# Holds the lock of argv[1], forks a child that outlives it, says "held <child pid>", and waits to be killed.
+HOLD_LOCK_AND_FORK = """
+import os, sys, time
+sys.path.insert(0, os.getcwd())
+import folder_lock
+folder_lock.hold(sys.argv[1], "--output-dir")
+child = os.fork()
+if child == 0:
+    time.sleep(600)
+    os._exit(0)
+print("held", child, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_lock_ends_with_its_holder_even_if_a_forked_child_lives_on(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK_AND_FORK, str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT)
+    child = None
+    try:
+        word, child_pid = holder.stdout.readline().split()
+        child = int(child_pid)
+        with pytest.raises(folder_lock.FolderInUse, match=f"PID {holder.pid} on host "):
+            folder_lock.hold(tmp_path, "--output-dir")
+        holder.kill()
+        holder.wait(timeout=30)
+        assert running(child)
+        folder_lock.hold(tmp_path, "--output-dir")  # free, though the child forked while it was held is alive
+        folder_lock.release(tmp_path)
+    finally:
+        holder.kill()
+        if child is not None and running(child):
+            os.kill(child, signal.SIGKILL)

@@ -342,6 +342,10 @@ def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     (36, "1", "holdout_fraction must be a number in [0, 1), got '1'"),
     (37, "0", "eval_freq must be an integer >= 1, got '0'"),
     (43, "extra", "at most 42 positional arguments, got 43"),
+    (2, "nan", "learning_rate must be a number in (0, inf), got 'nan'"),
+    (13, "0", "learning_rate_phase2 must be a number in (0, inf), got '0'"),
+    (5, "1.5", "warmup_proportion must be a number in [0, 1], got '1.5'"),
+    (14, "-0.1", "warmup_proportion_phase2 must be a number in [0, 1], got '-0.1'"),
 ])
 def test_bad_arguments_are_named(position, text, message, tmp_path, fakes, cpu_tiny_args):
     args = list(cpu_tiny_args)
