@@ -323,24 +323,31 @@ def test_a_negative_seed_is_a_parser_error(tmp_path, capsys):
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    """A 20 MB tmpfs: room for one checkpoint of the tiny job (12.3 MB), not two."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        message = f"cannot mount a tmpfs to fill ({mounted.stderr.strip() or 'mount refused'})"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        yield mount_point
-    finally:
+def tmpfs(tmp_path):
+    """mount(options) mounts a tmpfs with these mount options ("size=20m", "size=1m,ro") at tmp_path/disk and
+    returns it; unmounted at the end. Where mounting is refused the test skips, and fails in CI."""
+    mounted = []
+
+    def mount(options: str) -> Path:
+        mount_point = tmp_path / "disk"
+        mount_point.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            message = f"cannot mount a tmpfs ({result.stderr.strip() or 'mount refused'})"
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(message)
+            pytest.skip(message)
+        mounted.append(mount_point)
+        return mount_point
+
+    yield mount
+    for mount_point in mounted:
         subprocess.run(["umount", str(mount_point)], check=True)
 
 
-def test_a_full_disk_is_one_line_naming_the_checkpoint_and_keeps_the_earlier_one(tmp_path, small_disk, capsys):
+def test_a_full_disk_is_one_line_naming_the_checkpoint_and_keeps_the_earlier_one(tmp_path, tmpfs, capsys):
+    small_disk = tmpfs("size=20m")  # room for one checkpoint of the tiny job (12.3 MB), not two
     argv = pretraining_argv(tmp_path, *JOB, "--output-dir", str(small_disk))
     status, output = run_entry(argv, capsys)
     assert status == 1
@@ -677,24 +684,6 @@ def test_a_file_system_that_cannot_lock_is_one_warning_and_the_run_goes_on(tmp_p
     assert f"{tmp_path / 'out'}: its file system cannot lock files" in warning and "-o flock" in warning
 
 
-@pytest.fixture
-def read_only_disk(tmp_path):
-    """A read-only tmpfs holding an empty folder."""
-    mount_point = tmp_path / "ro"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        message = f"cannot mount a read-only tmpfs ({mounted.stderr.strip() or 'mount refused'})"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=True)
-
-
 @pytest.mark.parametrize("kind", ["regular file", "dangling symlink", "read-only", "phase folder dangling symlink",
                                   "phase folder read-only"])
 def test_an_unusable_output_dir_is_one_line_before_any_training(tmp_path, capsys, request, kind):
@@ -707,14 +696,14 @@ def test_an_unusable_output_dir_is_one_line_before_any_training(tmp_path, capsys
         out.symlink_to(tmp_path / "gone")
         expected = f"--output-dir {out}: a symlink to {tmp_path / 'gone'}, which does not exist"
     elif kind == "read-only":
-        out = request.getfixturevalue("read_only_disk")
+        out = request.getfixturevalue("tmpfs")("size=1m,ro")
         expected = f"--output-dir {out}: not writable (Read-only file system)"
     elif kind == "phase folder dangling symlink":
         phase_folder.parent.mkdir(parents=True)
         phase_folder.symlink_to(tmp_path / "scratch" / "phase1")
         expected = f"--output-dir's phase folder {phase_folder}: a symlink to {tmp_path / 'scratch' / 'phase1'}, "
     else:
-        read_only = request.getfixturevalue("read_only_disk")
+        read_only = request.getfixturevalue("tmpfs")("size=1m,ro")
         phase_folder.parent.mkdir(parents=True)
         phase_folder.symlink_to(read_only)
         expected = f"--output-dir's phase folder {phase_folder}: not writable (Read-only file system)"
@@ -880,32 +869,6 @@ def test_ctrl_c_in_any_entry_script_is_one_line_and_status_130(capsys):
 # Files that belong together are written as one unit
 
 
-def mount_tmpfs(mount_point: Path, size: str) -> None:
-    mount_point.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        message = f"cannot mount a tmpfs ({mounted.stderr.strip() or 'mount refused'})"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-@pytest.fixture
-def tmpfs(tmp_path):
-    """mount(size) mounts a tmpfs of that size at tmp_path/disk and returns it; unmounted at the end."""
-    mounted = []
-
-    def mount(size: str) -> Path:
-        mount_tmpfs(tmp_path / "disk", size)
-        mounted.append(tmp_path / "disk")
-        return tmp_path / "disk"
-
-    yield mount
-    for mount_point in mounted:
-        subprocess.run(["umount", str(mount_point)], check=True)
-
-
 def test_a_rerun_without_save_safetensors_leaves_no_stale_twin_beside_the_new_model(glue_job, tmp_path, capsys):
     import run_glue
 
@@ -917,7 +880,7 @@ def test_a_rerun_without_save_safetensors_leaves_no_stale_twin_beside_the_new_mo
 
 
 def test_save_safetensors_on_a_full_disk_is_one_line_naming_the_file(tmp_path, tmpfs, capsys):
-    disk = tmpfs("14m")  # the tiny job's checkpoint (12.3 MB) fits, its weights again as safetensors do not
+    disk = tmpfs("size=14m")  # the tiny job's checkpoint (12.3 MB) fits, its weights again as safetensors do not
     status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "2", "--num-steps-per-checkpoint", "2",
                                                 "--output-dir", str(disk), "--save-safetensors"), capsys)
     assert status == 1
@@ -930,7 +893,7 @@ def test_save_safetensors_on_a_full_disk_is_one_line_naming_the_file(tmp_path, t
 def test_squad_predictions_on_a_full_disk_keep_the_old_set_whole_and_name_the_file(tmp_path, tmpfs):
     from atomic_io import atomic_write_set, text_writer
 
-    disk = tmpfs("1m")
+    disk = tmpfs("size=1m")
     names = ("predictions.json", "nbest_predictions.json", "null_odds.json")
     atomic_write_set({disk / name: text_writer(f"old {name}\n") for name in names})
     before = snapshot(disk)
