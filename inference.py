@@ -44,8 +44,8 @@ from modeling import standard_copy
 
 INFERENCE_BACKENDS = ("paddle", "onnxruntime")
 INFERENCE_PRECISIONS = ("fp32", "bf16", "fp16", "int8")
-# Training features that --export-onnx saves as static int8's calibration inputs: a few hundred, as ORT's
-# quantization examples use, cover BERT's activation ranges.
+# Training features that --export-onnx saves as static int8's calibration inputs: a few hundred rows for the
+# activation ranges, calibrated in seconds to minutes on a CPU.
 CALIBRATION_FEATURES = 256
 # The input whose zeros mark padding, which the ONNX attention fusion reads.
 MASK_INPUT = "attention_mask"
@@ -207,7 +207,7 @@ def onnxruntime_session_settings(device: str, num_threads: int) -> dict:
             "providers": providers}
 
 
-def notice_of(notices: list[str | None]) -> None:
+def _print_notices(notices: list[str | None]) -> None:
     for notice in notices:
         if notice:
             print(notice, flush=True)
@@ -216,7 +216,7 @@ def notice_of(notices: list[str | None]) -> None:
 def settings_for(args: argparse.Namespace, device: str) -> dict[str, dict]:
     """predictor_settings of the command line on `device`; what runs instead of a choice is printed in one line."""
     precision, notice = resolve_precision("paddle", device, args.inference_precision)
-    notice_of([notice])
+    _print_notices([notice])
     return predictor_settings(device, precision)
 
 
@@ -292,7 +292,7 @@ def predictor_for(args: argparse.Namespace, num_threads: int) -> BatchPredictor:
                                    settings_for(args, paddle.get_device()))
     device, device_notice = onnxruntime_device(paddle.get_device())
     precision, notice = resolve_precision("onnxruntime", device, args.inference_precision)
-    notice_of([device_notice, notice])
+    _print_notices([device_notice, notice])
     return onnxruntime_predictor(args.inference_model_dir, args.model_prefix, precision, args.int8_quantization,
                                  device, num_threads)
 

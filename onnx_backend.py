@@ -68,8 +68,8 @@ def calibration_file(prefix: str) -> str:
 def export_onnx(program_file: str, params_file: str, onnx_path: str, input_names: tuple[str, ...],
                 architecture: Mapping[str, int]) -> None:
     """Convert the exported Paddle program to ONNX at ONNX_OPSET, name its dynamic axes, record the architecture,
-    check it with onnx.checker and write it atomically to onnx_path. RuntimeError naming the program when
-    paddle2onnx fails."""
+    check it with onnx.checker and write it atomically to onnx_path. ValueError naming the program when
+    paddle2onnx cannot convert it (a one-line error through cli.run_main)."""
     import paddle2onnx
 
     try:
@@ -77,11 +77,11 @@ def export_onnx(program_file: str, params_file: str, onnx_path: str, input_names
         # packages at run time (POLYGRAPHY_AUTOINSTALL_DEPS).
         serialized = paddle2onnx.export(program_file, params_file, None, opset_version=ONNX_OPSET,
                                         auto_upgrade_opset=False, enable_onnx_checker=True)
-    except Exception as error:  # paddle2onnx raises what its C++ converter raises
-        raise RuntimeError(f"{program_file}: paddle2onnx could not convert the program: {error}") from None
+    except (Exception, SystemExit) as error:  # its C++ converter's errors; on some it logs them and exits
+        raise ValueError(f"{program_file}: paddle2onnx could not convert the program ({error!r})") from None
     model = onnx.load_model_from_string(serialized)
     if tuple(graph_input.name for graph_input in model.graph.input) != input_names:
-        raise RuntimeError(f"{program_file}: the converted inputs are not {list(input_names)}")
+        raise ValueError(f"{program_file}: the converted inputs are not {list(input_names)}")
     for graph_input in model.graph.input:
         for dimension, axis in zip(graph_input.type.tensor_type.shape.dim, DYNAMIC_AXES, strict=True):
             dimension.dim_param = axis

@@ -256,3 +256,20 @@ def test_split_articles_keeps_training_and_prediction_apart(accuracy_script):
     assert train["version"] == predict["version"] == "1.1"
     with pytest.raises(ValueError, match="the file has 5"):
         accuracy_script.split_articles(dataset, 3, 3)
+
+
+def test_predictor_names_become_the_inference_flags_and_columns(accuracy_script):
+    assert accuracy_script.predictor_flags("onnxruntime:int8:static") == [
+        "--inference-backend", "onnxruntime", "--inference-precision", "int8", "--int8-quantization", "static"]
+    assert accuracy_script.predictor_flags("paddle:bf16") == ["--inference-backend", "paddle",
+                                                              "--inference-precision", "bf16"]
+    assert accuracy_script.columns("paddle:bf16") == ["paddle", "bf16", "-"]
+    rows = accuracy_script.glue_rows("MRPC", {"paddle:fp32": 76.23, "onnxruntime:int8:dynamic": 75.74})
+    assert rows == ["| MRPC | paddle | fp32 | - | 76.23 | +0.00 |",
+                    "| MRPC | onnxruntime | int8 | dynamic | 75.74 | -0.49 |"]
+    # every default predictor parses under the task scripts' options
+    for predictor in accuracy_script.PREDICTORS:
+        args = run_glue.parse_args(["--task-name", "mrpc", "--vocab-file", str(TINY_CONFIG), "--output-dir", "x",
+                                    "--do-eval", "--predict-file", str(TINY_CONFIG), "--inference-model-dir", "m",
+                                    *accuracy_script.predictor_flags(predictor)])
+        assert f"{args.inference_backend}:{args.inference_precision}" in predictor

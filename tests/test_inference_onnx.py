@@ -18,6 +18,7 @@ import paddle
 import pytest
 
 import inference
+import onnx_backend
 import run_glue
 import run_squad
 from conftest import ROOT, require_shared
@@ -306,3 +307,12 @@ def test_a_gpu_without_the_cuda_provider_runs_on_the_cpu_and_says_so(workspace, 
     out = capsys.readouterr().out
     assert "has no CUDAExecutionProvider (install onnxruntime-gpu" in out
     assert "fp16 needs a GPU" in out
+
+
+def test_a_program_paddle2onnx_cannot_convert_is_a_one_line_error(tmp_path):
+    (tmp_path / "qa.json").write_text("{}")  # not a PIR program
+    (tmp_path / "qa.pdiparams").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"qa.json: paddle2onnx could not convert the program"):
+        onnx_backend.export_onnx(str(tmp_path / "qa.json"), str(tmp_path / "qa.pdiparams"), str(tmp_path / "qa.onnx"),
+                                 inference.INPUT_NAMES, {"num_attention_heads": 2, "hidden_size": 128})
+    assert not (tmp_path / "qa.onnx").exists()
