@@ -1,11 +1,11 @@
 """Render every command-line option of run_pretraining.py, run_squad.py and run_glue.py as Markdown.
 
-The text comes from each script's build_parser() (option names, defaults, help), so the README's list of
-options cannot drift from the code:
+The text comes from each script's build_parser() (option names, defaults, help), so the list of options in
+docs/options.md cannot drift from the code:
 
-    python scripts/options_doc.py                    # print the Markdown
-    python scripts/options_doc.py --write README.md  # replace the README's options block with it
-    python scripts/options_doc.py --check README.md  # exit 1 if the README's options block is stale
+    python scripts/options_doc.py                           # print the Markdown
+    python scripts/options_doc.py --write docs/options.md   # replace the file's options block with it
+    python scripts/options_doc.py --check docs/options.md   # exit 1 if the file's options block is stale
 
 The block is the text between the lines `<!-- options:begin -->` and `<!-- options:end -->`; nothing else in
 the file is touched.

@@ -1,4 +1,4 @@
-"""The claims of README's "Differences from NVIDIA's recipe" rows that no other test checks, each test named after
+"""The claims of docs/nvidia-differences.md's rows that no other test checks, each test named after
 its row. The scripts run with a recording `python` first on PATH (tests/recipe_fakes.py); what NVIDIA's recipe
 does comes from its source (DeepLearningExamples, PaddlePaddle/LanguageModeling/BERT) and is quoted in the row."""
 
