@@ -94,24 +94,6 @@ _MKL_AVX2, _MKL_AVX512 = "5", "7"
 _AVX512_FLAGS = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
 
 
-def _cpu_vendor_and_flags(cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, set[str]]:
-    """(vendor_id, feature flags) of the first processor in /proc/cpuinfo; ("", set()) where there is none."""
-    vendor, flags = "", set()
-    try:
-        with open(cpuinfo_path, encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "vendor_id" and not vendor:
-                    vendor = value.strip()
-                elif key == "flags":
-                    flags = set(value.split())
-                    break
-    except OSError:
-        pass
-    return vendor, flags
-
-
 def mkl_cpu_type(vendor: str, flags: set[str]) -> str | None:
     """The MKL_DEBUG_CPU_TYPE that gives an AMD CPU with these flags MKL's fastest kernels it can run.
 
@@ -133,7 +115,7 @@ def use_fast_mkl_kernels(cpuinfo_path: str = "/proc/cpuinfo") -> str | None:
     first matrix product (runtime.apply_cpu_tweaks does, in the entry scripts).
     """
     if "MKL_DEBUG_CPU_TYPE" not in os.environ:
-        cpu_type = mkl_cpu_type(*_cpu_vendor_and_flags(cpuinfo_path))
+        cpu_type = mkl_cpu_type(*cpu_ops.cpu_vendor_and_flags(cpuinfo_path))
         if cpu_type is not None:
             os.environ["MKL_DEBUG_CPU_TYPE"] = cpu_type
     return os.environ.get("MKL_DEBUG_CPU_TYPE")

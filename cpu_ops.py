@@ -9,6 +9,8 @@ terminal), and the callers keep Paddle's ops; the failure is remembered in the c
 without building again until the compiler or the source changes. The flags
 are portable across Intel and AMD x86-64 (AVX2 + FMA, no -march=native), since a cache directory can
 outlive the CPU it was built on; a CPU without AVX2 or FMA gets Paddle's ops.
+The CPU's vendor and feature flags are read here too (cpu_vendor_and_flags), for this check and for
+cpu_kernels' choice of MKL's code path.
 """
 
 from __future__ import annotations
@@ -30,8 +32,6 @@ import paddle
 from paddle import _C_ops
 from paddle.utils import cpp_extension
 
-# cpu_kernels imports this module too; the circle is harmless, neither uses the other at import time.
-import cpu_kernels
 from atomic_io import atomic_write_text
 
 NAME = "paddlebert_cpu_ops"
@@ -43,6 +43,25 @@ REQUIRED_CPU_FLAGS = {"avx2", "fma"}  # what CXX_FLAGS let the compiler use
 # Paddle's OpenMP runtime, not GCC's: one thread pool with Paddle's kernels and MKL (see csrc/cpu_ops.cc).
 # libmvec: glibc's vector erff/expf for GELU (see csrc/cpu_ops.cc).
 LD_FLAGS = [f"-L{Path(paddle.__file__).parent / 'libs'}", "-liomp5", "-lmvec"]
+
+
+def cpu_vendor_and_flags(cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, set[str]]:
+    """(vendor_id, feature flags) of the first processor in /proc/cpuinfo; ("", set()) where there is none."""
+    vendor, flags = "", set()
+    try:
+        with open(cpuinfo_path, encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "vendor_id" and not vendor:
+                    vendor = value.strip()
+                elif key == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    return vendor, flags
+
 
 
 class CpuOps:
@@ -144,7 +163,7 @@ def load() -> CpuOps | None:
     A failed build is remembered in failure_record() with the compiler_identity() it ran with: later processes
     warn once and do not try again until the compiler changes (or the source, the flags, Paddle or Python, which
     change the cache directory)."""
-    _, flags = cpu_kernels._cpu_vendor_and_flags()
+    _, flags = cpu_vendor_and_flags()
     if not REQUIRED_CPU_FLAGS <= flags:
         warnings.warn(f"cpu_ops: this CPU lacks {sorted(REQUIRED_CPU_FLAGS - flags)}; using Paddle's CPU ops",
                       stacklevel=2)

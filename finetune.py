@@ -56,6 +56,7 @@ from cli import check_at_least, file_name, finite_float, str_to_bool
 from dllog import DLLogger
 from gradient_merge import all_reduce_sum, merged_backward, optimizer_step
 from lr_scheduler import create_lr_scheduler
+from modeling import INPUT_NAMES
 from optimizer import OPTIMIZER_NAMES, create_optimizer
 from paddle_files import write_safetensors_state
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
@@ -65,7 +66,6 @@ from visualdl_log import open_run_log
 from weights import load_pretrained, safetensors_beside
 
 MAX_GRAD_NORM = 1.0  # gradient clipping of Google's and NVIDIA's fine-tuning recipes
-INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 # Batches are padded to a multiple of 8 tokens, the granularity of tensor-core matrix tiles; the padding is masked.
 SEQUENCE_MULTIPLE = 8
 # Both tasks need the embeddings and the encoder. SQuAD never reads the pooler; GLUE's classifier does, and a

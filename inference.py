@@ -39,8 +39,7 @@ import paddle
 
 import onnx_backend
 from amp import AmpPolicy, amp_autocast
-from finetune import INPUT_NAMES
-from modeling import standard_copy
+from modeling import INPUT_NAMES, standard_copy
 
 INFERENCE_BACKENDS = ("paddle", "onnxruntime")
 INFERENCE_PRECISIONS = ("fp32", "bf16", "fp16", "int8")

@@ -404,6 +404,10 @@ class BertPretrainingHeads(nn.Layer):
         return prediction_scores, self.seq_relationship(pooled_output)
 
 
+# The task models' inputs, in the order of their forward's arguments; exported programs name their inputs so.
+INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
+
+
 class _BertWithHead(nn.Layer):
     """The encoder a task model puts its head on, built with the model's one choice of layers."""
 

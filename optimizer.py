@@ -29,7 +29,6 @@ from paddle.optimizer.lr import LRScheduler
 
 import cpu_ops
 import paddle_private
-from modeling import BertPretrainingHeads
 
 OPTIMIZER_NAMES = ("Lamb", "Lans", "AdamW")
 
@@ -37,17 +36,15 @@ OPTIMIZER_NAMES = ("Lamb", "Lans", "AdamW")
 def no_weight_decay_parameters(model: nn.Layer) -> set[str]:
     """Names (param.name) of the parameters that get no weight decay.
 
-    By role: the bias of every Linear layer, the gain and bias of every LayerNorm, and the masked-LM decoder
-    bias. Embedding tables and Linear weights are decayed, as in Google's and NVIDIA's BERT.
+    By role: every additive bias (a parameter a layer registers as `bias` or `<something>_bias`: each Linear's,
+    the masked-LM decoder's) and the gain and bias of every LayerNorm. Embedding tables and Linear weights are
+    decayed, as in Google's and NVIDIA's BERT. The rule needs no model class, so the optimizer knows none.
     """
     names = set()
     for layer in model.sublayers(include_self=True):
-        if isinstance(layer, nn.Linear) and layer.bias is not None:
-            names.add(layer.bias.name)
-        if isinstance(layer, nn.LayerNorm):
-            names.update(p.name for p in layer.parameters(include_sublayers=False))
-        if isinstance(layer, BertPretrainingHeads):
-            names.add(layer.decoder_bias.name)
+        for attribute, parameter in layer.named_parameters(include_sublayers=False):
+            if isinstance(layer, nn.LayerNorm) or attribute == "bias" or attribute.endswith("_bias"):
+                names.add(parameter.name)
     return names
 
 

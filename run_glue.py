@@ -46,7 +46,7 @@ import inference
 from atomic_io import atomic_write_text
 from cli import run_main
 from dllog import DLLogger
-from finetune import INPUT_NAMES, SEQUENCE_MULTIPLE, Session, model_inputs
+from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
 from glue_data import (
     GLUE_TASKS,
     ClassificationExample,
@@ -57,7 +57,7 @@ from glue_data import (
     read_table_examples,
 )
 from glue_metrics import compute_metrics
-from modeling import BertForSequenceClassification
+from modeling import INPUT_NAMES, BertForSequenceClassification
 from progress import progress_bar
 from squad_utils import batch_indices
 from tokenizer import BertTokenizer

@@ -36,9 +36,9 @@ import inference
 from atomic_io import atomic_write_set, text_writer
 from cli import check_at_least, finite_float, run_main
 from dllog import DLLogger
-from finetune import INPUT_NAMES, SEQUENCE_MULTIPLE, Session, model_inputs
+from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
 from loss import squad_span_loss
-from modeling import BertForQuestionAnswering
+from modeling import INPUT_NAMES, BertForQuestionAnswering
 from progress import progress_bar
 from squad_evaluate import evaluate, evaluate_v2, load_dataset, load_squad_json
 from squad_utils import (

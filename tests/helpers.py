@@ -143,10 +143,9 @@ def training_environment(**extra: str) -> dict[str, str]:
     """
     import os
 
-    import cpu_kernels
 
     env = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
-    if {"avx2", "fma"} <= cpu_kernels._cpu_vendor_and_flags()[1]:
+    if {"avx2", "fma"} <= cpu_ops.cpu_vendor_and_flags()[1]:
         env["MKL_DEBUG_CPU_TYPE"] = "5"
     return {**env, **extra}
 

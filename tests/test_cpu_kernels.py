@@ -15,6 +15,7 @@ import paddle.nn.functional as F
 import pytest
 
 import cpu_kernels
+import cpu_ops
 from helpers import require_cpu_ops
 from modeling import (
     BertConfig,
@@ -74,8 +75,8 @@ def test_mkl_cpu_type(vendor, flags, expected):
 
 def test_cpuinfo_is_parsed(tmp_path):
     path = write_cpuinfo(tmp_path, "AuthenticAMD", AVX2)
-    assert cpu_kernels._cpu_vendor_and_flags(path) == ("AuthenticAMD", set(AVX2.split()))
-    assert cpu_kernels._cpu_vendor_and_flags(str(tmp_path / "missing")) == ("", set())
+    assert cpu_ops.cpu_vendor_and_flags(path) == ("AuthenticAMD", set(AVX2.split()))
+    assert cpu_ops.cpu_vendor_and_flags(str(tmp_path / "missing")) == ("", set())
 
 
 def test_sets_the_code_path_for_amd(tmp_path, monkeypatch):
@@ -140,7 +141,7 @@ def test_importing_the_project_changes_no_process_setting():
 
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc malloc statistics")
 def test_cpu_tweaks_select_mkl_kernels_and_keep_big_blocks_in_the_heap_on_cpu_only():
-    expected = cpu_kernels.mkl_cpu_type(*cpu_kernels._cpu_vendor_and_flags())
+    expected = cpu_kernels.mkl_cpu_type(*cpu_ops.cpu_vendor_and_flags())
     changed = "['MKL_DEBUG_CPU_TYPE']" if expected else "[]"
     assert _probe("import runtime; runtime.apply_cpu_tweaks('cpu')") == f"True False {changed}"
     assert _probe("import runtime; runtime.apply_cpu_tweaks('gpu:0')") == "True True []"

@@ -80,7 +80,7 @@ def test_a_cached_library_is_loaded_without_a_build(monkeypatch):
 
 
 def test_a_cpu_without_avx2_keeps_paddles_ops(monkeypatch):
-    monkeypatch.setattr(cpu_ops.cpu_kernels, "_cpu_vendor_and_flags", lambda: ("GenuineIntel", {"sse2", "avx"}))
+    monkeypatch.setattr(cpu_ops, "cpu_vendor_and_flags", lambda: ("GenuineIntel", {"sse2", "avx"}))
     monkeypatch.setattr(cpu_ops, "_build", lambda *args: pytest.fail("built for a CPU that cannot run it"))
     cpu_ops.load.cache_clear()
     try:
