@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # BERT pre-training on one node: phase 1 (sequence length 128), then phase 2 (512) from phase 1's final weights.
 # NVIDIA's positional interface: the same 32 arguments in the same order with the same defaults, plus three
-# optional ones for LANS, three for validation and four for whole-word masking, the masked fraction, MLM-only
-# training and packing (README, "Beyond NVIDIA's recipe"). Presets print them:
+# optional ones for LANS, three for validation, four for whole-word masking, the masked fraction, MLM-only
+# training and packing (README, "Beyond NVIDIA's recipe"), and one for the results folder. Presets print them:
 #
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && dgxa100-80g_8gpu_amp)
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && cpu_tiny)
@@ -71,15 +71,18 @@
 #                                         --no-nsp) and no NSP head or loss (run_pretraining.py --no-nsp)
 #   42 pack_sequences (false)            true: several samples per row of each micro-batch
 #                                         (run_pretraining.py --pack-sequences)
+#   43 results_dir ($RESULTS_DIR)        checkpoints (<it>/<bert-model>/phase1|2/<step>), reports and logs; the
+#                                         CPU presets name their own, <RESULTS_DIR>/<preset>, so that one
+#                                         preset's rerun continues and another preset's run starts apart
 # A data folder is preprocessed only when it is empty: after changing argument 27, 39, 40 or 41, remove the data
 # folders or name new ones (arguments 17 and 18).
-# Environment: RESULTS_DIR (default <code_dir>/results) receives checkpoints, reports and logs; VOCAB_FILE
+# Environment: RESULTS_DIR (default <code_dir>/results) is argument 43's default; VOCAB_FILE
 # (default <code_dir>/vocab/bert-large-uncased-vocab.txt, shipped; for the "sample" corpus a
 # vocab trained on it); BERT_PREP_WORKING_DIR (default <code_dir>/data; the "sample" corpus and its vocab go to
-# its sample/ folder). Presets share RESULTS_DIR: give each its own, or a rerun resumes the other's checkpoints.
+# its sample/ folder).
 set -euo pipefail
 
-(( $# <= 42 )) || { echo "${0##*/}: at most 42 positional arguments, got $#" >&2; exit 1; }
+(( $# <= 43 )) || { echo "${0##*/}: at most 43 positional arguments, got $#" >&2; exit 1; }
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/common.sh
 source "$SCRIPT_DIR/common.sh"
@@ -131,7 +134,7 @@ masked_lm_ratio=${40:-0.15}
 no_nsp=${41:-false}
 pack_sequences=${42:-false}
 
-RESULTS_DIR=${RESULTS_DIR:-$CODEDIR/results}
+RESULTS_DIR=${43:-${RESULTS_DIR:-$CODEDIR/results}}
 num_nodes=1
 
 for name in train_batch_size num_gpus train_steps save_checkpoint_steps gradient_accumulation_steps \
