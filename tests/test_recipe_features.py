@@ -23,7 +23,7 @@ import run_pretraining
 from conftest import ROOT
 from dllog import read_report
 from helpers import parameter, step_folder, step_numbers, step_records
-from recipe_fakes import Fakes, make_fakes, preset, preset_names, script_args
+from recipe_fakes import Fakes, make_fakes, preset, preset_names, script_args, value
 
 RUN_PRETRAINING = ROOT / "scripts" / "run_pretraining.sh"
 NEW_FLAGS = ("--whole-word-masking", "--masked-lm-ratio", "--no-nsp", "--nsp", "--pack-sequences")
@@ -171,6 +171,32 @@ def test_the_defaults_leave_the_38_argument_command_lines_as_they_were(tmp_path,
         [arg.replace(str(tmp_path / "38"), str(tmp_path / "42")) for arg in call["argv"]] for call in short.calls]
     for args in full.preprocessing + full.training:
         assert not set(NEW_FLAGS) & set(args), args
+
+
+def test_validation_flag_help_names_each_default_once():
+    """Arguments 37 and 38 become --eval-freq and --num-eval-batches, whose defaults (1000, 100) apply only with
+    --eval-dir: their help says so, and argparse's "(default: None)" must not contradict it."""
+    text = " ".join(run_pretraining.build_parser().format_help().split())
+    assert "Evaluate every this many steps (with --eval-dir; default 1000). --num-eval-batches" in text
+    assert "--eval-dir; default 100). Benchmark:" in text
+    assert "(default: None)" not in text
+    assert "for dropout). (default: 42)" in text  # real defaults are still named
+
+
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_static_masks_are_capped_at_what_each_phase_reads(masking, tmp_path, fakes):
+    """At masked_lm_ratio 0.3 a sequence of 128 would get up to 38 masks and phase 1 reads 20: shards masked in
+    preprocessing get each phase's --max-predictions-per-seq (20, 80) as their cap (lddl_preprocess.py takes the
+    flag), and dynamic masks are capped by the training loader itself."""
+    args = with_changes(cpu_tiny(fakes, tmp_path), {MASKING: masking, MASKED_LM_RATIO: "0.3"})
+    run = record_ok(args, fakes, tmp_path)
+    reads = [value(phase_args, "--max-predictions-per-seq") for phase_args in run.training]
+    caps = [value(phase_args, "--max-predictions-per-seq") for phase_args in run.preprocessing]
+    assert reads == ["20", "80"]
+    assert caps == (reads if masking == "static" else [None, None])
+    for phase_args in run.preprocessing:
+        assert lddl_preprocess.build_parser().parse_args(phase_args).max_predictions_per_seq == (
+            None if masking == "dynamic" else int(value(phase_args, "--max-predictions-per-seq")))
 
 
 def test_nvidias_defaults_pass_none_of_the_new_flags(tmp_path, fakes):
