@@ -288,6 +288,25 @@ def test_precision_argument(precision, flags, tf32_override, tmp_path, fakes, cp
         assert call["tf32_override"] == tf32_override
 
 
+def test_a_cpu_presets_own_precision_flag_prints_nothing_on_cpu(tmp_path, fakes, cpu_tiny_args, capsys):
+    """cpu_tiny's precision fp32 (argument 3, NVIDIA's layout) passes --float32-precision fp32, which a CPU
+    honours as it is (its float32 matmuls are full float32): no line about GPUs. tf32, which a CPU cannot give,
+    still gets its one line."""
+    import amp
+    import run_pretraining
+
+    run = run_ok(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path)
+    for phase_args in (run.p1, run.p2):
+        assert value(phase_args, "--float32-precision") == "fp32"
+        amp.amp_policy(run_pretraining.build_parser().parse_args(phase_args), device="cpu")
+        assert capsys.readouterr().out == ""
+    args = list(cpu_tiny_args)
+    args[2] = "tf32"
+    run = run_ok(RUN_PRETRAINING, args, fakes, tmp_path)
+    amp.amp_policy(run_pretraining.build_parser().parse_args(run.p1), device="cpu")
+    assert capsys.readouterr().out.startswith("--float32-precision tf32 is for GPUs; the device is cpu")
+
+
 def _precision_tokens(args: list[str]) -> list[str]:
     tokens = []
     for index, arg in enumerate(args):
