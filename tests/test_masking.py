@@ -158,6 +158,26 @@ def test_static_masks_at_ratio_0_3_are_capped_so_phase_1_reads_them(tmp_path, wh
     assert masked == sum(counts)
 
 
+def test_uncapped_static_masks_at_ratio_0_3_are_refused_by_phase_1(tmp_path):
+    """Without --max-predictions-per-seq (LDDL's way, no cap) the shards of the test above hold rows of up to 38
+    masks, which phase 1's loader refuses naming the row: why run_pretraining.sh passes each phase's cap."""
+    from pretraining_dataset import PretrainingDataLoader
+
+    vocab = require_shared("vocab", "bert-uncased-vocab.txt")
+    shards = tmp_path / "shards"
+    with contextlib.redirect_stdout(io.StringIO()):
+        lddl_preprocess.main(["--input", str(require_shared("data", "wikitext-2", "wiki.test.raw")),
+                              "--vocab-file", str(vocab), "--output-dir", str(shards), "--num-shards", "1",
+                              "--duplicate-factor", "1", "--num-workers", "1", "--max-seq-length", "128",
+                              "--masked-lm-ratio", "0.3"])
+    loader = PretrainingDataLoader(str(shards), str(vocab), batch_size=256, max_seq_length=128,
+                                   max_predictions_per_seq=20, seed=1)
+    with pytest.raises(ValueError, match=r"row \d+: 3[0-9] masked positions, more than max_predictions_per_seq=20"):
+        iterator = iter(loader)
+        for _ in range(loader.steps_per_epoch):
+            next(iterator)
+
+
 def test_max_predictions_per_seq_needs_static_masking_and_a_positive_count(tmp_path, capsys):
     base = ["--input", str(tmp_path), "--vocab-file", str(tmp_path / "v.txt"), "--output-dir", str(tmp_path / "o"),
             "--num-shards", "1"]
