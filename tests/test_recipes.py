@@ -420,8 +420,10 @@ def test_gpu_presets_keep_nvidias_global_batch_and_schedule(name, fakes):
 
 @pytest.mark.parametrize("name", preset_names("pretrain_config.sh"))
 def test_every_pretraining_preset_is_accepted_by_the_script(name, tmp_path, fakes):
-    env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"))
+    # RESULTS_DIR too: a preset prints its results folder (argument 43), which would otherwise be <repo>/results.
+    env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"))
     args = preset("pretrain_config.sh", name, env)
+    assert args[42].startswith(f"{tmp_path}/results")
     corpus = tmp_path / "data" / "wikipedia" / "source" / "en"
     corpus.mkdir(parents=True)
     (corpus / "wiki.txt").write_text("doc-1 Some text.\n")
@@ -644,7 +646,8 @@ def test_squad_version_settings_are_checked(env, message, tmp_path, fakes):
                                "--from-phase1-final-params": f"{ROOT}/results/bert-large-uncased/phase1/7038"}),
 ])
 def test_named_phase_scripts_default_to_nvidias_recipe(script, expected, tmp_path, fakes):
-    run = run_ok(ROOT / "scripts" / script, [], fakes, tmp_path)
+    # They write under <repo>/results (NVIDIA's fixed layout): the recording python must leave no folder there.
+    run = run_ok(ROOT / "scripts" / script, [], fakes, tmp_path, FAKE_NO_CHECKPOINT="1")
     (args,) = run.pretraining
     assert {flag: value(args, flag) for flag in expected} == expected
     assert {"--amp", "--use-dynamic-loss-scaling", "--fuse-mha"} <= set(args)
@@ -653,13 +656,15 @@ def test_named_phase_scripts_default_to_nvidias_recipe(script, expected, tmp_pat
 
 def test_named_phase_script_options_and_overrides(tmp_path, fakes):
     run = run_ok(ROOT / "scripts" / "run_pretraining_p1.sh",
-                 ["--gpus", "2", "--precision", "bf16", "--fuse-mha", "false", "--batch-size", "7"], fakes, tmp_path)
+                 ["--gpus", "2", "--precision", "bf16", "--fuse-mha", "false", "--batch-size", "7"], fakes, tmp_path,
+                 FAKE_NO_CHECKPOINT="1")
     (args,) = run.pretraining
     assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "2"
     assert value(args, "--amp-dtype") == "bfloat16" and "--use-dynamic-loss-scaling" not in args
     assert "--fuse-mha" not in args
     assert value(args, "--batch-size") == "7"  # the last occurrence, which argparse keeps
-    run = run_ok(ROOT / "scripts" / "run_pretraining_p2.sh", ["--gpus=3", "--precision=fp32"], fakes, tmp_path)
+    run = run_ok(ROOT / "scripts" / "run_pretraining_p2.sh", ["--gpus=3", "--precision=fp32"], fakes, tmp_path,
+                 FAKE_NO_CHECKPOINT="1")
     assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "3"
     assert run.calls[0]["tf32_override"] == "0" and "--amp" not in run.pretraining[0]
 
