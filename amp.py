@@ -142,7 +142,7 @@ def amp_policy(args: argparse.Namespace, device: str | None = None) -> AmpPolicy
                 raise SystemExit("--float32-precision tf32: NVIDIA_TF32_OVERRIDE=0 in the environment makes cuBLAS "
                                  "and cuDNN refuse TF32; unset it, or use --float32-precision fp32")
             set_float32_matmul_precision(args.float32_precision)
-        else:
+        elif args.float32_precision == "tf32":  # fp32 is what other devices do anyway: nothing to say
             print(f"--float32-precision {args.float32_precision} is for GPUs; the device is {device}, whose "
                   "float32 matmuls are full float32.", flush=True)
     if not args.amp:

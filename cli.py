@@ -1,4 +1,4 @@
-"""Command-line helpers shared by the entry scripts: argparse types and checks, and one-line errors.
+"""Command-line helpers shared by the entry scripts: argparse types, checks and help, and one-line errors.
 
 Every entry script ends with `sys.exit(cli.run_main(main, "script.py"))`: the project's own errors
 (ValueError, and OSError such as a missing file or a full disk) and a Ctrl-C print as one line naming the script,
@@ -13,6 +13,16 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after each option's help, except where the default is None: such an option is
+    off, or its value is decided later (and its help says how), so "(default: None)" would only mislead."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def str_to_bool(text: str) -> bool:

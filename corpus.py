@@ -15,6 +15,9 @@ Corpus formats (`INPUT_FORMATS`); a corpus is one file or a folder searched recu
 - "auto": per file: a name ending in .raw or .tokens, or a first non-blank line that is a WikiText title, means
   "wikitext"; a first non-blank line starting with `<doc` means "wikiextractor"; a folder holding `en/` means
   "lddl"; anything else is "lines".
+WikiText ships each split in two forms, `<split>.raw` (the text) and `<split>.tokens` (the same text with rare
+words replaced by `<unk>`): a folder yields the .raw form, and a .tokens file only where no .raw one sits beside it.
+A file named on its own is read whatever its name.
 Paragraph boundaries are always sentence boundaries. Every file must be UTF-8.
 
 Sentence splitting (`split_sentences`) is rule based and works offline. A sentence ends after a run of `.`, `?` or
@@ -137,12 +140,18 @@ def find_corpus_files(path: str | Path, input_format: str) -> list[tuple[Path, s
         files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
         if input_format == "lddl":
             files = [p for p in files if p.suffix == ".txt"]
+        files = [p for p in files if not _has_raw_form(p)]
     else:
         files = [root]
     files = [p for p in files if p.stat().st_size > 0]
     if not files:
         raise ValueError(f"{Path(path)}: corpus has no non-empty files")
     return [(file, detect_format(file) if input_format == "auto" else input_format) for file in files]
+
+
+def _has_raw_form(file: Path) -> bool:
+    """True for a WikiText `<split>.tokens` file with its `<split>.raw` beside it: the same text, read once."""
+    return file.suffix == ".tokens" and file.with_suffix(".raw").is_file()
 
 
 def detect_format(file: Path) -> str:

@@ -1,9 +1,9 @@
 """Text corpus -> BERT pretraining parquet shards in NVIDIA LDDL's format (preprocess_bert_pretrain + balancing).
 
     python lddl_preprocess.py --input CORPUS --vocab-file VOCAB --output-dir OUT --num-shards 4 \\
-        [--masking | --no-masking] [--masked-lm-ratio 0.15] [--whole-word-masking] [--bin-size 64] \\
-        [--max-seq-length 128] [--sample-ratio 0.9] [--no-nsp] [--holdout-fraction 0.01 [--holdout-dir DIR]] \\
-        [--dask | --scheduler-address ADDR]
+        [--masking | --no-masking] [--masked-lm-ratio 0.15] [--max-predictions-per-seq 20] [--whole-word-masking] \\
+        [--bin-size 64] [--max-seq-length 128] [--sample-ratio 0.9] [--no-nsp] \\
+        [--holdout-fraction 0.01 [--holdout-dir DIR]] [--dask | --scheduler-address ADDR]
 
 The files are what lddl 0.1.0 writes (see ../shared/data/lddl-sample/README.md, section 3), so LDDL's loader and
 ours read either: columns A, B (WordPiece tokens joined by spaces, already masked), is_random_next (bool),
@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_pipeline_arguments(parser)
     parser.add_argument("--masking", action=argparse.BooleanOptionalAction, default=True,
                         help="static masking in the files (--no-masking leaves masking to the loader); default: on")
+    parser.add_argument("--max-predictions-per-seq", type=int, default=None,
+                        help="static masks per sequence at most, Google's cap (set it to the training run's, e.g. "
+                             "20 at length 128 and 80 at 512); default: no cap, as LDDL")
     parser.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=True,
                         help="next-sentence pairs [CLS] A [SEP] B [SEP] (Google's BERT); --no-nsp writes single "
                              "segments [CLS] A [SEP] of contiguous full sentences of one document, as RoBERTa's "
@@ -167,14 +170,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.bin_size is not None and (args.bin_size < 1 or args.max_seq_length % args.bin_size):
         parser.error(f"--bin-size {args.bin_size} must be a positive divisor of --max-seq-length {args.max_seq_length}")
     static_masking_flags = [flag for flag, given in (("--masked-lm-ratio", args.masked_lm_ratio is not None),
-                                                     ("--whole-word-masking", args.whole_word_masking)) if given]
+                                                     ("--whole-word-masking", args.whole_word_masking),
+                                                     ("--max-predictions-per-seq",
+                                                      args.max_predictions_per_seq is not None)) if given]
     if not args.masking and static_masking_flags:
         parser.error(f"{' and '.join(static_masking_flags)} set static masking, which --no-masking turns off "
                      "(the training loader then masks: its masked_lm_ratio and whole_word_masking)")
+    if args.max_predictions_per_seq is not None and args.max_predictions_per_seq < 1:
+        parser.error(f"--max-predictions-per-seq {args.max_predictions_per_seq} must be at least 1")
     if not args.nsp and args.short_seq_prob is not None:
         parser.error("--short-seq-prob shortens NSP pairs; --no-nsp samples are packed full (RoBERTa)")
     settings = settings_from_arguments(parser, args, masking=args.masking, bin_size=args.bin_size,
-                                       next_sentence_prediction=args.nsp)
+                                       next_sentence_prediction=args.nsp,
+                                       max_predictions_per_seq=args.max_predictions_per_seq)
     result = execute(args, settings, write_parquet_shard, _ShardNamer(args.bin_size is not None),
                      "lddl_preprocess.py")
     output_dir = Path(args.output_dir)

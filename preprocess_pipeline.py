@@ -717,7 +717,8 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_aliases: S
     masked_lm_aliases: other spellings of --masked-lm-ratio (create_pretraining_data keeps Google's --masked-lm-prob).
     """
     parser.add_argument("--input", required=True, nargs="+",
-                        help="corpus file(s) or folder(s); folders are read recursively in sorted order")
+                        help="corpus file(s) or folder(s); folders are read recursively in sorted order, each "
+                             "WikiText split once: its .raw file, not its .tokens one")
     parser.add_argument("--input-format", default="auto", choices=INPUT_FORMATS,
                         help="how documents are laid out in the corpus (see corpus.py); default: auto")
     parser.add_argument("--output-dir", required=True, help="folder for the shards; must be empty or absent")

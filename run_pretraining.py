@@ -211,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     """All options of run_pretraining.py: NVIDIA's names and defaults, with the additions."""
     parser = argparse.ArgumentParser(
         description="PaddleBERT pre-training (masked LM + next sentence prediction) on LDDL parquet shards",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=cli.DefaultsHelpFormatter,
     )
     for add_options in (_add_data_options, _add_model_options, _add_schedule_options, _add_optimizer_options,
                         _add_checkpoint_options, _add_process_options, add_amp_arguments, add_eval_arguments,

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # BERT pre-training on one node: phase 1 (sequence length 128), then phase 2 (512) from phase 1's final weights.
 # NVIDIA's positional interface: the same 32 arguments in the same order with the same defaults, plus three
-# optional ones for LANS, three for validation and four for whole-word masking, the masked fraction, MLM-only
-# training and packing (README, "Beyond NVIDIA's recipe"). Presets print them:
+# optional ones for LANS, three for validation, four for whole-word masking, the masked fraction, MLM-only
+# training and packing (README, "Beyond NVIDIA's recipe"), and one for the results folder. Presets print them:
 #
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && dgxa100-80g_8gpu_amp)
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && cpu_tiny)
@@ -66,20 +66,24 @@
 #                                         masks are drawn: static, lddl_preprocess.py --whole-word-masking;
 #                                         dynamic, run_pretraining.py --whole-word-masking
 #   40 masked_lm_ratio (0.15)            fraction of each sequence's tokens masked, in (0, 1), passed to the same
-#                                         script as argument 39 (--masked-lm-ratio; MosaicBERT uses 0.3)
+#                                         script as argument 39 (--masked-lm-ratio; MosaicBERT uses 0.3); at most
+#                                         20 masks per sequence in phase 1 and 80 in phase 2, static or dynamic
 #   41 no_nsp (false)                    true: masked LM alone: single-segment shards (lddl_preprocess.py
 #                                         --no-nsp) and no NSP head or loss (run_pretraining.py --no-nsp)
 #   42 pack_sequences (false)            true: several samples per row of each micro-batch
 #                                         (run_pretraining.py --pack-sequences)
+#   43 results_dir ($RESULTS_DIR)        checkpoints (<it>/<bert-model>/phase1|2/<step>), reports and logs; the
+#                                         CPU presets name their own, <RESULTS_DIR>/<preset>, so that one
+#                                         preset's rerun continues and another preset's run starts apart
 # A data folder is preprocessed only when it is empty: after changing argument 27, 39, 40 or 41, remove the data
 # folders or name new ones (arguments 17 and 18).
-# Environment: RESULTS_DIR (default <code_dir>/results) receives checkpoints, reports and logs; VOCAB_FILE
+# Environment: RESULTS_DIR (default <code_dir>/results) is argument 43's default; VOCAB_FILE
 # (default <code_dir>/vocab/bert-large-uncased-vocab.txt, shipped; for the "sample" corpus a
 # vocab trained on it); BERT_PREP_WORKING_DIR (default <code_dir>/data; the "sample" corpus and its vocab go to
-# its sample/ folder). Presets share RESULTS_DIR: give each its own, or a rerun resumes the other's checkpoints.
+# its sample/ folder).
 set -euo pipefail
 
-(( $# <= 42 )) || { echo "${0##*/}: at most 42 positional arguments, got $#" >&2; exit 1; }
+(( $# <= 43 )) || { echo "${0##*/}: at most 43 positional arguments, got $#" >&2; exit 1; }
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/common.sh
 source "$SCRIPT_DIR/common.sh"
@@ -131,7 +135,7 @@ masked_lm_ratio=${40:-0.15}
 no_nsp=${41:-false}
 pack_sequences=${42:-false}
 
-RESULTS_DIR=${RESULTS_DIR:-$CODEDIR/results}
+RESULTS_DIR=${43:-${RESULTS_DIR:-$CODEDIR/results}}
 num_nodes=1
 
 for name in train_batch_size num_gpus train_steps save_checkpoint_steps gradient_accumulation_steps \
@@ -187,9 +191,14 @@ sample_ratio_flags=()
 # --sample-ratio 1 keeps every document, which lddl_preprocess.py does without the flag.
 awk -v r="$sample_ratio" 'BEGIN { exit !(r == 1) }' || sample_ratio_flags=(--sample-ratio "$sample_ratio")
 
-preprocess() {  # data_dir max_seq_length [extra lddl_preprocess.py flags]
-  local data_dir="$1" max_seq_length="$2"
-  shift 2
+# The most masks per sequence each phase reads (NVIDIA's 20 at length 128 and 80 at 512). Static masks are drawn
+# with the same cap (Google's create_pretraining_data rule), so that shards at any masked_lm_ratio train.
+readonly max_predictions_phase1=20 max_predictions_phase2=80
+
+preprocess() {  # data_dir max_seq_length max_predictions_per_seq [extra lddl_preprocess.py flags]
+  local data_dir="$1" max_seq_length="$2" mask_cap_flags=()
+  [[ "$masking" == static ]] && mask_cap_flags=(--max-predictions-per-seq "$3")
+  shift 3
   set_holdout_flags "$data_dir"
   folder_is_empty "$data_dir" || return 0
   echo "$data_dir is empty: preprocessing $wikipedia_source"
@@ -197,13 +206,13 @@ preprocess() {  # data_dir max_seq_length [extra lddl_preprocess.py flags]
   run_logged "" python "$CODEDIR/lddl_preprocess.py" --input "$wikipedia_source" --vocab-file "$VOCAB_FILE" \
     --output-dir "$data_dir" --max-seq-length "$max_seq_length" --num-blocks "$num_blocks" \
     --num-shards "$num_blocks" --num-workers "$num_dask_workers" --seed "$seed" "${PREPROCESS_FEATURE_FLAGS[@]}" \
-    "${sample_ratio_flags[@]}" "${HOLDOUT_FLAGS[@]}" "$@"
+    "${mask_cap_flags[@]}" "${sample_ratio_flags[@]}" "${HOLDOUT_FLAGS[@]}" "$@"
 }
 
-preprocess "$DATA_DIR_PHASE1" 128
+preprocess "$DATA_DIR_PHASE1" 128 "$max_predictions_phase1"
 phase2_bin_flags=()
 [[ "$phase2_bin_size" != none ]] && phase2_bin_flags=(--bin-size "$phase2_bin_size")
-(( train_steps_phase2 > 0 )) && preprocess "$DATA_DIR_PHASE2" 512 "${phase2_bin_flags[@]}"
+(( train_steps_phase2 > 0 )) && preprocess "$DATA_DIR_PHASE2" 512 "$max_predictions_phase2" "${phase2_bin_flags[@]}"
 
 # ------------------------------------------------------------------------------------------------
 # Training
@@ -236,8 +245,8 @@ launch() {  # phase batch_size accumulation -- run_pretraining.py flags
 
 set_eval_flags "$DATA_DIR_PHASE1"
 phase1_flags=(--phase1 --input-dir "$DATA_DIR_PHASE1" --batch-size "$train_batch_size" --max-seq-length 128
-  --max-predictions-per-seq 20 --max-steps "$train_steps" --warmup-proportion "$warmup_proportion"
-  --constant-proportion "$constant_proportion" --learning-rate "$learning_rate"
+  --max-predictions-per-seq "$max_predictions_phase1" --max-steps "$train_steps"
+  --warmup-proportion "$warmup_proportion" --constant-proportion "$constant_proportion" --learning-rate "$learning_rate"
   --gradient-merge-steps "$gradient_accumulation_steps" --report-file "$RESULTS_DIR/dllogger_p1.json"
   "${EVAL_FLAGS[@]}")
 # common_flags holds --last-step-of-checkpoint auto, so this is NVIDIA's resume: the newest step folder in it.
@@ -252,8 +261,9 @@ fi
 
 set_eval_flags "$DATA_DIR_PHASE2"
 phase2_flags=(--phase2 --input-dir "$DATA_DIR_PHASE2" --batch-size "$train_batch_size_phase2" --max-seq-length 512
-  --max-predictions-per-seq 80 --max-steps "$train_steps_phase2" --warmup-proportion "$warmup_proportion_phase2"
-  --constant-proportion "$constant_proportion_phase2" --learning-rate "$learning_rate_phase2"
+  --max-predictions-per-seq "$max_predictions_phase2" --max-steps "$train_steps_phase2"
+  --warmup-proportion "$warmup_proportion_phase2" --constant-proportion "$constant_proportion_phase2"
+  --learning-rate "$learning_rate_phase2"
   --gradient-merge-steps "$gradient_accumulation_steps_phase2" --report-file "$RESULTS_DIR/dllogger_p2.json"
   "${EVAL_FLAGS[@]}")
 if [[ "$enable_benchmark" == false ]]; then

@@ -236,9 +236,12 @@ def test_float32_precision_sets_the_tf32_switches_on_a_gpu_only(monkeypatch, cap
     amp.amp_policy(amp_args("--float32-precision", "tf32"), device="gpu:1")
     amp.amp_policy(amp_args(), device="gpu:0")
     assert calls == ["fp32", "tf32"]
+    capsys.readouterr()
     amp.amp_policy(amp_args("--float32-precision", "fp32"), device="cpu")
+    assert capsys.readouterr().out == ""  # a CPU's float32 matmuls are fp32 already
+    amp.amp_policy(amp_args("--float32-precision", "tf32"), device="cpu")
     assert calls == ["fp32", "tf32"]
-    assert "--float32-precision fp32 is for GPUs; the device is cpu" in capsys.readouterr().out
+    assert "--float32-precision tf32 is for GPUs; the device is cpu" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("saved_with, resumed_with", [(["--use-pure-fp16"], []), ([], ["--use-pure-fp16"]),

@@ -144,3 +144,30 @@ def test_convert_to_lddl_source_writes_one_file_per_corpus_file(tmp_path):
         ("0.txt", "lddl"), ("1.txt", "lddl"), ("2.txt", "lddl")]
     assert [document.paragraphs for document in read_documents(written[0], 0, "lddl")] == [
         ["A crustacean. It lives in the sea."], ["Crabs walk sideways."]]
+
+
+def test_a_wikitext_folder_yields_each_split_in_one_form(tmp_path):
+    """WikiText ships each split twice, as .raw (the text) and .tokens (rare words replaced by <unk>): a folder
+    yields the .raw file of a split and its .tokens file only where the split has no .raw."""
+    for name in ("wiki.test.raw", "wiki.test.tokens", "wiki.valid.tokens", "wiki.train.raw"):
+        (tmp_path / name).write_text(" = Title = \n\n A paragraph .\n")
+    assert [(path.name, fmt) for path, fmt in find_corpus_files(tmp_path, "auto")] == [
+        ("wiki.test.raw", "wikitext"), ("wiki.train.raw", "wikitext"), ("wiki.valid.tokens", "wikitext")]
+    assert [path.name for path, _ in find_corpus_files(tmp_path, "wikitext")] == [
+        "wiki.test.raw", "wiki.train.raw", "wiki.valid.tokens"]
+    # A file named on its own is read whatever its form.
+    assert [path.name for path, _ in find_corpus_files(tmp_path / "wiki.test.tokens", "auto")] == ["wiki.test.tokens"]
+
+
+def test_the_shared_wikitext_folder_is_read_once():
+    """../shared's WikiText-2 holds wiki.test.raw and wiki.test.tokens, the same articles: the folder yields the
+    test split once (no <unk>, the .tokens form's mark), so its documents are those of wiki.test.raw alone."""
+    folder = require_shared("data", "wikitext-2")
+    files = find_corpus_files(folder, "auto")
+    assert "wiki.test.tokens" not in [path.name for path, _ in files]
+    test_raw = folder / "wiki.test.raw"
+    raw_documents = list(read_documents(test_raw, 0, "wikitext"))
+    read = [document for index, (path, fmt) in enumerate(files) if path.name.startswith("wiki.test.")
+            for document in read_documents(path, index, fmt)]
+    assert len(read) == len(raw_documents) > 0
+    assert not any("<unk>" in paragraph for document in read for paragraph in document.paragraphs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections import Counter
 
@@ -9,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+import lddl_preprocess
 from conftest import require_shared
 from masking import _whole_words, continuation_pieces, mask_batch, mask_tokens, num_to_predict, word_starts
 
@@ -122,6 +124,69 @@ def test_rule_matches_real_lddl_static_masks():
     assert [len(p) for p in positions] == num_to_predict(num_tokens, 0.15).tolist()
     for p, length_a, length in zip(positions, lengths_a, num_tokens, strict=True):
         assert p.min() > 0 and length_a + 1 not in p and p.max() < length - 1
+
+
+@pytest.mark.parametrize("whole_word_masking", [False, True])
+def test_static_masks_at_ratio_0_3_are_capped_so_phase_1_reads_them(tmp_path, whole_word_masking):
+    """MosaicBERT's --masked-lm-ratio 0.3 at length 128 asks for up to 38 masks; phase 1 reads at most 20
+    (max_predictions_per_seq). lddl_preprocess.py --max-predictions-per-seq 20 caps each row's count as Google's
+    create_pretraining_data does, so every row of real WikiText-2 shards has min(20, max(1, round(n * 0.3)))
+    masks (at most that with whole words) and phase 1's loader reads them all."""
+    from pretraining_dataset import PretrainingDataLoader
+
+    vocab = require_shared("vocab", "bert-uncased-vocab.txt")
+    shards = tmp_path / "shards"
+    flags = ["--whole-word-masking"] if whole_word_masking else []
+    with contextlib.redirect_stdout(io.StringIO()):
+        lddl_preprocess.main(["--input", str(require_shared("data", "wikitext-2", "wiki.test.raw")),
+                              "--vocab-file", str(vocab), "--output-dir", str(shards), "--num-shards", "1",
+                              "--duplicate-factor", "1", "--num-workers", "1", "--max-seq-length", "128",
+                              "--masked-lm-ratio", "0.3", "--max-predictions-per-seq", "20", *flags])
+    table = pq.read_table(shards / "shard-0.parquet", columns=["num_tokens", "masked_lm_positions"])
+    counts = [len(np.load(io.BytesIO(value))) for value in table["masked_lm_positions"].to_pylist()]
+    expected = [google_num_to_predict(n, 0.3, 20) for n in table["num_tokens"].to_pylist()]
+    assert sum(round(n * 0.3) > 20 for n in table["num_tokens"].to_pylist()) > 100  # the cap binds
+    if whole_word_masking:
+        assert all(count <= most for count, most in zip(counts, expected, strict=True))
+        assert max(counts) == 20
+    else:
+        assert counts == expected
+    loader = PretrainingDataLoader(str(shards), str(vocab), batch_size=256, max_seq_length=128,
+                                   max_predictions_per_seq=20, seed=1)
+    iterator = iter(loader)
+    masked = sum(int((next(iterator)["masked_lm_labels"] >= 0).sum()) for _ in range(loader.steps_per_epoch))
+    assert masked == sum(counts)
+
+
+def test_uncapped_static_masks_at_ratio_0_3_are_refused_by_phase_1(tmp_path):
+    """Without --max-predictions-per-seq (LDDL's way, no cap) the shards of the test above hold rows of up to 38
+    masks, which phase 1's loader refuses naming the row: why run_pretraining.sh passes each phase's cap."""
+    from pretraining_dataset import PretrainingDataLoader
+
+    vocab = require_shared("vocab", "bert-uncased-vocab.txt")
+    shards = tmp_path / "shards"
+    with contextlib.redirect_stdout(io.StringIO()):
+        lddl_preprocess.main(["--input", str(require_shared("data", "wikitext-2", "wiki.test.raw")),
+                              "--vocab-file", str(vocab), "--output-dir", str(shards), "--num-shards", "1",
+                              "--duplicate-factor", "1", "--num-workers", "1", "--max-seq-length", "128",
+                              "--masked-lm-ratio", "0.3"])
+    loader = PretrainingDataLoader(str(shards), str(vocab), batch_size=256, max_seq_length=128,
+                                   max_predictions_per_seq=20, seed=1)
+    with pytest.raises(ValueError, match=r"row \d+: 3[0-9] masked positions, more than max_predictions_per_seq=20"):
+        iterator = iter(loader)
+        for _ in range(loader.steps_per_epoch):
+            next(iterator)
+
+
+def test_max_predictions_per_seq_needs_static_masking_and_a_positive_count(tmp_path, capsys):
+    base = ["--input", str(tmp_path), "--vocab-file", str(tmp_path / "v.txt"), "--output-dir", str(tmp_path / "o"),
+            "--num-shards", "1"]
+    for flags, message in ((["--no-masking", "--max-predictions-per-seq", "20"],
+                            "--max-predictions-per-seq set static masking, which --no-masking turns off"),
+                           (["--max-predictions-per-seq", "0"], "--max-predictions-per-seq 0 must be at least 1")):
+        with pytest.raises(SystemExit):
+            lddl_preprocess.main(base + flags)
+        assert message in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------ whole-word masking

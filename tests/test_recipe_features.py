@@ -23,7 +23,7 @@ import run_pretraining
 from conftest import ROOT
 from dllog import read_report
 from helpers import parameter, step_folder, step_numbers, step_records
-from recipe_fakes import Fakes, make_fakes, preset, preset_names, script_args
+from recipe_fakes import Fakes, make_fakes, preset, preset_names, script_args, value
 
 RUN_PRETRAINING = ROOT / "scripts" / "run_pretraining.sh"
 NEW_FLAGS = ("--whole-word-masking", "--masked-lm-ratio", "--no-nsp", "--nsp", "--pack-sequences")
@@ -91,7 +91,8 @@ def fakes(tmp_path) -> Fakes:
 
 
 def cpu_tiny(fakes: Fakes, folder: Path) -> list[str]:
-    return preset("pretrain_config.sh", "cpu_tiny", fakes.env(BERT_PREP_WORKING_DIR=str(folder / "data")))
+    return preset("pretrain_config.sh", "cpu_tiny", fakes.env(BERT_PREP_WORKING_DIR=str(folder / "data"),
+                                                                RESULTS_DIR=str(folder / "results")))
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +162,8 @@ def test_each_argument_adds_exactly_its_flags(case, tmp_path, fakes, baselines):
 
 
 def test_the_defaults_leave_the_38_argument_command_lines_as_they_were(tmp_path, fakes):
-    full_args, short_args = cpu_tiny(fakes, tmp_path / "42"), cpu_tiny(fakes, tmp_path / "38")[:38]
+    # Without argument 43 both runs write to RESULTS_DIR, so that the command lines compare.
+    full_args, short_args = cpu_tiny(fakes, tmp_path / "42")[:42], cpu_tiny(fakes, tmp_path / "38")[:38]
     assert full_args[WHOLE_WORD_MASKING - 1:] == ["false", "0.15", "false", "false"]
     full = record_ok(full_args, fakes, tmp_path / "42")
     short = record_ok(short_args, fakes, tmp_path / "38")
@@ -170,6 +172,32 @@ def test_the_defaults_leave_the_38_argument_command_lines_as_they_were(tmp_path,
         [arg.replace(str(tmp_path / "38"), str(tmp_path / "42")) for arg in call["argv"]] for call in short.calls]
     for args in full.preprocessing + full.training:
         assert not set(NEW_FLAGS) & set(args), args
+
+
+def test_validation_flag_help_names_each_default_once():
+    """Arguments 37 and 38 become --eval-freq and --num-eval-batches, whose defaults (1000, 100) apply only with
+    --eval-dir: their help says so, and argparse's "(default: None)" must not contradict it."""
+    text = " ".join(run_pretraining.build_parser().format_help().split())
+    assert "Evaluate every this many steps (with --eval-dir; default 1000). --num-eval-batches" in text
+    assert "--eval-dir; default 100). Benchmark:" in text
+    assert "(default: None)" not in text
+    assert "for dropout). (default: 42)" in text  # real defaults are still named
+
+
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_static_masks_are_capped_at_what_each_phase_reads(masking, tmp_path, fakes):
+    """At masked_lm_ratio 0.3 a sequence of 128 would get up to 38 masks and phase 1 reads 20: shards masked in
+    preprocessing get each phase's --max-predictions-per-seq (20, 80) as their cap (lddl_preprocess.py takes the
+    flag), and dynamic masks are capped by the training loader itself."""
+    args = with_changes(cpu_tiny(fakes, tmp_path), {MASKING: masking, MASKED_LM_RATIO: "0.3"})
+    run = record_ok(args, fakes, tmp_path)
+    reads = [value(phase_args, "--max-predictions-per-seq") for phase_args in run.training]
+    caps = [value(phase_args, "--max-predictions-per-seq") for phase_args in run.preprocessing]
+    assert reads == ["20", "80"]
+    assert caps == (reads if masking == "static" else [None, None])
+    for phase_args in run.preprocessing:
+        assert lddl_preprocess.build_parser().parse_args(phase_args).max_predictions_per_seq == (
+            None if masking == "dynamic" else int(value(phase_args, "--max-predictions-per-seq")))
 
 
 def test_nvidias_defaults_pass_none_of_the_new_flags(tmp_path, fakes):
@@ -190,7 +218,7 @@ def test_nvidias_defaults_pass_none_of_the_new_flags(tmp_path, fakes):
     (MASKED_LM_RATIO, "15%", "masked_lm_ratio must be a number in (0, 1), got '15%'"),
     (NO_NSP, "1", "no_nsp must be one of: true false; got '1'"),
     (PACK_SEQUENCES, "on", "pack_sequences must be one of: true false; got 'on'"),
-    (43, "extra", "at most 42 positional arguments, got 43"),
+    (44, "extra", "at most 43 positional arguments, got 44"),
 ])
 def test_bad_values_are_named_before_anything_runs(position, text, message, tmp_path, fakes):
     args = cpu_tiny(fakes, tmp_path)
@@ -212,21 +240,23 @@ def test_bad_values_are_named_before_anything_runs(position, text, message, tmp_
 @pytest.mark.parametrize("name", [name for name in preset_names("pretrain_config.sh") if name != "cpu_tiny_beyond"])
 def test_the_other_presets_keep_the_features_off(name, fakes):
     args = preset("pretrain_config.sh", name, fakes.env())
-    assert args[WHOLE_WORD_MASKING - 1:] == ["false", "0.15", "false", "false"]
+    assert args[WHOLE_WORD_MASKING - 1:PACK_SEQUENCES] == ["false", "0.15", "false", "false"]
 
 
 def test_cpu_tiny_beyond_turns_on_all_four_features(tmp_path, fakes):
-    env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"))
+    env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"))
     args = preset("pretrain_config.sh", "cpu_tiny_beyond", env)
     tiny = preset("pretrain_config.sh", "cpu_tiny", env)
     # Its own data folders (arguments 17 and 18): shards without masks or NSP pairs, with a held-out split.
     assert [args[16], args[17]] == [str(tmp_path / "data" / "sample" / "beyond" / "pretrain" / phase / "parquet")
                                      for phase in ("phase1/unbinned", "phase2/bin_size_64")]
-    assert (args[MASKING - 1], args[35:38], args[WHOLE_WORD_MASKING - 1:]) == (
+    assert (args[MASKING - 1], args[35:38], args[WHOLE_WORD_MASKING - 1:PACK_SEQUENCES]) == (
         "dynamic", ["0.1", "3", "2"], ["true", "0.15", "true", "true"])
+    # Its own results folder (argument 43).
+    assert args[42] == str(tmp_path / "results" / "cpu_tiny_beyond")
     # Everything else is cpu_tiny's.
-    assert [a for position, a in enumerate(args) if position not in (16, 17, 26, 35, 36, 37, 38, 40, 41)] == [
-        a for position, a in enumerate(tiny) if position not in (16, 17, 26, 35, 36, 37, 38, 40, 41)]
+    assert [a for position, a in enumerate(args) if position not in (16, 17, 26, 35, 36, 37, 38, 40, 41, 42)] == [
+        a for position, a in enumerate(tiny) if position not in (16, 17, 26, 35, 36, 37, 38, 40, 41, 42)]
 
     run = record_ok(args, fakes, tmp_path)
     data = "TMP/data/sample/beyond/pretrain"
@@ -252,7 +282,7 @@ def test_cpu_tiny_beyond_pretrains_both_phases_mlm_only_packed_and_validated(tmp
     result = subprocess.run(["bash", str(RUN_PRETRAINING), *args], capture_output=True, text=True, cwd=tmp_path,
                             env=env, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    results = tmp_path / "results"
+    results = tmp_path / "results" / "cpu_tiny_beyond"
     assert result.stdout.splitlines()[-1] == f"Final checkpoint: {step_folder(results, 4, phase=2)}"
 
     data = tmp_path / "data" / "sample" / "beyond" / "pretrain"

@@ -60,7 +60,7 @@ def run_script(script: Path, args: list[str], fakes: Fakes, tmp: Path, **env: st
     fakes.python_log.unlink(missing_ok=True)
     environment = fakes.env(BERT_PREP_WORKING_DIR=str(tmp / "data"), RESULTS_DIR=str(tmp / "results"), **env)
     result = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, cwd=tmp, env=environment)
-    return Run(result, fakes.python_calls(), sorted(path.name for path in (tmp / "results").glob("*.log")))
+    return Run(result, fakes.python_calls(), sorted(path.name for path in (tmp / "results").rglob("*.log")))
 
 
 def run_ok(script: Path, args: list[str], fakes: Fakes, tmp: Path, **env: str) -> Run:
@@ -76,7 +76,8 @@ def fakes(tmp_path) -> Fakes:
 
 @pytest.fixture
 def cpu_tiny_args(tmp_path, fakes) -> list[str]:
-    return preset("pretrain_config.sh", "cpu_tiny", fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data")))
+    return preset("pretrain_config.sh", "cpu_tiny", fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"),
+                                                                RESULTS_DIR=str(tmp_path / "results")))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -134,7 +135,8 @@ def baseline(tmp_path_factory) -> Run:
     """The unchanged cpu_tiny preset, run once for the module."""
     tmp = tmp_path_factory.mktemp("baseline")
     fakes = make_fakes(tmp / "fakes")
-    args = preset("pretrain_config.sh", "cpu_tiny", fakes.env(BERT_PREP_WORKING_DIR=str(tmp / "data")))
+    args = preset("pretrain_config.sh", "cpu_tiny", fakes.env(BERT_PREP_WORKING_DIR=str(tmp / "data"),
+                                                              RESULTS_DIR=str(tmp / "results")))
     return run_ok(RUN_PRETRAINING, args, fakes, tmp)
 
 
@@ -159,7 +161,7 @@ POSITIONAL_CASES = {
                                           value(run.preprocessing[0], "--num-shards")), (["3", "3"], "3")),
     "5 warmup_proportion": ({5: "0.5"}, _phase_values("--warmup-proportion"), ("0.5", "0.25")),
     "6 train_steps": ({6: "9"}, lambda run: (value(run.p1, "--max-steps"), value(run.p2, "--from-phase1-final-params")),
-                      ("9", "{tmp}/results/custom/phase1/9")),
+                      ("9", "{tmp}/results/cpu_tiny/custom/phase1/9")),
     "7 save_checkpoint_steps": ({7: "5"}, _phase_values("--num-steps-per-checkpoint"), ("5", "5")),
     "8 create_logfile": ({8: "true"}, lambda run: [name.split(".")[:2] for name in run.log_files],
                          [["bert_lamb_pretraining", "paddle_bert_pretraining_phase1_fp32_gbs16"],
@@ -234,6 +236,10 @@ POSITIONAL_CASES = {
                              ("1000", "1000"), ("100", "100"))),
     "37 eval_freq": ({36: "0.1", 37: "5"}, _phase_values("--eval-freq"), ("5", "5")),
     "38 num_eval_batches": ({36: "0.1", 38: "7"}, _phase_values("--num-eval-batches"), ("7", "7")),
+    "43 results_dir": ({43: "{tmp}/mine"}, lambda run: (_phase_values("--output-dir")(run),
+                                                       value(run.p2, "--from-phase1-final-params"),
+                                                       value(run.p1, "--report-file")),
+                       (("{tmp}/mine", "{tmp}/mine"), "{tmp}/mine/custom/phase1/6", "{tmp}/mine/dllogger_p1.json")),
 }
 
 
@@ -282,6 +288,25 @@ def test_precision_argument(precision, flags, tf32_override, tmp_path, fakes, cp
         assert call["tf32_override"] == tf32_override
 
 
+def test_a_cpu_presets_own_precision_flag_prints_nothing_on_cpu(tmp_path, fakes, cpu_tiny_args, capsys):
+    """cpu_tiny's precision fp32 (argument 3, NVIDIA's layout) passes --float32-precision fp32, which a CPU
+    honours as it is (its float32 matmuls are full float32): no line about GPUs. tf32, which a CPU cannot give,
+    still gets its one line."""
+    import amp
+    import run_pretraining
+
+    run = run_ok(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path)
+    for phase_args in (run.p1, run.p2):
+        assert value(phase_args, "--float32-precision") == "fp32"
+        amp.amp_policy(run_pretraining.build_parser().parse_args(phase_args), device="cpu")
+        assert capsys.readouterr().out == ""
+    args = list(cpu_tiny_args)
+    args[2] = "tf32"
+    run = run_ok(RUN_PRETRAINING, args, fakes, tmp_path)
+    amp.amp_policy(run_pretraining.build_parser().parse_args(run.p1), device="cpu")
+    assert capsys.readouterr().out.startswith("--float32-precision tf32 is for GPUs; the device is cpu")
+
+
 def _precision_tokens(args: list[str]) -> list[str]:
     tokens = []
     for index, arg in enumerate(args):
@@ -302,7 +327,7 @@ def test_existing_data_is_not_preprocessed_again(tmp_path, fakes, cpu_tiny_args)
 
 def test_after_each_phase_the_report_is_plotted_and_the_final_checkpoint_named(tmp_path, fakes, cpu_tiny_args):
     run = run_ok(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path)
-    results = tmp_path / "results"
+    results = tmp_path / "results" / "cpu_tiny"
     assert script_args(run.calls, "plot_report.py") == [
         [f"{results}/dllogger_p{phase}.json", "--output", f"{results}/dllogger_p{phase}.png"] for phase in (1, 2)]
     assert run.result.stdout.splitlines()[-1] == f"Final checkpoint: {results}/custom/phase2/4"
@@ -328,7 +353,7 @@ def test_holdout_fraction_refuses_data_made_without_a_held_out_split(tmp_path, f
 def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     run = run_script(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path, FAKE_NO_CHECKPOINT="1")
     assert run.result.returncode == 1
-    assert f"phase 1 stopped before step 6 ({tmp_path}/results/custom/phase1/6 missing)" in run.result.stderr
+    assert f"phase 1 stopped before step 6 ({tmp_path}/results/cpu_tiny/custom/phase1/6 missing)" in run.result.stderr
     assert len(run.pretraining) == 1
 
 
@@ -341,7 +366,7 @@ def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     (15, "-1", "train_steps_phase2 must be an integer >= 0, got '-1'"),
     (36, "1", "holdout_fraction must be a number in [0, 1), got '1'"),
     (37, "0", "eval_freq must be an integer >= 1, got '0'"),
-    (43, "extra", "at most 42 positional arguments, got 43"),
+    (44, "extra", "at most 43 positional arguments, got 44"),
     (2, "nan", "learning_rate must be a number in (0, inf), got 'nan'"),
     (13, "0", "learning_rate_phase2 must be a number in (0, inf), got '0'"),
     (5, "1.5", "warmup_proportion must be a number in [0, 1], got '1.5'"),
@@ -369,7 +394,7 @@ PRETRAIN_POSITIONS = {"batch": 0, "lr": 1, "precision": 2, "gpus": 3, "warmup": 
 
 def _preset_values(name: str, env: dict[str, str]) -> dict[str, str]:
     args = preset("pretrain_config.sh", name, env)
-    assert len(args) == 42, args
+    assert len(args) == 43, args
     return {key: args[position] for key, position in PRETRAIN_POSITIONS.items()}
 
 
@@ -399,8 +424,10 @@ def test_gpu_presets_keep_nvidias_global_batch_and_schedule(name, fakes):
 
 @pytest.mark.parametrize("name", preset_names("pretrain_config.sh"))
 def test_every_pretraining_preset_is_accepted_by_the_script(name, tmp_path, fakes):
-    env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"))
+    # RESULTS_DIR too: a preset prints its results folder (argument 43), which would otherwise be <repo>/results.
+    env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"))
     args = preset("pretrain_config.sh", name, env)
+    assert args[42].startswith(f"{tmp_path}/results")
     corpus = tmp_path / "data" / "wikipedia" / "source" / "en"
     corpus.mkdir(parents=True)
     (corpus / "wiki.txt").write_text("doc-1 Some text.\n")
@@ -410,6 +437,28 @@ def test_every_pretraining_preset_is_accepted_by_the_script(name, tmp_path, fake
     phases = 1 if args[14] == "0" else 2  # train_steps_phase2 0: phase 1 only
     assert [value(launcher_args(call), "--nproc_per_node") for call in run.launches] == [args[3]] * phases
     assert [value(phase_args, "--batch-size") for phase_args in run.pretraining] == [args[0], args[11]][:phases]
+
+
+CPU_PRESETS = [name for name in preset_names("pretrain_config.sh") if name.startswith("cpu")]
+
+
+def test_each_cpu_preset_has_its_own_results_folder(tmp_path, fakes):
+    """Checkpoints, reports and logs of one CPU preset never meet another's: each preset's runs write to
+    <RESULTS_DIR>/<preset> (argument 43), as each has its own data folder; a rerun of a preset uses the same one.
+    The presets run one after the other in one folder, as a newcomer runs them."""
+    env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"))
+    assert CPU_PRESETS == ["cpu_demo", "cpu_tiny", "cpu_tiny_beyond", "cpu_tiny_lans"]
+    for name in CPU_PRESETS:
+        args = preset("pretrain_config.sh", name, env)
+        assert preset("pretrain_config.sh", name, env) == args
+        run = run_ok(RUN_PRETRAINING, args, fakes, tmp_path)
+        results = f"{tmp_path}/results/{name}"
+        assert {value(phase_args, "--output-dir") for phase_args in run.pretraining} == {results}
+        assert value(run.p1, "--report-file") == f"{results}/dllogger_p1.json"
+        assert value(launcher_args(run.launches[0]), "--log_dir") == f"{results}/log/phase1"
+        assert run.result.stdout.splitlines()[-1].startswith(f"Final checkpoint: {results}/custom/phase")
+        if name != "cpu_demo":  # phase 2 starts from the preset's own phase 1
+            assert value(run.p2, "--from-phase1-final-params") == f"{results}/custom/phase1/6"
 
 
 def test_squad_presets_print_nvidias_values(fakes):
@@ -601,7 +650,8 @@ def test_squad_version_settings_are_checked(env, message, tmp_path, fakes):
                                "--from-phase1-final-params": f"{ROOT}/results/bert-large-uncased/phase1/7038"}),
 ])
 def test_named_phase_scripts_default_to_nvidias_recipe(script, expected, tmp_path, fakes):
-    run = run_ok(ROOT / "scripts" / script, [], fakes, tmp_path)
+    # They write under <repo>/results (NVIDIA's fixed layout): the recording python must leave no folder there.
+    run = run_ok(ROOT / "scripts" / script, [], fakes, tmp_path, FAKE_NO_CHECKPOINT="1")
     (args,) = run.pretraining
     assert {flag: value(args, flag) for flag in expected} == expected
     assert {"--amp", "--use-dynamic-loss-scaling", "--fuse-mha"} <= set(args)
@@ -610,13 +660,15 @@ def test_named_phase_scripts_default_to_nvidias_recipe(script, expected, tmp_pat
 
 def test_named_phase_script_options_and_overrides(tmp_path, fakes):
     run = run_ok(ROOT / "scripts" / "run_pretraining_p1.sh",
-                 ["--gpus", "2", "--precision", "bf16", "--fuse-mha", "false", "--batch-size", "7"], fakes, tmp_path)
+                 ["--gpus", "2", "--precision", "bf16", "--fuse-mha", "false", "--batch-size", "7"], fakes, tmp_path,
+                 FAKE_NO_CHECKPOINT="1")
     (args,) = run.pretraining
     assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "2"
     assert value(args, "--amp-dtype") == "bfloat16" and "--use-dynamic-loss-scaling" not in args
     assert "--fuse-mha" not in args
     assert value(args, "--batch-size") == "7"  # the last occurrence, which argparse keeps
-    run = run_ok(ROOT / "scripts" / "run_pretraining_p2.sh", ["--gpus=3", "--precision=fp32"], fakes, tmp_path)
+    run = run_ok(ROOT / "scripts" / "run_pretraining_p2.sh", ["--gpus=3", "--precision=fp32"], fakes, tmp_path,
+                 FAKE_NO_CHECKPOINT="1")
     assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "3"
     assert run.calls[0]["tf32_override"] == "0" and "--amp" not in run.pretraining[0]
 
@@ -778,15 +830,16 @@ def cpu_tiny_run(tmp_path_factory) -> dict:
 
 def test_cpu_tiny_pretrains_both_phases_and_a_rerun_continues(cpu_tiny_run):
     tmp, env, args = cpu_tiny_run["tmp"], cpu_tiny_run["env"], cpu_tiny_run["args"]
-    phases = tmp / "results" / "custom"
+    results = tmp / "results" / "cpu_tiny"
+    phases = results / "custom"
     assert sorted(path.name for path in (phases / "phase1").iterdir()) == ["3", "6"]
     assert sorted(path.name for path in (phases / "phase2").iterdir()) == ["3", "4"]
     assert (tmp / "data" / "sample" / "vocab.txt").read_text().splitlines()[:5] == [
         "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    phase1_report = read_report(tmp / "results" / "dllogger_p1.json")
+    phase1_report = read_report(results / "dllogger_p1.json")
     assert [training_step(record["step"]) for record in phase1_report if "loss" in record.get("data", {})] == [
         1, 2, 3, 4, 5, 6]
-    phase2_config = next(record["data"] for record in read_report(tmp / "results" / "dllogger_p2.json")
+    phase2_config = next(record["data"] for record in read_report(results / "dllogger_p2.json")
                          if record.get("step") == "PARAMETER" and "from_phase1_final_params" in record["data"])
     assert phase2_config["from_phase1_final_params"] == str(phases / "phase1" / "6")
 
@@ -800,7 +853,7 @@ def test_cpu_tiny_pretrains_both_phases_and_a_rerun_continues(cpu_tiny_run):
     assert "preprocessing" not in rerun.stdout
     assert (phases / "phase1" / "6").is_dir() and (phases / "phase2" / "4").is_dir()
     for phase in (1, 2):  # each phase's curves, drawn by plot_report.py after it
-        assert (tmp / "results" / f"dllogger_p{phase}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (results / f"dllogger_p{phase}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert cpu_tiny_run["output"].splitlines()[-1] == f"Final checkpoint: {phases / 'phase2' / '4'}"
 
 

@@ -18,7 +18,11 @@
 # corpus long enough for the held-out masked-LM loss to fall and its accuracy to rise; cpu_tiny_beyond is
 # cpu_tiny with the four features NVIDIA's recipe lacks turned on together.
 #
-# Paths come from BERT_PREP_WORKING_DIR (data; default <repo>/data) and the location of this file (code).
+# Paths come from BERT_PREP_WORKING_DIR (data; default <repo>/data), RESULTS_DIR (checkpoints, reports and logs;
+# default <repo>/results) and the location of this file (code). The GPU presets write to RESULTS_DIR itself, in
+# NVIDIA's layout (<results>/bert-large-uncased/phase2/1563, where the SQuAD and GLUE presets look); each CPU
+# preset to its own <RESULTS_DIR>/<preset>, so that running one after another never resumes the other's
+# checkpoints (set by _cpu_results).
 # shellcheck shell=bash
 
 _PRETRAIN_CONFIG_CODEDIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -36,7 +40,7 @@ _print_pretrain_args() {
     "$BERT_CONFIG" "$enable_benchmark" "$benchmark_steps" "$benchmark_warmup_steps" "$fuse_mha" \
     "$optimizer" "$constant_proportion" "$constant_proportion_phase2" \
     "$holdout_fraction" "$eval_freq" "$num_eval_batches" \
-    "$whole_word_masking" "$masked_lm_ratio" "$no_nsp" "$pack_sequences"
+    "$whole_word_masking" "$masked_lm_ratio" "$no_nsp" "$pack_sequences" "$results_dir"
 }
 
 # NVIDIA's dgxa100-80g_8gpu_amp: BERT-large, 8 GPUs, float16 AMP.
@@ -84,6 +88,7 @@ _bert_large_recipe() {
   masked_lm_ratio=0.15
   no_nsp=false
   pack_sequences=false
+  results_dir="${RESULTS_DIR:-$_PRETRAIN_CONFIG_CODEDIR/results}"
 }
 
 # Micro-batches (phase 1, phase 2) and accumulation (phase 1, phase 2) for a GPU count.
@@ -201,8 +206,14 @@ _cpu_tiny_recipe() {
   benchmark_warmup_steps=2
 }
 
+# results_dir for a CPU preset: its own folder, named after it.
+_cpu_results() {  # preset
+  results_dir="${RESULTS_DIR:-$_PRETRAIN_CONFIG_CODEDIR/results}/$1"
+}
+
 cpu_tiny() (
   _cpu_tiny_recipe
+  _cpu_results cpu_tiny
   _print_pretrain_args
 )
 
@@ -211,6 +222,7 @@ cpu_tiny_lans() (
   optimizer=Lans
   constant_proportion=0.34
   constant_proportion_phase2=0.25
+  _cpu_results cpu_tiny_lans
   _print_pretrain_args
 )
 
@@ -234,6 +246,7 @@ cpu_demo() (
   BERT_CONFIG="$CODEDIR/bert_configs/bert-tiny-4k-vocab.json"
   holdout_fraction=0.1
   eval_freq=25
+  _cpu_results cpu_demo
   _print_pretrain_args
 )
 
@@ -254,5 +267,6 @@ cpu_tiny_beyond() (
   whole_word_masking=true
   no_nsp=true
   pack_sequences=true
+  _cpu_results cpu_tiny_beyond
   _print_pretrain_args
 )

@@ -79,12 +79,12 @@ dgxh100-80g_8gpu_bf16() (
   _print_squad_args
 )
 
-# bert-tiny from the cpu_tiny pre-training preset's last phase-2 step, 4 steps on one CPU process.
+# bert-tiny from the cpu_tiny pre-training preset's last phase-2 step (in its own results folder), 4 steps on one CPU process.
 cpu_tiny() (
   _bert_large_squad
   local prep="${BERT_PREP_WORKING_DIR:-$_SQUAD_CONFIG_CODEDIR/data}"
   local results="${RESULTS_DIR:-$_SQUAD_CONFIG_CODEDIR/results}"
-  init_checkpoint="$results/custom/phase2/4"
+  init_checkpoint="$results/cpu_tiny/custom/phase2/4"
   epochs=1
   batch_size=8
   learning_rate=1e-4
