@@ -243,8 +243,9 @@ def open_resume_checkpoint(
     - no last step: from_checkpoint is one checkpoint folder (None: start fresh);
     - a step N: from_checkpoint, if it holds checkpoint files itself, which must be those of step N; else
       `<phase folder>/N`, the phase folder being from_checkpoint or, without it, default_phase_folder (the run's);
-    - "auto": the phase folder's newest intact `<step>/` folder (None if the folder does not exist or holds
-      none); each newer one that cannot be read is set aside (`set_aside`), and if none is intact, ValueError.
+    - "auto": the phase folder's newest intact `<step>/` folder (None if the run's own phase folder does not
+      exist or holds none; FileNotFoundError for any other folder); each newer one that cannot be read is set
+      aside (`set_aside`), and if none is intact, ValueError.
       A from_checkpoint that holds checkpoint files itself is that checkpoint.
     A checkpoint named explicitly that cannot be read raises UnreadableCheckpoint and stays where it is.
     Only the process that writes the phase folder (rank 0) may call this with "auto": it renames folders.
@@ -262,7 +263,14 @@ def open_resume_checkpoint(
     if last_step_of_checkpoint == "auto":
         if search.is_dir() and not _step_folders(search) and _holds_checkpoint(search, prefix):
             return open_checkpoint(search, prefix)
-        return _newest_intact(search, prefix)
+        resume = _newest_intact(search, prefix)
+        # Only the run's own phase folder may not hold a checkpoint yet (its first run); any other folder was
+        # named to be resumed from, and a typo in it must not start the run from step 1.
+        if resume is None and search.resolve() != Path(default_phase_folder).resolve():
+            state = "holds no checkpoint" if search.is_dir() else "does not exist"
+            raise FileNotFoundError(f"{search}: --from-checkpoint {state} (with --last-step-of-checkpoint auto only "
+                                    "the run's own phase folder may be empty or missing)")
+        return resume
     step = int(last_step_of_checkpoint)
     if explicit is not None and _holds_checkpoint(explicit, prefix):
         resume = open_checkpoint(explicit, prefix)

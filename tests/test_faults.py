@@ -1104,3 +1104,29 @@ def test_the_lock_ends_with_its_holder_even_if_a_forked_child_lives_on(tmp_path)
         holder.kill()
         if child is not None and running(child):
             os.kill(child, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Round 2's leftovers: a mistyped resume path, weights that are not numbers, shapes and values a run cannot use
+
+
+@pytest.mark.parametrize("make", ["missing", "empty"])
+def test_a_mistyped_resume_folder_is_one_line_not_a_run_from_step_1(job, capsys, make):
+    typo = job / "out" / "custom" / "phse1"
+    if make == "empty":
+        typo.mkdir()
+    before = snapshot(job / "out")
+    status, output = run_entry(pretraining_argv(job, *JOB, "--from-checkpoint", str(typo)), capsys)
+    assert status == 1
+    state = "does not exist" if make == "missing" else "holds no checkpoint"
+    one_line_error(output, "run_pretraining.py: ", f"{typo}: --from-checkpoint {state}")
+    assert "starting at step 1" not in output
+    assert_kept(before)
+    assert step_folders(job / "out") == [2, 4]
+
+
+def test_the_runs_own_phase_folder_named_by_from_checkpoint_may_not_exist_yet(tmp_path, capsys):
+    status, output = run_entry(pretraining_argv(tmp_path, *JOB, "--max-steps", "2", "--from-checkpoint",
+                                                str(phase1(tmp_path))), capsys)
+    assert status == 0, output[-3000:]
+    assert "No checkpoint to resume from; starting at step 1" in output
