@@ -1130,3 +1130,31 @@ def test_the_runs_own_phase_folder_named_by_from_checkpoint_may_not_exist_yet(tm
                                                 str(phase1(tmp_path))), capsys)
     assert status == 0, output[-3000:]
     assert "No checkpoint to resume from; starting at step 1" in output
+
+
+@pytest.mark.parametrize("damage, named", [
+    ("int32", "is int32, not floating point"),
+    ("all NaN", "holds NaN or infinity"),
+    ("one inf", "holds NaN or infinity"),
+])
+def test_weights_that_are_not_trained_numbers_in_a_safetensors_file_are_one_line(trained, tmp_path, capsys, damage,
+                                                                               named):
+    from weights import write_safetensors_weights
+
+    state = checkpoint_params(trained / "out", 4)
+    name = "bert.encoder.0.attention.query.weight"
+    if damage == "int32":
+        state[name] = state[name].astype(np.int32)
+    elif damage == "all NaN":
+        state[name] = np.full_like(state[name], np.nan)
+    else:
+        state[name] = state[name].copy()
+        state[name].flat[7] = np.inf
+    start = write_safetensors_weights(tmp_path / "start" / "bert_paddle.safetensors", state)
+    before = snapshot(start)
+    status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1", "--from-pretrained-params",
+                                                str(start)), capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", str(start), f"tensor {name} {named}")
+    assert_kept(before)
+    assert not (tmp_path / "out" / "custom" / "phase1").exists() or step_folders(tmp_path / "out") == []
