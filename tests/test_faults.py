@@ -1158,3 +1158,21 @@ def test_weights_that_are_not_trained_numbers_in_a_safetensors_file_are_one_line
     one_line_error(output, "run_pretraining.py: ", str(start), f"tensor {name} {named}")
     assert_kept(before)
     assert not (tmp_path / "out" / "custom" / "phase1").exists() or step_folders(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("script", ["run_pretraining.py", "run_glue.py"])
+def test_a_config_with_one_token_type_is_one_line_naming_it(tmp_path, capsys, glue_job, script):
+    import run_glue
+
+    config = tmp_path / "one_type.json"
+    config.write_text(json.dumps({**json.loads(Path(glue_job[glue_job.index("--config-file") + 1]).read_text()),
+                                  "type_vocab_size": 1}), encoding="utf-8")
+    before = snapshot(config)
+    if script == "run_glue.py":
+        status, output = run_entry([*glue_job, "--config-file", str(config)], capsys, run_glue.main, script)
+    else:
+        status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1", "--config-file", str(config)),
+                                   capsys)
+    assert status == 1
+    one_line_error(output, f"{script}: ", f"{config}: type_vocab_size 1 is too small")
+    assert_kept(before)
