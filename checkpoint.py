@@ -54,13 +54,14 @@ import paddle
 import paddle_private
 from atomic_io import TEMP_PREFIX, fsync_dir, temp_beside, text_writer, write_synced
 from bert_config import BertConfig
-from paddle_files import read_paddle_file
+from paddle_files import read_paddle_file, write_safetensors_state
 
 DEFAULT_PREFIX = "bert_paddle"
 PARAMS_SUFFIX = ".pdparams"
 OPTIMIZER_SUFFIX = ".pdopt"
 PROGRESS_SUFFIX = "_progress.json"
 CONFIG_SUFFIX = "_config.json"
+SAFETENSORS_SUFFIX = ".safetensors"  # the --save-safetensors twin of <prefix>.pdparams
 _REPLACED_PATTERN = re.compile(r"\.replaced-(\d+)-\d+")
 _SET_ASIDE_MARK = ".unreadable-"
 _SET_ASIDE_PATTERN = re.compile(r".+" + re.escape(_SET_ASIDE_MARK) + r".+")
@@ -389,10 +390,13 @@ def save_checkpoint(
     rank: int,
     prefix: str = DEFAULT_PREFIX,
     keep_max: int | None = None,
+    with_safetensors: bool = False,
 ) -> Path | None:
     """Atomically write `<phase_folder>/<global_step>/` and rotate; returns the folder (None on rank != 0).
 
     config: the BertConfig the model was built from, saved beside it.
+    with_safetensors: also write model_state as `<prefix>.safetensors`, inside the same atomic save, so that the
+    checkpoint never exists without it.
     progress: JSON-serialisable resume information (epoch, phase, data position, loss-scaler state,
     `capture_rng_state()`, ...). "global_step" is added; if present it must equal global_step.
     keep_max: how many complete checkpoints to keep (None keeps all).
@@ -419,6 +423,8 @@ def save_checkpoint(
         ]
         if optimizer_state is not None:
             writes.append((OPTIMIZER_SUFFIX, lambda path: paddle.save(dict(optimizer_state), path)))
+        if with_safetensors:
+            writes.append((SAFETENSORS_SUFFIX, lambda path: write_safetensors_state(path, model_state)))
         writes.append((CONFIG_SUFFIX, text_writer(config.to_json_string())))
         # The progress file goes last: its presence is what marks the checkpoint complete.
         writes.append((PROGRESS_SUFFIX, text_writer(progress_text)))

@@ -71,8 +71,6 @@ from weights import (
     load_pretrained,
     load_state,
     resolve_weights_file,
-    safetensors_beside,
-    write_safetensors_weights,
 )
 
 # Google's BERT masks 15% of the tokens (Devlin et al. 2019, section 3.1).
@@ -547,8 +545,10 @@ class RunCheckpoints:
                 f"{self.world_size}; the data order and random streams restart instead of continuing exactly",
                 flush=True)
 
-    def save(self, step: int, trainer: Trainer, loader: PretrainingDataLoader, nonfinite_streak: int) -> None:
-        """Every rank gathers its streams to rank 0, which writes <phase folder>/<step>/."""
+    def save(self, step: int, trainer: Trainer, loader: PretrainingDataLoader, nonfinite_streak: int,
+             with_safetensors: bool = False) -> None:
+        """Every rank gathers its streams to rank 0, which writes <phase folder>/<step>/ (with_safetensors: with
+        the weights' .safetensors twin in it, written in the same atomic save)."""
         rng_states = gather_from_ranks(checkpoint.capture_rng_state(), self.world_size)
         positions = gather_from_ranks(loader.state_dict(), self.world_size)
         record = {
@@ -563,7 +563,7 @@ class RunCheckpoints:
             self.folder, step, trainer.model.state_dict(),
             checkpoint.optimizer_state_for_saving(trainer.model, trainer.optimizer), record,
             config=trainer.config, rank=self.rank, prefix=self.args.model_prefix,
-            keep_max=self.args.keep_checkpoint_max,
+            keep_max=self.args.keep_checkpoint_max, with_safetensors=with_safetensors,
         )
 
 
@@ -872,16 +872,17 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
                 evaluator.run(step, trainer.model, trainer.policy, reporter.log)
             checkpoint_due = step % args.num_steps_per_checkpoint == 0 or step == last_step or stop
             if checkpoint_due and not args.benchmark:
-                checkpoints.save(step, trainer, loader, nonfinite_streak)
+                # The final weights' twin goes into the checkpoint's own atomic save: no kill can part them.
+                checkpoints.save(step, trainer, loader, nonfinite_streak,
+                                 with_safetensors=args.save_safetensors and step == last_step)
             if stop:
                 where = checkpoints.folder / str(step)
                 saved = "no checkpoint in benchmark mode" if args.benchmark else f"checkpoint in {where}"
                 say(f"{reason or 'Another rank was asked to stop'}: stopped after step {step} ({saved})", flush=True)
                 break
     if args.save_safetensors and rank == 0 and step == last_step > start_step and not args.benchmark:
-        params = checkpoints.folder / str(step) / (args.model_prefix + checkpoint.PARAMS_SUFFIX)
-        shared = write_safetensors_weights(safetensors_beside(params), trainer.model.state_dict())
-        say(f"Final weights also in {shared}", flush=True)
+        say(f"Final weights also in {checkpoints.folder / str(step) / (args.model_prefix + SAFETENSORS_SUFFIX)}",
+            flush=True)
     summary = reporter.summarise(process_start, world_size)
     if args.benchmark:
         say(f"Benchmark: {summary['training_sequences_per_second']:.2f} sequences/s over {summary['timed_steps']} "

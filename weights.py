@@ -29,11 +29,9 @@ import paddle
 import paddle.nn as nn
 
 from atomic_io import atomic_write
-from checkpoint import PARAMS_SUFFIX
+from checkpoint import PARAMS_SUFFIX, SAFETENSORS_SUFFIX
 from ngc_weights import STATIC_LAYOUT_EXAMPLE, is_static_graph_state, nvidia_to_paddle
 from paddle_files import read_paddle_file, read_safetensors_state, write_safetensors_state
-
-SAFETENSORS_SUFFIX = ".safetensors"
 
 # Each part, and the parameter-name prefixes that make it up.
 PARTS: dict[str, tuple[str, ...]] = {

@@ -884,10 +884,11 @@ def test_save_safetensors_on_a_full_disk_is_one_line_naming_the_file(tmp_path, t
     status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "2", "--num-steps-per-checkpoint", "2",
                                                 "--output-dir", str(disk), "--save-safetensors"), capsys)
     assert status == 1
-    one_line_error(output, "run_pretraining.py: ", f"{disk}/custom/phase1/2/bert_paddle.safetensors: not written",
+    # The twin is part of the final checkpoint's atomic save: neither is written, and the message says so.
+    one_line_error(output, "run_pretraining.py: ", f"{disk}/custom/phase1/2: checkpoint not saved",
                    "No space left on device")
-    checkpoint.load_checkpoint(disk / "custom" / "phase1" / "2")
-    assert not [p for p in (disk / "custom" / "phase1" / "2").iterdir() if p.name.startswith(TEMP_PREFIX)]
+    assert not (disk / "custom" / "phase1" / "2").exists()
+    assert not [p for p in (disk / "custom" / "phase1").iterdir() if p.name.startswith(TEMP_PREFIX)]
 
 
 def test_squad_predictions_on_a_full_disk_keep_the_old_set_whole_and_name_the_file(tmp_path, tmpfs):
@@ -1176,3 +1177,37 @@ def test_a_config_with_one_token_type_is_one_line_naming_it(tmp_path, capsys, gl
     assert status == 1
     one_line_error(output, f"{script}: ", f"{config}: type_vocab_size 1 is too small")
     assert_kept(before)
+
+
+# run_pretraining.main() killed (SIGKILL, as by the OOM killer or `scancel --signal=KILL`) the moment it starts
+# writing the .safetensors twin of the final weights.
+KILLED_WRITING_THE_TWIN = """
+import os, signal, sys
+sys.path.insert(0, os.getcwd())
+import paddle_files
+paddle_files.write_safetensors_state = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+import run_pretraining
+sys.exit(run_pretraining.cli.run_main(lambda: run_pretraining.main(sys.argv[1:]), "run_pretraining.py"))
+"""
+
+
+def test_a_kill_while_writing_the_safetensors_twin_leaves_no_final_checkpoint_without_it(tmp_path, capsys):
+    argv = pretraining_argv(tmp_path, *JOB, "--save-safetensors")
+    killed = subprocess.run([sys.executable, "-W", "ignore", "-c", KILLED_WRITING_THE_TWIN, *argv], cwd=ROOT,
+                            capture_output=True, text=True, env=without_omp_threads(), timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    # Step 4's save was under way: it is not there at all, rather than there without its twin.
+    assert step_folders(tmp_path / "out") == [2]
+    before = snapshot(step_folder(tmp_path / "out", 2))  # the killed save's temporary folder is for the rerun to clear
+    status, output = run_entry(argv, capsys)  # the same command again resumes at step 2 and finishes the set
+    assert status == 0, output[-3000:]
+    assert f"Resuming from {step_folder(tmp_path / 'out', 2)} at step 2" in output
+    assert_kept(before)
+    assert not [p for p in phase1(tmp_path).iterdir() if p.name.startswith(TEMP_PREFIX)]
+    final = step_folder(tmp_path / "out", 4)
+    twin = final / "bert_paddle.safetensors"
+    assert f"Final weights also in {twin}" in output
+    from paddle_files import read_safetensors_state
+
+    saved = checkpoint_params(tmp_path / "out", 4)
+    assert_bitwise_equal(read_safetensors_state(twin), saved)
