@@ -1211,3 +1211,31 @@ def test_a_kill_while_writing_the_safetensors_twin_leaves_no_final_checkpoint_wi
 
     saved = checkpoint_params(tmp_path / "out", 4)
     assert_bitwise_equal(read_safetensors_state(twin), saved)
+
+
+def test_pack_sequences_on_a_bin_too_wide_to_pack_is_one_line_with_the_numbers(tmp_path, capsys):
+    from helpers import BINNED
+
+    # Bin 1 of the bin-64 set: every sample has 65 to 128 tokens, so no two share a row of 128.
+    wide = tmp_path / "bin1"
+    wide.mkdir()
+    for shard in sorted(require_shared(*BINNED).glob("*.parquet_1")):
+        shutil.copy(shard, wide / shard.name)
+    before = snapshot(wide)
+    status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1", "--pack-sequences", shards=wide),
+                               capsys)
+    assert status == 1
+    line = one_line_error(output, "run_pretraining.py: ", f"{wide}: --pack-sequences cannot pack these samples",
+                          "together more than --max-seq-length 128")
+    shortest, second = (int(word) for word in line.split("have ")[1].split(" tokens")[0].split(" and "))
+    assert 64 < shortest <= second <= 128
+    assert_kept(before)
+    assert not (tmp_path / "out" / "custom" / "phase1").exists() or step_folders(tmp_path / "out") == []
+
+
+def test_pack_sequences_on_a_binned_set_with_its_short_bin_still_trains(tmp_path, capsys):
+    from helpers import BINNED
+
+    status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1", "--pack-sequences",
+                                                shards=require_shared(*BINNED)), capsys)
+    assert status == 0, output[-3000:]
