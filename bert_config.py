@@ -177,7 +177,7 @@ def build_config(
     """The config a run builds its model from: the JSON of --config-file (or --bert-model's), with the flags.
 
     pad_vocab_size_multiple replaces the file's value when the file leaves it at 1 (no padding). A
-    --max-seq-length longer than the position table is refused, naming both.
+    --max-seq-length longer than the position table, and a type_vocab_size below 2, are refused, naming the file.
     """
     path = config_file_for(bert_model, config_file)
     values = config_values(_read_json(path), path)
@@ -185,6 +185,11 @@ def build_config(
     if pad_vocab_size_multiple is not None and values.get("pad_vocab_size_multiple", 1) == 1:
         values["pad_vocab_size_multiple"] = pad_vocab_size_multiple
     config = _build(values, path)
+    # Every input the scripts build gives its second segment (sentence B, SQuAD's context) token type 1; with one
+    # row the embedding lookup would fail inside Paddle at the first step.
+    if config.type_vocab_size < 2:
+        raise ValueError(f"{path}: type_vocab_size {config.type_vocab_size} is too small: the inputs give the "
+                         "second segment token type 1, so it must be at least 2")
     if max_seq_length is not None and max_seq_length > config.max_position_embeddings:
         raise ValueError(f"--max-seq-length {max_seq_length} exceeds max_position_embeddings "
                          f"{config.max_position_embeddings} of {path}")

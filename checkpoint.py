@@ -54,13 +54,14 @@ import paddle
 import paddle_private
 from atomic_io import TEMP_PREFIX, fsync_dir, temp_beside, text_writer, write_synced
 from bert_config import BertConfig
-from paddle_files import read_paddle_file
+from paddle_files import read_paddle_file, write_safetensors_state
 
 DEFAULT_PREFIX = "bert_paddle"
 PARAMS_SUFFIX = ".pdparams"
 OPTIMIZER_SUFFIX = ".pdopt"
 PROGRESS_SUFFIX = "_progress.json"
 CONFIG_SUFFIX = "_config.json"
+SAFETENSORS_SUFFIX = ".safetensors"  # the --save-safetensors twin of <prefix>.pdparams
 _REPLACED_PATTERN = re.compile(r"\.replaced-(\d+)-\d+")
 _SET_ASIDE_MARK = ".unreadable-"
 _SET_ASIDE_PATTERN = re.compile(r".+" + re.escape(_SET_ASIDE_MARK) + r".+")
@@ -243,8 +244,9 @@ def open_resume_checkpoint(
     - no last step: from_checkpoint is one checkpoint folder (None: start fresh);
     - a step N: from_checkpoint, if it holds checkpoint files itself, which must be those of step N; else
       `<phase folder>/N`, the phase folder being from_checkpoint or, without it, default_phase_folder (the run's);
-    - "auto": the phase folder's newest intact `<step>/` folder (None if the folder does not exist or holds
-      none); each newer one that cannot be read is set aside (`set_aside`), and if none is intact, ValueError.
+    - "auto": the phase folder's newest intact `<step>/` folder (None if the run's own phase folder does not
+      exist or holds none; FileNotFoundError for any other folder); each newer one that cannot be read is set
+      aside (`set_aside`), and if none is intact, ValueError.
       A from_checkpoint that holds checkpoint files itself is that checkpoint.
     A checkpoint named explicitly that cannot be read raises UnreadableCheckpoint and stays where it is.
     Only the process that writes the phase folder (rank 0) may call this with "auto": it renames folders.
@@ -262,7 +264,14 @@ def open_resume_checkpoint(
     if last_step_of_checkpoint == "auto":
         if search.is_dir() and not _step_folders(search) and _holds_checkpoint(search, prefix):
             return open_checkpoint(search, prefix)
-        return _newest_intact(search, prefix)
+        resume = _newest_intact(search, prefix)
+        # Only the run's own phase folder may not hold a checkpoint yet (its first run); any other folder was
+        # named to be resumed from, and a typo in it must not start the run from step 1.
+        if resume is None and search.resolve() != Path(default_phase_folder).resolve():
+            state = "holds no checkpoint" if search.is_dir() else "does not exist"
+            raise FileNotFoundError(f"{search}: --from-checkpoint {state} (with --last-step-of-checkpoint auto only "
+                                    "the run's own phase folder may be empty or missing)")
+        return resume
     step = int(last_step_of_checkpoint)
     if explicit is not None and _holds_checkpoint(explicit, prefix):
         resume = open_checkpoint(explicit, prefix)
@@ -381,10 +390,13 @@ def save_checkpoint(
     rank: int,
     prefix: str = DEFAULT_PREFIX,
     keep_max: int | None = None,
+    with_safetensors: bool = False,
 ) -> Path | None:
     """Atomically write `<phase_folder>/<global_step>/` and rotate; returns the folder (None on rank != 0).
 
     config: the BertConfig the model was built from, saved beside it.
+    with_safetensors: also write model_state as `<prefix>.safetensors`, inside the same atomic save, so that the
+    checkpoint never exists without it.
     progress: JSON-serialisable resume information (epoch, phase, data position, loss-scaler state,
     `capture_rng_state()`, ...). "global_step" is added; if present it must equal global_step.
     keep_max: how many complete checkpoints to keep (None keeps all).
@@ -411,6 +423,8 @@ def save_checkpoint(
         ]
         if optimizer_state is not None:
             writes.append((OPTIMIZER_SUFFIX, lambda path: paddle.save(dict(optimizer_state), path)))
+        if with_safetensors:
+            writes.append((SAFETENSORS_SUFFIX, lambda path: write_safetensors_state(path, model_state)))
         writes.append((CONFIG_SUFFIX, text_writer(config.to_json_string())))
         # The progress file goes last: its presence is what marks the checkpoint complete.
         writes.append((PROGRESS_SUFFIX, text_writer(progress_text)))

@@ -67,6 +67,16 @@ def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int
     return rows
 
 
+def check_packable(batch: dict[str, np.ndarray], max_seq_length: int, source: str) -> None:
+    """ValueError naming source and the numbers if no two samples of batch fit in one row of max_seq_length tokens:
+    then packing changes nothing (every row keeps one sample), and --pack-sequences would be silently inert."""
+    lengths = np.sort(sample_lengths(batch["attention_mask"]))
+    if len(lengths) >= 2 and lengths[0] + lengths[1] > max_seq_length:
+        raise ValueError(f"{source}: --pack-sequences cannot pack these samples: the shortest two of the first batch "
+                         f"have {lengths[0]} and {lengths[1]} tokens, together more than --max-seq-length "
+                         f"{max_seq_length} (every sample is longer than half a row); drop --pack-sequences")
+
+
 def pack_batch(batch: dict[str, np.ndarray], max_seq_length: int) -> dict[str, np.ndarray]:
     """The same samples packed into as few rows of at most max_seq_length tokens as first-fit-decreasing finds."""
     lengths = sample_lengths(batch["attention_mask"])

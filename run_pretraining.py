@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -61,8 +62,8 @@ from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
 from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
 from optimizer import OPTIMIZER_NAMES, create_optimizer
-from packing import PACKED_MODEL_INPUTS, pack_batch, padding_fraction
-from pretraining_dataset import PretrainingDataLoader, find_shards
+from packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
+from pretraining_dataset import PretrainingDataLoader, _shard_kind, find_shards
 from pretraining_eval import PretrainingEvaluator, add_eval_arguments, build_evaluator, check_eval_arguments
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from visualdl_log import VisualDLLog, open_run_log
@@ -71,8 +72,6 @@ from weights import (
     load_pretrained,
     load_state,
     resolve_weights_file,
-    safetensors_beside,
-    write_safetensors_weights,
 )
 
 # Google's BERT masks 15% of the tokens (Devlin et al. 2019, section 3.1).
@@ -547,8 +546,10 @@ class RunCheckpoints:
                 f"{self.world_size}; the data order and random streams restart instead of continuing exactly",
                 flush=True)
 
-    def save(self, step: int, trainer: Trainer, loader: PretrainingDataLoader, nonfinite_streak: int) -> None:
-        """Every rank gathers its streams to rank 0, which writes <phase folder>/<step>/."""
+    def save(self, step: int, trainer: Trainer, loader: PretrainingDataLoader, nonfinite_streak: int,
+             with_safetensors: bool = False) -> None:
+        """Every rank gathers its streams to rank 0, which writes <phase folder>/<step>/ (with_safetensors: with
+        the weights' .safetensors twin in it, written in the same atomic save)."""
         rng_states = gather_from_ranks(checkpoint.capture_rng_state(), self.world_size)
         positions = gather_from_ranks(loader.state_dict(), self.world_size)
         record = {
@@ -563,7 +564,7 @@ class RunCheckpoints:
             self.folder, step, trainer.model.state_dict(),
             checkpoint.optimizer_state_for_saving(trainer.model, trainer.optimizer), record,
             config=trainer.config, rank=self.rank, prefix=self.args.model_prefix,
-            keep_max=self.args.keep_checkpoint_max,
+            keep_max=self.args.keep_checkpoint_max, with_safetensors=with_safetensors,
         )
 
 
@@ -776,6 +777,15 @@ def build_loader(args: argparse.Namespace, rank: int, world_size: int) -> Pretra
     )
 
 
+def only_a_bin_of_long_samples(loader: PretrainingDataLoader) -> bool:
+    """Whether the shards are one bin b >= 1 of a binned set (LDDL's bin b holds the samples longer than b bin
+    widths). An unbinned set, or bin 0, mixes short samples with long ones: no batch says it cannot pack."""
+    if len(loader.shards.bins) != 1:
+        return False
+    kind = _shard_kind(os.path.basename(loader.shards.bins[0][0].path))
+    return kind is not None and kind[0] == "binned parquet" and kind[1] >= 1
+
+
 def check_vocab_fits(args: argparse.Namespace, config: BertConfig, loader: PretrainingDataLoader) -> None:
     """Every id of --vocab-file must have an embedding row (else the embedding kernel fails on the first batch)."""
     vocab_size = max(loader.ids_to_tokens) + 1
@@ -858,6 +868,11 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
     reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, lambda: loader.epoch,
                                 nsp=not args.no_nsp, visualdl=visualdl)
     batches = iter(loader)
+    if args.pack_sequences and only_a_bin_of_long_samples(loader):
+        # Such a bin's samples all lie in one narrow length range, so its first batch stands for all of them.
+        first = next(batches)
+        check_packable(first, args.max_seq_length, args.input_dir)
+        batches = itertools.chain([first], batches)
     with StopRequest(os.environ.get(STOP_FILE_VARIABLE)) as stop_request:
         while step < last_step:
             if args.benchmark and step == start_step + args.benchmark_warmup_steps:
@@ -872,16 +887,17 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
                 evaluator.run(step, trainer.model, trainer.policy, reporter.log)
             checkpoint_due = step % args.num_steps_per_checkpoint == 0 or step == last_step or stop
             if checkpoint_due and not args.benchmark:
-                checkpoints.save(step, trainer, loader, nonfinite_streak)
+                # The final weights' twin goes into the checkpoint's own atomic save: no kill can part them.
+                checkpoints.save(step, trainer, loader, nonfinite_streak,
+                                 with_safetensors=args.save_safetensors and step == last_step)
             if stop:
                 where = checkpoints.folder / str(step)
                 saved = "no checkpoint in benchmark mode" if args.benchmark else f"checkpoint in {where}"
                 say(f"{reason or 'Another rank was asked to stop'}: stopped after step {step} ({saved})", flush=True)
                 break
     if args.save_safetensors and rank == 0 and step == last_step > start_step and not args.benchmark:
-        params = checkpoints.folder / str(step) / (args.model_prefix + checkpoint.PARAMS_SUFFIX)
-        shared = write_safetensors_weights(safetensors_beside(params), trainer.model.state_dict())
-        say(f"Final weights also in {shared}", flush=True)
+        say(f"Final weights also in {checkpoints.folder / str(step) / (args.model_prefix + SAFETENSORS_SUFFIX)}",
+            flush=True)
     summary = reporter.summarise(process_start, world_size)
     if args.benchmark:
         say(f"Benchmark: {summary['training_sequences_per_second']:.2f} sequences/s over {summary['timed_steps']} "

@@ -29,11 +29,9 @@ import paddle
 import paddle.nn as nn
 
 from atomic_io import atomic_write
-from checkpoint import PARAMS_SUFFIX
+from checkpoint import PARAMS_SUFFIX, SAFETENSORS_SUFFIX
 from ngc_weights import STATIC_LAYOUT_EXAMPLE, is_static_graph_state, nvidia_to_paddle
 from paddle_files import read_paddle_file, read_safetensors_state, write_safetensors_state
-
-SAFETENSORS_SUFFIX = ".safetensors"
 
 # Each part, and the parameter-name prefixes that make it up.
 PARTS: dict[str, tuple[str, ...]] = {
@@ -211,6 +209,8 @@ def load_state(model: nn.Layer, state_dict: Mapping, source: str) -> tuple[list[
       when they are padding of the model's vocabulary (fit_vocab_rows); another vocabulary is an error;
     - each value takes the dtype of the parameter itself, not of model.state_dict(), which reports float32
       under pure-fp16 AMP (paddle.amp.decorate's save_dtype hook) while the parameter is float16.
+    - a value for a floating-point parameter must be floating point (float16, bfloat16, float32, float64) and
+      finite everywhere: ValueError naming `source` and the tensor otherwise.
 
     Returns (missing, unexpected): model parameters the state did not provide, left as initialised, and
     state entries the model has no place for. A shape mismatch raises ValueError naming `source`.
@@ -234,6 +234,12 @@ def load_state(model: nn.Layer, state_dict: Mapping, source: str) -> tuple[list[
         if target is None:
             continue
         array = as_numpy(value)
+        if paddle.is_floating_point(target):
+            # set_value would cast integers silently and copy NaN as it is: neither is a trained weight.
+            if not np.issubdtype(array.dtype, np.floating):
+                raise ValueError(f"{source}: tensor {name} is {array.dtype}, not floating point like the parameter")
+            if not np.isfinite(array).all():
+                raise ValueError(f"{source}: tensor {name} holds NaN or infinity")
         expected = list(target.shape)
         if with_bert_prefix(name) in VOCAB_ROWS and list(array.shape[1:]) == expected[1:]:
             vocab_size = config.vocab_size if config is not None else expected[0]

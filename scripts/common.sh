@@ -45,6 +45,15 @@ require_fraction() {  # name value: a number in (0, 1]
   require_number "$1" "$2" 'v > 0 && v <= 1' '(0, 1]'
 }
 
+# The schedule's two numbers, checked by the recipes before any work (the run_*.py refuse them only at start).
+require_learning_rate() {  # name value: a number > 0
+  require_number "$1" "$2" 'v > 0' '(0, inf)'
+}
+
+require_warmup_proportion() {  # name value: a number in [0, 1]
+  require_number "$1" "$2" 'v <= 1' '[0, 1]'
+}
+
 # PRECISION_FLAGS: the run_*.py flags of a precision (fp32|tf32|amp|fp16|bf16). amp and fp16 are the same
 # float16 AMP (NVIDIA's run_pretraining.sh says amp, its run.sub fp16), starting at loss scale $2 with dynamic
 # scaling; bf16 needs no loss scaling. fp32 turns TF32 off in Paddle's cuBLAS/cuDNN switches
@@ -88,7 +97,10 @@ run_logged() {  # log_file|"" command...
     "$@"
   else
     echo "Logs written to $log_file"
-    "$@" 2>&1 | tee "$log_file"
+    : > "$log_file"
+    # Both streams go to the log, and each stays what it was: errors on stderr (fd 3 carries stdout past the
+    # inner pipe, which takes stderr).
+    { "$@" 2>&1 1>&3 3>&- | tee -a "$log_file" >&2; exit "${PIPESTATUS[0]}"; } 3>&1 | tee -a "$log_file"
     return "${PIPESTATUS[0]}"
   fi
 }

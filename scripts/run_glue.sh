@@ -70,6 +70,8 @@ for name in num_gpu batch_size gradient_accumulation_steps epochs; do
   require_int "$name" "${!name}" 1
 done
 require_int seed "$seed" 0
+require_learning_rate learning_rate "$learning_rate"
+require_warmup_proportion warmup_proportion "$warmup_proportion"
 (( batch_size % gradient_accumulation_steps == 0 )) \
   || die "gradient_accumulation_steps $gradient_accumulation_steps must divide batch_size $batch_size"
 IFS=", " read -ra mode_words <<< "$mode"

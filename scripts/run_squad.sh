@@ -43,8 +43,8 @@
 #   INFERENCE_PRECISION (fp32)                with INFERENCE_BACKEND: fp32 | bf16 | fp16 | int8
 #                                             (--inference-precision; README, "Exported models and reduced
 #                                             precision", says what runs where)
-# Paddle's launcher writes its worker logs to ./log (its default, where NVIDIA's script leaves them too; the
-# environment variable PADDLE_LOG_DIR moves them).
+# With num_gpus > 1, Paddle's launcher writes its worker logs to ./log (its default, where NVIDIA's script leaves
+# them too; the environment variable PADDLE_LOG_DIR moves them); one process runs without the launcher.
 # run_squad.py checks the files (checkpoint, vocab, SQuAD json) and names any that is missing.
 set -euo pipefail
 
@@ -80,6 +80,8 @@ require_int num_gpus "$num_gpus" 1
 require_int seed "$seed" 0
 require_int benchmark_steps "$benchmark_steps" 1
 require_int benchmark_warmup_steps "$benchmark_warmup_steps" 0
+require_learning_rate learning_rate "$learning_rate"
+require_warmup_proportion warmup_proportion "$warmup_proportion"
 [[ "$max_steps" =~ ^-?[0-9]+$ ]] || die "max_steps must be an integer (-1: train for epochs), got '$max_steps'"
 [[ "$mode" == "train eval" ]] && mode=train_eval
 require_choice mode "$mode" train eval prediction train_eval
@@ -134,6 +136,8 @@ fi
 [[ "$enable_benchmark" == true ]] && flags+=(--benchmark --benchmark-steps "$benchmark_steps"
   --benchmark-warmup-steps "$benchmark_warmup_steps")
 
+# One process runs without Paddle's launcher, which would print a failed worker's error a second time.
+launcher=(python)
+(( num_gpus > 1 )) && launcher+=(-m paddle.distributed.launch --nproc_per_node "$num_gpus" --log_dir log)
 mkdir -p "$squad_out_dir"
-run_logged "$OUT_DIR/logfile.txt" python -m paddle.distributed.launch --nproc_per_node "$num_gpus" \
-  --log_dir log "$CODEDIR/run_squad.py" "${flags[@]}"
+run_logged "$OUT_DIR/logfile.txt" "${launcher[@]}" "$CODEDIR/run_squad.py" "${flags[@]}"

@@ -273,7 +273,9 @@ def test_nvidia_resume_forms(tmp_path):
     assert resumed_from(other / "12", None, own) == other / "12"
     assert resumed_from(other / "12", "auto", own) == other / "12"
     assert resumed_from(other, "auto", own) == other / "14"
-    assert resumed_from(tmp_path / "not-yet", "auto", own) is None  # the first run of a job that always resumes
+    assert resumed_from(tmp_path / "not-yet", "auto", tmp_path / "not-yet") is None  # the first run of a job
+    with pytest.raises(FileNotFoundError, match="not-yet: --from-checkpoint does not exist"):
+        resumed_from(tmp_path / "not-yet", "auto", own)  # a folder other than the run's own: a typo
     # The project's addition: a phase folder and a step.
     assert resumed_from(other, 12, own) == other / "12"
     assert resumed_from(None, 2, own) == own / "2"

@@ -109,6 +109,9 @@ def test_scoring_without_training_or_weights_is_refused_before_anything_runs(tmp
         (13, "1.5", "max_steps must be an integer >= 1, got '1.5'"),
         (8, "0", "batch_size must be an integer >= 1, got '0'"),
         (9, "3", "gradient_accumulation_steps 3 must divide batch_size 16"),
+        (10, "inf", "learning_rate must be a number in (0, inf), got 'inf'"),
+        (10, "0", "learning_rate must be a number in (0, inf), got '0'"),
+        (11, "1.1", "warmup_proportion must be a number in [0, 1], got '1.1'"),
     ],
 )
 def test_bad_arguments_stop_with_one_line(tmp_path, position, value, message):

@@ -477,7 +477,10 @@ def test_every_squad_preset_is_accepted_by_the_script(name, tmp_path, fakes):
     run = run_ok(RUN_SQUAD, args, fakes, tmp_path)
     (squad,) = script_args(run.calls, "run_squad.py")
     assert value(squad, "--from-pretrained-params") == args[0]
-    assert value(launcher_args(run.launches[0]), "--nproc_per_node") == args[6]
+    if int(args[6]) > 1:
+        assert value(launcher_args(run.launches[0]), "--nproc_per_node") == args[6]
+    else:  # one process runs without Paddle's launcher
+        assert run.launches == [] and run.calls[0]["argv"][0].endswith("run_squad.py")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -632,6 +635,42 @@ def test_squad_version_settings_are_checked(env, message, tmp_path, fakes):
     run = run_script(RUN_SQUAD, ["ckpt"], fakes, tmp_path, **env)
     assert run.result.returncode == 1 and run.calls == []
     assert run.result.stderr.strip() == f"run_squad.sh: {message}"
+
+
+@pytest.mark.parametrize("position, text, message", [
+    (4, "nan", "learning_rate must be a number in (0, inf), got 'nan'"),
+    (4, "0", "learning_rate must be a number in (0, inf), got '0'"),
+    (5, "1.5", "warmup_proportion must be a number in [0, 1], got '1.5'"),
+    (5, "-0.1", "warmup_proportion must be a number in [0, 1], got '-0.1'"),
+])
+def test_squad_schedule_numbers_are_checked_before_any_work(position, text, message, tmp_path, fakes):
+    args = list(SQUAD_BASE)
+    args[position - 1] = text
+    run = run_script(RUN_SQUAD, args, fakes, tmp_path)
+    assert run.result.returncode == 1 and run.calls == []
+    assert run.result.stderr.strip() == f"run_squad.sh: {message}"
+
+
+@pytest.mark.parametrize("script", ["run_squad.sh", "run_glue.sh"])
+def test_a_fine_tuning_scripts_error_is_printed_once_on_stderr_and_logged(script, tmp_path):
+    # The real run_*.py on one process, its input file missing: argparse's error line, once, on stderr (not
+    # merged into stdout, and not repeated by Paddle's launcher), and in the script's log file.
+    out = tmp_path / "out"
+    if script == "run_squad.sh":
+        args = ["ckpt", "1", "2", "1e-5", "0.1", "fp32", "1", "1", str(tmp_path / "nosquad"), "", str(out),
+                "prediction"]
+        error, log = f"run_squad.py: error: --predict-file {tmp_path}/nosquad/dev-v1.1.json: file not found", \
+            out / "logfile.txt"
+    else:
+        args = ["None", str(tmp_path / "noglue"), "", "", str(out), "mrpc", "1", "", "", "", "", "", "", "fp32", "",
+                "train"]
+        error, log = f"run_glue.py: error: --train-file {tmp_path}/noglue/train.tsv: file not found", out / "logfile"
+    result = subprocess.run(["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=300)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.stderr.splitlines().count(error) == 1, result.stderr[-2000:]
+    assert error not in result.stdout
+    assert error in log.read_text().splitlines()
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -320,6 +320,7 @@ def test_filled_parquet_folder_is_not_preprocessed_again(tmp_path):
     ({"BIN_SIZE": "100"}, "BIN_SIZE 100 must divide the sequence length 128"),
     ({"PRECISION": "fp8"}, "precision must be one of: fp32 tf32 amp fp16 bf16; got 'fp8'"),
     ({"SLURM_JOB_NUM_NODES": ""}, "SLURM_JOB_NUM_NODES must be an integer >= 1, got ''"),
+    ({"SLURM_JOB_NODELIST": ""}, "SLURM_JOB_NODELIST is not set: submit with sbatch (or set MASTER_ADDR)"),
 ])
 def test_bad_settings_are_named(changes, message, tmp_path):
     job = submit(tmp_path, prepare(tmp_path), **changes)
@@ -327,6 +328,17 @@ def test_bad_settings_are_named(changes, message, tmp_path):
     assert job.result.stderr.strip() == f"run.sub: {message}"
     assert job.python_calls == [] and job.srun_calls == []
 
+
+
+def test_a_job_without_a_node_list_is_one_line_before_any_work(tmp_path):
+    # Run outside sbatch, Slurm's SLURM_JOB_NODELIST is unset: named, not bash's "unbound variable".
+    fakes = prepare(tmp_path)
+    env = job_env(tmp_path, fakes)
+    del env["SLURM_JOB_NODELIST"]
+    result = subprocess.run(["bash", str(RUN_SUB)], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "run.sub: SLURM_JOB_NODELIST is not set: submit with sbatch (or set MASTER_ADDR)"
+    assert fakes.python_calls() == [] and fakes.srun_calls() == []
 
 # ------------------------------------------------------------------------------------------------------------
 # The features beyond NVIDIA's recipe

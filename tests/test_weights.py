@@ -273,3 +273,17 @@ def test_safetensors_file_or_folder_loads_like_the_pdparams(tmp_path):
     write_safetensors_weights(both / "bert_paddle.safetensors", source.state_dict())
     assert load_pretrained(make(BertForPretraining), both, required=ENCODER_PARTS, flag=FLAG).path == str(
         both / "bert_paddle.pdparams")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_safetensors_weights_of_every_floating_dtype_load(tmp_path, dtype):
+    """The refusal of integer and non-finite tensors (load_state) lets every floating dtype through: the loaded
+    weights are the file's, rounded as the cast to the file's dtype rounds them."""
+    source = make(BertForPretraining, seed=1)
+    state = {name: value.astype(dtype) for name, value in source.state_dict().items()}
+    path = write_safetensors_weights(tmp_path / "bert_paddle.safetensors", state)
+    target = make(BertForPretraining, seed=2)
+    load_pretrained(target, path, required=ENCODER_PARTS, flag=FLAG)
+    for name, value in arrays(target).items():
+        expected = state[name].astype("float32").numpy()
+        np.testing.assert_array_equal(value, expected, err_msg=name)
