@@ -1079,7 +1079,8 @@ sys.path.insert(0, os.getcwd())
 import folder_lock
 folder_lock.hold(sys.argv[1], "--output-dir")
 child = os.fork()
-if child == 0:
+if child == 0:  # fork() returns here only after the after-fork hooks, folder_lock's among them, have run
+    print("child", os.getpid(), flush=True)
     time.sleep(600)
     os._exit(0)
 print("held", child, flush=True)
@@ -1092,8 +1093,10 @@ def test_the_lock_ends_with_its_holder_even_if_a_forked_child_lives_on(tmp_path)
                               text=True, cwd=ROOT)
     child = None
     try:
-        word, child_pid = holder.stdout.readline().split()
-        child = int(child_pid)
+        # Both lines, in either order: the child's says its copy of the lock descriptor is already closed.
+        lines = dict(holder.stdout.readline().split() for _ in range(2))
+        child = int(lines["child"])
+        assert int(lines["held"]) == child
         with pytest.raises(folder_lock.FolderInUse, match=f"PID {holder.pid} on host "):
             folder_lock.hold(tmp_path, "--output-dir")
         holder.kill()
