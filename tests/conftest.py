@@ -1,4 +1,4 @@
-"""Shared test fixtures: the project root, the ../shared data folder, and a seeded Paddle."""
+"""Shared test fixtures: the project root, the ../shared data folder, a seeded Paddle, and the slow tier."""
 
 from __future__ import annotations
 
@@ -11,6 +11,24 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+
+# The slow tier: modules whose tests launch training processes, recipes, Slurm jobs, SIGKILL trials or the demo.
+# `python -m pytest -m "not slow"` leaves them (and the single tests marked slow in other modules) out, for a quick
+# developer loop; CI runs everything.
+SLOW_MODULES = {"test_demo", "test_faults", "test_glue_run", "test_gpu_check", "test_gradient_merge_o2",
+                "test_pretraining_eval", "test_recipe_features", "test_recipes", "test_run_pretraining_dp",
+                "test_run_pretraining_resume", "test_run_sub", "test_slurm_cluster", "test_squad_run"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: part of the slow tier (deselect with -m 'not slow')")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__ in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
 
 
 def shared_dir() -> Path | None:

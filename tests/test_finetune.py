@@ -524,6 +524,7 @@ def two_rank_worker(output_dir: Path) -> None:
              **{name.replace(".", "__"): grad for name, grad in gradients(model).items()})
 
 
+@pytest.mark.slow  # in the slow tier (tests/conftest.py)
 def test_two_ranks_sync_once_and_equal_one_process_on_the_combined_batch(tmp_path):
     result = run_script("tests/test_finetune.py", [tmp_path], timeout=300, launch_ranks=2,
                         log_dir=tmp_path / "launch_logs")

@@ -159,6 +159,7 @@ def test_same_seed_same_bytes_whatever_the_workers_engine_or_read_ranges(corpus,
         assert folder_bytes(tmp_path / f"{copy}_holdout") == folder_bytes(tmp_path / "held_holdout")
 
 
+@pytest.mark.slow  # in the slow tier (tests/conftest.py)
 def test_dask_local_cluster_gives_the_process_pool_output(corpus, tmp_path):
     flags = ["--bin-size", "16", "--short-seq-prob", "0.5"]
     run_cli(lddl_preprocess, corpus, tmp_path / "local", *flags)
@@ -167,6 +168,7 @@ def test_dask_local_cluster_gives_the_process_pool_output(corpus, tmp_path):
     assert folder_bytes(tmp_path / "dask") == folder_bytes(tmp_path / "local")
 
 
+@pytest.mark.slow  # in the slow tier (tests/conftest.py)
 def test_scheduler_address_runs_on_an_existing_cluster(corpus, tmp_path):
     from distributed import LocalCluster
 

@@ -243,6 +243,7 @@ ENTRY_POINTS = {
 }
 
 
+@pytest.mark.slow  # in the slow tier (tests/conftest.py)
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("entry_point", ENTRY_POINTS)
 def test_payload_is_refused_by_every_entry_point(workspace, tmp_path, entry_point, position):

@@ -125,6 +125,7 @@ def check_against_reference(tokenizer: BertTokenizer, texts: list[str], single_t
     return mismatches
 
 
+@pytest.mark.slow  # in the slow tier (tests/conftest.py)
 def test_equal_to_google_rules_on_wikitext_and_squad(tokenizer: BertTokenizer) -> None:
     mismatches = check_against_reference(tokenizer, corpus_texts(), single_text_paths=False)
     assert not mismatches, f"{len(mismatches)} texts differ, first: " + "\n".join(mismatches[:5])
@@ -164,6 +165,7 @@ def normalization_disagreement(basic: BasicNormalizer, text: str) -> str | None:
     return None
 
 
+@pytest.mark.slow  # in the slow tier (tests/conftest.py)
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_code_points_are_normalized_as_google_does(do_lower_case: bool) -> None:
     """Each code point inside a word ("a" + it + "b"): the same words and the same source indices as the reference."""
