@@ -859,6 +859,12 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
     step = start_step = progress.get("global_step", 0)
     nonfinite_streak = progress.get("nonfinite_streak", 0)
     last_step = last_step_of_run(args, start_step)
+    if start_step >= last_step and not args.benchmark:
+        # A rerun of a finished job (NVIDIA's recipes rerun the same command): nothing to train, nothing to report.
+        say(f"Phase {phase} is complete: {checkpoints.folder / str(start_step)} is step {start_step} of "
+            f"--max-steps {args.max_steps}; nothing to train", flush=True)
+        logger.close()
+        return 0
     evaluator = build_evaluator(args, rank, world_size, logger, say)
     if evaluator is not None:
         check_eval_batches(evaluator)

@@ -551,3 +551,19 @@ def test_pretrained_params_may_lack_the_heads_but_not_encoder_weights(tmp_path, 
                                "--output-dir", str(tmp_path / "second")))
     with pytest.raises(FileNotFoundError, match="phase1: incomplete .*add --last-step-of-checkpoint auto"):
         train(pretraining_argv(tmp_path, "--from-checkpoint", str(tmp_path / "out" / "custom" / "phase1")))
+
+
+def test_rerunning_a_finished_run_says_it_is_complete_and_reports_nothing(tmp_path, capsys):
+    # The same command again after the last step (what a resubmitted recipe does): before, it printed "Training
+    # phase 1 from step 3 to 2" and appended a summary with a NaN final_loss.
+    argv = pretraining_argv(tmp_path, "--max-steps", "2", "--num-steps-per-checkpoint", "2",
+                            "--last-step-of-checkpoint", "auto")
+    assert train(argv) == 0
+    records = read_report(tmp_path / "report.json")
+    capsys.readouterr()
+    assert train(argv) == 0
+    output = capsys.readouterr().out
+    assert f"Phase 1 is complete: {tmp_path / 'out' / 'custom' / 'phase1' / '2'} is step 2 of --max-steps 2" in output
+    assert "Training phase 1 from step" not in output
+    log_records = [r for r in read_report(tmp_path / "report.json") if r["type"] == "LOG"]
+    assert log_records == [r for r in records if r["type"] == "LOG"]
