@@ -132,6 +132,14 @@ def train(argv: list[str]) -> int:
     return run_pretraining.main(argv)
 
 
+def without_omp_threads() -> dict[str, str]:
+    """This process's environment without OMP_NUM_THREADS, which earlier in-process runs set
+    (configure_cpu_threads) and which makes Paddle warn on stderr at import: that line is Paddle's."""
+    import os
+
+    return {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
+
+
 def training_environment(**extra: str) -> dict[str, str]:
     """The environment of training processes whose results a test compares bit for bit.
 
@@ -141,10 +149,7 @@ def training_environment(**extra: str) -> dict[str, str]:
     kernels (MKL_DEBUG_CPU_TYPE=5, on a CPU that has AVX2 and FMA), which differ from this pytest process's own on
     Intel and AMD alike, so that a comparison with an in-process run fails on every machine, not only on AMD.
     """
-    import os
-
-
-    env = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
+    env = without_omp_threads()
     if {"avx2", "fma"} <= cpu_ops.cpu_vendor_and_flags()[1]:
         env["MKL_DEBUG_CPU_TYPE"] = "5"
     return {**env, **extra}

@@ -39,6 +39,7 @@ from helpers import (
     step_folder,
     step_folders,
     train,
+    without_omp_threads,
 )
 
 SCRIPT = str(ROOT / "run_pretraining.py")
@@ -65,12 +66,6 @@ def run_entry(argv: list[str], capsys, main=run_pretraining.main,
             status = 1
     captured = capsys.readouterr()
     return status, captured.out + captured.err
-
-
-def without_omp_threads() -> dict[str, str]:
-    """This process's environment without OMP_NUM_THREADS, which earlier in-process runs set
-    (configure_cpu_threads) and which makes Paddle warn on stderr at import: that line is Paddle's."""
-    return {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
 
 
 def one_line_error(output: str, prefix: str, *names: str) -> str:
@@ -175,9 +170,7 @@ def test_a_truncated_newest_params_file_is_no_traceback_through_the_real_script(
     truncate(step_folder(job / "out", 4) / "bert_paddle.pdparams")
     before = snapshot(phase1(job))
     argv = pretraining_argv(job, *JOB, "--steps-this-run", "1")  # resume from step 2, train and save step 3
-    # Paddle itself warns on stderr at import when OMP_NUM_THREADS > 1, which earlier tests in this process may
-    # have set (configure_cpu_threads); that line is Paddle's, not the project's.
-    env = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
+    env = without_omp_threads()  # Paddle's own import warning is not the project's line
     result = subprocess.run([sys.executable, "-W", "ignore", SCRIPT, *argv], capture_output=True, text=True,
                             cwd=ROOT, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -517,15 +510,24 @@ def two_rank_launch(argv: list[str], log_dir: Path, env: dict | None = None) -> 
 LONG_JOB = ("--max-steps", "100000", "--num-steps-per-checkpoint", "100000", "--num-workers", "2")
 
 
+def start_long_job(tmp_path: Path, *extra: str, code: str | None = None) -> subprocess.Popen:
+    """A real run_pretraining.py process (or `python -c code` with its argv) of LONG_JOB, with stdout and stderr
+    apart, once it has trained three steps."""
+    command = [sys.executable, "-W", "ignore", *(["-c", code] if code else [SCRIPT])]
+    job = subprocess.Popen([*command, *pretraining_argv(tmp_path, *LONG_JOB, *extra)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT, env=without_omp_threads())
+    for line in job.stdout:
+        if line.startswith("step 3/"):
+            return job
+    job.kill()
+    raise AssertionError(job.stderr.read()[-3000:])
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
 def test_sigkill_of_the_trainer_leaves_no_loader_worker(tmp_path):
-    trainer = subprocess.Popen([sys.executable, "-W", "ignore", SCRIPT, *pretraining_argv(tmp_path, *LONG_JOB)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    trainer = start_long_job(tmp_path)
     workers = []
     try:
-        for line in trainer.stdout:
-            if line.startswith("step 3/"):
-                break
         workers = process_tree(trainer.pid)
         assert len(workers) == 2
         trainer.send_signal(signal.SIGKILL)
@@ -603,13 +605,9 @@ time.sleep(600)
 
 
 def test_a_second_pretraining_run_into_a_live_runs_folder_stops_naming_its_pid_and_host(tmp_path, capsys):
-    first = subprocess.Popen([sys.executable, "-W", "ignore", SCRIPT, *pretraining_argv(tmp_path, *LONG_JOB)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    first = start_long_job(tmp_path)
     workers = []
     try:
-        for line in first.stdout:
-            if line.startswith("step 3/"):
-                break
         workers = process_tree(first.pid)
         before = snapshot(tmp_path / "out")
         # Another seed and report, the same --output-dir: a real second process, refused before any work.
@@ -717,19 +715,6 @@ def test_an_unusable_output_dir_is_one_line_before_any_training(tmp_path, capsys
 
 # ---------------------------------------------------------------------------------------------------------------
 # Signals: every stop signal saves at the next step boundary; a second Ctrl-C stops at once
-
-
-def start_long_job(tmp_path: Path, *extra: str, code: str | None = None) -> subprocess.Popen:
-    """A real run_pretraining.py process (or `python -c code` with its argv) of LONG_JOB, with stdout and stderr
-    apart, once it has trained three steps."""
-    command = [sys.executable, "-W", "ignore", *(["-c", code] if code else [SCRIPT])]
-    job = subprocess.Popen([*command, *pretraining_argv(tmp_path, *LONG_JOB, *extra)], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, cwd=ROOT, env=without_omp_threads())
-    for line in job.stdout:
-        if line.startswith("step 3/"):
-            return job
-    job.kill()
-    raise AssertionError(job.stderr.read()[-3000:])
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGTERM],
