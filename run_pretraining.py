@@ -55,13 +55,22 @@ import cli
 import folder_lock
 from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check_amp_arguments, create_loss_scaler
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
-from cli import finite_float, str_to_bool
+from cli import (
+    finite_float,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    random_seed,
+    str_to_bool,
+    unit_interval,
+)
 from dllog import DLLogger
 from gradient_merge import merged_backward, optimizer_step
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
 from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
-from optimizer import OPTIMIZER_NAMES, create_optimizer
+from optimizer import add_optimizer_arguments, create_optimizer
 from packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader, _shard_kind, find_shards
 from pretraining_eval import PretrainingEvaluator, add_eval_arguments, build_evaluator, check_eval_arguments
@@ -86,9 +95,9 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        help="Folder of LDDL parquet shards (binned or not, static or dynamic masking) or NVIDIA "
                        "HDF5 shards, e.g. pretrain/phase1/unbinned/parquet.")
     group.add_argument("--vocab-file", required=True, help="WordPiece vocabulary the shards were made with.")
-    group.add_argument("--max-seq-length", type=int, default=512,
+    group.add_argument("--max-seq-length", type=positive_int, default=512,
                        help="Longest sequence allowed in the shards (phase 1: 128, phase 2: 512).")
-    group.add_argument("--max-predictions-per-seq", type=int, default=80,
+    group.add_argument("--max-predictions-per-seq", type=positive_int, default=80,
                        help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
     group.add_argument("--masked-lm-ratio", type=finite_float, default=None,
                        help=f"Fraction of each sequence's tokens masked, up to --max-predictions-per-seq (default "
@@ -97,7 +106,7 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--whole-word-masking", action="store_true",
                        help="Mask whole words (a piece and its ## continuations) rather than single pieces (shards "
                        "without static masks; statically masked shards are refused).")
-    group.add_argument("--num-workers", type=int, default=1,
+    group.add_argument("--num-workers", type=non_negative_int, default=1,
                        help="Data-loader worker processes per rank (0: load in the training process).")
     group.add_argument("--pack-sequences", action="store_true",
                        help="Pack each micro-batch's samples into as few rows of --max-seq-length as "
@@ -105,8 +114,9 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        "less padding is computed; --batch-size still counts samples.")
     group.add_argument("--output-dir", required=True,
                        help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
-    group.add_argument("--report-file", default="./report.json", help="DLLogger JSON-lines report, appended to.")
-    group.add_argument("--log-freq", type=int, default=10, help="Report the loss every this many steps.")
+    group.add_argument("--report-file", default=None,
+                       help="DLLogger JSON-lines report, appended to; default <output-dir>/report.json.")
+    group.add_argument("--log-freq", type=positive_int, default=10, help="Report the loss every this many steps.")
     group.add_argument("--visualdl-log-dir", default=None,
                        help="Also write the report's scalars and the configuration to a VisualDL log in this folder "
                        "(rank 0; appended to on resume; needs `pip install visualdl`). Give each phase its own.")
@@ -131,41 +141,45 @@ def _add_schedule_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--phase1", action="store_true", help="Phase 1 of pre-training (not with --phase2).")
     group.add_argument("--phase2", action="store_true",
                        help="Phase 2 of pre-training (not with --phase1; also the default without either).")
-    group.add_argument("--max-steps", type=int, required=True,
+    group.add_argument("--max-steps", type=positive_int, required=True,
                        help="Optimizer steps of this phase; the learning-rate schedule spans them.")
-    group.add_argument("--steps-this-run", type=int, default=None,
+    group.add_argument("--steps-this-run", type=positive_int, default=None,
                        help="Stop after this many steps (checkpointing), e.g. to fit a cluster time limit.")
-    group.add_argument("--batch-size", type=int, default=32, help="Sequences per micro-batch per rank.")
-    group.add_argument("--gradient-merge-steps", type=int, default=1,
+    group.add_argument("--batch-size", type=positive_int, default=32, help="Sequences per micro-batch per rank.")
+    group.add_argument("--gradient-merge-steps", type=positive_int, default=1,
                        help="Micro-batches per optimizer step (gradient accumulation).")
-    group.add_argument("--learning-rate", type=finite_float, default=1e-4, help="Peak learning rate.")
-    group.add_argument("--warmup-start-lr", type=finite_float, default=0.0,
+    group.add_argument("--learning-rate", type=positive_float, default=1e-4, help="Peak learning rate.")
+    group.add_argument("--warmup-start-lr", type=non_negative_float, default=0.0,
                        help="Learning rate at the start of warmup.")
-    group.add_argument("--warmup-proportion", type=finite_float, default=0.01,
+    group.add_argument("--warmup-proportion", type=unit_interval, default=0.01,
                        help="Fraction of --max-steps spent in linear warmup.")
-    group.add_argument("--constant-proportion", type=finite_float, default=0.0,
+    group.add_argument("--constant-proportion", type=unit_interval, default=0.0,
                        help="Fraction of --max-steps held at the peak after warmup (LANS schedule).")
-    group.add_argument("--lr-decay-power", type=finite_float, default=1.0,
+    group.add_argument("--lr-decay-power", type=positive_float, default=1.0,
                        help="Exponent of the polynomial decay to 0 (1.0 = linear).")
 
 
 def _add_optimizer_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Optimizer")
-    group.add_argument("--optimizer", default="Lamb", choices=OPTIMIZER_NAMES, help="Optimizer.")
-    group.add_argument("--beta1", type=finite_float, default=0.9, help="First-moment decay rate.")
-    group.add_argument("--beta2", type=finite_float, default=0.999, help="Second-moment decay rate.")
-    group.add_argument("--epsilon", type=finite_float, default=1e-6, help="Optimizer epsilon.")
-    group.add_argument("--weight-decay", type=finite_float, default=0.01,
-                       help="Decoupled weight decay (not applied to biases and LayerNorm).")
-    group.add_argument("--max-grad-norm", type=finite_float, default=1.0, help="Clip gradients to this global norm.")
-    group.add_argument("--max-nonfinite-steps", type=int, default=100,
+    add_optimizer_arguments(group, default="Lamb", optimizer_help="Optimizer.")
+    group.add_argument("--max-grad-norm", type=positive_float, default=1.0, help="Clip gradients to this global norm.")
+    group.add_argument("--max-nonfinite-steps", type=non_negative_int, default=100,
                        help="Stop when the loss is non-finite in more than this many steps in a row.")
+
+
+def _add_process_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Process")
+    group.add_argument("--seed", type=random_seed, default=42, help="Random seed (rank r uses seed + r for dropout).")
+    group.add_argument("--show-config", type=str_to_bool, default=True, help="Print and report the arguments.")
+    group.add_argument("--enable-cpu-affinity", type=str_to_bool, default=True,
+                       help="Pin each local rank to its own block of CPUs.")
 
 
 def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Checkpoints and resume")
-    group.add_argument("--num-steps-per-checkpoint", type=int, default=100, help="Save a checkpoint every N steps.")
-    group.add_argument("--keep-checkpoint-max", type=int, default=3,
+    group.add_argument("--num-steps-per-checkpoint", type=positive_int, default=100,
+                       help="Save a checkpoint every N steps.")
+    group.add_argument("--keep-checkpoint-max", type=positive_int, default=3,
                        help="Keep only the newest N checkpoints of the phase, counting those of earlier runs.")
     group.add_argument("--model-prefix", type=cli.file_name, default="bert_paddle",
                        help="File-name prefix of checkpoint files (a name, not a path).")
@@ -174,7 +188,7 @@ def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
                        "--last-step-of-checkpoint), or a phase folder of <step>/ folders with "
                        "--last-step-of-checkpoint auto|N. With auto and no --from-checkpoint the run's own phase "
                        "folder is searched. See docs/resume.md.")
-    group.add_argument("--last-step-of-checkpoint", default=None,
+    group.add_argument("--last-step-of-checkpoint", type=cli.checkpoint_step, default=None,
                        help="None, auto (the newest intact checkpoint, setting unreadable ones aside; start fresh "
                        "if there is none) or a step.")
     group.add_argument("--from-pretrained-params", default=None,
@@ -189,21 +203,9 @@ def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
                        "no checkpoint.")
 
 
-def _add_process_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("Process")
-    group.add_argument("--seed", type=int, default=42, help="Random seed (rank r uses seed + r for dropout).")
-    group.add_argument("--show-config", type=str_to_bool, default=True, help="Print and report the arguments.")
-    group.add_argument("--enable-cpu-affinity", type=str_to_bool, default=True,
-                       help="Pin each local rank to its own block of CPUs.")
-
-
 def _add_benchmark_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("Benchmark")
-    group.add_argument("--benchmark", action="store_true",
-                       help="Run --benchmark-warmup-steps, then time --benchmark-steps, whatever --max-steps says "
-                       "(as NVIDIA's does); no checkpoints are written.")
-    group.add_argument("--benchmark-steps", type=int, default=20, help="Timed steps of a benchmark run.")
-    group.add_argument("--benchmark-warmup-steps", type=int, default=20, help="Untimed steps before them.")
+    cli.add_benchmark_arguments(parser, "Run --benchmark-warmup-steps, then time --benchmark-steps, whatever "
+                                "--max-steps says (as NVIDIA's does); no checkpoints are written.")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -219,16 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse and check the command line; invalid input exits with a one-line error naming the flag."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    cli.check_at_least(parser, args, "max_steps", "steps_this_run", "log_freq", "num_steps_per_checkpoint",
-                    "keep_checkpoint_max", "batch_size", "gradient_merge_steps", "max_seq_length",
-                    "max_predictions_per_seq", "benchmark_steps")
-    cli.check_at_least(parser, args, "benchmark_warmup_steps", "num_workers", "max_nonfinite_steps", minimum=0)
+def _check_schedule_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.phase1 and args.phase2:
         parser.error("--phase1 and --phase2 cannot both be set")
+    if args.warmup_proportion + args.constant_proportion > 1.0:
+        parser.error("--warmup-proportion plus --constant-proportion must not exceed 1")
+
+
+def _check_starting_weights(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """At most one source of the starting weights, and each weights file given exists."""
     if args.from_checkpoint is not None and args.from_pretrained_params is not None:
         parser.error("--from-checkpoint and --from-pretrained-params cannot both be set")
     if args.from_phase1_final_params is not None and args.phase1:
@@ -238,36 +239,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.save_safetensors and args.benchmark:
         parser.error("--save-safetensors writes the final weights beside the last checkpoint, and --benchmark saves "
                      "no checkpoint")
-    if args.last_step_of_checkpoint in (None, "None"):
-        args.last_step_of_checkpoint = None
-    elif args.last_step_of_checkpoint != "auto":
-        if not args.last_step_of_checkpoint.isdigit() or int(args.last_step_of_checkpoint) < 1:
-            parser.error(f"--last-step-of-checkpoint must be None, auto or a step >= 1, "
-                         f"got {args.last_step_of_checkpoint!r}")
-        args.last_step_of_checkpoint = int(args.last_step_of_checkpoint)
-    if args.learning_rate <= 0:
-        parser.error(f"--learning-rate must be positive, got {args.learning_rate}")
-    if args.warmup_start_lr < 0:
-        parser.error(f"--warmup-start-lr must not be negative, got {args.warmup_start_lr}")
-    for flag in ("warmup_proportion", "constant_proportion"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            parser.error(f"--{flag.replace('_', '-')} must be in [0, 1], got {getattr(args, flag)}")
-    if args.warmup_proportion + args.constant_proportion > 1.0:
-        parser.error("--warmup-proportion plus --constant-proportion must not exceed 1")
-    for flag in ("beta1", "beta2"):
-        if not 0.0 <= getattr(args, flag) < 1.0:
-            parser.error(f"--{flag} must be in [0, 1), got {getattr(args, flag)}")
-    for flag in ("epsilon", "max_grad_norm", "lr_decay_power"):
-        if getattr(args, flag) <= 0:
-            parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    if args.weight_decay < 0:
-        parser.error(f"--weight-decay must not be negative, got {args.weight_decay}")
-    cli.check_seed(parser, args)
+    for flag in ("from_pretrained_params", "from_phase1_final_params"):
+        path = getattr(args, flag)
+        if path is not None:
+            try:
+                resolve_weights_file(path, args.model_prefix, flag)
+            except FileNotFoundError:
+                parser.error(f"--{flag.replace('_', '-')} {path}: no {args.model_prefix}{checkpoint.PARAMS_SUFFIX} or "
+                             f"{args.model_prefix}{SAFETENSORS_SUFFIX} there, and no such weights file")
+
+
+def _check_data_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The shards, the masking they allow and the vocabulary; --report-file's default."""
     if args.masked_lm_ratio is not None and not 0.0 < args.masked_lm_ratio < 1.0:
         parser.error(f"--masked-lm-ratio must be between 0 and 1, got {args.masked_lm_ratio}")
-    check_amp_arguments(parser, args)
-    check_eval_arguments(parser, args)
-
     if not Path(args.input_dir).is_dir():
         parser.error(f"--input-dir {args.input_dir}: no such folder")
     if args.masked_lm_ratio is None:
@@ -278,20 +263,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                      "--masked-lm-ratio, or with --no-masking to mask in the loader")
     if not Path(args.vocab_file).is_file():
         parser.error(f"--vocab-file {args.vocab_file}: no such file")
+    cli.default_report_file(args)
+
+
+def _check_model_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--config-file: --bert-model's unless given, and it exists."""
     try:
         args.config_file = config_file_for(args.bert_model, args.config_file)
     except ValueError as error:
         parser.error(str(error))
     if not Path(args.config_file).is_file():
         parser.error(f"--config-file {args.config_file}: no such file")
-    for flag in ("from_pretrained_params", "from_phase1_final_params"):
-        path = getattr(args, flag)
-        if path is not None:
-            try:
-                resolve_weights_file(path, args.model_prefix, flag)
-            except FileNotFoundError:
-                parser.error(f"--{flag.replace('_', '-')} {path}: no {args.model_prefix}{checkpoint.PARAMS_SUFFIX} or "
-                             f"{args.model_prefix}{SAFETENSORS_SUFFIX} there, and no such weights file")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and check the command line; invalid input exits with a one-line error naming the flag (the ranges of
+    single options are checked by their argparse types, cli.py)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for check in (_check_schedule_options, _check_starting_weights, check_amp_arguments, check_eval_arguments,
+                  _check_data_options, _check_model_options):
+        check(parser, args)
     return args
 
 

@@ -222,11 +222,23 @@ def test_enable_cpu_affinity_pins_this_local_rank_to_its_block_of_cpus(workspace
         assert parameter(records, "cpu_affinity") == [None] and pinned == available
 
 
-def test_a_negative_seed_is_a_one_line_error(workspace, task, capsys):
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--seed", "-1"], "argument --seed: expected a whole number in [0, 4294967295], got '-1'"),
+    # NumPy's legacy seeding takes no more than 32 bits; before, such a seed passed the parser.
+    (["--seed", str(2**32)], "argument --seed: expected a whole number in [0, 4294967295]"),
+    # The optimizer's options check their ranges as pretraining's do (before, fine-tuning took these).
+    (["--beta2", "1.0"], "argument --beta2: expected a number in [0, 1), got '1.0'"),
+    (["--epsilon", "0"], "argument --epsilon: expected a positive number, got '0'"),
+    (["--weight-decay", "-0.5"], "argument --weight-decay: expected a number >= 0, got '-0.5'"),
+    (["--warmup-proportion", "1.5"], "argument --warmup-proportion: expected a number in [0, 1], got '1.5'"),
+    (["--predict-batch-size", "0"], "argument --predict-batch-size: expected a whole number >= 1, got '0'"),
+    (["--epochs", "0"], "argument --epochs: expected a whole number >= 1, got '0'"),
+])
+def test_out_of_range_options_are_one_line_errors_naming_the_flag(workspace, task, capsys, extra, message):
     with pytest.raises(SystemExit):
         task.script.parse_args([*common_argv(workspace, workspace / "x"), *task.task_argv,
-                                *map(str, task.train_args(workspace)), "--seed", "-1"])
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("error: --seed must be at least 0, got -1")
+                                *map(str, task.train_args(workspace)), *extra])
+    assert f"error: {message}" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_predicting_random_weights_needs_allow_random_weights(workspace, task, capsys):
