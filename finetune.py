@@ -33,7 +33,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -51,7 +50,7 @@ from amp import (
 )
 from atomic_io import atomic_write_set, text_writer
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
-from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, PROGRESS_SUFFIX, list_checkpoints, read_progress
+from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, open_resume_checkpoint
 from cli import (
     checkpoint_step,
     default_report_file,
@@ -219,8 +218,10 @@ def check_initial_weights(parser: argparse.ArgumentParser, args: argparse.Namesp
 
 def _resolve_from_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Point --from-checkpoint at the step folder it means and --last-step-of-checkpoint at that step, as NVIDIA's
-    utils/config.py does, and take the folder's config when --config-file is not given. Unlike NVIDIA's, a
-    folder that holds no complete checkpoint is an error, not a silent start from random weights."""
+    utils/config.py does, and take the folder's config when --config-file is not given. The forms are
+    checkpoint.open_resume_checkpoint's, read-only: a fine-tuning run reads another run's checkpoints and renames
+    none of them. Unlike NVIDIA's, a folder that holds no complete checkpoint is an error, not a silent start
+    from random weights."""
     if args.from_checkpoint is None:
         if args.last_step_of_checkpoint is not None:
             parser.error("--last-step-of-checkpoint needs --from-checkpoint")
@@ -228,39 +229,15 @@ def _resolve_from_checkpoint(parser: argparse.ArgumentParser, args: argparse.Nam
     if args.from_pretrained_params:
         parser.error("--from-checkpoint and --from-pretrained-params cannot both be set")
     try:
-        folder = checkpoint_folder(args.from_checkpoint, args.last_step_of_checkpoint, args.model_prefix)
-    except (FileNotFoundError, ValueError) as error:
-        parser.error(f"--from-checkpoint {error}")
-    args.from_checkpoint = str(folder)
-    args.last_step_of_checkpoint = read_progress(folder, args.model_prefix)["global_step"]
-    saved_config = folder / (args.model_prefix + CONFIG_SUFFIX)
+        resume = open_resume_checkpoint(args.from_checkpoint, args.last_step_of_checkpoint, None, args.model_prefix,
+                                        read_only=True)
+    except (FileNotFoundError, ValueError) as error:  # each names the folder or file, and the flag where it helps
+        parser.error(str(error))
+    args.from_checkpoint = str(resume.folder)
+    args.last_step_of_checkpoint = resume.progress["global_step"]
+    saved_config = resume.folder / (args.model_prefix + CONFIG_SUFFIX)
     if args.config_file is None and saved_config.is_file():
         args.config_file = str(saved_config)
-
-
-def checkpoint_folder(from_checkpoint: str, last_step: None | str | int, prefix: str) -> Path:
-    """The complete step folder that --from-checkpoint and --last-step-of-checkpoint name, in the forms of
-    checkpoint.open_resume_checkpoint (docs/resume.md). That function loads the checkpoint and sets unreadable
-    folders aside (renames them); a fine-tuning run only reads another run's checkpoints, so it finds the folder
-    with list_checkpoints instead. FileNotFoundError/ValueError say what is missing."""
-    folder = Path(from_checkpoint)
-    if (folder / (prefix + PROGRESS_SUFFIX)).is_file():  # the folder is one checkpoint itself
-        step = read_progress(folder, prefix)["global_step"]
-        if last_step not in (None, "auto", step):
-            raise ValueError(f"{folder} is the checkpoint of step {step}, not of --last-step-of-checkpoint {last_step}")
-        return folder
-    if last_step is None:
-        raise FileNotFoundError(f"{folder}: no {prefix}{PROGRESS_SUFFIX}, so not a checkpoint folder (a folder of "
-                                "<step>/ checkpoints needs --last-step-of-checkpoint auto or a step)")
-    complete = dict(list_checkpoints(folder, prefix))
-    if not complete:
-        raise FileNotFoundError(f"{folder}: no complete checkpoint folder in it")
-    if last_step == "auto":
-        return complete[max(complete)]
-    if last_step not in complete:
-        raise FileNotFoundError(f"{folder}: no complete checkpoint folder for step {last_step} (it has steps "
-                                f"{', '.join(map(str, sorted(complete)))})")
-    return complete[last_step]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -318,24 +318,30 @@ def test_from_checkpoint_takes_the_weights_and_config_of_the_step_folder(workspa
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--last-step-of-checkpoint", "auto"], "--last-step-of-checkpoint needs --from-checkpoint"),
-    (["--from-checkpoint", "PHASE"], "no bert_paddle_progress.json, so not a checkpoint folder (a folder of "
-                                     "<step>/ checkpoints needs --last-step-of-checkpoint auto or a step)"),
+    (["--from-checkpoint", "PHASE"], "phase1: not a checkpoint folder (no bert_paddle_progress.json); for a folder "
+                                     "of <step>/ checkpoints add --last-step-of-checkpoint auto or a step"),
     (["--from-checkpoint", "PHASE", "--last-step-of-checkpoint", "3"],
-     "no complete checkpoint folder for step 3 (it has steps 2, 4)"),
+     "phase1/3: no checkpoint folder for step 3 (PHASE holds steps 2, 4)"),
     (["--from-checkpoint", "PHASE/4", "--last-step-of-checkpoint", "2"],
-     "is the checkpoint of step 4, not of --last-step-of-checkpoint 2"),
-    (["--from-checkpoint", "EMPTY", "--last-step-of-checkpoint", "auto"], "no complete checkpoint folder in it"),
+     "phase1/4 holds the checkpoint of step 4, not of --last-step-of-checkpoint 2"),
+    (["--from-checkpoint", "EMPTY", "--last-step-of-checkpoint", "auto"],
+     "EMPTY: --from-checkpoint holds no checkpoint"),
+    # A step folder rotated away (--keep-checkpoint-max), named with its step: the path once said ".../1/1".
+    (["--from-checkpoint", "PHASE/1", "--last-step-of-checkpoint", "1"],
+     "phase1/1: no checkpoint folder for step 1 (PHASE holds steps 2, 4)"),
     (["--from-checkpoint", "PHASE", "--last-step-of-checkpoint", "0"], "expected None, auto or a step >= 1"),
     (["--from-checkpoint", "PHASE", "--last-step-of-checkpoint", "auto", "--from-pretrained-params", "x"],
      "--from-checkpoint and --from-pretrained-params cannot both be set"),
 ])
 def test_bad_checkpoint_options_are_one_line_errors(workspace, task, pretraining_phase, tmp_path, capsys, extra,
                                                     message):
-    places = {"PHASE": pretraining_phase, "PHASE/4": pretraining_phase / "4", "EMPTY": tmp_path}
+    places = {"PHASE": pretraining_phase, "PHASE/4": pretraining_phase / "4", "PHASE/1": pretraining_phase / "1",
+              "EMPTY": tmp_path}
     extra = [str(places.get(arg, arg)) for arg in extra]
     with pytest.raises(SystemExit):
         task.script.parse_args(checkpoint_argv(workspace, workspace / "x", task, *task.train_args(workspace),
                                                *extra))
+    message = message.replace("EMPTY", str(tmp_path)).replace("PHASE", str(pretraining_phase))
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
 
