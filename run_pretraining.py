@@ -1,4 +1,5 @@
-"""BERT pre-training (masked LM + next-sentence prediction) on LDDL parquet shards, in one process or many.
+"""BERT pre-training (masked LM + next-sentence prediction) on LDDL parquet or NVIDIA HDF5 shards, in one process
+or many.
 
     python run_pretraining.py --input-dir SHARDS --vocab-file VOCAB --output-dir OUT --max-steps N --phase1
     python -m paddle.distributed.launch --nproc_per_node 8 run_pretraining.py ...      (one node)
@@ -31,6 +32,9 @@ model and its config, the optimizer with its schedule, and a progress file with 
 random-generator states, so a run resumed with --last-step-of-checkpoint auto continues exactly as if it had never
 stopped (bitwise on CPU). A run never writes
 over a checkpoint it did not write itself; docs/resume.md has the resume forms and rules.
+
+What the run reports (DLLogger records per --log-freq interval, progress lines, the summary) is
+pretraining_report.py's.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import islice
 from pathlib import Path
 
@@ -74,8 +78,9 @@ from optimizer import add_optimizer_arguments, create_optimizer
 from packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader, _shard_kind, find_shards
 from pretraining_eval import PretrainingEvaluator, add_eval_arguments, build_evaluator, check_eval_arguments
+from pretraining_report import ProgressReporter, StepResult
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
-from visualdl_log import VisualDLLog, open_run_log
+from visualdl_log import open_run_log
 from weights import (
     SAFETENSORS_SUFFIX,
     load_pretrained,
@@ -85,8 +90,14 @@ from weights import (
 
 # Google's BERT masks 15% of the tokens (Devlin et al. 2019, section 3.1).
 DEFAULT_MASKED_LM_RATIO = 0.15
-# The reference pads the vocabulary to a multiple of 8 for tensor cores; load_weights handles either size.
+# The reference pads the vocabulary to a multiple of 8 for tensor cores; weights.load_pretrained and load_state
+# fit a table of either size (weights.fit_vocab_rows).
 VOCAB_PAD_MULTIPLE = 8
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+# ---------------------------------------------------------------------------------------------
 
 
 def _add_data_options(parser: argparse.ArgumentParser) -> None:
@@ -211,7 +222,8 @@ def _add_benchmark_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """All options of run_pretraining.py: NVIDIA's names and defaults, with the additions."""
     parser = argparse.ArgumentParser(
-        description="PaddleBERT pre-training (masked LM + next sentence prediction) on LDDL parquet shards",
+        description="PaddleBERT pre-training (masked LM + next sentence prediction) on LDDL parquet or NVIDIA HDF5 "
+        "shards",
         formatter_class=cli.DefaultsHelpFormatter,
     )
     for add_options in (_add_data_options, _add_model_options, _add_schedule_options, _add_optimizer_options,
@@ -295,21 +307,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def load_bert_config(args: argparse.Namespace) -> BertConfig:
     return build_config(args.bert_model, args.config_file, fuse_mha=args.fuse_mha,
                         pad_vocab_size_multiple=VOCAB_PAD_MULTIPLE, max_seq_length=args.max_seq_length)
-
-
-@dataclasses.dataclass
-class StepResult:
-    """What one optimizer step did, in global (all-rank) terms."""
-
-    loss: float
-    mlm_loss: float
-    nsp_loss: float
-    sequences: int
-    rank_sequences: int  # this rank's part of sequences
-    learning_rate: float
-    loss_scale: float
-    skipped: bool
-    padding_fraction: float  # this rank's micro-batches as the model got them (packed or not), their mean
 
 
 @dataclasses.dataclass
@@ -560,6 +557,11 @@ class RunCheckpoints:
         )
 
 
+# ---------------------------------------------------------------------------------------------
+# Stop requests: a signal or the stop file ends the run at the next step boundary
+# ---------------------------------------------------------------------------------------------
+
+
 # run.sub creates this file when Slurm's --signal warning arrives (Paddle's launcher would not wait for its ranks
 # to checkpoint on a SIGTERM of its own).
 STOP_FILE_VARIABLE = "PADDLEBERT_STOP_FILE"
@@ -605,135 +607,6 @@ class StopRequest:
     def __exit__(self, *exc_info) -> None:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
-
-
-# ---------------------------------------------------------------------------------------------
-# Progress reports
-# ---------------------------------------------------------------------------------------------
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-REPORT_METRICS = {
-    "loss": {"format": ":.4f"}, "mlm_loss": {"format": ":.4f"}, "nsp_loss": {"format": ":.4f"},
-    "learning_rate": {"format": ":.6e"}, "loss_scale": {"format": ":.1f"},
-    "sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
-    # NVIDIA's keys; seqs_per_sec's unit is not plot_report's "sequences/s", so the plot shows the global figure.
-    "step_cost": {"unit": "s", "format": ":.3f"}, "step_samples": {"unit": "sequences", "format": ":d"},
-    "seqs_per_sec": {"unit": "sequences/s per rank", "format": ":.2f"},
-    "e2e_train_time": {"unit": "s", "format": ":.2f"}, "raw_train_time": {"unit": "s", "format": ":.2f"},
-    "training_sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
-    "final_loss": {"format": ":.4f"}, "padding_fraction": {"format": ":.4f"},
-}
-
-
-class ProgressReporter:
-    """The loss and throughput of each --log-freq interval (DLLogger records, the VisualDL log if there is one,
-    and a printed line with the ETA), the skipped updates, and the run's summary over its timed steps (all of
-    them, or a benchmark's).
-
-    Each record of a training step (an interval's, a skipped update's, an evaluation's) has NVIDIA's step
-    [epoch, step]: the step is the optimizer step just done (1-based, counted across resumes) and the epoch is
-    `epoch_of()`, the training loader's 0-based epoch of the last batch it handed out, i.e. how many full passes
-    over the shards came before this step's last micro-batch (a resumed run continues the loader's count).
-
-    An interval's record holds our keys (loss, mlm_loss and nsp_loss averaged over the interval's updates,
-    learning_rate and loss_scale of its last step, sequences_per_second of all ranks) and NVIDIA's (program.py
-    of its PaddlePaddle BERT recipe), measured as NVIDIA does: step_cost, the wall seconds of the whole interval
-    (not of one step); step_samples, the sequences this rank trained on in it (skipped updates included); and
-    seqs_per_sec = step_samples / step_cost, per rank. NVIDIA's own loss is the last step's; ours keeps the mean.
-
-    A run without NSP (--no-nsp) reports no nsp_loss: its loss is mlm_loss."""
-
-    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int,
-                 epoch_of: Callable[[], int], nsp: bool = True, visualdl: VisualDLLog | None = None):
-        self.logger, self.say, self.visualdl, self.epoch_of = logger, say, visualdl, epoch_of
-        self.start_step, self.last_step, self.log_freq = start_step, last_step, log_freq
-        self.loss_keys = ("loss", "mlm_loss", "nsp_loss") if nsp else ("loss", "mlm_loss")
-        for name, meta in REPORT_METRICS.items():
-            logger.metadata(name, meta)
-        self.loop_start = time.perf_counter()
-        self.final_loss = float("nan")
-        self._start_interval(self.loop_start)
-        self.start_timing(self.loop_start)
-
-    def _start_interval(self, now: float) -> None:
-        self.interval = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "steps": 0, "sequences": 0,
-                         "rank_sequences": 0}
-        self.interval_start = now
-
-    def start_timing(self, now: float | None = None) -> None:
-        """The summary's throughput counts the steps from here (a benchmark calls this after its warmup)."""
-        self.timed_start = time.perf_counter() if now is None else now
-        self.timed_sequences = self.timed_steps = 0
-        self.timed_padding = 0.0
-
-    def record(self, step: int, result: StepResult, stopping: bool) -> None:
-        self.timed_sequences += result.sequences
-        self.timed_steps += 1
-        self.timed_padding += result.padding_fraction
-        self.interval["sequences"] += result.sequences
-        self.interval["rank_sequences"] += result.rank_sequences
-        if result.skipped:
-            self.say(f"Step {step}: non-finite loss or float16 overflow; update skipped "
-                     f"(loss scale {result.loss_scale:g})", flush=True)
-            self.logger.log((self.epoch_of(), step),
-                            {"skipped_update": 1, "loss": result.loss, "loss_scale": result.loss_scale})
-        else:
-            for key in self.loss_keys:
-                self.interval[key] += getattr(result, key)
-            self.interval["steps"] += 1
-        if step % self.log_freq == 0 or step == self.last_step or stopping:
-            self._report_interval(step, result)
-
-    def _report_interval(self, step: int, result: StepResult) -> None:
-        now = time.perf_counter()
-        interval = self.interval
-        if interval["steps"]:
-            self.final_loss = interval["loss"] / interval["steps"]
-            elapsed = now - self.interval_start
-            sequences_per_second = interval["sequences"] / elapsed
-            self.log(step, {
-                **{key: interval[key] / interval["steps"] for key in self.loss_keys},
-                "learning_rate": result.learning_rate,
-                "loss_scale": result.loss_scale,
-                "sequences_per_second": sequences_per_second,
-                "step_cost": elapsed,
-                "step_samples": interval["rank_sequences"],
-                "seqs_per_sec": interval["rank_sequences"] / elapsed,
-            })
-            eta = (now - self.loop_start) / (step - self.start_step) * (self.last_step - step)
-            self.say(f"step {step}/{self.last_step} ({100 * step / self.last_step:.1f}%)  loss {self.final_loss:.4f}"
-                     f"  lr {result.learning_rate:.3e}  {sequences_per_second:.1f} seq/s  ETA {format_duration(eta)}",
-                     flush=True)
-        self._start_interval(now)
-
-    def log(self, step: int, metrics: dict) -> None:
-        """A step's metrics to the report (at [epoch, step]) and the VisualDL log (at step); validation metrics
-        are named eval_*."""
-        self.logger.log((self.epoch_of(), step), metrics)
-        if self.visualdl is not None:
-            self.visualdl.scalars(step, metrics)
-
-    def summarise(self, process_start: float, world_size: int) -> dict:
-        train_time = time.perf_counter() - self.timed_start
-        summary = {
-            "e2e_train_time": time.time() - process_start,
-            "training_sequences_per_second": self.timed_sequences / train_time if train_time > 0 else 0.0,
-            "final_loss": self.final_loss,
-            "raw_train_time": train_time,
-            "timed_steps": self.timed_steps,
-            "padding_fraction": self.timed_padding / self.timed_steps if self.timed_steps else 0.0,
-            "world_size": world_size,
-        }
-        self.logger.log((), summary)
-        self.say("Summary: " + json.dumps(summary), flush=True)
-        if self.visualdl is not None:
-            self.visualdl.close()
-        return summary
 
 
 # ---------------------------------------------------------------------------------------------
@@ -825,16 +698,6 @@ def claim_output_dir(args: argparse.Namespace, phase: int, rank: int, world_size
         raise ValueError(failure)
 
 
-def run(args: argparse.Namespace, process_start: float, process_info: dict) -> int:
-    rank, world_size = init_data_parallel()
-    phase = 1 if args.phase1 else 2
-    claim_output_dir(args, phase, rank, world_size)
-    try:
-        return train_phase(args, phase, rank, world_size, process_start, process_info)
-    finally:
-        folder_lock.release(args.output_dir)
-
-
 def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int, process_start: float,
                 process_info: dict) -> int:
     # The report file gets every record; stdout gets the shorter progress lines of ProgressReporter instead.
@@ -902,6 +765,16 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
             f"steps after {args.benchmark_warmup_steps} warmup steps", flush=True)
     logger.close()
     return 0
+
+
+def run(args: argparse.Namespace, process_start: float, process_info: dict) -> int:
+    rank, world_size = init_data_parallel()
+    phase = 1 if args.phase1 else 2
+    claim_output_dir(args, phase, rank, world_size)
+    try:
+        return train_phase(args, phase, rank, world_size, process_start, process_info)
+    finally:
+        folder_lock.release(args.output_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,10 +17,11 @@ import paddle
 import pyarrow.parquet as pq
 import pytest
 
+import pretraining_report
 import run_pretraining
 from amp import LossScaler
 from conftest import ROOT, require_shared
-from dllog import read_report
+from dllog import DLLogger, read_report
 from helpers import (
     DYNAMIC,
     UNBINNED,
@@ -243,17 +244,17 @@ def nvidia_style_records(report: Path) -> list[tuple[int, int, float, float, int
 def test_interval_records_measure_nvidias_step_cost_samples_and_per_rank_throughput(tmp_path, monkeypatch):
     # A scripted clock: the reporter reads it once when built and once per interval it reports.
     clock = iter([100.0, 103.5, 104.0])
-    monkeypatch.setattr(run_pretraining.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(pretraining_report.time, "perf_counter", lambda: next(clock))
     epoch = [0]
     report = tmp_path / "report.json"
-    logger = run_pretraining.DLLogger(report, stdout=False)
-    reporter = run_pretraining.ProgressReporter(logger, lambda *a, **k: None, start_step=0, last_step=3,
-                                                log_freq=2, epoch_of=lambda: epoch[0])
+    logger = DLLogger(report, stdout=False)
+    reporter = pretraining_report.ProgressReporter(logger, lambda *a, **k: None, start_step=0, last_step=3,
+                                                   log_freq=2, epoch_of=lambda: epoch[0])
 
-    def step_result(loss: float, rank_sequences: int, skipped: bool = False) -> run_pretraining.StepResult:
+    def step_result(loss: float, rank_sequences: int, skipped: bool = False) -> pretraining_report.StepResult:
         # Two ranks, each with rank_sequences of the step's sequences.
-        return run_pretraining.StepResult(loss, loss - 1, 1.0, 2 * rank_sequences, rank_sequences, 1e-3, 1.0,
-                                          skipped, 0.0)
+        return pretraining_report.StepResult(loss, loss - 1, 1.0, 2 * rank_sequences, rank_sequences, 1e-3, 1.0,
+                                             skipped, 0.0)
 
     reporter.record(1, step_result(5.0, 16), stopping=False)
     reporter.record(2, step_result(math.nan, 16, skipped=True), stopping=False)  # an overflow: no update
@@ -573,7 +574,7 @@ def test_pretrained_params_may_lack_the_heads_but_not_encoder_weights(tmp_path, 
     with pytest.raises(ValueError, match="incomplete pooler weights .*bert.pooler.dense.weight"):
         train(pretraining_argv(tmp_path, "--max-steps", "1", "--from-pretrained-params", str(incomplete),
                                "--output-dir", str(tmp_path / "second")))
-    with pytest.raises(FileNotFoundError, match="phase1: incomplete .*add --last-step-of-checkpoint auto"):
+    with pytest.raises(FileNotFoundError, match="phase1: not a checkpoint folder .*add --last-step-of-checkpoint auto"):
         train(pretraining_argv(tmp_path, "--from-checkpoint", str(tmp_path / "out" / "custom" / "phase1")))
 
 
