@@ -1,4 +1,6 @@
-"""Command-line helpers shared by the entry scripts: argparse types, checks and help, and one-line errors.
+"""Command-line helpers shared by the entry scripts: argparse types (each option's range is checked by its type,
+so a bad value is argparse's one line naming the flag), the Benchmark group, --report-file's default, help
+formatting, and one-line errors.
 
 Every entry script ends with `sys.exit(cli.run_main(main, "script.py"))`: the project's own errors
 (ValueError, and OSError such as a missing file or a full disk) and a Ctrl-C print as one line naming the script,
