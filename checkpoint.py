@@ -1,5 +1,6 @@
-"""Training checkpoints: the step-folder format, atomic saves, rotation, resume resolution, loading, the
-optimizer-state naming, RNG state capture, and the project's one atomic file writer.
+"""Training checkpoints: the step-folder format, atomic saves of step folders, rotation, the one resolver of the
+resume forms, loading, the optimizer-state naming and RNG state capture. Each file is written with atomic_io.py,
+the project's atomic writer.
 
 Layout (the one NVIDIA's PaddlePaddle BERT uses):
 
@@ -22,10 +23,11 @@ before renaming the new one in; if a kill falls between those two renames, disco
 moved-aside copy, and the next save puts it back.
 
 Resume (`open_resume_checkpoint`, NVIDIA's --from-checkpoint / --last-step-of-checkpoint forms; the rules are
-in docs/resume.md). A run never writes over a checkpoint it did not write itself: one that cannot be read
-(`UnreadableCheckpoint`) is renamed `<step>.unreadable-<reason>` (`set_aside`), where neither discovery nor
-rotation nor a save will touch it again, and a run refuses to start below checkpoints of an earlier run
-(`check_no_later_checkpoints`).
+in docs/resume.md): pretraining resolves them to resume, fine-tuning (read_only) to find its starting weights
+in another run's checkpoints, which it never renames. A run never writes over a checkpoint it did not write
+itself: one that cannot be read (`UnreadableCheckpoint`) is renamed `<step>.unreadable-<reason>` (`set_aside`),
+where neither discovery nor rotation nor a save will touch it again, and a run refuses to start below
+checkpoints of an earlier run (`check_no_later_checkpoints`).
 
 Only one process may write a phase folder: `save_checkpoint` takes the caller's rank and writes
 nothing unless it is 0, and only rank 0 may resolve an "auto" resume (it sets folders aside). Every rank
@@ -111,15 +113,20 @@ class UnreadableCheckpoint(ValueError):
         self.folder, self.reason = folder, reason
 
 
-def load_checkpoint(step_dir: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -> tuple[dict, dict | None, dict]:
-    """(model_state, optimizer_state or None, progress) of a checkpoint folder; UnreadableCheckpoint otherwise."""
-    step_dir = Path(step_dir)
+def _checked_progress(step_dir: Path, prefix: str) -> dict:
+    """read_progress, its errors as UnreadableCheckpoint."""
     try:
-        progress = read_progress(step_dir, prefix)
+        return read_progress(step_dir, prefix)
     except FileNotFoundError as error:
         raise UnreadableCheckpoint(step_dir, "no-progress-file", str(error)) from None
     except ValueError as error:
         raise UnreadableCheckpoint(step_dir, "bad-progress-file", str(error)) from None
+
+
+def load_checkpoint(step_dir: str | os.PathLike, prefix: str = DEFAULT_PREFIX) -> tuple[dict, dict | None, dict]:
+    """(model_state, optimizer_state or None, progress) of a checkpoint folder; UnreadableCheckpoint otherwise."""
+    step_dir = Path(step_dir)
+    progress = _checked_progress(step_dir, prefix)
     params_path = step_dir / (prefix + PARAMS_SUFFIX)
     if not params_path.is_file():
         raise UnreadableCheckpoint(step_dir, "no-params", f"{step_dir}: checkpoint has no {params_path.name}")
@@ -158,10 +165,11 @@ class SetAside:
 
 @dataclasses.dataclass(frozen=True)
 class Resume:
-    """A loaded checkpoint to resume from, and the unreadable newer ones set aside on the way to it."""
+    """A checkpoint to resume from, and the unreadable newer ones set aside on the way to it. Its states are
+    None when it was found read-only (only its progress file read) and optimizer_state when it has none."""
 
     folder: Path
-    model_state: dict
+    model_state: dict | None
     optimizer_state: dict | None
     progress: dict
     set_aside: tuple[SetAside, ...] = ()
@@ -193,9 +201,14 @@ def _holds_checkpoint(folder: Path, prefix: str) -> bool:
     return any((folder / (prefix + suffix)).is_file() for suffix in (PROGRESS_SUFFIX, PARAMS_SUFFIX, OPTIMIZER_SUFFIX))
 
 
-def open_checkpoint(folder: Path, prefix: str = DEFAULT_PREFIX, step: int | None = None) -> Resume:
-    """Load folder; with `step`, its progress must say that step (a folder's name is its step)."""
-    model_state, optimizer_state, progress = load_checkpoint(folder, prefix)
+def open_checkpoint(folder: Path, prefix: str = DEFAULT_PREFIX, step: int | None = None,
+                    read_only: bool = False) -> Resume:
+    """Load folder (read_only: read only its progress file); with `step`, its progress must say that step (a
+    folder's name is its step). UnreadableCheckpoint otherwise."""
+    if read_only:
+        model_state, optimizer_state, progress = None, None, _checked_progress(folder, prefix)
+    else:
+        model_state, optimizer_state, progress = load_checkpoint(folder, prefix)
     if step is not None and progress["global_step"] != step:
         raise UnreadableCheckpoint(folder, "step-mismatch", f"{folder}: its progress file says global_step "
                                    f"{progress['global_step']}, not {step}")
@@ -216,16 +229,29 @@ def set_aside(error: UnreadableCheckpoint) -> SetAside:
     return SetAside(folder, moved_to, str(error))
 
 
-def _newest_intact(phase_folder: Path, prefix: str) -> Resume | None:
-    """The newest step folder that loads, after setting aside each newer one that does not; None if the phase
-    folder holds no step folders and nothing set aside, ValueError if it holds nothing intact."""
+def _steps_held(phase_folder: Path, prefix: str) -> str:
+    """What a phase folder holds, for a message: "<folder> holds steps 6, 8" (its complete checkpoints)."""
+    if not phase_folder.is_dir():
+        return f"{phase_folder} does not exist"
+    steps = [str(step) for step, _ in list_checkpoints(phase_folder, prefix)]
+    return f"{phase_folder} holds {'steps ' + ', '.join(steps) if steps else 'no complete checkpoint'}"
+
+
+def _newest_intact(phase_folder: Path, prefix: str, read_only: bool) -> Resume | None:
+    """The newest step folder that opens, after setting aside each newer one that does not (read_only: passing
+    over it, where it stays); None if the phase folder holds no step folders and nothing unreadable, ValueError if
+    it holds nothing intact."""
     moved: list[SetAside] = []
+    passed_over: list[str] = []
     for step, folder in sorted(_step_folders(phase_folder).items(), reverse=True):
         try:
-            return dataclasses.replace(open_checkpoint(folder, prefix, step), set_aside=tuple(moved))
+            return dataclasses.replace(open_checkpoint(folder, prefix, step, read_only), set_aside=tuple(moved))
         except UnreadableCheckpoint as error:
-            moved.append(set_aside(error))
-    unreadable = _set_aside_folders(phase_folder)
+            if read_only:
+                passed_over.append(folder.name)
+            else:
+                moved.append(set_aside(error))
+    unreadable = sorted(passed_over + _set_aside_folders(phase_folder))
     if unreadable:
         raise ValueError(f"{phase_folder}: no intact checkpoint to resume from, only the unreadable "
                          f"{', '.join(unreadable)}; move them elsewhere to start this phase afresh")
@@ -235,54 +261,67 @@ def _newest_intact(phase_folder: Path, prefix: str) -> Resume | None:
 def open_resume_checkpoint(
     from_checkpoint: str | os.PathLike | None,
     last_step_of_checkpoint: None | str | int,
-    default_phase_folder: str | os.PathLike,
+    own_phase_folder: str | os.PathLike | None,
     prefix: str = DEFAULT_PREFIX,
+    *,
+    read_only: bool = False,
 ) -> Resume | None:
-    """The checkpoint to resume from (--from-checkpoint, --last-step-of-checkpoint), loaded; None to start fresh.
+    """The checkpoint that --from-checkpoint and --last-step-of-checkpoint name, loaded; None to start fresh. The
+    one resolver of their forms, for pretraining's resume and fine-tuning's starting weights (docs/resume.md).
+
+    own_phase_folder: the phase folder the run writes (None for a run that writes none, as fine-tuning).
+    read_only: read only the progress files and rename nothing (a run that reads another run's checkpoints).
 
     NVIDIA's forms, plus a phase folder with a step:
     - no last step: from_checkpoint is one checkpoint folder (None: start fresh);
     - a step N: from_checkpoint, if it holds checkpoint files itself, which must be those of step N; else
-      `<phase folder>/N`, the phase folder being from_checkpoint or, without it, default_phase_folder (the run's);
-    - "auto": the phase folder's newest intact `<step>/` folder (None if the run's own phase folder does not
-      exist or holds none; FileNotFoundError for any other folder); each newer one that cannot be read is set
-      aside (`set_aside`), and if none is intact, ValueError.
+      `<phase folder>/N`, the phase folder being from_checkpoint or, without it, own_phase_folder;
+    - "auto": the phase folder's newest intact `<step>/` folder (None if own_phase_folder does not exist or holds
+      none; FileNotFoundError for any other folder); each newer one that cannot be read is set aside
+      (`set_aside`; read_only: passed over), and if none is intact, ValueError.
       A from_checkpoint that holds checkpoint files itself is that checkpoint.
     A checkpoint named explicitly that cannot be read raises UnreadableCheckpoint and stays where it is.
-    Only the process that writes the phase folder (rank 0) may call this with "auto": it renames folders.
+    Without read_only only the process that writes the phase folder (rank 0) may call this with "auto": it
+    renames folders.
     """
     explicit = Path(from_checkpoint) if from_checkpoint is not None else None
+    own = Path(own_phase_folder) if own_phase_folder is not None else None
     if last_step_of_checkpoint is None:
         if explicit is None:
             return None
         if not _holds_checkpoint(explicit, prefix):
-            raise FileNotFoundError(f"{explicit}: incomplete or missing checkpoint (no {prefix}{PROGRESS_SUFFIX}) "
-                                    "(for a folder of <step>/ checkpoints add --last-step-of-checkpoint auto or a "
-                                    "step)")
-        return open_checkpoint(explicit, prefix)
-    search = explicit if explicit is not None else Path(default_phase_folder)
+            raise FileNotFoundError(f"{explicit}: not a checkpoint folder (no {prefix}{PROGRESS_SUFFIX}); for a "
+                                    "folder of <step>/ checkpoints add --last-step-of-checkpoint auto or a step")
+        return open_checkpoint(explicit, prefix, read_only=read_only)
+    search = explicit if explicit is not None else own
+    if search is None:  # a caller that writes no phase folder must name one
+        raise ValueError("--last-step-of-checkpoint needs --from-checkpoint")
     if last_step_of_checkpoint == "auto":
         if search.is_dir() and not _step_folders(search) and _holds_checkpoint(search, prefix):
-            return open_checkpoint(search, prefix)
-        resume = _newest_intact(search, prefix)
+            return open_checkpoint(search, prefix, read_only=read_only)
+        resume = _newest_intact(search, prefix, read_only)
         # Only the run's own phase folder may not hold a checkpoint yet (its first run); any other folder was
         # named to be resumed from, and a typo in it must not start the run from step 1.
-        if resume is None and search.resolve() != Path(default_phase_folder).resolve():
+        if resume is None and (own is None or search.resolve() != own.resolve()):
             state = "holds no checkpoint" if search.is_dir() else "does not exist"
-            raise FileNotFoundError(f"{search}: --from-checkpoint {state} (with --last-step-of-checkpoint auto only "
-                                    "the run's own phase folder may be empty or missing)")
+            only_own = (" (with --last-step-of-checkpoint auto only the run's own phase folder may be empty or "
+                        "missing)") if own is not None else ""
+            raise FileNotFoundError(f"{search}: --from-checkpoint {state}{only_own}")
         return resume
     step = int(last_step_of_checkpoint)
     if explicit is not None and _holds_checkpoint(explicit, prefix):
-        resume = open_checkpoint(explicit, prefix)
+        resume = open_checkpoint(explicit, prefix, read_only=read_only)
         if resume.progress["global_step"] != step:
             raise ValueError(f"{explicit} holds the checkpoint of step {resume.progress['global_step']}, not of "
                              f"--last-step-of-checkpoint {step}")
         return resume
     folder = _step_folders(search).get(step)
     if folder is None:
-        raise FileNotFoundError(f"{search / str(step)}: no checkpoint folder for step {step}")
-    return open_checkpoint(folder, prefix, step)
+        # --from-checkpoint may name the step folder itself (NVIDIA's <phase>/600 with 600), gone by rotation.
+        missing = search if search.name == str(step) and not search.exists() else search / str(step)
+        raise FileNotFoundError(f"{missing}: no checkpoint folder for step {step} "
+                                f"({_steps_held(missing.parent, prefix)})")
+    return open_checkpoint(folder, prefix, step, read_only)
 
 
 def check_no_later_checkpoints(phase_folder: str | os.PathLike, start_step: int) -> None:

@@ -1,4 +1,6 @@
-"""Command-line helpers shared by the entry scripts: argparse types, checks and help, and one-line errors.
+"""Command-line helpers shared by the entry scripts: argparse types (each option's range is checked by its type,
+so a bad value is argparse's one line naming the flag), the Benchmark group, --report-file's default, help
+formatting, and one-line errors.
 
 Every entry script ends with `sys.exit(cli.run_main(main, "script.py"))`: the project's own errors
 (ValueError, and OSError such as a missing file or a full disk) and a Ctrl-C print as one line naming the script,
@@ -57,23 +59,75 @@ def file_name(text: str) -> str:
     return text
 
 
-def check_at_least(parser: argparse.ArgumentParser, args: argparse.Namespace, *names: str, minimum: int = 1) -> None:
-    """parser.error (one line naming the flag) unless each named option is unset (None) or >= minimum."""
-    for name in names:
-        value = getattr(args, name)
-        if value is not None and value < minimum:
-            parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
+def _finite_in(accepts: Callable[[float], bool], expected: str) -> Callable[[str], float]:
+    """An argparse type: a finite_float for which accepts(value) holds, else "expected <expected>"."""
+
+    def parse(text: str) -> float:
+        value = finite_float(text)
+        if not accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-# NumPy's legacy seeding (np.random.seed), which every trainer calls with --seed, takes [0, 2**32).
-SEED_LIMIT = 2**32
+# The range-checked float types of the options (each a finite_float first, so NaN is refused as such).
+positive_float = _finite_in(lambda value: value > 0, "a positive number")
+non_negative_float = _finite_in(lambda value: value >= 0, "a number >= 0")
+unit_interval = _finite_in(lambda value: 0 <= value <= 1, "a number in [0, 1]")
+# A moment's decay rate: 1 would never forget the first gradient, and Adam's bias correction would divide by 0.
+decay_rate = _finite_in(lambda value: 0 <= value < 1, "a number in [0, 1)")
 
 
-def check_seed(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """parser.error unless --seed is in [0, 2**32): NumPy rejects other seeds, and Paddle's generator takes no
-    negative ones (a pybind TypeError rather than a message)."""
-    if not 0 <= args.seed < SEED_LIMIT:
-        parser.error(f"--seed must be in [0, {SEED_LIMIT - 1}], got {args.seed}")
+def _whole_number_in(minimum: int, limit: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number in [minimum, limit) (no upper bound without limit)."""
+    expected = f"in [{minimum}, {limit - 1}]" if limit is not None else f">= {minimum}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum or (limit is not None and value >= limit):
+            raise argparse.ArgumentTypeError(f"expected a whole number {expected}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = _whole_number_in(1)
+non_negative_int = _whole_number_in(0)
+# --seed: NumPy's legacy seeding (np.random.seed), which every trainer calls with it, takes [0, 2**32), and
+# Paddle's generator takes no negative seed (a pybind TypeError rather than a message).
+random_seed = _whole_number_in(0, 2**32)
+
+
+def checkpoint_step(text: str) -> None | str | int:
+    """argparse type of --last-step-of-checkpoint: None (the string NVIDIA's scripts pass), auto or a step >= 1."""
+    if text == "None":
+        return None
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected None, auto or a step >= 1, got {text!r}")
+    return int(text)
+
+
+def add_benchmark_arguments(parser: argparse.ArgumentParser, benchmark_help: str) -> None:
+    """The Benchmark group: --benchmark (what it times is the script's, in benchmark_help), --benchmark-steps and
+    --benchmark-warmup-steps, with NVIDIA's names and defaults."""
+    group = parser.add_argument_group("Benchmark")
+    group.add_argument("--benchmark", action="store_true", help=benchmark_help)
+    group.add_argument("--benchmark-steps", type=positive_int, default=20, help="timed steps")
+    group.add_argument("--benchmark-warmup-steps", type=non_negative_int, default=20,
+                       help="untimed steps before them")
+
+
+def default_report_file(args: argparse.Namespace) -> None:
+    """--report-file, when not given: <output-dir>/report.json, each run's report beside its other outputs (NVIDIA's
+    ./report.json is one file for every run started in a folder)."""
+    if args.report_file is None:
+        args.report_file = os.path.join(args.output_dir, "report.json")
 
 
 # The shell's status for a process ended by SIGINT (128 + 2).

@@ -33,7 +33,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -51,13 +50,22 @@ from amp import (
 )
 from atomic_io import atomic_write_set, text_writer
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
-from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, PROGRESS_SUFFIX, list_checkpoints, read_progress
-from cli import check_at_least, file_name, finite_float, str_to_bool
+from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, open_resume_checkpoint
+from cli import (
+    checkpoint_step,
+    default_report_file,
+    file_name,
+    finite_float,
+    positive_int,
+    random_seed,
+    str_to_bool,
+    unit_interval,
+)
 from dllog import DLLogger
 from gradient_merge import all_reduce_sum, merged_backward, optimizer_step
 from lr_scheduler import create_lr_scheduler
 from modeling import INPUT_NAMES
-from optimizer import OPTIMIZER_NAMES, create_optimizer
+from optimizer import add_optimizer_arguments, create_optimizer
 from paddle_files import write_safetensors_state
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from squad_utils import batch_indices
@@ -91,18 +99,7 @@ def add_shared_data_arguments(group: argparse._ArgumentGroup, *, max_seq_length:
     group.add_argument("--report-file", help="DLLogger JSON report; default <output-dir>/report.json")
     group.add_argument("--model-prefix", type=file_name, default="bert_paddle",
                        help="file name prefix of saved models (a name, not a path)")
-    group.add_argument("--max-seq-length", type=int, default=max_seq_length, help=max_seq_length_help)
-
-
-def _last_step(text: str) -> None | str | int:
-    """argparse type of --last-step-of-checkpoint: None, auto or a step >= 1."""
-    if text == "None":
-        return None
-    if text == "auto":
-        return text
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected None, auto or a step >= 1, got {text!r}")
-    return int(text)
+    group.add_argument("--max-seq-length", type=positive_int, default=max_seq_length, help=max_seq_length_help)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,14 +110,14 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="architecture; its bert_configs/<name>.json unless --config-file is given")
     model.add_argument("--config-file",
                        help="BERT config JSON (needed for --bert-model custom); default with --from-checkpoint: "
-                            "the <model-prefix>_config.json of its step folder, if it has one")
+                            f"the <model-prefix>{CONFIG_SUFFIX} of its step folder, if it has one")
     model.add_argument("--from-pretrained-params", "--init-checkpoint", dest="from_pretrained_params",
                        help="initial weights: a .pdparams or .safetensors file (pretraining, converted Hugging Face "
                             "or fine-tuned) or a folder holding <model-prefix>.pdparams or <model-prefix>.safetensors")
     model.add_argument("--from-checkpoint", help="initial weights from run_pretraining.py's checkpoints: one step "
                        "folder, or with --last-step-of-checkpoint the phase folder holding the <step>/ folders (their "
                        "optimizer state and progress are not used)")
-    model.add_argument("--last-step-of-checkpoint", type=_last_step, default=None,
+    model.add_argument("--last-step-of-checkpoint", type=checkpoint_step, default=None,
                        help="--from-checkpoint is a phase folder: take its step folder N, or with auto the newest "
                             "complete one; None: --from-checkpoint is the step folder itself")
     model.add_argument("--allow-random-weights", action="store_true",
@@ -137,26 +134,22 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, unit: str, learni
     """The Training group; `unit` names what the task trains on ("features", "examples") in the help."""
     training = parser.add_argument_group("Training")
     training.add_argument("--do-train", action="store_true", help="fine-tune on --train-file")
-    training.add_argument("--epochs", type=int, default=3, help=f"passes over the training {unit}")
+    training.add_argument("--epochs", type=positive_int, default=3, help=f"passes over the training {unit}")
     training.add_argument("--max-steps", type=int, default=None,
                           help="at most this many optimizer updates: the run stops at --max-steps or after "
                                "--epochs, whichever comes first, as NVIDIA's (<= 0 means not set)")
-    training.add_argument("--train-batch-size", type=int, default=32, help=f"{unit} per process per micro-batch")
-    training.add_argument("--gradient-merge-steps", type=int, default=1,
+    training.add_argument("--train-batch-size", type=positive_int, default=32,
+                          help=f"{unit} per process per micro-batch")
+    training.add_argument("--gradient-merge-steps", type=positive_int, default=1,
                           help="micro-batches whose gradients are accumulated into one update")
     training.add_argument("--learning-rate", type=finite_float, default=learning_rate, help="peak learning rate")
     training.add_argument("--warmup-start-lr", type=finite_float, default=0.0, help="learning rate at the first step")
-    training.add_argument("--warmup-proportion", type=finite_float, default=warmup_proportion,
+    training.add_argument("--warmup-proportion", type=unit_interval, default=warmup_proportion,
                           help="fraction of the updates spent in linear warmup; then linear decay to 0")
-    training.add_argument("--optimizer", default="AdamW", choices=OPTIMIZER_NAMES,
-                          help="AdamW, as NVIDIA's fine-tuning always uses; or LAMB or LANS (optimizer.py)")
-    training.add_argument("--beta1", type=finite_float, default=0.9, help="first-moment decay rate")
-    training.add_argument("--beta2", type=finite_float, default=0.999, help="second-moment decay rate")
-    training.add_argument("--epsilon", type=finite_float, default=1e-6, help="optimizer epsilon")
-    training.add_argument("--weight-decay", type=finite_float, default=0.01,
-                          help="decoupled weight decay (not on biases and LayerNorm)")
-    training.add_argument("--seed", type=int, default=42, help="seed of weights, dropout and data order")
-    training.add_argument("--log-freq", type=int, default=10, help="log the loss every this many updates")
+    add_optimizer_arguments(training, default="AdamW",
+                            optimizer_help="AdamW, as NVIDIA's fine-tuning always uses; or LAMB or LANS (optimizer.py)")
+    training.add_argument("--seed", type=random_seed, default=42, help="seed of weights, dropout and data order")
+    training.add_argument("--log-freq", type=positive_int, default=10, help="log the loss every this many updates")
     training.add_argument("--visualdl-log-dir",
                           help="also write the training scalars and the configuration to a VisualDL log in this "
                                "folder (rank 0; needs `pip install visualdl`)")
@@ -193,17 +186,11 @@ def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         parser.error(str(error))
     if args.max_steps is not None and args.max_steps <= 0:
         args.max_steps = None
-    check_at_least(parser, args, "epochs", "train_batch_size", "predict_batch_size", "gradient_merge_steps",
-                   "log_freq")
-    check_at_least(parser, args, "seed", minimum=0)  # Paddle's generator takes only unsigned seeds
-    if not 0.0 <= args.warmup_proportion <= 1.0:
-        parser.error("--warmup-proportion must be in [0, 1]")
     for name in ("train_file", "predict_file", "vocab_file", "config_file"):
         path = getattr(args, name)
         if path and not os.path.isfile(path):
             parser.error(f"--{name.replace('_', '-')} {path}: file not found")
-    if args.report_file is None:
-        args.report_file = os.path.join(args.output_dir, "report.json")
+    default_report_file(args)
 
 
 def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None, actions: Sequence[str],
@@ -231,8 +218,10 @@ def check_initial_weights(parser: argparse.ArgumentParser, args: argparse.Namesp
 
 def _resolve_from_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Point --from-checkpoint at the step folder it means and --last-step-of-checkpoint at that step, as NVIDIA's
-    utils/config.py does, and take the folder's config when --config-file is not given. Unlike NVIDIA's, a
-    folder that holds no complete checkpoint is an error, not a silent start from random weights."""
+    utils/config.py does, and take the folder's config when --config-file is not given. The forms are
+    checkpoint.open_resume_checkpoint's, read-only: a fine-tuning run reads another run's checkpoints and renames
+    none of them. Unlike NVIDIA's, a folder that holds no complete checkpoint is an error, not a silent start
+    from random weights."""
     if args.from_checkpoint is None:
         if args.last_step_of_checkpoint is not None:
             parser.error("--last-step-of-checkpoint needs --from-checkpoint")
@@ -240,39 +229,15 @@ def _resolve_from_checkpoint(parser: argparse.ArgumentParser, args: argparse.Nam
     if args.from_pretrained_params:
         parser.error("--from-checkpoint and --from-pretrained-params cannot both be set")
     try:
-        folder = checkpoint_folder(args.from_checkpoint, args.last_step_of_checkpoint, args.model_prefix)
-    except (FileNotFoundError, ValueError) as error:
-        parser.error(f"--from-checkpoint {error}")
-    args.from_checkpoint = str(folder)
-    args.last_step_of_checkpoint = read_progress(folder, args.model_prefix)["global_step"]
-    saved_config = folder / (args.model_prefix + CONFIG_SUFFIX)
+        resume = open_resume_checkpoint(args.from_checkpoint, args.last_step_of_checkpoint, None, args.model_prefix,
+                                        read_only=True)
+    except (FileNotFoundError, ValueError) as error:  # each names the folder or file, and the flag where it helps
+        parser.error(str(error))
+    args.from_checkpoint = str(resume.folder)
+    args.last_step_of_checkpoint = resume.progress["global_step"]
+    saved_config = resume.folder / (args.model_prefix + CONFIG_SUFFIX)
     if args.config_file is None and saved_config.is_file():
         args.config_file = str(saved_config)
-
-
-def checkpoint_folder(from_checkpoint: str, last_step: None | str | int, prefix: str) -> Path:
-    """The complete step folder that --from-checkpoint and --last-step-of-checkpoint name, in the forms of
-    checkpoint.open_resume_checkpoint (docs/resume.md). That function loads the checkpoint and sets unreadable
-    folders aside (renames them); a fine-tuning run only reads another run's checkpoints, so it finds the folder
-    with list_checkpoints instead. FileNotFoundError/ValueError say what is missing."""
-    folder = Path(from_checkpoint)
-    if (folder / (prefix + PROGRESS_SUFFIX)).is_file():  # the folder is one checkpoint itself
-        step = read_progress(folder, prefix)["global_step"]
-        if last_step not in (None, "auto", step):
-            raise ValueError(f"{folder} is the checkpoint of step {step}, not of --last-step-of-checkpoint {last_step}")
-        return folder
-    if last_step is None:
-        raise FileNotFoundError(f"{folder}: no {prefix}{PROGRESS_SUFFIX}, so not a checkpoint folder (a folder of "
-                                "<step>/ checkpoints needs --last-step-of-checkpoint auto or a step)")
-    complete = dict(list_checkpoints(folder, prefix))
-    if not complete:
-        raise FileNotFoundError(f"{folder}: no complete checkpoint folder in it")
-    if last_step == "auto":
-        return complete[max(complete)]
-    if last_step not in complete:
-        raise FileNotFoundError(f"{folder}: no complete checkpoint folder for step {last_step} (it has steps "
-                                f"{', '.join(map(str, sorted(complete)))})")
-    return complete[last_step]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ All three skip weight decay for the same parameters, chosen by the role a parame
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections.abc import Callable
 
@@ -29,8 +30,20 @@ from paddle.optimizer.lr import LRScheduler
 
 import cpu_ops
 import paddle_private
+from cli import decay_rate, non_negative_float, positive_float
 
 OPTIMIZER_NAMES = ("Lamb", "Lans", "AdamW")
+
+
+def add_optimizer_arguments(group: argparse._ArgumentGroup, *, default: str, optimizer_help: str) -> None:
+    """--optimizer (its default and help are the script's), --beta1, --beta2, --epsilon and --weight-decay, added
+    to a group of the script's; out-of-range values are argparse errors naming the flag."""
+    group.add_argument("--optimizer", default=default, choices=OPTIMIZER_NAMES, help=optimizer_help)
+    group.add_argument("--beta1", type=decay_rate, default=0.9, help="first-moment decay rate")
+    group.add_argument("--beta2", type=decay_rate, default=0.999, help="second-moment decay rate")
+    group.add_argument("--epsilon", type=positive_float, default=1e-6, help="optimizer epsilon")
+    group.add_argument("--weight-decay", type=non_negative_float, default=0.01,
+                       help="decoupled weight decay (not on biases and LayerNorm)")
 
 
 def no_weight_decay_parameters(model: nn.Layer) -> set[str]:

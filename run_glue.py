@@ -44,7 +44,7 @@ import paddle.nn.functional as F
 import finetune
 import inference
 from atomic_io import atomic_write_text
-from cli import run_main
+from cli import DefaultsHelpFormatter, positive_int, run_main
 from dllog import DLLogger
 from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
 from glue_data import (
@@ -72,7 +72,7 @@ INT8_QUANTIZATION = "dynamic"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=DefaultsHelpFormatter)
     data = parser.add_argument_group("Data and outputs")
     data.add_argument("--task-name", required=True, type=str.lower, choices=TASK_NAMES,
                       help="GLUE task whose TSV layout and labels the files have, or custom for named columns")
@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     prediction.add_argument("--do-predict", action="store_true",
                             help=f"write <output-dir>/{PREDICTIONS_FILE} for --predict-file")
     prediction.add_argument("--do-eval", action="store_true", help="score the predictions of --predict-file")
-    prediction.add_argument("--predict-batch-size", type=int, default=8, help="examples per prediction batch")
+    prediction.add_argument("--predict-batch-size", type=positive_int, default=8,
+                            help="examples per prediction batch")
     inference.add_inference_arguments(prediction, int8_quantization=INT8_QUANTIZATION)
     finetune.add_advanced_arguments(parser)
     return parser

@@ -1,4 +1,5 @@
-"""BERT pre-training (masked LM + next-sentence prediction) on LDDL parquet shards, in one process or many.
+"""BERT pre-training (masked LM + next-sentence prediction) on LDDL parquet or NVIDIA HDF5 shards, in one process
+or many.
 
     python run_pretraining.py --input-dir SHARDS --vocab-file VOCAB --output-dir OUT --max-steps N --phase1
     python -m paddle.distributed.launch --nproc_per_node 8 run_pretraining.py ...      (one node)
@@ -31,6 +32,9 @@ model and its config, the optimizer with its schedule, and a progress file with 
 random-generator states, so a run resumed with --last-step-of-checkpoint auto continues exactly as if it had never
 stopped (bitwise on CPU). A run never writes
 over a checkpoint it did not write itself; docs/resume.md has the resume forms and rules.
+
+What the run reports (DLLogger records per --log-freq interval, progress lines, the summary) is
+pretraining_report.py's.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import islice
 from pathlib import Path
 
@@ -55,18 +59,28 @@ import cli
 import folder_lock
 from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check_amp_arguments, create_loss_scaler
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
-from cli import finite_float, str_to_bool
+from cli import (
+    finite_float,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    random_seed,
+    str_to_bool,
+    unit_interval,
+)
 from dllog import DLLogger
 from gradient_merge import merged_backward, optimizer_step
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
 from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
-from optimizer import OPTIMIZER_NAMES, create_optimizer
+from optimizer import add_optimizer_arguments, create_optimizer
 from packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader, _shard_kind, find_shards
 from pretraining_eval import PretrainingEvaluator, add_eval_arguments, build_evaluator, check_eval_arguments
+from pretraining_report import ProgressReporter, StepResult
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
-from visualdl_log import VisualDLLog, open_run_log
+from visualdl_log import open_run_log
 from weights import (
     SAFETENSORS_SUFFIX,
     load_pretrained,
@@ -76,8 +90,14 @@ from weights import (
 
 # Google's BERT masks 15% of the tokens (Devlin et al. 2019, section 3.1).
 DEFAULT_MASKED_LM_RATIO = 0.15
-# The reference pads the vocabulary to a multiple of 8 for tensor cores; load_weights handles either size.
+# The reference pads the vocabulary to a multiple of 8 for tensor cores; weights.load_pretrained and load_state
+# fit a table of either size (weights.fit_vocab_rows).
 VOCAB_PAD_MULTIPLE = 8
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+# ---------------------------------------------------------------------------------------------
 
 
 def _add_data_options(parser: argparse.ArgumentParser) -> None:
@@ -86,9 +106,9 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        help="Folder of LDDL parquet shards (binned or not, static or dynamic masking) or NVIDIA "
                        "HDF5 shards, e.g. pretrain/phase1/unbinned/parquet.")
     group.add_argument("--vocab-file", required=True, help="WordPiece vocabulary the shards were made with.")
-    group.add_argument("--max-seq-length", type=int, default=512,
+    group.add_argument("--max-seq-length", type=positive_int, default=512,
                        help="Longest sequence allowed in the shards (phase 1: 128, phase 2: 512).")
-    group.add_argument("--max-predictions-per-seq", type=int, default=80,
+    group.add_argument("--max-predictions-per-seq", type=positive_int, default=80,
                        help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
     group.add_argument("--masked-lm-ratio", type=finite_float, default=None,
                        help=f"Fraction of each sequence's tokens masked, up to --max-predictions-per-seq (default "
@@ -97,7 +117,7 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--whole-word-masking", action="store_true",
                        help="Mask whole words (a piece and its ## continuations) rather than single pieces (shards "
                        "without static masks; statically masked shards are refused).")
-    group.add_argument("--num-workers", type=int, default=1,
+    group.add_argument("--num-workers", type=non_negative_int, default=1,
                        help="Data-loader worker processes per rank (0: load in the training process).")
     group.add_argument("--pack-sequences", action="store_true",
                        help="Pack each micro-batch's samples into as few rows of --max-seq-length as "
@@ -105,8 +125,9 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        "less padding is computed; --batch-size still counts samples.")
     group.add_argument("--output-dir", required=True,
                        help="Checkpoints go to <output-dir>/<bert-model>/phase1|phase2/<step>/.")
-    group.add_argument("--report-file", default="./report.json", help="DLLogger JSON-lines report, appended to.")
-    group.add_argument("--log-freq", type=int, default=10, help="Report the loss every this many steps.")
+    group.add_argument("--report-file", default=None,
+                       help="DLLogger JSON-lines report, appended to; default <output-dir>/report.json.")
+    group.add_argument("--log-freq", type=positive_int, default=10, help="Report the loss every this many steps.")
     group.add_argument("--visualdl-log-dir", default=None,
                        help="Also write the report's scalars and the configuration to a VisualDL log in this folder "
                        "(rank 0; appended to on resume; needs `pip install visualdl`). Give each phase its own.")
@@ -131,41 +152,45 @@ def _add_schedule_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--phase1", action="store_true", help="Phase 1 of pre-training (not with --phase2).")
     group.add_argument("--phase2", action="store_true",
                        help="Phase 2 of pre-training (not with --phase1; also the default without either).")
-    group.add_argument("--max-steps", type=int, required=True,
+    group.add_argument("--max-steps", type=positive_int, required=True,
                        help="Optimizer steps of this phase; the learning-rate schedule spans them.")
-    group.add_argument("--steps-this-run", type=int, default=None,
+    group.add_argument("--steps-this-run", type=positive_int, default=None,
                        help="Stop after this many steps (checkpointing), e.g. to fit a cluster time limit.")
-    group.add_argument("--batch-size", type=int, default=32, help="Sequences per micro-batch per rank.")
-    group.add_argument("--gradient-merge-steps", type=int, default=1,
+    group.add_argument("--batch-size", type=positive_int, default=32, help="Sequences per micro-batch per rank.")
+    group.add_argument("--gradient-merge-steps", type=positive_int, default=1,
                        help="Micro-batches per optimizer step (gradient accumulation).")
-    group.add_argument("--learning-rate", type=finite_float, default=1e-4, help="Peak learning rate.")
-    group.add_argument("--warmup-start-lr", type=finite_float, default=0.0,
+    group.add_argument("--learning-rate", type=positive_float, default=1e-4, help="Peak learning rate.")
+    group.add_argument("--warmup-start-lr", type=non_negative_float, default=0.0,
                        help="Learning rate at the start of warmup.")
-    group.add_argument("--warmup-proportion", type=finite_float, default=0.01,
+    group.add_argument("--warmup-proportion", type=unit_interval, default=0.01,
                        help="Fraction of --max-steps spent in linear warmup.")
-    group.add_argument("--constant-proportion", type=finite_float, default=0.0,
+    group.add_argument("--constant-proportion", type=unit_interval, default=0.0,
                        help="Fraction of --max-steps held at the peak after warmup (LANS schedule).")
-    group.add_argument("--lr-decay-power", type=finite_float, default=1.0,
+    group.add_argument("--lr-decay-power", type=positive_float, default=1.0,
                        help="Exponent of the polynomial decay to 0 (1.0 = linear).")
 
 
 def _add_optimizer_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Optimizer")
-    group.add_argument("--optimizer", default="Lamb", choices=OPTIMIZER_NAMES, help="Optimizer.")
-    group.add_argument("--beta1", type=finite_float, default=0.9, help="First-moment decay rate.")
-    group.add_argument("--beta2", type=finite_float, default=0.999, help="Second-moment decay rate.")
-    group.add_argument("--epsilon", type=finite_float, default=1e-6, help="Optimizer epsilon.")
-    group.add_argument("--weight-decay", type=finite_float, default=0.01,
-                       help="Decoupled weight decay (not applied to biases and LayerNorm).")
-    group.add_argument("--max-grad-norm", type=finite_float, default=1.0, help="Clip gradients to this global norm.")
-    group.add_argument("--max-nonfinite-steps", type=int, default=100,
+    add_optimizer_arguments(group, default="Lamb", optimizer_help="Optimizer.")
+    group.add_argument("--max-grad-norm", type=positive_float, default=1.0, help="Clip gradients to this global norm.")
+    group.add_argument("--max-nonfinite-steps", type=non_negative_int, default=100,
                        help="Stop when the loss is non-finite in more than this many steps in a row.")
+
+
+def _add_process_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Process")
+    group.add_argument("--seed", type=random_seed, default=42, help="Random seed (rank r uses seed + r for dropout).")
+    group.add_argument("--show-config", type=str_to_bool, default=True, help="Print and report the arguments.")
+    group.add_argument("--enable-cpu-affinity", type=str_to_bool, default=True,
+                       help="Pin each local rank to its own block of CPUs.")
 
 
 def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Checkpoints and resume")
-    group.add_argument("--num-steps-per-checkpoint", type=int, default=100, help="Save a checkpoint every N steps.")
-    group.add_argument("--keep-checkpoint-max", type=int, default=3,
+    group.add_argument("--num-steps-per-checkpoint", type=positive_int, default=100,
+                       help="Save a checkpoint every N steps.")
+    group.add_argument("--keep-checkpoint-max", type=positive_int, default=3,
                        help="Keep only the newest N checkpoints of the phase, counting those of earlier runs.")
     group.add_argument("--model-prefix", type=cli.file_name, default="bert_paddle",
                        help="File-name prefix of checkpoint files (a name, not a path).")
@@ -174,7 +199,7 @@ def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
                        "--last-step-of-checkpoint), or a phase folder of <step>/ folders with "
                        "--last-step-of-checkpoint auto|N. With auto and no --from-checkpoint the run's own phase "
                        "folder is searched. See docs/resume.md.")
-    group.add_argument("--last-step-of-checkpoint", default=None,
+    group.add_argument("--last-step-of-checkpoint", type=cli.checkpoint_step, default=None,
                        help="None, auto (the newest intact checkpoint, setting unreadable ones aside; start fresh "
                        "if there is none) or a step.")
     group.add_argument("--from-pretrained-params", default=None,
@@ -189,27 +214,16 @@ def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
                        "no checkpoint.")
 
 
-def _add_process_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("Process")
-    group.add_argument("--seed", type=int, default=42, help="Random seed (rank r uses seed + r for dropout).")
-    group.add_argument("--show-config", type=str_to_bool, default=True, help="Print and report the arguments.")
-    group.add_argument("--enable-cpu-affinity", type=str_to_bool, default=True,
-                       help="Pin each local rank to its own block of CPUs.")
-
-
 def _add_benchmark_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("Benchmark")
-    group.add_argument("--benchmark", action="store_true",
-                       help="Run --benchmark-warmup-steps, then time --benchmark-steps, whatever --max-steps says "
-                       "(as NVIDIA's does); no checkpoints are written.")
-    group.add_argument("--benchmark-steps", type=int, default=20, help="Timed steps of a benchmark run.")
-    group.add_argument("--benchmark-warmup-steps", type=int, default=20, help="Untimed steps before them.")
+    cli.add_benchmark_arguments(parser, "Run --benchmark-warmup-steps, then time --benchmark-steps, whatever "
+                                "--max-steps says (as NVIDIA's does); no checkpoints are written.")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """All options of run_pretraining.py: NVIDIA's names and defaults, with the additions."""
     parser = argparse.ArgumentParser(
-        description="PaddleBERT pre-training (masked LM + next sentence prediction) on LDDL parquet shards",
+        description="PaddleBERT pre-training (masked LM + next sentence prediction) on LDDL parquet or NVIDIA HDF5 "
+        "shards",
         formatter_class=cli.DefaultsHelpFormatter,
     )
     for add_options in (_add_data_options, _add_model_options, _add_schedule_options, _add_optimizer_options,
@@ -219,16 +233,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse and check the command line; invalid input exits with a one-line error naming the flag."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    cli.check_at_least(parser, args, "max_steps", "steps_this_run", "log_freq", "num_steps_per_checkpoint",
-                    "keep_checkpoint_max", "batch_size", "gradient_merge_steps", "max_seq_length",
-                    "max_predictions_per_seq", "benchmark_steps")
-    cli.check_at_least(parser, args, "benchmark_warmup_steps", "num_workers", "max_nonfinite_steps", minimum=0)
+def _check_schedule_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.phase1 and args.phase2:
         parser.error("--phase1 and --phase2 cannot both be set")
+    if args.warmup_proportion + args.constant_proportion > 1.0:
+        parser.error("--warmup-proportion plus --constant-proportion must not exceed 1")
+
+
+def _check_starting_weights(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """At most one source of the starting weights, and each weights file given exists."""
     if args.from_checkpoint is not None and args.from_pretrained_params is not None:
         parser.error("--from-checkpoint and --from-pretrained-params cannot both be set")
     if args.from_phase1_final_params is not None and args.phase1:
@@ -238,36 +251,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.save_safetensors and args.benchmark:
         parser.error("--save-safetensors writes the final weights beside the last checkpoint, and --benchmark saves "
                      "no checkpoint")
-    if args.last_step_of_checkpoint in (None, "None"):
-        args.last_step_of_checkpoint = None
-    elif args.last_step_of_checkpoint != "auto":
-        if not args.last_step_of_checkpoint.isdigit() or int(args.last_step_of_checkpoint) < 1:
-            parser.error(f"--last-step-of-checkpoint must be None, auto or a step >= 1, "
-                         f"got {args.last_step_of_checkpoint!r}")
-        args.last_step_of_checkpoint = int(args.last_step_of_checkpoint)
-    if args.learning_rate <= 0:
-        parser.error(f"--learning-rate must be positive, got {args.learning_rate}")
-    if args.warmup_start_lr < 0:
-        parser.error(f"--warmup-start-lr must not be negative, got {args.warmup_start_lr}")
-    for flag in ("warmup_proportion", "constant_proportion"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            parser.error(f"--{flag.replace('_', '-')} must be in [0, 1], got {getattr(args, flag)}")
-    if args.warmup_proportion + args.constant_proportion > 1.0:
-        parser.error("--warmup-proportion plus --constant-proportion must not exceed 1")
-    for flag in ("beta1", "beta2"):
-        if not 0.0 <= getattr(args, flag) < 1.0:
-            parser.error(f"--{flag} must be in [0, 1), got {getattr(args, flag)}")
-    for flag in ("epsilon", "max_grad_norm", "lr_decay_power"):
-        if getattr(args, flag) <= 0:
-            parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    if args.weight_decay < 0:
-        parser.error(f"--weight-decay must not be negative, got {args.weight_decay}")
-    cli.check_seed(parser, args)
+    for flag in ("from_pretrained_params", "from_phase1_final_params"):
+        path = getattr(args, flag)
+        if path is not None:
+            try:
+                resolve_weights_file(path, args.model_prefix, flag)
+            except FileNotFoundError:
+                parser.error(f"--{flag.replace('_', '-')} {path}: no {args.model_prefix}{checkpoint.PARAMS_SUFFIX} or "
+                             f"{args.model_prefix}{SAFETENSORS_SUFFIX} there, and no such weights file")
+
+
+def _check_data_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The shards, the masking they allow and the vocabulary; --report-file's default."""
     if args.masked_lm_ratio is not None and not 0.0 < args.masked_lm_ratio < 1.0:
         parser.error(f"--masked-lm-ratio must be between 0 and 1, got {args.masked_lm_ratio}")
-    check_amp_arguments(parser, args)
-    check_eval_arguments(parser, args)
-
     if not Path(args.input_dir).is_dir():
         parser.error(f"--input-dir {args.input_dir}: no such folder")
     if args.masked_lm_ratio is None:
@@ -278,20 +275,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                      "--masked-lm-ratio, or with --no-masking to mask in the loader")
     if not Path(args.vocab_file).is_file():
         parser.error(f"--vocab-file {args.vocab_file}: no such file")
+    cli.default_report_file(args)
+
+
+def _check_model_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--config-file: --bert-model's unless given, and it exists."""
     try:
         args.config_file = config_file_for(args.bert_model, args.config_file)
     except ValueError as error:
         parser.error(str(error))
     if not Path(args.config_file).is_file():
         parser.error(f"--config-file {args.config_file}: no such file")
-    for flag in ("from_pretrained_params", "from_phase1_final_params"):
-        path = getattr(args, flag)
-        if path is not None:
-            try:
-                resolve_weights_file(path, args.model_prefix, flag)
-            except FileNotFoundError:
-                parser.error(f"--{flag.replace('_', '-')} {path}: no {args.model_prefix}{checkpoint.PARAMS_SUFFIX} or "
-                             f"{args.model_prefix}{SAFETENSORS_SUFFIX} there, and no such weights file")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and check the command line; invalid input exits with a one-line error naming the flag (the ranges of
+    single options are checked by their argparse types, cli.py)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for check in (_check_schedule_options, _check_starting_weights, check_amp_arguments, check_eval_arguments,
+                  _check_data_options, _check_model_options):
+        check(parser, args)
     return args
 
 
@@ -303,21 +307,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def load_bert_config(args: argparse.Namespace) -> BertConfig:
     return build_config(args.bert_model, args.config_file, fuse_mha=args.fuse_mha,
                         pad_vocab_size_multiple=VOCAB_PAD_MULTIPLE, max_seq_length=args.max_seq_length)
-
-
-@dataclasses.dataclass
-class StepResult:
-    """What one optimizer step did, in global (all-rank) terms."""
-
-    loss: float
-    mlm_loss: float
-    nsp_loss: float
-    sequences: int
-    rank_sequences: int  # this rank's part of sequences
-    learning_rate: float
-    loss_scale: float
-    skipped: bool
-    padding_fraction: float  # this rank's micro-batches as the model got them (packed or not), their mean
 
 
 @dataclasses.dataclass
@@ -568,6 +557,11 @@ class RunCheckpoints:
         )
 
 
+# ---------------------------------------------------------------------------------------------
+# Stop requests: a signal or the stop file ends the run at the next step boundary
+# ---------------------------------------------------------------------------------------------
+
+
 # run.sub creates this file when Slurm's --signal warning arrives (Paddle's launcher would not wait for its ranks
 # to checkpoint on a SIGTERM of its own).
 STOP_FILE_VARIABLE = "PADDLEBERT_STOP_FILE"
@@ -613,135 +607,6 @@ class StopRequest:
     def __exit__(self, *exc_info) -> None:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
-
-
-# ---------------------------------------------------------------------------------------------
-# Progress reports
-# ---------------------------------------------------------------------------------------------
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-REPORT_METRICS = {
-    "loss": {"format": ":.4f"}, "mlm_loss": {"format": ":.4f"}, "nsp_loss": {"format": ":.4f"},
-    "learning_rate": {"format": ":.6e"}, "loss_scale": {"format": ":.1f"},
-    "sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
-    # NVIDIA's keys; seqs_per_sec's unit is not plot_report's "sequences/s", so the plot shows the global figure.
-    "step_cost": {"unit": "s", "format": ":.3f"}, "step_samples": {"unit": "sequences", "format": ":d"},
-    "seqs_per_sec": {"unit": "sequences/s per rank", "format": ":.2f"},
-    "e2e_train_time": {"unit": "s", "format": ":.2f"}, "raw_train_time": {"unit": "s", "format": ":.2f"},
-    "training_sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
-    "final_loss": {"format": ":.4f"}, "padding_fraction": {"format": ":.4f"},
-}
-
-
-class ProgressReporter:
-    """The loss and throughput of each --log-freq interval (DLLogger records, the VisualDL log if there is one,
-    and a printed line with the ETA), the skipped updates, and the run's summary over its timed steps (all of
-    them, or a benchmark's).
-
-    Each record of a training step (an interval's, a skipped update's, an evaluation's) has NVIDIA's step
-    [epoch, step]: the step is the optimizer step just done (1-based, counted across resumes) and the epoch is
-    `epoch_of()`, the training loader's 0-based epoch of the last batch it handed out, i.e. how many full passes
-    over the shards came before this step's last micro-batch (a resumed run continues the loader's count).
-
-    An interval's record holds our keys (loss, mlm_loss and nsp_loss averaged over the interval's updates,
-    learning_rate and loss_scale of its last step, sequences_per_second of all ranks) and NVIDIA's (program.py
-    of its PaddlePaddle BERT recipe), measured as NVIDIA does: step_cost, the wall seconds of the whole interval
-    (not of one step); step_samples, the sequences this rank trained on in it (skipped updates included); and
-    seqs_per_sec = step_samples / step_cost, per rank. NVIDIA's own loss is the last step's; ours keeps the mean.
-
-    A run without NSP (--no-nsp) reports no nsp_loss: its loss is mlm_loss."""
-
-    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int,
-                 epoch_of: Callable[[], int], nsp: bool = True, visualdl: VisualDLLog | None = None):
-        self.logger, self.say, self.visualdl, self.epoch_of = logger, say, visualdl, epoch_of
-        self.start_step, self.last_step, self.log_freq = start_step, last_step, log_freq
-        self.loss_keys = ("loss", "mlm_loss", "nsp_loss") if nsp else ("loss", "mlm_loss")
-        for name, meta in REPORT_METRICS.items():
-            logger.metadata(name, meta)
-        self.loop_start = time.perf_counter()
-        self.final_loss = float("nan")
-        self._start_interval(self.loop_start)
-        self.start_timing(self.loop_start)
-
-    def _start_interval(self, now: float) -> None:
-        self.interval = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "steps": 0, "sequences": 0,
-                         "rank_sequences": 0}
-        self.interval_start = now
-
-    def start_timing(self, now: float | None = None) -> None:
-        """The summary's throughput counts the steps from here (a benchmark calls this after its warmup)."""
-        self.timed_start = time.perf_counter() if now is None else now
-        self.timed_sequences = self.timed_steps = 0
-        self.timed_padding = 0.0
-
-    def record(self, step: int, result: StepResult, stopping: bool) -> None:
-        self.timed_sequences += result.sequences
-        self.timed_steps += 1
-        self.timed_padding += result.padding_fraction
-        self.interval["sequences"] += result.sequences
-        self.interval["rank_sequences"] += result.rank_sequences
-        if result.skipped:
-            self.say(f"Step {step}: non-finite loss or float16 overflow; update skipped "
-                     f"(loss scale {result.loss_scale:g})", flush=True)
-            self.logger.log((self.epoch_of(), step),
-                            {"skipped_update": 1, "loss": result.loss, "loss_scale": result.loss_scale})
-        else:
-            for key in self.loss_keys:
-                self.interval[key] += getattr(result, key)
-            self.interval["steps"] += 1
-        if step % self.log_freq == 0 or step == self.last_step or stopping:
-            self._report_interval(step, result)
-
-    def _report_interval(self, step: int, result: StepResult) -> None:
-        now = time.perf_counter()
-        interval = self.interval
-        if interval["steps"]:
-            self.final_loss = interval["loss"] / interval["steps"]
-            elapsed = now - self.interval_start
-            sequences_per_second = interval["sequences"] / elapsed
-            self.log(step, {
-                **{key: interval[key] / interval["steps"] for key in self.loss_keys},
-                "learning_rate": result.learning_rate,
-                "loss_scale": result.loss_scale,
-                "sequences_per_second": sequences_per_second,
-                "step_cost": elapsed,
-                "step_samples": interval["rank_sequences"],
-                "seqs_per_sec": interval["rank_sequences"] / elapsed,
-            })
-            eta = (now - self.loop_start) / (step - self.start_step) * (self.last_step - step)
-            self.say(f"step {step}/{self.last_step} ({100 * step / self.last_step:.1f}%)  loss {self.final_loss:.4f}"
-                     f"  lr {result.learning_rate:.3e}  {sequences_per_second:.1f} seq/s  ETA {format_duration(eta)}",
-                     flush=True)
-        self._start_interval(now)
-
-    def log(self, step: int, metrics: dict) -> None:
-        """A step's metrics to the report (at [epoch, step]) and the VisualDL log (at step); validation metrics
-        are named eval_*."""
-        self.logger.log((self.epoch_of(), step), metrics)
-        if self.visualdl is not None:
-            self.visualdl.scalars(step, metrics)
-
-    def summarise(self, process_start: float, world_size: int) -> dict:
-        train_time = time.perf_counter() - self.timed_start
-        summary = {
-            "e2e_train_time": time.time() - process_start,
-            "training_sequences_per_second": self.timed_sequences / train_time if train_time > 0 else 0.0,
-            "final_loss": self.final_loss,
-            "raw_train_time": train_time,
-            "timed_steps": self.timed_steps,
-            "padding_fraction": self.timed_padding / self.timed_steps if self.timed_steps else 0.0,
-            "world_size": world_size,
-        }
-        self.logger.log((), summary)
-        self.say("Summary: " + json.dumps(summary), flush=True)
-        if self.visualdl is not None:
-            self.visualdl.close()
-        return summary
 
 
 # ---------------------------------------------------------------------------------------------
@@ -833,16 +698,6 @@ def claim_output_dir(args: argparse.Namespace, phase: int, rank: int, world_size
         raise ValueError(failure)
 
 
-def run(args: argparse.Namespace, process_start: float, process_info: dict) -> int:
-    rank, world_size = init_data_parallel()
-    phase = 1 if args.phase1 else 2
-    claim_output_dir(args, phase, rank, world_size)
-    try:
-        return train_phase(args, phase, rank, world_size, process_start, process_info)
-    finally:
-        folder_lock.release(args.output_dir)
-
-
 def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int, process_start: float,
                 process_info: dict) -> int:
     # The report file gets every record; stdout gets the shorter progress lines of ProgressReporter instead.
@@ -910,6 +765,16 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
             f"steps after {args.benchmark_warmup_steps} warmup steps", flush=True)
     logger.close()
     return 0
+
+
+def run(args: argparse.Namespace, process_start: float, process_info: dict) -> int:
+    rank, world_size = init_data_parallel()
+    phase = 1 if args.phase1 else 2
+    claim_output_dir(args, phase, rank, world_size)
+    try:
+        return train_phase(args, phase, rank, world_size, process_start, process_info)
+    finally:
+        folder_lock.release(args.output_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

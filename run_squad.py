@@ -34,7 +34,7 @@ import paddle
 import finetune
 import inference
 from atomic_io import atomic_write_set, text_writer
-from cli import check_at_least, finite_float, run_main
+from cli import DefaultsHelpFormatter, add_benchmark_arguments, finite_float, positive_int, run_main
 from dllog import DLLogger
 from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
 from loss import squad_span_loss
@@ -74,14 +74,15 @@ INT8_QUANTIZATION = "dynamic"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=f"{__doc__.splitlines()[0]} {DIFFERENCES_FROM_NVIDIA}",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=DefaultsHelpFormatter)
     data = parser.add_argument_group("Data and outputs")
     data.add_argument("--train-file", help="SQuAD json for training, e.g. train-v1.1.json")
     data.add_argument("--predict-file", help="SQuAD json to predict (and evaluate), e.g. dev-v1.1.json")
     finetune.add_shared_data_arguments(data, max_seq_length=384,
                                        max_seq_length_help="tokens per feature, question included")
-    data.add_argument("--doc-stride", type=int, default=128, help="tokens between the starts of context windows")
-    data.add_argument("--max-query-length", type=int, default=64, help="questions are cut to this many tokens")
+    data.add_argument("--doc-stride", type=positive_int, default=128,
+                      help="tokens between the starts of context windows")
+    data.add_argument("--max-query-length", type=positive_int, default=64, help="questions are cut to this many tokens")
     data.add_argument("--verbose-logging", action="store_true",
                       help="print every training answer that tokens cannot reproduce exactly")
     data.add_argument("--version-2-with-negative", action="store_true",
@@ -94,9 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                             help="write predictions.json and nbest_predictions.json for --predict-file")
     prediction.add_argument("--do-eval", action="store_true",
                             help="score the predictions against --predict-file (exact match, F1)")
-    prediction.add_argument("--predict-batch-size", type=int, default=8, help="features per prediction batch")
-    prediction.add_argument("--n-best-size", type=int, default=20, help="candidates kept per question")
-    prediction.add_argument("--max-answer-length", type=int, default=30, help="longest answer, in tokens")
+    prediction.add_argument("--predict-batch-size", type=positive_int, default=8,
+                            help="features per prediction batch")
+    prediction.add_argument("--n-best-size", type=positive_int, default=20, help="candidates kept per question")
+    prediction.add_argument("--max-answer-length", type=positive_int, default=30, help="longest answer, in tokens")
     prediction.add_argument("--null-score-diff-threshold", type=finite_float, default=0.0,
                             help="--version-2-with-negative: answer \"\" when the null answer's score minus the "
                                  "best answer's exceeds this")
@@ -105,12 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  "PREDICT_FILE predictions.json` and report its exact match and F1")
     inference.add_inference_arguments(prediction, int8_quantization=INT8_QUANTIZATION)
 
-    benchmark = parser.add_argument_group("Benchmark")
-    benchmark.add_argument("--benchmark", action="store_true",
-                           help="time training and/or prediction steps instead of producing outputs; prediction "
-                                "batches are padded to --max-seq-length")
-    benchmark.add_argument("--benchmark-steps", type=int, default=20, help="timed steps")
-    benchmark.add_argument("--benchmark-warmup-steps", type=int, default=20, help="untimed steps before them")
+    add_benchmark_arguments(parser, "time training and/or prediction steps instead of producing outputs; prediction "
+                                    "batches are padded to --max-seq-length")
     finetune.add_advanced_arguments(parser)
     compatibility = parser.add_argument_group("Accepted for NVIDIA's command lines")
     compatibility.add_argument("--num-steps-per-checkpoint", type=int, default=None,
@@ -137,9 +135,6 @@ def check_squad_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
         parser.error("--eval-script is only used with --do-eval")
     if args.eval_script and not os.path.isfile(args.eval_script):
         parser.error(f"--eval-script {args.eval_script}: file not found")
-    check_at_least(parser, args, "n_best_size", "max_answer_length", "doc_stride", "max_query_length",
-                   "benchmark_steps")
-    check_at_least(parser, args, "benchmark_warmup_steps", minimum=0)
     if args.max_seq_length < args.max_query_length + 4:
         parser.error("--max-seq-length must leave room for the question (--max-query-length) and some context")
 

@@ -285,8 +285,48 @@ def test_nvidia_resume_forms(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"other/13: no checkpoint folder for step 13"):
         open_resume_checkpoint(other, 13, own)
     # A phase folder without a last step is not a checkpoint: the error says what to add.
-    with pytest.raises(FileNotFoundError, match=r"other: incomplete or missing .*add --last-step-of-checkpoint auto"):
+    with pytest.raises(FileNotFoundError, match=r"other: not a checkpoint folder .*add --last-step-of-checkpoint auto"):
         open_resume_checkpoint(other, None, own)
+
+
+def test_a_step_folder_rotated_away_is_named_once_with_the_steps_that_remain(tmp_path):
+    # NVIDIA's form --from-checkpoint <phase>/4 --last-step-of-checkpoint 4, after rotation removed step 4: the
+    # message named ".../4/4", a folder nobody asked for.
+    for step in (2, 4, 6, 8):
+        save(tmp_path, step, keep_max=2)
+    with pytest.raises(FileNotFoundError) as error:
+        open_resume_checkpoint(tmp_path / "4", 4, tmp_path)
+    assert str(error.value) == f"{tmp_path / '4'}: no checkpoint folder for step 4 ({tmp_path} holds steps 6, 8)"
+    with pytest.raises(FileNotFoundError, match=r"/4: no checkpoint folder for step 4 \(.* holds steps 6, 8\)$"):
+        open_resume_checkpoint(tmp_path, 4, tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"absent/4: no checkpoint folder for step 4 \(.*absent does not "
+                       r"exist\)"):
+        open_resume_checkpoint(None, 4, tmp_path / "absent")
+
+
+def test_read_only_resolution_renames_nothing_and_loads_no_weights(tmp_path):
+    # Fine-tuning's mode: another run's checkpoints are read, never set aside.
+    for step in (16, 24, 32):
+        save(tmp_path, step)
+    break_checkpoint(tmp_path / "32", "garbled progress")
+    break_checkpoint(tmp_path / "24", "truncated params")  # only the progress file is read
+    before = file_bytes(tmp_path)
+    resume = open_resume_checkpoint(tmp_path, "auto", None, read_only=True)
+    assert resume.folder == tmp_path / "24" and resume.progress["global_step"] == 24
+    assert resume.model_state is None and resume.optimizer_state is None and resume.set_aside == ()
+    assert open_resume_checkpoint(tmp_path / "16", None, None, read_only=True).folder == tmp_path / "16"
+    assert open_resume_checkpoint(tmp_path, 16, None, read_only=True).folder == tmp_path / "16"
+    assert file_bytes(tmp_path) == before
+    # Nothing intact: the unreadable folders are named, and stay.
+    break_checkpoint(tmp_path / "24", "no progress file")
+    break_checkpoint(tmp_path / "16", "wrong step")
+    with pytest.raises(ValueError, match=r"no intact checkpoint to resume from, only the unreadable 16, 24, 32;"):
+        open_resume_checkpoint(tmp_path, "auto", None, read_only=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["16", "24", "32"]
+    # Without a phase folder of its own, an empty or missing folder is never a fresh start.
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"empty: --from-checkpoint holds no checkpoint$"):
+        open_resume_checkpoint(tmp_path / "empty", "auto", None, read_only=True)
 
 
 def break_checkpoint(folder, how: str) -> None:

