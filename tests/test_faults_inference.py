@@ -1,9 +1,9 @@
 """Fault cases of predicting through an exported model (issue 24), in the manner of tests/test_faults.py: an export
-of the other task, a classifier of other labels, a --max-seq-length beyond the exported position table, an
-export without (or with a damaged) record of what it is, on both backends; and a Ctrl-C during SQuAD
+of the other task and a --max-seq-length beyond the exported position table on both backends, a classifier of
+other labels, an export without (or with a damaged) record of what it is; and a Ctrl-C during SQuAD
 post-processing of a real run_squad.py process.
 
-Each case asserts the exit status, one message line naming the folder or file at fault, and that the export and
+Each refusal asserts the exit status, one message line naming the folder or file at fault, and that the export and
 the earlier predictions in the output folder are intact by checksum.
 """
 
