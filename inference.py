@@ -24,11 +24,18 @@ neither requirements.txt nor the Docker image has, and which no machine of this 
 
 The settings of the thread pools, the execution mode and the graph optimizations of each backend are made here
 (CPU_SETTINGS, onnxruntime_session_settings).
+
+Beside the program, export_inference_model records what the model is (<prefix>.export.json: its Head and the
+length of its position table); before either backend loads the model, check_exported_model compares that record
+with the task's head and --max-seq-length, so that a SQuAD export given to run_glue.py, or a length the export
+cannot embed, is a one-line error at the start instead of a failure inside the first batches.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -39,7 +46,8 @@ import paddle
 
 import onnx_backend
 from amp import AmpPolicy, amp_autocast
-from modeling import INPUT_NAMES, standard_copy
+from atomic_io import atomic_write_text
+from modeling import INPUT_NAMES, BertForQuestionAnswering, BertForSequenceClassification, standard_copy
 
 INFERENCE_BACKENDS = ("paddle", "onnxruntime")
 INFERENCE_PRECISIONS = ("fp32", "bf16", "fp16", "int8")
@@ -50,6 +58,8 @@ CALIBRATION_FEATURES = 256
 MASK_INPUT = "attention_mask"
 # Initial size of Paddle Inference's GPU memory pool; it grows on demand.
 GPU_MEMORY_POOL_MB = 1024
+# Paddle 3 with PIR writes the exported program as <prefix>.json; older formats used <prefix>.pdmodel.
+PROGRAM_SUFFIXES = (".json", ".pdmodel")
 # Runs the model on a collated batch: (input_ids, token_type_ids, attention_mask) [B, S] -> the model's outputs
 BatchPredictor = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, ...]]
 
@@ -105,21 +115,120 @@ def check_inference_arguments(parser: argparse.ArgumentParser, args: argparse.Na
 
 
 # ---------------------------------------------------------------------------------------------
+# What an export is
+# ---------------------------------------------------------------------------------------------
+
+
+SPAN, CLASSIFIER = "span", "classifier"
+
+
+@dataclasses.dataclass(frozen=True)
+class Head:
+    """The head a task model ends in, which decides its outputs: SQuAD's span head (start and end logits
+    [B, S]) or a classifier of num_labels labels (logits [B, num_labels]; num_labels is 0 for the span head)."""
+
+    kind: str
+    num_labels: int = 0
+
+    def __str__(self) -> str:
+        return "a SQuAD (span) model" if self.kind == SPAN else f"a classifier of {self.num_labels} labels"
+
+
+SPAN_HEAD = Head(SPAN)
+
+
+def classifier_head(num_labels: int) -> Head:
+    return Head(CLASSIFIER, num_labels)
+
+
+def head_of(model: paddle.nn.Layer) -> Head:
+    if isinstance(model, BertForSequenceClassification):
+        return classifier_head(model.num_labels)
+    if isinstance(model, BertForQuestionAnswering):
+        return SPAN_HEAD
+    raise ValueError(f"{type(model).__name__} has no task head to export")
+
+
+def export_record_file(prefix: str) -> str:
+    return prefix + ".export.json"
+
+
+def read_export_record(prefix: str) -> tuple[Head, int] | None:
+    """(head, max_position_embeddings) from the record that export_inference_model wrote at prefix; None when
+    there is none. ValueError in one line naming the file when it is not such a record."""
+    path = export_record_file(prefix)
+    if not os.path.isfile(path):
+        return None
+
+    def damaged(reason: str) -> ValueError:
+        return ValueError(f"{path}: {reason} (export the model again with --export-dir)")
+
+    try:
+        with open(path, encoding="utf-8") as reader:
+            record = json.load(reader)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise damaged("not JSON") from None
+    if not isinstance(record, dict):
+        raise damaged("not a JSON object")
+    for key in ("head", "max_position_embeddings") + (("num_labels",) if record.get("head") == CLASSIFIER else ()):
+        if key not in record:
+            raise damaged(f"no {key}")
+    if record["head"] not in (SPAN, CLASSIFIER):
+        raise damaged(f"head {record['head']!r} is not {SPAN} or {CLASSIFIER}")
+    for key in ("max_position_embeddings", "num_labels"):
+        value = record.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise damaged(f"{key} {value!r} is not a positive integer")
+    return Head(record["head"], record.get("num_labels", 0)), record["max_position_embeddings"]
+
+
+def check_exported_model(model_dir: str, model_prefix: str, head: Head, max_seq_length: int) -> str | None:
+    """ValueError in one line naming model_dir when the export there is not a model of `head` or its position
+    table is shorter than max_seq_length, the same for both backends (the ONNX model is converted from the
+    recorded program). Returns the notice for an export without a record (from before the record existed),
+    whose head and length go unchecked; without a model either, the predictor names the missing file."""
+    prefix = os.path.join(model_dir, model_prefix)
+    record = read_export_record(prefix)
+    if record is None:
+        model_files = [prefix + suffix for suffix in PROGRAM_SUFFIXES] + [onnx_backend.onnx_file(prefix)]
+        if not any(os.path.isfile(path) for path in model_files):
+            return None
+        return (f"{export_record_file(prefix)}: not found (the model was exported by an earlier PaddleBERT), so its "
+                "head and max_position_embeddings are not checked against the task and --max-seq-length")
+    exported_head, positions = record
+    if exported_head != head:
+        raise ValueError(f"--inference-model-dir {model_dir} holds {exported_head}, not {head}")
+    if max_seq_length > positions:
+        raise ValueError(f"--inference-model-dir {model_dir}: --max-seq-length {max_seq_length} exceeds the exported "
+                         f"model's max_position_embeddings {positions}")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
 # Export
 # ---------------------------------------------------------------------------------------------
 
 
 def export_inference_model(model: paddle.nn.Layer, export_dir: str, model_prefix: str) -> str:
-    """paddle.jit.save the model with dynamic [batch, sequence] int64 inputs; returns the path prefix.
+    """paddle.jit.save the model with dynamic [batch, sequence] int64 inputs, and its record (head and position
+    table length) beside it; returns the path prefix.
 
     The program is always fp32 with Paddle's standard layers and attention (standard_copy), whatever the
     training precision or device: Paddle Inference fuses those ops itself and chooses its own kernels.
     """
+    head = head_of(model)
     model.eval()
     input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in INPUT_NAMES]
     prefix = os.path.join(export_dir, model_prefix)
     os.makedirs(export_dir, exist_ok=True)
+    # An earlier export's record goes first: if the save fails halfway, no record describes the wrong program.
+    if os.path.isfile(export_record_file(prefix)):
+        os.remove(export_record_file(prefix))
     paddle.jit.save(standard_copy(model), prefix, input_spec=input_spec)
+    record = {"head": head.kind, "max_position_embeddings": model.config.max_position_embeddings}
+    if head.kind == CLASSIFIER:
+        record["num_labels"] = head.num_labels
+    atomic_write_text(export_record_file(prefix), json.dumps(record, indent=2) + "\n")
     return prefix
 
 
@@ -133,8 +242,7 @@ def export_onnx_model(model: paddle.nn.Layer, prefix: str) -> str:
 
 
 def exported_program_file(prefix: str) -> str:
-    # Paddle 3 with PIR writes the program as <prefix>.json; older formats used <prefix>.pdmodel.
-    for suffix in (".json", ".pdmodel"):
+    for suffix in PROGRAM_SUFFIXES:
         if os.path.isfile(prefix + suffix):
             return prefix + suffix
     raise FileNotFoundError(f"{prefix}.json: no exported model (run with --export-dir first)")
@@ -312,10 +420,11 @@ def dygraph_predictor(model: paddle.nn.Layer, policy: AmpPolicy) -> BatchPredict
 
 def export_and_predict(model: paddle.nn.Layer | None, args: argparse.Namespace, session, predicting: bool,
                        predict: Callable[[BatchPredictor], None],
-                       calibration_inputs: Callable[[], dict[str, np.ndarray]] | None = None) -> None:
+                       calibration_inputs: Callable[[], dict[str, np.ndarray]] | None = None, *, head: Head) -> None:
     """Rank 0's part of a fine-tuning run after training: --export-dir (and --export-onnx, with the
     calibration_inputs of the training file when training), then, when `predicting`, `predict` with the
-    exported predictor of --inference-model-dir or else with the model itself (a finetune.Session)."""
+    exported predictor of --inference-model-dir, checked to be a model of the task's `head` that takes
+    --max-seq-length, or else with the model itself (a finetune.Session)."""
     if args.export_dir:
         prefix = export_inference_model(model, args.export_dir, args.model_prefix)
         session.logger.log("PARAMETER", {"exported_model": prefix})
@@ -325,6 +434,8 @@ def export_and_predict(model: paddle.nn.Layer | None, args: argparse.Namespace, 
                 onnx_backend.save_calibration(onnx_backend.calibration_file(prefix), calibration_inputs())
     if predicting:
         if args.inference_model_dir:
+            _print_notices([check_exported_model(args.inference_model_dir, args.model_prefix, head,
+                                                 args.max_seq_length)])
             run = predictor_for(args, session.num_threads)
         else:
             run = dygraph_predictor(model, session.policy)

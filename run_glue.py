@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     inference.export_and_predict(model, args, session, args.do_predict or args.do_eval,
                                  lambda run: predict(run, prediction_examples, session.tokenizer, args, session.logger),
-                                 lambda: calibration_inputs(args, session.tokenizer))
+                                 lambda: calibration_inputs(args, session.tokenizer),
+                                 head=inference.classifier_head(len(task_labels(args))))
     session.logger.close()
 
 

@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     inference.export_and_predict(model, args, session, args.do_predict,
                                  lambda run: predict(run, prediction_examples, session.tokenizer, args, session.logger),
-                                 lambda: calibration_inputs(args, session.tokenizer))
+                                 lambda: calibration_inputs(args, session.tokenizer), head=inference.SPAN_HEAD)
     session.logger.close()
 
 

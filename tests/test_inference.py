@@ -1,10 +1,12 @@
 """inference.py's Paddle Inference side: the predictor's settings per device and precision, the Config they build
 (a recording stand-in for paddle.inference.Config), the options of both task scripts, and real fp32/bf16
-predictors of a tiny exported model against the dygraph model. (Moved from tests/test_squad_run.py with the code
+predictors of a tiny exported model against the dygraph model, and the record each export keeps of its head and
+position table. (Moved from tests/test_squad_run.py with the code
 they test.)"""
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -226,6 +228,34 @@ def test_squad_predictor_returns_start_and_end_logits(tmp_path):
     assert len(outputs) == 2
     for output, reference in zip(outputs, expected, strict=True):
         np.testing.assert_allclose(output, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_the_export_records_its_head_and_position_table_and_replaces_an_earlier_record(tmp_path):
+    values = {**BertConfig.from_json_file(str(TINY_CONFIG)).to_dict(), "max_position_embeddings": 96}
+    config = BertConfig.from_dict(values)
+    record = tmp_path / "model.export.json"
+    inference.export_inference_model(BertForSequenceClassification(config, 5), str(tmp_path), "model")
+    assert json.loads(record.read_text()) == {"head": "classifier", "max_position_embeddings": 96, "num_labels": 5}
+    assert inference.read_export_record(str(tmp_path / "model")) == (inference.classifier_head(5), 96)
+    inference.export_inference_model(BertForQuestionAnswering(config), str(tmp_path), "model")  # over it
+    assert json.loads(record.read_text()) == {"head": "span", "max_position_embeddings": 96}
+    assert inference.read_export_record(str(tmp_path / "model")) == (inference.SPAN_HEAD, 96)
+    assert inference.check_exported_model(str(tmp_path), "model", inference.SPAN_HEAD, 96) is None
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model.export.json", "model.json", "model.pdiparams"]
+
+
+def test_a_failed_export_leaves_no_record_of_the_earlier_model(tmp_path, monkeypatch):
+    config = BertConfig.from_json_file(str(TINY_CONFIG))
+    inference.export_inference_model(BertForQuestionAnswering(config), str(tmp_path), "m")
+    assert inference.read_export_record(str(tmp_path / "m")) == (inference.SPAN_HEAD, config.max_position_embeddings)
+
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(paddle.jit, "save", fail)
+    with pytest.raises(OSError):
+        inference.export_inference_model(BertForSequenceClassification(config, 2), str(tmp_path), "m")
+    assert inference.read_export_record(str(tmp_path / "m")) is None
 
 
 # ---------------------------------------------------------------------------------------------

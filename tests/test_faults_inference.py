@@ -1,0 +1,228 @@
+"""Fault cases of predicting through an exported model (issue 24), in the manner of tests/test_faults.py: an export
+of the other task and a --max-seq-length beyond the exported position table on both backends, a classifier of
+other labels, an export without (or with a damaged) record of what it is; and a Ctrl-C during SQuAD
+post-processing of a real run_squad.py process.
+
+Each refusal asserts the exit status, one message line naming the folder or file at fault, and that the export and
+the earlier predictions in the output folder are intact by checksum.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cli
+import inference
+import run_glue
+import run_squad
+from atomic_io import TEMP_PREFIX
+from conftest import ROOT, require_shared
+from helpers import common_argv, tiny_config
+from modeling import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
+from test_faults import assert_kept, one_line_error, run_entry, snapshot
+
+# The exported models' position table: shorter than bert-tiny's 512, so that --max-seq-length 512 exceeds it.
+POSITIONS = 128
+BACKENDS = ("paddle", "onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """A tiny SQuAD model and a tiny 2-label classifier of POSITIONS positions, each exported for both backends
+    (squad_export/, glue_export/), with the config, 16 MRPC dev pairs and one SQuAD paragraph."""
+    folder = tmp_path_factory.mktemp("faults_inference")
+    values = {**tiny_config(), "max_position_embeddings": POSITIONS}
+    (folder / "config.json").write_text(json.dumps(values))
+    config = BertConfig.from_dict(values)
+    for name, model in (("squad_export", BertForQuestionAnswering(config)),
+                        ("glue_export", BertForSequenceClassification(config, 2))):
+        inference.export_onnx_model(model, inference.export_inference_model(model, str(folder / name), "bert_paddle"))
+    lines = require_shared("data", "glue", "MRPC", "dev.tsv").read_bytes().split(b"\n")
+    (folder / "dev.tsv").write_bytes(b"\n".join(lines[:17]) + b"\n")
+    article = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())["data"][0]
+    squad = {"version": "1.1", "data": [{"title": article["title"], "paragraphs": article["paragraphs"][:1]}]}
+    (folder / "squad.json").write_text(json.dumps(squad))
+    return folder
+
+
+def glue_argv(workspace: Path, export: Path, output_dir: Path, *extra: str) -> list[str]:
+    return ["--task-name", "mrpc", *common_argv(workspace, output_dir), "--do-predict", "--predict-file",
+            str(workspace / "dev.tsv"), "--inference-model-dir", str(export), *extra]
+
+
+def squad_argv(workspace: Path, export: Path, output_dir: Path, *extra: str) -> list[str]:
+    return [*common_argv(workspace, output_dir), "--do-predict", "--predict-file", str(workspace / "squad.json"),
+            "--inference-model-dir", str(export), "--doc-stride", "64", *extra]
+
+
+def earlier_predictions(output_dir: Path, *names: str) -> dict[str, str]:
+    """An output folder that holds the prediction files of an earlier run; their checksums."""
+    output_dir.mkdir(parents=True)
+    for name in names:
+        (output_dir / name).write_text(f"the earlier run's {name}\n")
+    return snapshot(output_dir)
+
+
+def refused(argv: list[str], capsys, script: str, export: Path, output_dir: Path, earlier: tuple[str, ...],
+            *named: str) -> str:
+    """Run the script, expect exit 1 with one line naming `named`, the export and the earlier files intact."""
+    main = {"run_glue.py": run_glue.main, "run_squad.py": run_squad.main}[script]
+    before = {**snapshot(export), **earlier_predictions(output_dir, *earlier)}
+    status, output = run_entry(argv, capsys, main, script)
+    assert status == 1, output[-3000:]
+    line = one_line_error(output, f"{script}: ", *named)
+    assert_kept(before)
+    return line
+
+
+GLUE_FILES = (run_glue.PREDICTIONS_FILE,)
+SQUAD_FILES = ("predictions.json", "nbest_predictions.json")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# An export of another task
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_squad_export_given_to_run_glue_is_one_line_saying_it_is_a_span_model(workspace, tmp_path, capsys, backend):
+    export = workspace / "squad_export"
+    line = refused(glue_argv(workspace, export, tmp_path / "out", "--inference-backend", backend), capsys,
+                   "run_glue.py", export, tmp_path / "out", GLUE_FILES, str(export))
+    assert line == (f"run_glue.py: --inference-model-dir {export} holds a SQuAD (span) model, not a classifier of 2 "
+                    "labels")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_glue_export_given_to_run_squad_is_one_line_saying_it_is_a_classifier(workspace, tmp_path, capsys, backend):
+    export = workspace / "glue_export"
+    line = refused(squad_argv(workspace, export, tmp_path / "out", "--inference-backend", backend), capsys,
+                   "run_squad.py", export, tmp_path / "out", SQUAD_FILES, str(export))
+    assert line == (f"run_squad.py: --inference-model-dir {export} holds a classifier of 2 labels, not a SQuAD (span) "
+                    "model")
+
+
+def test_a_classifier_of_other_labels_is_one_line_naming_both_counts(workspace, tmp_path, capsys):
+    export = workspace / "glue_export"
+    argv = glue_argv(workspace, export, tmp_path / "out")
+    argv[argv.index("mrpc")] = "custom"
+    argv += ["--text-a-column", "#1 String", "--text-b-column", "#2 String", "--label-column", "Quality",
+             "--labels", "0,1,2"]
+    line = refused(argv, capsys, "run_glue.py", export, tmp_path / "out", GLUE_FILES, str(export))
+    assert line.endswith("holds a classifier of 2 labels, not a classifier of 3 labels")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A sequence length beyond the exported position table
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("script", ["run_squad.py", "run_glue.py"])
+def test_a_max_seq_length_beyond_the_exported_positions_is_one_line_with_both_numbers(workspace, tmp_path, capsys,
+                                                                                      backend, script):
+    squad = script == "run_squad.py"
+    export = workspace / ("squad_export" if squad else "glue_export")
+    argv = (squad_argv if squad else glue_argv)(workspace, export, tmp_path / "out", "--max-seq-length", "512",
+                                                "--inference-backend", backend)
+    line = refused(argv, capsys, script, export, tmp_path / "out", SQUAD_FILES if squad else GLUE_FILES)
+    assert line == (f"{script}: --inference-model-dir {export}: --max-seq-length 512 exceeds the exported model's "
+                    f"max_position_embeddings {POSITIONS}")
+
+
+def test_the_exported_length_itself_is_accepted(workspace, tmp_path, capsys):
+    argv = squad_argv(workspace, workspace / "squad_export", tmp_path / "out", "--max-seq-length", str(POSITIONS))
+    status, output = run_entry(argv, capsys, run_squad.main, "run_squad.py")
+    assert status == 0, output[-3000:]
+    assert (tmp_path / "out" / "predictions.json").is_file()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The export's record of what it is
+
+
+def test_an_export_without_its_record_predicts_and_says_what_goes_unchecked(workspace, tmp_path, capsys):
+    export = tmp_path / "export"  # as an export of an earlier PaddleBERT: the program and its weights alone
+    shutil.copytree(workspace / "glue_export", export)
+    Path(inference.export_record_file(str(export / "bert_paddle"))).unlink()
+    status, output = run_entry(glue_argv(workspace, export, tmp_path / "out"), capsys, run_glue.main, "run_glue.py")
+    assert status == 0, output[-3000:]
+    notices = [line for line in output.splitlines() if line.startswith(str(export / "bert_paddle.export.json"))]
+    assert notices == [f"{export / 'bert_paddle.export.json'}: not found (the model was exported by an earlier "
+                       "PaddleBERT), so its head and max_position_embeddings are not checked against the task and "
+                       "--max-seq-length"]
+    assert (tmp_path / "out" / run_glue.PREDICTIONS_FILE).is_file()
+
+
+def test_a_folder_without_a_model_is_one_line_naming_the_missing_model_and_no_notice(workspace, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    status, output = run_entry(glue_argv(workspace, empty, tmp_path / "out"), capsys, run_glue.main, "run_glue.py")
+    assert status == 1
+    one_line_error(output, "run_glue.py: ", f"{empty / 'bert_paddle'}.json: no exported model")
+    assert "export.json" not in output
+
+
+@pytest.mark.parametrize("content, reason", [
+    ("{", "not JSON"),
+    ('{"head": "span"}', "no max_position_embeddings"),
+    ('{"head": "regression", "max_position_embeddings": 128}', "head 'regression' is not span or classifier"),
+    ('{"head": "classifier", "max_position_embeddings": 128}', "no num_labels"),
+])
+def test_a_damaged_record_is_one_line_naming_it(workspace, tmp_path, capsys, content, reason):
+    export = tmp_path / "export"
+    shutil.copytree(workspace / "glue_export", export)
+    record = export / "bert_paddle.export.json"
+    record.write_text(content)
+    line = refused(glue_argv(workspace, export, tmp_path / "out"), capsys, "run_glue.py", export, tmp_path / "out",
+                   GLUE_FILES, str(record))
+    assert line == f"run_glue.py: {record}: {reason} (export the model again with --export-dir)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ctrl-C of a real run_squad.py process during post-processing
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_squad_post_processing_is_one_line_status_130_and_keeps_the_earlier_predictions(workspace,
+                                                                                                   tmp_path):
+    # Ten paragraphs cut into 405 windows of 128 tokens, and 200 start and 200 end candidates each (every pair of a
+    # window's tokens, with answers up to 128 tokens long): post-processing takes 5 s here, prediction of the
+    # tiny model 2 s. The signal goes out on the summary line that predict logs just before post-processing.
+    article = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())["data"][0]
+    squad = {"version": "1.1", "data": [{"title": article["title"], "paragraphs": article["paragraphs"][:10]}]}
+    (tmp_path / "squad10.json").write_text(json.dumps(squad))
+    output_dir = tmp_path / "out"
+    before = earlier_predictions(output_dir, *SQUAD_FILES)
+    argv = [*common_argv(workspace, output_dir), "--do-predict", "--predict-file", str(tmp_path / "squad10.json"),
+            "--allow-random-weights", "--max-seq-length", "128", "--doc-stride", "32", "--n-best-size", "200",
+            "--max-answer-length", "128"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PADDLEBERT_NUM_THREADS": "1"}
+    # its own process group, which a terminal's Ctrl-C signals as a whole
+    job = subprocess.Popen([sys.executable, str(ROOT / "run_squad.py"), *argv], cwd=ROOT, env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        seen = []
+        for line in job.stdout:
+            seen.append(line)
+            if "e2e_inference_time" in line:
+                os.killpg(job.pid, signal.SIGINT)
+                break
+        else:
+            pytest.fail("run_squad.py never logged its prediction time:\n" + "".join(seen)[-3000:])
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert job.returncode == cli.INTERRUPTED_STATUS, err[-3000:]
+    assert one_line_error(err, "run_squad.py: ") == "run_squad.py: interrupted (Ctrl-C)"
+    assert "e2e_inference_time" not in out  # nothing after the signal, no second summary
+    assert_kept(before)
+    assert not [path for path in output_dir.iterdir() if path.name.startswith(TEMP_PREFIX)]
