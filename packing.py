@@ -22,7 +22,7 @@ with 1 = token, masked_lm_labels [B, L]; next_sentence_labels [B]) and returns, 
     sample_ids     [R, S]  the batch index (0..B-1) of each token's sample, -1 for padding
     cls_positions  [B]     flat index into the R*S tokens of sample b's [CLS], in batch order
     next_sentence_labels [B]  unchanged
-S is the longest row rounded up to the loader's alignment, at most max_seq_length.
+S is the longest row rounded up as the loader rounds its rows (shard_formats.padded_row_length).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from loss import IGNORE_INDEX
-from pretraining_dataset import SEQUENCE_ALIGNMENT
+from shard_formats import padded_row_length
 
 # The keys of a packed batch that BertForPretraining.forward takes after masked_lm_positions, in its order (the
 # packed attention_mask only counts padding: sample_ids say who attends to whom).
@@ -87,7 +87,7 @@ def pack_batch(batch: dict[str, np.ndarray], max_seq_length: int) -> dict[str, n
         row_of[samples] = row
         start_of[samples] = np.cumsum(lengths[samples]) - lengths[samples]
     longest_row = max(int(lengths[samples].sum()) for samples in rows)
-    row_length = min(-(-longest_row // SEQUENCE_ALIGNMENT) * SEQUENCE_ALIGNMENT, max_seq_length)
+    row_length = padded_row_length(longest_row, max_seq_length)
 
     sample, column = np.nonzero(batch["attention_mask"])  # every token: its sample and its column there
     target = (row_of[sample], start_of[sample] + column)

@@ -65,6 +65,7 @@ from corpus import INPUT_FORMATS, document_sentences, find_corpus_files, read_do
 from masking import continuation_pieces, mask_batch, word_starts
 from pretraining_pairs import bin_id, create_pairs_from_document, create_segments_from_document
 from progress import progress_bar, show_counts
+from shard_formats import ShardRows
 from tokenizer import BertTokenizer, load_vocab
 
 DEFAULT_BLOCK_BYTES = 16 * 2**20  # default partition size: --num-blocks = ceil(corpus bytes / this)
@@ -154,8 +155,9 @@ class PipelineResult:
     holdout: HoldoutResult | None = None
 
 
-# A shard writer: (output file, bin id, part slices as (part file, first row, stop row), settings) -> None.
-ShardWriter = Callable[[Path, int, list[tuple[str, int, int]], PipelineSettings], None]
+# A shard writer (a module-level function, so that it travels to worker processes): (output file, bin id, the
+# shard's rows, settings) -> None, writing the file atomically.
+ShardWriter = Callable[[Path, int, ShardRows, PipelineSettings], None]
 
 
 @functools.lru_cache(maxsize=4)
@@ -409,21 +411,7 @@ def _gather_ragged(values: np.ndarray, starts: np.ndarray, order: np.ndarray) ->
     return values[index]
 
 
-@dataclass
-class PartRows:
-    """Rows of one bin in a part file: flat arrays plus row offsets into them."""
-
-    tokens: np.ndarray
-    token_starts: np.ndarray
-    num_tokens: np.ndarray
-    a_lengths: np.ndarray
-    is_random_next: np.ndarray
-    masked_positions: np.ndarray
-    masked_ids: np.ndarray
-    masked_starts: np.ndarray
-
-
-def read_part_rows(slices: Sequence[tuple[str, int, int]], bin_index: int) -> PartRows:
+def read_part_rows(slices: Sequence[tuple[str, int, int]], bin_index: int) -> ShardRows:
     """Concatenate rows [first, stop) of bin `bin_index` from each part file, in order."""
     token_runs, num_tokens, a_lengths, random_next, counts, position_runs, id_runs = [], [], [], [], [], [], []
     for part_file, first, stop in slices:
@@ -445,7 +433,7 @@ def read_part_rows(slices: Sequence[tuple[str, int, int]], bin_index: int) -> Pa
     num_tokens_all = np.concatenate(num_tokens) if num_tokens else np.zeros(0, np.int32)
     counts_all = np.concatenate(counts) if counts else np.zeros(0, np.int32)
     empty = np.zeros(0, np.int32)
-    return PartRows(
+    return ShardRows(
         tokens=np.concatenate(token_runs) if token_runs else empty,
         token_starts=np.concatenate([[0], np.cumsum(num_tokens_all)]).astype(np.int64),
         num_tokens=num_tokens_all,
@@ -706,8 +694,8 @@ def _check_documents(inputs: Sequence[str | Path], settings: PipelineSettings, d
 
 def _write_shard(shard_writer: ShardWriter, path: Path, bin_index: int, slices: list[tuple[str, int, int]],
                  settings: PipelineSettings) -> int:
-    """Stage 3 task: one shard; returns the id of the process that wrote it."""
-    shard_writer(path, bin_index, slices, settings)
+    """Stage 3 task: one shard of the part-file rows in `slices`; returns the id of the process that wrote it."""
+    shard_writer(path, bin_index, read_part_rows(slices, bin_index), settings)
     return os.getpid()
 
 

@@ -63,9 +63,10 @@ from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
 from optimizer import OPTIMIZER_NAMES, create_optimizer
 from packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
-from pretraining_dataset import PretrainingDataLoader, _shard_kind, find_shards
+from pretraining_dataset import PretrainingDataLoader, find_shards
 from pretraining_eval import PretrainingEvaluator, add_eval_arguments, build_evaluator, check_eval_arguments
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
+from shard_formats import shard_kind
 from visualdl_log import VisualDLLog, open_run_log
 from weights import (
     SAFETENSORS_SUFFIX,
@@ -782,7 +783,7 @@ def only_a_bin_of_long_samples(loader: PretrainingDataLoader) -> bool:
     widths). An unbinned set, or bin 0, mixes short samples with long ones: no batch says it cannot pack."""
     if len(loader.shards.bins) != 1:
         return False
-    kind = _shard_kind(os.path.basename(loader.shards.bins[0][0].path))
+    kind = shard_kind(os.path.basename(loader.shards.bins[0][0].path))
     return kind is not None and kind[0] == "binned parquet" and kind[1] >= 1
 
 
