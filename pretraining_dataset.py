@@ -107,6 +107,16 @@ class ShardSet:
     def rows_per_bin(self) -> list[int]:
         return [sum(shard.num_rows for shard in shards) for shards in self.bins]
 
+    def sample_lengths(self) -> dict[str, Iterator[np.ndarray]]:
+        """Per bin ("bin <id>" of a binned set, "" for an unbinned one), the tokens of each sample of each of its
+        files, read when the iterator gets to the file."""
+        lengths = SHARD_FORMATS[self.file_format].sample_lengths
+        named = {}
+        for shards in self.bins:
+            kind, bin_id = shard_kind(os.path.basename(shards[0].path))
+            named["bin " + str(bin_id) if kind == "binned parquet" else ""] = (lengths(shard.path) for shard in shards)
+        return named
+
 
 def _list_files(input_dir: str) -> list[str]:
     if any(character in input_dir for character in "*?["):
