@@ -668,7 +668,10 @@ class PretrainingDataLoader:
         self.shards = find_shards(input_dir)
         if whole_word_masking and self.shards.statically_masked:
             raise ValueError(f"{input_dir}: the shards are masked statically, so whole_word_masking cannot take "
-                             "effect; make them with --whole-word-masking, or with --no-masking to mask here")
+                             "effect: their masks were drawn when the shards were made (by whole words if they were "
+                             "made with --whole-word-masking) and are used as they are; drop whole_word_masking "
+                             "(--whole-word-masking), or, for the loader to mask by whole words, use shards made "
+                             "without masks (lddl_preprocess.py --no-masking)")
         vocab = Vocab(vocab_file)
         self.ids_to_tokens = {index: token for token, index in vocab.ids.items()}
         self._builder = BatchBuilder(self.shards, vocab, self.settings)
