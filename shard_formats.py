@@ -334,7 +334,8 @@ class Hdf5Shards:
 
     @staticmethod
     def read(path: str, num_rows: int, statically_masked: bool = True) -> dict:
-        """Every dataset as the file stores it (cast per batch: files can be big), checked to have num_rows rows."""
+        """Every dataset as the file stores it (cast per batch: files can be big), checked to have num_rows rows;
+        statically_masked is always so for HDF5 (the argument keeps the readers' calls alike)."""
         try:
             with h5py.File(path, "r") as source:
                 columns = {name: source[name][()] for name in HDF5_DATASETS}
