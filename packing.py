@@ -70,14 +70,19 @@ def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int
     return rows
 
 
-def check_packable(lengths_per_bin: Mapping[str, Iterable[np.ndarray]], max_seq_length: int, source: str) -> None:
+def check_packable(lengths_per_bin: Mapping[str, Iterable[np.ndarray]], max_seq_length: int, batch_size: int,
+                   source: str) -> None:
     """ValueError naming source, a bin and the numbers if in no bin two samples fit in one row of max_seq_length
-    tokens: packing then changes nothing (every row keeps one sample), and --pack-sequences would be silently inert.
+    tokens, or naming --batch-size if a micro-batch holds one sample: packing then changes nothing (every row keeps
+    one sample), and --pack-sequences would be silently inert.
 
     lengths_per_bin: per bin ("bin <id>", or "" for an unbinned set) the sample lengths of each of its files, read
     one file at a time; the check stops at the first bin whose shortest two fit. Bins are checked apart because
     packing fills one micro-batch, and a micro-batch's samples all come from one bin (pretraining_dataset.py).
     """
+    if batch_size < 2:
+        raise ValueError(f"--batch-size {batch_size}: --pack-sequences packs the samples of one micro-batch, and this "
+                         "one holds a single sample; raise --batch-size or drop --pack-sequences")
     closest: tuple[str, int, int] | None = None  # (bin, shortest, second) of the bin nearest to packing
     inert = []
     for name, files in lengths_per_bin.items():

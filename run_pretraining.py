@@ -843,7 +843,7 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
     loader = build_loader(args, rank, world_size)
     check_vocab_fits(args, trainer.config, loader)
     if args.pack_sequences:
-        check_packable(loader.shards.sample_lengths(), args.max_seq_length, args.input_dir)
+        check_packable(loader.shards.sample_lengths(), args.max_seq_length, args.batch_size, args.input_dir)
     checkpoints = RunCheckpoints(args, phase, rank, world_size)
     progress = checkpoints.restore(trainer, say)
     trainer.wrap_data_parallel()

@@ -1,6 +1,7 @@
 """Fault cases of --pack-sequences (the fault suite's style, tests/test_faults.py): data on which packing can pack
 nothing, because no two samples fit in one row, is refused at start with one line naming the folder (and the bin)
-and the lengths; a set where packing does pack trains. Every file that existed before is kept byte for byte."""
+and the lengths, as are micro-batches of one sample; a set where packing does pack trains. Every file that existed
+before is kept byte for byte."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 import lddl_preprocess
 from conftest import require_shared
-from helpers import BINNED, pretraining_argv
+from helpers import BINNED, UNBINNED, pretraining_argv
 from shard_formats import Hdf5Shards, ShardRows
 from test_faults import assert_kept, one_line_error, phase1, run_entry, snapshot, step_folders
 
@@ -92,6 +93,18 @@ def test_several_bins_of_which_one_packs_train(tmp_path, capsys, bins_of_32):
                                capsys)
     assert status == 0, output[-3000:]
     assert step_folders(tmp_path / "out") == [1]
+
+
+def test_micro_batches_of_one_sample_are_refused(tmp_path, capsys):
+    shards = require_shared(*UNBINNED)
+    before = snapshot(shards)
+    status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1", "--pack-sequences", "--batch-size", "1",
+                                                shards=shards), capsys)
+    assert status == 1, output[-3000:]
+    one_line_error(output, "run_pretraining.py: ", "--batch-size 1: --pack-sequences packs the samples of one "
+                   "micro-batch", "drop --pack-sequences")
+    assert_kept(before)
+    assert no_checkpoint(tmp_path)
 
 
 def wide_hdf5_rows(lengths: list[int], vocab_size: int = 30522) -> ShardRows:
