@@ -14,7 +14,8 @@ create_pretraining_data.py (names, dtypes and gzip compression as its files have
   next_sentence_labels int8  [N]  1 when B is a random next, 0 when it really follows A
 Pairs, masking (Google's rule, at most max_predictions_per_seq per sequence, by pieces or whole words; Google's
 --masked-lm-prob is another name of --masked-lm-ratio) and parallelism are the shared pipeline's
-(preprocess_pipeline.py): deterministic for a seed, shards differ in size by at most one row.
+(preprocess_pipeline.py): deterministic for a seed, shards differ in size by at most one row. The writer:
+shard_formats.py.
 Format: docs/data-format.md#nvidia-hdf5-shards.
 """
 
@@ -25,67 +26,25 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import h5py
-import numpy as np
-
 import cli
-from atomic_io import atomic_write
 from preprocess_pipeline import (
     PipelineSettings,
     add_pipeline_arguments,
     execute,
     print_summary,
-    read_part_rows,
     settings_from_arguments,
 )
+from shard_formats import Hdf5Shards, ShardRows
 
-HDF5_DTYPES = {
-    "input_ids": "i4",
-    "input_mask": "i1",
-    "segment_ids": "i1",
-    "masked_lm_positions": "i4",
-    "masked_lm_ids": "i4",
-    "next_sentence_labels": "i1",
-}
+
+def write_hdf5_shard(path: Path, bin_index: int, rows: ShardRows, settings: PipelineSettings) -> None:
+    """One HDF5 shard of `rows` (the only bin, 0), [N, --max-seq-length] and [N, --max-predictions-per-seq]."""
+    Hdf5Shards.write(path, rows, settings.max_seq_length, settings.max_predictions_per_seq)
 
 
 def shard_name(shard_index: int, bin_index: int) -> str:
-    return f"shard-{shard_index}.hdf5"
-
-
-def write_hdf5_shard(path: Path, bin_index: int, slices: Sequence[tuple[str, int, int]],
-                     settings: PipelineSettings) -> None:
-    """One HDF5 shard from the part-file rows in `slices`, written atomically (atomic_io)."""
-    rows = read_part_rows(slices, bin_index)
-    num_rows, length = len(rows.num_tokens), settings.max_seq_length
-    columns = np.arange(length)
-    inside = columns[None, :] < rows.num_tokens[:, None]
-    input_ids = np.zeros((num_rows, length), dtype=np.int32)
-    input_ids[inside] = rows.tokens
-    segment_ids = (inside & (columns[None, :] > (rows.a_lengths + 1)[:, None])).astype(np.int8)
-
-    counts = np.diff(rows.masked_starts)
-    slots = np.arange(settings.max_predictions_per_seq)
-    filled = slots[None, :] < counts[:, None]
-    masked_lm_positions = np.zeros((num_rows, settings.max_predictions_per_seq), dtype=np.int32)
-    masked_lm_ids = np.zeros((num_rows, settings.max_predictions_per_seq), dtype=np.int32)
-    masked_lm_positions[filled] = rows.masked_positions
-    masked_lm_ids[filled] = rows.masked_ids
-
-    datasets = {
-        "input_ids": input_ids,
-        "input_mask": inside.astype(np.int8),
-        "segment_ids": segment_ids,
-        "masked_lm_positions": masked_lm_positions,
-        "masked_lm_ids": masked_lm_ids,
-        "next_sentence_labels": rows.is_random_next.astype(np.int8),
-    }
-    def write(temp: str) -> None:
-        with h5py.File(temp, "w") as output:
-            for name, values in datasets.items():
-                output.create_dataset(name, data=values, dtype=HDF5_DTYPES[name], compression="gzip")
-
-    atomic_write(path, write)
+    """The pipeline's name for shard `shard_index` (create_pretraining_data.py does not bin)."""
+    return Hdf5Shards.file_name(shard_index)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,137 +13,35 @@ uint16 array of positions in `[CLS] A [SEP] B [SEP]`) and masked_lm_labels (the 
 and when binned bin_id (int64); pandas metadata as pandas/dask wrote it; one row group, Snappy. The output files
 are `shard-<i>.parquet` (binned: `shard-<i>.parquet_<bin>`), equal in rows within a bin up to one, and
 `.num_samples.json` maps each file name to its row count. With --holdout-fraction the held-out documents' samples
-are written the same way to --holdout-dir (default `<output-dir>_holdout`). Pairs, masking and parallelism:
-preprocess_pipeline.py. Format: docs/data-format.md#lddl-parquet-shards, #single-segment-samples,
-#shard-file-names-and-sample-counts and #held-out-documents.
+are written the same way to --holdout-dir (default `<output-dir>_holdout`). The writer and the counts file:
+shard_formats.py; pairs, masking and parallelism: preprocess_pipeline.py.
+Format: docs/data-format.md#lddl-parquet-shards, #single-segment-samples, #shard-file-names-and-sample-counts and
+#held-out-documents.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import io
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 import cli
-from atomic_io import atomic_write, atomic_write_text
 from preprocess_pipeline import (
     PipelineSettings,
     add_pipeline_arguments,
     execute,
-    load_tokenizer,
     print_summary,
-    read_part_rows,
     settings_from_arguments,
 )
-
-NUM_SAMPLES_FILE = ".num_samples.json"
-
-
-def shard_name(shard_index: int, bin_index: int, binned: bool) -> str:
-    """LDDL's balanced file name: shard-<i>.parquet, or shard-<i>.parquet_<bin> for a binned set."""
-    return f"shard-{shard_index}.parquet" + (f"_{bin_index}" if binned else "")
+from shard_formats import ParquetShards, ShardRows, write_num_samples
 
 
-def lddl_schema(masking: bool, binned: bool) -> pa.Schema:
-    """The arrow schema of LDDL's files, with the pandas metadata that dask's to_parquet stored in them.
-
-    LDDL declared num_tokens as a Python int in its dask meta, so the metadata says numpy_type int64 although
-    the column is uint16; we keep that, to be indistinguishable.
-    """
-    columns = [("A", pa.string(), "unicode", "object"), ("B", pa.string(), "unicode", "object"),
-               ("is_random_next", pa.bool_(), "bool", "bool"), ("num_tokens", pa.uint16(), "uint16", "int64")]
-    if masking:
-        columns += [("masked_lm_positions", pa.binary(), "bytes", "object"),
-                    ("masked_lm_labels", pa.string(), "unicode", "object")]
-    if binned:
-        columns.append(("bin_id", pa.int64(), "int64", "int64"))
-    pandas_metadata = {
-        "index_columns": [],
-        "column_indexes": [],
-        "columns": [{"name": name, "field_name": name, "pandas_type": pandas_type, "numpy_type": numpy_type,
-                     "metadata": None} for name, _, pandas_type, numpy_type in columns],
-        "creator": {"library": "pyarrow", "version": pa.__version__},
-        "pandas_version": None,  # written without pandas
-    }
-    return pa.schema([pa.field(name, arrow_type) for name, arrow_type, _, _ in columns],
-                     metadata={b"pandas": json.dumps(pandas_metadata).encode()})
-
-
-_NPY_HEADERS: dict[int, bytes] = {}
-
-
-def serialize_positions(positions: np.ndarray) -> bytes:
-    """What numpy.save writes for a 1-D uint16 array (LDDL's masked_lm_positions cell)."""
-    count = len(positions)
-    header = _NPY_HEADERS.get(count)
-    if header is None:
-        buffer = io.BytesIO()
-        np.save(buffer, np.zeros(count, dtype="<u2"))
-        header = _NPY_HEADERS[count] = buffer.getvalue()[:len(buffer.getvalue()) - 2 * count]
-    return header + np.asarray(positions, dtype="<u2").tobytes()
-
-
-def write_parquet_shard(path: Path, bin_index: int, slices: Sequence[tuple[str, int, int]],
-                        settings: PipelineSettings) -> None:
-    """One LDDL shard from the part-file rows in `slices`, written atomically (atomic_io)."""
-    rows = read_part_rows(slices, bin_index)
-    words = vocab_words(settings.vocab_file, settings.lower_case)
-    starts = rows.token_starts[:-1]
-    b_lengths = np.maximum(rows.num_tokens - rows.a_lengths - 3, 0)  # a single-segment sample has no B
-    columns = [join_tokens(words, rows.tokens, starts + 1, rows.a_lengths),
-               join_tokens(words, rows.tokens, starts + rows.a_lengths + 2, b_lengths),
-               pa.array(rows.is_random_next, pa.bool_()), pa.array(rows.num_tokens.astype(np.uint16), pa.uint16())]
-    if settings.masking:
-        masked_starts = rows.masked_starts.tolist()
-        positions = [serialize_positions(rows.masked_positions[lo:hi])
-                     for lo, hi in zip(masked_starts[:-1], masked_starts[1:], strict=True)]
-        columns += [pa.array(positions, pa.binary()),
-                    join_tokens(words, rows.masked_ids, rows.masked_starts[:-1], np.diff(rows.masked_starts))]
-    binned = settings.bin_size is not None
-    if binned:
-        columns.append(pa.array(np.full(len(rows.num_tokens), bin_index, dtype=np.int64), pa.int64()))
-    table = pa.Table.from_arrays(columns, schema=lddl_schema(settings.masking, binned))
-    atomic_write(path, lambda temp: pq.write_table(table, temp, compression="snappy",
-                                                   row_group_size=max(1, len(table))))
-
-
-@functools.lru_cache(maxsize=4)
-def vocab_words(vocab_file: str, lower_case: bool) -> pa.Array:
-    """Token strings by id, as an arrow array (ids the vocab does not use read as [UNK])."""
-    ids_to_tokens = load_tokenizer(vocab_file, lower_case).ids_to_tokens
-    return pa.array([ids_to_tokens.get(index, "[UNK]") for index in range(max(ids_to_tokens) + 1)], pa.string())
-
-
-def join_tokens(words: pa.Array, token_ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """Row i: the words of token_ids[starts[i] : starts[i] + lengths[i]] joined by single spaces (arrow kernels)."""
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    index = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
-    values = words.take(pa.array(token_ids[index].astype(np.int64)))
-    return pc.binary_join(pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), values), " ")
-
-
-def write_num_samples(output_dir: Path, rows_per_shard: dict[str, int]) -> None:
-    """LDDL's .num_samples.json (file name -> rows), written atomically."""
-    atomic_write_text(output_dir / NUM_SAMPLES_FILE, json.dumps(dict(sorted(rows_per_shard.items()))))
-
-
-class _ShardNamer:
-    """Picklable shard_name(shard, bin) for the pipeline (a lambda cannot travel to worker processes)."""
-
-    def __init__(self, binned: bool):
-        self.binned = binned
-
-    def __call__(self, shard_index: int, bin_index: int) -> str:
-        return shard_name(shard_index, bin_index, self.binned)
+def write_parquet_shard(path: Path, bin_index: int, rows: ShardRows, settings: PipelineSettings) -> None:
+    """One LDDL shard of `rows`: with static mask columns unless --no-masking, with bin_id when binned."""
+    ParquetShards.write(path, rows, settings.vocab_file, settings.masking,
+                        bin_index if settings.bin_size is not None else None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -183,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = settings_from_arguments(parser, args, masking=args.masking, bin_size=args.bin_size,
                                        next_sentence_prediction=args.nsp,
                                        max_predictions_per_seq=args.max_predictions_per_seq)
-    result = execute(args, settings, write_parquet_shard, _ShardNamer(args.bin_size is not None),
+    result = execute(args, settings, write_parquet_shard,
+                     functools.partial(ParquetShards.file_name, binned=args.bin_size is not None),
                      "lddl_preprocess.py")
     output_dir = Path(args.output_dir)
     write_num_samples(output_dir, result.rows_per_shard)

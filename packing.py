@@ -22,17 +22,20 @@ with 1 = token, masked_lm_labels [B, L]; next_sentence_labels [B]) and returns, 
     sample_ids     [R, S]  the batch index (0..B-1) of each token's sample, -1 for padding
     cls_positions  [B]     flat index into the R*S tokens of sample b's [CLS], in batch order
     next_sentence_labels [B]  unchanged
-S is the longest row rounded up to the loader's alignment, at most max_seq_length.
+S is the longest row rounded up as the loader rounds its rows (shard_formats.padded_row_length).
+
+check_packable refuses, at start, data on which packing could pack nothing: no bin holds two samples that fit in
+one row together.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from loss import IGNORE_INDEX
-from pretraining_dataset import SEQUENCE_ALIGNMENT
+from shard_formats import padded_row_length
 
 # The keys of a packed batch that BertForPretraining.forward takes after masked_lm_positions, in its order (the
 # packed attention_mask only counts padding: sample_ids say who attends to whom).
@@ -67,14 +70,41 @@ def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int
     return rows
 
 
-def check_packable(batch: dict[str, np.ndarray], max_seq_length: int, source: str) -> None:
-    """ValueError naming source and the numbers if no two samples of batch fit in one row of max_seq_length tokens:
-    then packing changes nothing (every row keeps one sample), and --pack-sequences would be silently inert."""
-    lengths = np.sort(sample_lengths(batch["attention_mask"]))
-    if len(lengths) >= 2 and lengths[0] + lengths[1] > max_seq_length:
-        raise ValueError(f"{source}: --pack-sequences cannot pack these samples: the shortest two of the first batch "
-                         f"have {lengths[0]} and {lengths[1]} tokens, together more than --max-seq-length "
-                         f"{max_seq_length} (every sample is longer than half a row); drop --pack-sequences")
+def check_packable(lengths_per_bin: Mapping[str, Iterable[np.ndarray]], max_seq_length: int, batch_size: int,
+                   source: str) -> None:
+    """ValueError naming source, a bin and the numbers if in no bin two samples fit in one row of max_seq_length
+    tokens, or naming --batch-size if a micro-batch holds one sample: packing then changes nothing (every row keeps
+    one sample), and --pack-sequences would be silently inert.
+
+    lengths_per_bin: per bin ("bin <id>", or "" for an unbinned set) the sample lengths of each of its files, read
+    one file at a time; the check stops at the first bin whose shortest two fit. Bins are checked apart because
+    packing fills one micro-batch, and a micro-batch's samples all come from one bin (pretraining_dataset.py).
+    """
+    if batch_size < 2:
+        raise ValueError(f"--batch-size {batch_size}: --pack-sequences packs the samples of one micro-batch, and this "
+                         "one holds a single sample; raise --batch-size or drop --pack-sequences")
+    closest: tuple[str, int, int] | None = None  # (bin, shortest, second) of the bin nearest to packing
+    inert = []
+    for name, files in lengths_per_bin.items():
+        shortest = np.zeros(0, np.int64)
+        for lengths in files:
+            candidates = np.concatenate([shortest, np.asarray(lengths, np.int64)])
+            shortest = np.partition(candidates, 1)[:2] if len(candidates) > 2 else np.sort(candidates)
+            if len(shortest) == 2 and shortest.sum() <= max_seq_length:
+                return
+        inert.append(name)
+        if len(shortest) == 2 and (closest is None or shortest.sum() < closest[1] + closest[2]):
+            closest = (name, int(shortest.min()), int(shortest.max()))
+    if closest is None:
+        raise ValueError(f"{source}: --pack-sequences cannot pack these samples: no bin holds two samples; drop "
+                         "--pack-sequences")
+    name, shortest_length, second_length = closest
+    others = [other.removeprefix("bin ") for other in inert if other != name]
+    of_bin = f" of {name}" if name else ""
+    also = f", and no other bin ({', '.join(others)}) has two that fit" if others else ""
+    raise ValueError(f"{source}: --pack-sequences cannot pack these samples: the shortest two{of_bin} have "
+                     f"{shortest_length} and {second_length} tokens, together more than --max-seq-length "
+                     f"{max_seq_length}{also}, so no two samples share a row; drop --pack-sequences")
 
 
 def pack_batch(batch: dict[str, np.ndarray], max_seq_length: int) -> dict[str, np.ndarray]:
@@ -87,7 +117,7 @@ def pack_batch(batch: dict[str, np.ndarray], max_seq_length: int) -> dict[str, n
         row_of[samples] = row
         start_of[samples] = np.cumsum(lengths[samples]) - lengths[samples]
     longest_row = max(int(lengths[samples].sum()) for samples in rows)
-    row_length = min(-(-longest_row // SEQUENCE_ALIGNMENT) * SEQUENCE_ALIGNMENT, max_seq_length)
+    row_length = padded_row_length(longest_row, max_seq_length)
 
     sample, column = np.nonzero(batch["attention_mask"])  # every token: its sample and its column there
     target = (row_of[sample], start_of[sample] + column)

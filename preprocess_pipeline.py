@@ -65,6 +65,7 @@ from corpus import INPUT_FORMATS, document_sentences, find_corpus_files, read_do
 from masking import continuation_pieces, mask_batch, word_starts
 from pretraining_pairs import bin_id, create_pairs_from_document, create_segments_from_document
 from progress import progress_bar, show_counts
+from shard_formats import ShardRows
 from tokenizer import BertTokenizer, load_vocab
 
 DEFAULT_BLOCK_BYTES = 16 * 2**20  # default partition size: --num-blocks = ceil(corpus bytes / this)
@@ -154,8 +155,9 @@ class PipelineResult:
     holdout: HoldoutResult | None = None
 
 
-# A shard writer: (output file, bin id, part slices as (part file, first row, stop row), settings) -> None.
-ShardWriter = Callable[[Path, int, list[tuple[str, int, int]], PipelineSettings], None]
+# A shard writer (a module-level function, so that it travels to worker processes): (output file, bin id, the
+# shard's rows, settings) -> None, writing the file atomically.
+ShardWriter = Callable[[Path, int, ShardRows, PipelineSettings], None]
 
 
 @functools.lru_cache(maxsize=4)
@@ -409,21 +411,7 @@ def _gather_ragged(values: np.ndarray, starts: np.ndarray, order: np.ndarray) ->
     return values[index]
 
 
-@dataclass
-class PartRows:
-    """Rows of one bin in a part file: flat arrays plus row offsets into them."""
-
-    tokens: np.ndarray
-    token_starts: np.ndarray
-    num_tokens: np.ndarray
-    a_lengths: np.ndarray
-    is_random_next: np.ndarray
-    masked_positions: np.ndarray
-    masked_ids: np.ndarray
-    masked_starts: np.ndarray
-
-
-def read_part_rows(slices: Sequence[tuple[str, int, int]], bin_index: int) -> PartRows:
+def read_part_rows(slices: Sequence[tuple[str, int, int]], bin_index: int) -> ShardRows:
     """Concatenate rows [first, stop) of bin `bin_index` from each part file, in order."""
     token_runs, num_tokens, a_lengths, random_next, counts, position_runs, id_runs = [], [], [], [], [], [], []
     for part_file, first, stop in slices:
@@ -445,7 +433,7 @@ def read_part_rows(slices: Sequence[tuple[str, int, int]], bin_index: int) -> Pa
     num_tokens_all = np.concatenate(num_tokens) if num_tokens else np.zeros(0, np.int32)
     counts_all = np.concatenate(counts) if counts else np.zeros(0, np.int32)
     empty = np.zeros(0, np.int32)
-    return PartRows(
+    return ShardRows(
         tokens=np.concatenate(token_runs) if token_runs else empty,
         token_starts=np.concatenate([[0], np.cumsum(num_tokens_all)]).astype(np.int64),
         num_tokens=num_tokens_all,
@@ -588,15 +576,31 @@ def _remove_leftovers(parent: Path, prefix: str) -> None:
               flush=True)
 
 
-def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: str | Path,
-                 settings: PipelineSettings, shard_writer: ShardWriter, shard_name: Callable[[int, int], str],
-                 executor: Executor | None, num_workers: int, range_bytes: int | None = None,
-                 holdout_dir: str | Path | None = None, quiet: bool = False) -> PipelineResult:
-    """Run the three stages and move the shards into output_dir, and the held-out set's into holdout_dir (both must
-    be empty or absent; holdout_dir is used only with settings.holdout_fraction > 0). Each stage shows its progress
-    on stderr (progress.py) unless quiet: bytes read and documents, partitions and pairs, shards written."""
-    began = time.perf_counter()
-    output_dir = Path(output_dir)
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run will do, worked out before any work: its output folders (training, then held-out when there is
+    one), the read tasks of stage 1 and their bytes, and where the work folder goes."""
+
+    outputs: list[Path]
+    read_tasks: list[ReadTask]
+    total_bytes: int
+    work_parent: Path
+    work_prefix: str
+
+
+@dataclass(frozen=True)
+class WrittenShards:
+    """Stage 3's result per output set: shard files (bin -> paths) and rows per file; and the writers' ids."""
+
+    shard_files: list[dict[int, list[Path]]]
+    rows_per_shard: list[dict[str, int]]
+    worker_pids: set[int]
+
+
+def plan_run(inputs: Sequence[str | Path], input_format: str, output_dir: Path, settings: PipelineSettings,
+             num_workers: int, range_bytes: int | None, holdout_dir: str | Path | None) -> RunPlan:
+    """Check the output folders (empty or absent; interrupted runs' work folders removed) and cut the corpus into
+    read tasks of range_bytes (default: about four per worker, within MIN_RANGE_BYTES .. MAX_RANGE_BYTES)."""
     if settings.holdout_fraction > 0 and holdout_dir is None:
         raise ValueError(f"holdout_fraction {settings.holdout_fraction} needs a holdout_dir")
     outputs = [output_dir] + ([Path(holdout_dir)] if settings.holdout_fraction > 0 else [])
@@ -610,87 +614,146 @@ def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: st
     total_bytes = sum(path.stat().st_size for path, _ in files)
     if range_bytes is None:
         range_bytes = min(MAX_RANGE_BYTES, max(MIN_RANGE_BYTES, math.ceil(total_bytes / (4 * num_workers))))
-    read_tasks = plan_read_tasks(files, range_bytes)
+    return RunPlan(outputs, plan_read_tasks(files, range_bytes), total_bytes, work_parent, work_prefix)
 
-    for folder in outputs:
-        folder.mkdir(parents=True, exist_ok=True)
-    work_dir = tempfile.mkdtemp(prefix=work_prefix, dir=work_parent)
-    stage_seconds = {}
-    try:
-        folder_lock.hold(work_dir, "work folder")  # a rerun knows it from a live run's by this lock
-        stage_began = time.perf_counter()
-        blocks = run_tasks(executor, tokenize_range, [(task, settings, work_dir) for task in read_tasks],
-                           progress_bar(desc="tokenize", total=total_bytes, unit="B", unit_scale=True, quiet=quiet),
-                           work=[task.end - task.start for task in read_tasks],
-                           counted=lambda block: {"documents": int(block["partition_counts"].sum())})
-        stage_seconds["tokenize"] = time.perf_counter() - stage_began
+
+class PipelineStages:
+    """The three stages of a run on one engine and work folder, each run to completion with its progress bar."""
+
+    def __init__(self, settings: PipelineSettings, executor: Executor | None, work_dir: str, quiet: bool):
+        self.settings = settings
+        self.executor = executor
+        self.work_dir = work_dir
+        self.quiet = quiet
+        self.seconds: dict[str, float] = {}  # stage name -> its wall time
+
+    @contextlib.contextmanager
+    def _timed(self, stage: str) -> Iterator[None]:
+        began = time.perf_counter()
+        yield
+        self.seconds[stage] = time.perf_counter() - began
+
+    def partition_sets(self) -> np.ndarray:
+        """[partition] the output set each partition feeds: 0 training, 1 held-out."""
+        return np.arange(self.settings.num_partitions) // self.settings.num_blocks
+
+    def tokenize(self, plan: RunPlan) -> list[dict]:
+        """Stage 1: every read task's documents tokenized and spilled to the work folder; per task, its counts."""
+        with self._timed("tokenize"):
+            return run_tasks(self.executor, tokenize_range,
+                             [(task, self.settings, self.work_dir) for task in plan.read_tasks],
+                             progress_bar(desc="tokenize", total=plan.total_bytes, unit="B", unit_scale=True,
+                                          quiet=self.quiet),
+                             work=[task.end - task.start for task in plan.read_tasks],
+                             counted=lambda block: {"documents": int(block["partition_counts"].sum())})
+
+    def documents_per_set(self, blocks: list[dict], num_sets: int) -> list[int]:
+        """Documents that stage 1 found for each output set (training, then held-out)."""
         partition_counts = np.stack([block["partition_counts"] for block in blocks])
-        # [output, partition]: which partitions feed the training set (0) and the held-out set (1)
-        partition_sets = np.arange(settings.num_partitions) // settings.num_blocks
-        documents_per_set = [int(partition_counts[:, partition_sets == index].sum()) for index in range(len(outputs))]
-        _check_documents(inputs, settings, documents_per_set)
+        partition_sets = self.partition_sets()
+        return [int(partition_counts[:, partition_sets == index].sum()) for index in range(num_sets)]
 
-        stage_began = time.perf_counter()
-        partition_tasks = [
-            (partition, [int(b) for b in np.flatnonzero(partition_counts[:, partition])], settings, work_dir)
-            for partition in range(settings.num_partitions) if partition_counts[:, partition].any()
-        ]
-        parts = run_tasks(executor, build_partition, partition_tasks,
-                          progress_bar(desc="pairs", total=len(partition_tasks), unit="partition", quiet=quiet),
-                          counted=lambda part: {"pairs": part["num_pairs"]})
-        parts_per_set = [[part for part in parts if partition_sets[part["partition"]] == index]
-                         for index in range(len(outputs))]
-        stage_seconds["pairs"] = time.perf_counter() - stage_began
+    def pair(self, blocks: list[dict], num_sets: int) -> list[list[dict]]:
+        """Stage 2: one part file per partition that has documents; the parts of each output set."""
+        with self._timed("pairs"):
+            partition_counts = np.stack([block["partition_counts"] for block in blocks])
+            partition_tasks = [
+                (partition, [int(b) for b in np.flatnonzero(partition_counts[:, partition])], self.settings,
+                 self.work_dir)
+                for partition in range(self.settings.num_partitions) if partition_counts[:, partition].any()
+            ]
+            parts = run_tasks(self.executor, build_partition, partition_tasks,
+                              progress_bar(desc="pairs", total=len(partition_tasks), unit="partition",
+                                           quiet=self.quiet),
+                              counted=lambda part: {"pairs": part["num_pairs"]})
+            partition_sets = self.partition_sets()
+            return [[part for part in parts if partition_sets[part["partition"]] == index]
+                    for index in range(num_sets)]
 
-        stage_began = time.perf_counter()
-        shard_tasks, destinations, shard_files = [], [], []  # destinations: (set, final path) of each task
-        for index, (folder, set_parts) in enumerate(zip(outputs, parts_per_set, strict=True)):
-            staging = Path(work_dir) / f"shards-{index}"
-            staging.mkdir()
-            num_shards = settings.num_shards if index == 0 else settings.num_holdout_shards
-            shard_files.append({})
-            for bin_index in range(settings.num_bins):
-                counts = [int(part["bin_counts"][bin_index]) for part in set_parts]
-                if sum(counts) < num_shards:
-                    flag = f"--num-shards {num_shards}" if index == 0 else \
-                        f"the {num_shards} held-out shards of --holdout-fraction {settings.holdout_fraction}"
-                    raise ValueError(f"{folder}: bin {bin_index} has {sum(counts)} pairs, fewer than {flag}")
-                slices = balanced_slices([part["part_file"] for part in set_parts], counts, num_shards)
-                shard_files[-1][bin_index] = []
-                for shard_index, shard_slices in enumerate(slices):
-                    name = shard_name(shard_index, bin_index)
-                    shard_tasks.append((shard_writer, staging / name, bin_index, shard_slices, settings))
-                    destinations.append((index, folder / name))
-                    shard_files[-1][bin_index].append(folder / name)
-        shard_pids = run_tasks(executor, _write_shard, shard_tasks,
-                               progress_bar(desc="shards", total=len(shard_tasks), unit="shard", quiet=quiet))
-        rows_per_shard: list[dict[str, int]] = [{} for _ in outputs]
-        for (_, path, _, shard_slices, _), (index, final) in zip(shard_tasks, destinations, strict=True):
-            os.replace(path, final)
-            rows_per_shard[index][final.name] = sum(stop - first for _, first, stop in shard_slices)
-        stage_seconds["shards"] = time.perf_counter() - stage_began
-    finally:
-        folder_lock.release(work_dir)
-        shutil.rmtree(work_dir, ignore_errors=True)
-    training = partition_sets == 0
+    def write(self, outputs: list[Path], parts_per_set: list[list[dict]], shard_writer: ShardWriter,
+              shard_name: Callable[[int, int], str]) -> WrittenShards:
+        """Stage 3: each bin of each set cut into balanced shards, written in the work folder, then moved into
+        the set's output folder."""
+        settings = self.settings
+        with self._timed("shards"):
+            shard_tasks, destinations, shard_files = [], [], []  # destinations: (set, final path) of each task
+            for index, (folder, set_parts) in enumerate(zip(outputs, parts_per_set, strict=True)):
+                staging = Path(self.work_dir) / f"shards-{index}"
+                staging.mkdir()
+                num_shards = settings.num_shards if index == 0 else settings.num_holdout_shards
+                shard_files.append({})
+                for bin_index in range(settings.num_bins):
+                    counts = [int(part["bin_counts"][bin_index]) for part in set_parts]
+                    if sum(counts) < num_shards:
+                        flag = f"--num-shards {num_shards}" if index == 0 else \
+                            f"the {num_shards} held-out shards of --holdout-fraction {settings.holdout_fraction}"
+                        raise ValueError(f"{folder}: bin {bin_index} has {sum(counts)} pairs, fewer than {flag}")
+                    slices = balanced_slices([part["part_file"] for part in set_parts], counts, num_shards)
+                    shard_files[-1][bin_index] = []
+                    for shard_index, shard_slices in enumerate(slices):
+                        name = shard_name(shard_index, bin_index)
+                        shard_tasks.append((shard_writer, staging / name, bin_index, shard_slices, settings))
+                        destinations.append((index, folder / name))
+                        shard_files[-1][bin_index].append(folder / name)
+            shard_pids = run_tasks(self.executor, _write_shard, shard_tasks,
+                                   progress_bar(desc="shards", total=len(shard_tasks), unit="shard",
+                                                quiet=self.quiet))
+            rows_per_shard: list[dict[str, int]] = [{} for _ in outputs]
+            for (_, path, _, shard_slices, _), (index, final) in zip(shard_tasks, destinations, strict=True):
+                os.replace(path, final)
+                rows_per_shard[index][final.name] = sum(stop - first for _, first, stop in shard_slices)
+        return WrittenShards(shard_files, rows_per_shard, set(shard_pids))
+
+
+def summarise(outputs: list[Path], blocks: list[dict], parts_per_set: list[list[dict]], written: WrittenShards,
+              stages: PipelineStages, seconds: float) -> PipelineResult:
+    """The run's result: the training set's files and statistics, and the held-out set's when there is one."""
+    training = stages.partition_sets() == 0
+    documents_per_set = stages.documents_per_set(blocks, len(outputs))
     holdout = None
     if len(outputs) == 2:
-        holdout = HoldoutResult(outputs[1], shard_files[1], rows_per_shard[1], documents_per_set[1],
+        holdout = HoldoutResult(outputs[1], written.shard_files[1], written.rows_per_shard[1], documents_per_set[1],
                                 sum(part["num_pairs"] for part in parts_per_set[1]))
     return PipelineResult(
-        shard_files=shard_files[0],
-        rows_per_shard=rows_per_shard[0],
+        shard_files=written.shard_files[0],
+        rows_per_shard=written.rows_per_shard[0],
         num_documents=documents_per_set[0],
         num_sentences=int(sum(block["partition_sentences"][training].sum() for block in blocks)),
         num_tokens=int(sum(block["partition_tokens"][training].sum() for block in blocks)),
         num_pairs=sum(part["num_pairs"] for part in parts_per_set[0]),
         num_random_next=sum(part["num_random_next"] for part in parts_per_set[0]),
-        seconds=time.perf_counter() - began,
-        engine=type(executor).__name__ if executor is not None else "in-process",
-        worker_pids={result["pid"] for result in blocks + parts} | set(shard_pids),
-        stage_seconds=stage_seconds,
+        seconds=seconds,
+        engine=type(stages.executor).__name__ if stages.executor is not None else "in-process",
+        worker_pids={result["pid"] for result in blocks + [part for parts in parts_per_set for part in parts]}
+        | written.worker_pids,
+        stage_seconds=stages.seconds,
         holdout=holdout,
     )
+
+
+def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: str | Path,
+                 settings: PipelineSettings, shard_writer: ShardWriter, shard_name: Callable[[int, int], str],
+                 executor: Executor | None, num_workers: int, range_bytes: int | None = None,
+                 holdout_dir: str | Path | None = None, quiet: bool = False) -> PipelineResult:
+    """Run the three stages and move the shards into output_dir, and the held-out set's into holdout_dir (both must
+    be empty or absent; holdout_dir is used only with settings.holdout_fraction > 0). Each stage shows its progress
+    on stderr (progress.py) unless quiet: bytes read and documents, partitions and pairs, shards written."""
+    began = time.perf_counter()
+    plan = plan_run(inputs, input_format, Path(output_dir), settings, num_workers, range_bytes, holdout_dir)
+    for folder in plan.outputs:
+        folder.mkdir(parents=True, exist_ok=True)
+    work_dir = tempfile.mkdtemp(prefix=plan.work_prefix, dir=plan.work_parent)
+    stages = PipelineStages(settings, executor, work_dir, quiet)
+    try:
+        folder_lock.hold(work_dir, "work folder")  # a rerun knows it from a live run's by this lock
+        blocks = stages.tokenize(plan)
+        _check_documents(inputs, settings, stages.documents_per_set(blocks, len(plan.outputs)))
+        parts_per_set = stages.pair(blocks, len(plan.outputs))
+        written = stages.write(plan.outputs, parts_per_set, shard_writer, shard_name)
+    finally:
+        folder_lock.release(work_dir)
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return summarise(plan.outputs, blocks, parts_per_set, written, stages, time.perf_counter() - began)
 
 
 def _check_documents(inputs: Sequence[str | Path], settings: PipelineSettings, documents_per_set: list[int]) -> None:
@@ -706,8 +769,8 @@ def _check_documents(inputs: Sequence[str | Path], settings: PipelineSettings, d
 
 def _write_shard(shard_writer: ShardWriter, path: Path, bin_index: int, slices: list[tuple[str, int, int]],
                  settings: PipelineSettings) -> int:
-    """Stage 3 task: one shard; returns the id of the process that wrote it."""
-    shard_writer(path, bin_index, slices, settings)
+    """Stage 3 task: one shard of the part-file rows in `slices`; returns the id of the process that wrote it."""
+    shard_writer(path, bin_index, read_part_rows(slices, bin_index), settings)
     return os.getpid()
 
 

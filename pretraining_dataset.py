@@ -2,16 +2,11 @@
 
 Input. `input_dir` is a folder whose files are the shards, or a glob pattern matching shard files (quote it in a
 shell). Only the folder's own files count: sub-folders are not searched, and a parent of several shard folders is
-an error that names them. The format follows from the file names, and one folder holds one format:
-- LDDL parquet (layout of NVIDIA LDDL 0.1.0, described in shared/data/lddl-sample/README.md): `*.parquet`, or
-  `*.parquet_<bin>` for a set binned by length. Columns A and B (WordPiece tokens joined by single spaces),
-  is_random_next, num_tokens (= len(A) + len(B) + 3); a row with an empty B is a single-segment (MLM-only) sample
-  `[CLS] A [SEP]` of len(A) + 2 tokens, token_type_ids all 0; a statically masked set also has masked_lm_positions (the
-  bytes of a 1-D uint16 .npy array, positions in `[CLS] A [SEP] B [SEP]`) and masked_lm_labels (the original
-  tokens, space-joined). `.num_samples.json` (file name -> rows), when present, is checked against the files.
-- NVIDIA/Google HDF5 (`*.hdf5`, `*.h5`, the format of Google's create_pretraining_data.py as NVIDIA stores it):
-  input_ids, input_mask, segment_ids [N, S]; masked_lm_positions, masked_lm_ids [N, P], 0-padded;
-  next_sentence_labels [N] (1 = B is a random sentence).
+an error that names them. The format follows from the file names, and one folder holds one format: LDDL parquet
+(`*.parquet`, or `*.parquet_<bin>` for a set binned by length) or NVIDIA/Google HDF5 (`*.hdf5`, `*.h5`).
+shard_formats.py has each format's columns and reads the files; this module turns their rows into batches. A
+parquet row with an empty B is a single-segment (MLM-only) sample `[CLS] A [SEP]` of len(A) + 2 tokens,
+token_type_ids all 0. `.num_samples.json` (file name -> rows), when present, is checked against the files.
 Format: docs/data-format.md#lddl-parquet-shards, #nvidia-hdf5-shards, #shard-file-names-and-sample-counts, #binning.
 
 Epoch order, a pure function of (seed, epoch), so every rank and every worker computes the same one. Each bin (an
@@ -59,12 +54,10 @@ import argparse
 import contextlib
 import ctypes
 import glob
-import io
 import json
 import multiprocessing
 import os
 import queue
-import re
 import signal
 from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
@@ -72,29 +65,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import count, islice, repeat
 
-import h5py
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from masking import continuation_pieces, mask_batch, word_starts
+from shard_formats import SHARD_FORMATS, check_num_samples, padded_row_length, parse_positions, shard_kind
 from tokenizer import load_vocab
 
-PARQUET_COLUMNS = ("A", "B", "is_random_next", "num_tokens")
-PARQUET_MASK_COLUMNS = ("masked_lm_positions", "masked_lm_labels")
-HDF5_DATASETS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
-                 "next_sentence_labels")
-NUM_SAMPLES_FILE = ".num_samples.json"
-SEQUENCE_ALIGNMENT = 8
 SHUFFLE_WINDOW_SAMPLES = 16384
 BATCHES_AHEAD_PER_WORKER = 2
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _PARENT_POLL_SECONDS = 1.0
 STATE_VERSION = 1
-_BINNED_PARQUET = re.compile(r"\.parquet_(\d+)$")
-_NPY_MAGIC = b"\x93NUMPY"
-# The .npy header numpy.save writes for a 1-D little-endian uint16 array, the masked_lm_positions LDDL stores.
-_NPY_UINT16_VECTOR_HEADER = re.compile(rb"\{'descr': '<u2', 'fortran_order': False, 'shape': \(\d+,\), \} *\n")
 # What each derived random stream is for, so that no two uses share one.
 _FILE_ORDER, _WINDOW_ORDER, _BIN_ORDER, _MASKING = range(4)
 
@@ -126,17 +107,15 @@ class ShardSet:
     def rows_per_bin(self) -> list[int]:
         return [sum(shard.num_rows for shard in shards) for shards in self.bins]
 
-
-def _shard_kind(name: str) -> tuple[str, int] | None:
-    """(kind, bin) of a shard file name, None for other files."""
-    if name.endswith(".parquet"):
-        return "parquet", 0
-    binned = _BINNED_PARQUET.search(name)
-    if binned:
-        return "binned parquet", int(binned.group(1))
-    if name.endswith((".hdf5", ".h5")):
-        return "hdf5", 0
-    return None
+    def sample_lengths(self) -> dict[str, Iterator[np.ndarray]]:
+        """Per bin ("bin <id>" of a binned set, "" for an unbinned one), the tokens of each sample of each of its
+        files, read when the iterator gets to the file."""
+        lengths = SHARD_FORMATS[self.file_format].sample_lengths
+        named = {}
+        for shards in self.bins:
+            kind, bin_id = shard_kind(os.path.basename(shards[0].path))
+            named["bin " + str(bin_id) if kind == "binned parquet" else ""] = (lengths(shard.path) for shard in shards)
+        return named
 
 
 def _list_files(input_dir: str) -> list[str]:
@@ -154,31 +133,19 @@ def _list_files(input_dir: str) -> list[str]:
 def _check_num_samples_files(shards: list[Shard]) -> None:
     """LDDL's .num_samples.json, where a shard folder has one, must agree with the files' own row counts."""
     for folder in sorted({os.path.dirname(shard.path) for shard in shards}):
-        listing = os.path.join(folder, NUM_SAMPLES_FILE)
-        if not os.path.isfile(listing):
-            continue
-        try:
-            with open(listing, encoding="utf-8") as reader:
-                counts = json.load(reader)
-            if not isinstance(counts, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as error:
-            raise ValueError(f"{listing}: not a file name -> rows JSON object ({error})") from None
-        for shard in shards:
-            name = os.path.basename(shard.path)
-            if os.path.dirname(shard.path) == folder and name in counts and counts[name] != shard.num_rows:
-                raise ValueError(f"{listing}: says {name} has {counts[name]} rows, the file has {shard.num_rows}")
+        check_num_samples(folder, {os.path.basename(shard.path): shard.num_rows for shard in shards
+                                   if os.path.dirname(shard.path) == folder})
 
 
 def find_shards(input_dir: str) -> ShardSet:
     """The shards named by `input_dir` (a folder or a glob pattern), checked and grouped by bin."""
     paths = _list_files(input_dir)
-    kinds = {path: _shard_kind(os.path.basename(path)) for path in paths}
+    kinds = {path: shard_kind(os.path.basename(path)) for path in paths}
     shard_paths = [path for path in paths if kinds[path]]
     if not shard_paths:
         if os.path.isdir(input_dir):
             holders = sorted(name for name in os.listdir(input_dir) if os.path.isdir(os.path.join(input_dir, name))
-                             and any(_shard_kind(inner) for inner in os.listdir(os.path.join(input_dir, name))))
+                             and any(shard_kind(inner) for inner in os.listdir(os.path.join(input_dir, name))))
             if holders:
                 raise ValueError(f"{input_dir}: holds no shard files but the shard folders {', '.join(holders)}; "
                                  "pass one of them")
@@ -302,7 +269,7 @@ def plan_epoch(shards: ShardSet, settings: LoaderSettings, epoch: int) -> EpochP
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Shard formats: how a format's files are checked, read into memory and turned into batch rows
+# Turning a shard format's columns into batch rows
 
 
 @dataclass(frozen=True)
@@ -337,18 +304,6 @@ class RowSources:
         raise IndexError(index)
 
 
-def _parse_positions(value: bytes) -> np.ndarray:
-    """masked_lm_positions of one row: the bytes of a .npy file (NEP 1 format)."""
-    if value[:6] == _NPY_MAGIC:
-        header_size_bytes = 2 if value[6] == 1 else 4
-        header_size = int.from_bytes(value[8:8 + header_size_bytes], "little")
-        data_start = 8 + header_size_bytes + header_size
-        # LDDL's arrays are read directly (np.load costs more than the rest of a row); others go through np.load.
-        if _NPY_UINT16_VECTOR_HEADER.fullmatch(value, data_start - header_size, data_start):
-            return np.frombuffer(value, dtype="<u2", offset=data_start)
-    return np.load(io.BytesIO(value), allow_pickle=False).reshape(-1)
-
-
 def _ragged_layout(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row, index within the row) of every element of rows of the given lengths laid end to end."""
     rows = np.repeat(np.arange(lengths.size), lengths)
@@ -356,30 +311,16 @@ def _ragged_layout(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rows, np.arange(rows.size) - starts[rows]
 
 
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
-class ShardFormat(ABC):
-    """One shard format: `inspect` a file when the loader starts, `read` a shard's columns, `collate` batch rows.
-
-    `collate(parts, masking_key)` returns the batch of the module docstring; masking_key = (epoch, bin, first
-    stream position) seeds the dynamic masking of a set without static masks.
+class Collator(ABC):
+    """Batch rows from one shard format's columns (shard_formats.py reads them): `collate(parts, masking_key)`
+    returns the batch of the module docstring; masking_key = (epoch, bin, first stream position) seeds the dynamic
+    masking of a set without static masks.
     """
 
     def __init__(self, vocab: Vocab, settings: LoaderSettings, statically_masked: bool):
         self.vocab = vocab
         self.settings = settings
         self.statically_masked = statically_masked
-
-    @staticmethod
-    @abstractmethod
-    def inspect(path: str) -> tuple[int, bool]:
-        """(rows, statically masked) of one file, after checking that the loader can read it."""
-
-    @abstractmethod
-    def read(self, shard: Shard) -> dict:
-        """The columns of one shard, checked against the row count `inspect` found."""
 
     @abstractmethod
     def collate(self, parts: BatchParts, masking_key: tuple[int, int, int]) -> dict[str, np.ndarray]:
@@ -401,46 +342,14 @@ class ShardFormat(ABC):
                              f"max_predictions_per_seq={limit}")
 
     def _padded_length(self, lengths: np.ndarray) -> int:
-        return min(_round_up(int(lengths.max()), SEQUENCE_ALIGNMENT), self.settings.max_seq_length)
+        return padded_row_length(int(lengths.max()), self.settings.max_seq_length)
 
 
-class ParquetFormat(ShardFormat):
-    """LDDL parquet shards: rows of space-joined WordPiece tokens, masked statically or here.
+class ParquetCollator(Collator):
+    """LDDL parquet rows: space-joined WordPiece tokens, masked statically or here.
 
     Format: docs/data-format.md#lddl-parquet-shards
     """
-
-    @staticmethod
-    def inspect(path: str) -> tuple[int, bool]:
-        try:
-            metadata = pq.read_metadata(path)
-        except (OSError, pa.ArrowException) as error:
-            raise ValueError(f"{path}: not a readable parquet file ({error})") from None
-        names = set(metadata.schema.names)
-        missing = [column for column in PARQUET_COLUMNS if column not in names]
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-        masking = [column in names for column in PARQUET_MASK_COLUMNS]
-        if any(masking) and not all(masking):
-            present, absent = (PARQUET_MASK_COLUMNS if masking[0] else PARQUET_MASK_COLUMNS[::-1])
-            raise ValueError(f"{path}: has column {present} but not {absent}")
-        return metadata.num_rows, all(masking)
-
-    def read(self, shard: Shard) -> dict:
-        names = PARQUET_COLUMNS + (PARQUET_MASK_COLUMNS if self.statically_masked else ())
-        try:
-            table = pq.read_table(shard.path, columns=list(names), use_threads=False)
-        except (OSError, pa.ArrowException) as error:
-            raise ValueError(f"{shard.path}: cannot read the parquet data ({error})") from None
-        if table.num_rows != shard.num_rows:
-            raise ValueError(f"{shard.path}: has {table.num_rows} rows, {shard.num_rows} when the loader started")
-        for name in names:
-            if table.column(name).null_count:
-                raise ValueError(f"{shard.path}: column {name} has {table.column(name).null_count} empty values")
-        columns = {name: table.column(name).to_pylist() for name in ("A", "B") + names[4:]}
-        columns["is_random_next"] = table.column("is_random_next").to_numpy().astype(np.int64)
-        columns["num_tokens"] = table.column("num_tokens").to_numpy().astype(np.int64)
-        return columns
 
     def collate(self, parts: BatchParts, masking_key: tuple[int, int, int]) -> dict[str, np.ndarray]:
         """[CLS] A [SEP] B [SEP] per row ([CLS] A [SEP] for an empty B), padded; masks from the shards or drawn
@@ -514,7 +423,7 @@ class ParquetFormat(ShardFormat):
 
     def _static_labels(self, parts: BatchParts, sources: RowSources, lengths_a: np.ndarray, lengths: np.ndarray,
                        length: int) -> np.ndarray:
-        positions = [_parse_positions(window.columns["masked_lm_positions"][row]) for window, rows in parts
+        positions = [parse_positions(window.columns["masked_lm_positions"][row]) for window, rows in parts
                      for row in rows]
         counts = np.array([p.size for p in positions])
         label_ids, label_counts = self._token_ids(
@@ -535,42 +444,11 @@ class ParquetFormat(ShardFormat):
         return masked_lm_labels
 
 
-class Hdf5Format(ShardFormat):
-    """NVIDIA/Google HDF5 shards: padded id arrays, always masked statically.
+class Hdf5Collator(Collator):
+    """NVIDIA/Google HDF5 rows: padded id arrays, always masked statically.
 
     Format: docs/data-format.md#nvidia-hdf5-shards
     """
-
-    @staticmethod
-    def inspect(path: str) -> tuple[int, bool]:
-        try:
-            with h5py.File(path, "r") as shard:
-                missing = [name for name in HDF5_DATASETS if name not in shard]
-                if missing:
-                    raise ValueError(f"{path}: missing dataset(s) {', '.join(missing)}")
-                shapes = {name: shard[name].shape for name in HDF5_DATASETS}
-        except OSError as error:
-            raise ValueError(f"{path}: not a readable HDF5 file ({error})") from None
-        sequence_shape, slots_shape = shapes["input_ids"], shapes["masked_lm_positions"]
-        num_rows = sequence_shape[0] if sequence_shape else 0
-        fits = (len(sequence_shape) == 2 and len(slots_shape) == 2 and slots_shape[0] == num_rows
-                and shapes["input_mask"] == sequence_shape and shapes["segment_ids"] == sequence_shape
-                and shapes["masked_lm_ids"] == slots_shape and shapes["next_sentence_labels"] == (num_rows,))
-        if not fits:
-            listed = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
-            raise ValueError(f"{path}: dataset shapes do not fit [N, S] / [N, P] / [N]: {listed}")
-        return num_rows, True
-
-    def read(self, shard: Shard) -> dict:
-        try:
-            with h5py.File(shard.path, "r") as source:
-                columns = {name: source[name][()] for name in HDF5_DATASETS}  # cast per batch: files can be big
-        except OSError as error:
-            raise ValueError(f"{shard.path}: cannot read the HDF5 data ({error})") from None
-        if len(columns["next_sentence_labels"]) != shard.num_rows:
-            raise ValueError(f"{shard.path}: has {len(columns['next_sentence_labels'])} rows, "
-                             f"{shard.num_rows} when the loader started")
-        return columns
 
     def collate(self, parts: BatchParts, masking_key: tuple[int, int, int]) -> dict[str, np.ndarray]:
         """Rows re-padded to the batch length; labels scattered from positions (masking_key: unused, static)."""
@@ -615,7 +493,7 @@ class Hdf5Format(ShardFormat):
                 "next_sentence_labels": next_sentence_labels}
 
 
-SHARD_FORMATS: dict[str, type[ShardFormat]] = {"parquet": ParquetFormat, "hdf5": Hdf5Format}
+COLLATORS: dict[str, type[Collator]] = {"parquet": ParquetCollator, "hdf5": Hdf5Collator}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -628,7 +506,8 @@ class BatchBuilder:
     def __init__(self, shards: ShardSet, vocab: Vocab, settings: LoaderSettings):
         self.shards = shards
         self.settings = settings
-        self.format = SHARD_FORMATS[shards.file_format](vocab, settings, shards.statically_masked)
+        self.file_format = SHARD_FORMATS[shards.file_format]
+        self.collator = COLLATORS[shards.file_format](vocab, settings, shards.statically_masked)
         self._plans: OrderedDict[int, EpochPlan] = OrderedDict()
         self._windows: OrderedDict[tuple[int, int, int], Window] = OrderedDict()
         # the current window of each bin, plus one for a batch that straddles two windows
@@ -654,13 +533,14 @@ class BatchBuilder:
             window = self._window(epoch, bin_index, int(window_index), stream)
             rows = window.order[positions[window_of == window_index] - stream.window_starts[window_index]]
             parts.append((window, rows))
-        return self.format.collate(parts, (epoch, bin_index, first))
+        return self.collator.collate(parts, (epoch, bin_index, first))
 
     def _window(self, epoch: int, bin_index: int, window_index: int, stream: BinStream) -> Window:
         key = (epoch, bin_index, window_index)
         if key not in self._windows:
             shards = [self.shards.bins[bin_index][i] for i in stream.window_shards[window_index]]
-            columns = [self.format.read(shard) for shard in shards]
+            columns = [self.file_format.read(shard.path, shard.num_rows, self.shards.statically_masked)
+                       for shard in shards]
             merged = {name: _concatenate([part[name] for part in columns]) for name in columns[0]}
             file_starts = np.cumsum([0] + [shard.num_rows for shard in shards])
             order = derived_rng(self.settings.seed, _WINDOW_ORDER, epoch, bin_index,
@@ -788,7 +668,10 @@ class PretrainingDataLoader:
         self.shards = find_shards(input_dir)
         if whole_word_masking and self.shards.statically_masked:
             raise ValueError(f"{input_dir}: the shards are masked statically, so whole_word_masking cannot take "
-                             "effect; make them with --whole-word-masking, or with --no-masking to mask here")
+                             "effect: their masks were drawn when the shards were made (by whole words if they were "
+                             "made with --whole-word-masking) and are used as they are; drop whole_word_masking "
+                             "(--whole-word-masking), or, for the loader to mask by whole words, use shards made "
+                             "without masks (lddl_preprocess.py --no-masking)")
         vocab = Vocab(vocab_file)
         self.ids_to_tokens = {index: token for token, index in vocab.ids.items()}
         self._builder = BatchBuilder(self.shards, vocab, self.settings)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import json
 import os
 import signal
@@ -76,7 +75,7 @@ from lr_scheduler import create_lr_scheduler
 from modeling import BertForPretraining
 from optimizer import add_optimizer_arguments, create_optimizer
 from packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
-from pretraining_dataset import PretrainingDataLoader, _shard_kind, find_shards
+from pretraining_dataset import PretrainingDataLoader, find_shards
 from pretraining_eval import PretrainingEvaluator, add_eval_arguments, build_evaluator, check_eval_arguments
 from pretraining_report import ProgressReporter, StepResult
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
@@ -642,15 +641,6 @@ def build_loader(args: argparse.Namespace, rank: int, world_size: int) -> Pretra
     )
 
 
-def only_a_bin_of_long_samples(loader: PretrainingDataLoader) -> bool:
-    """Whether the shards are one bin b >= 1 of a binned set (LDDL's bin b holds the samples longer than b bin
-    widths). An unbinned set, or bin 0, mixes short samples with long ones: no batch says it cannot pack."""
-    if len(loader.shards.bins) != 1:
-        return False
-    kind = _shard_kind(os.path.basename(loader.shards.bins[0][0].path))
-    return kind is not None and kind[0] == "binned parquet" and kind[1] >= 1
-
-
 def check_vocab_fits(args: argparse.Namespace, config: BertConfig, loader: PretrainingDataLoader) -> None:
     """Every id of --vocab-file must have an embedding row (else the embedding kernel fails on the first batch)."""
     vocab_size = max(loader.ids_to_tokens) + 1
@@ -707,6 +697,8 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
     trainer = Trainer(args, rank, world_size)
     loader = build_loader(args, rank, world_size)
     check_vocab_fits(args, trainer.config, loader)
+    if args.pack_sequences:
+        check_packable(loader.shards.sample_lengths(), args.max_seq_length, args.batch_size, args.input_dir)
     checkpoints = RunCheckpoints(args, phase, rank, world_size)
     progress = checkpoints.restore(trainer, say)
     trainer.wrap_data_parallel()
@@ -729,11 +721,6 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
     reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, lambda: loader.epoch,
                                 nsp=not args.no_nsp, visualdl=visualdl)
     batches = iter(loader)
-    if args.pack_sequences and only_a_bin_of_long_samples(loader):
-        # Such a bin's samples all lie in one narrow length range, so its first batch stands for all of them.
-        first = next(batches)
-        check_packable(first, args.max_seq_length, args.input_dir)
-        batches = itertools.chain([first], batches)
     with StopRequest(os.environ.get(STOP_FILE_VARIABLE)) as stop_request:
         while step < last_step:
             if args.benchmark and step == start_step + args.benchmark_warmup_steps:

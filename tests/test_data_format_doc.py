@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from conftest import ROOT
-from pretraining_dataset import HDF5_DATASETS, PARQUET_COLUMNS, PARQUET_MASK_COLUMNS
+from shard_formats import HDF5_DATASETS, PARQUET_COLUMNS, PARQUET_MASK_COLUMNS
 
 DOC = ROOT / "docs" / "data-format.md"
 

@@ -12,7 +12,7 @@ import modeling
 from conftest import require_shared
 from helpers import pretraining_argv, ragged_batch, step_records, summaries, train
 from loss import IGNORE_INDEX, BertPretrainingCriterion
-from packing import first_fit_decreasing, pack_batch, padding_fraction
+from packing import check_packable, first_fit_decreasing, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader
 
 
@@ -49,6 +49,38 @@ def test_pack_batch_by_hand():
 def test_rows_are_as_long_as_the_longest_one_rounded_to_the_loaders_alignment():
     packed = pack_batch(ragged_batch([5, 3, 2], seq_length=8, vocab_size=50), max_seq_length=512)
     assert packed["input_ids"].shape == (1, 16)  # 10 tokens, rounded up to a multiple of 8
+
+
+def test_check_packable_refuses_only_when_no_bin_holds_two_samples_that_fit():
+    # Unbinned: the shortest two come from two files (65 and 70); 135 > 128.
+    with pytest.raises(ValueError, match=r"^wide: --pack-sequences cannot pack these samples: the shortest two have "
+                                         r"65 and 70 tokens, together more than --max-seq-length 128, so no two "
+                                         r"samples share a row; drop --pack-sequences$"):
+        check_packable({"": [np.array([70, 80]), np.array([65])]}, 128, 4, "wide")
+    # Two bins, neither packs: the closer one (bin 2: 66 + 67 < bin 3: 97 + 98) is named, the other listed.
+    with pytest.raises(ValueError, match=r"the shortest two of bin 2 have 66 and 67 tokens, together more than "
+                                         r"--max-seq-length 128, and no other bin \(3\) has two that fit, so no two "
+                                         r"samples share a row; drop --pack-sequences$"):
+        check_packable({"bin 2": [np.array([90, 67, 66])], "bin 3": [np.array([97, 98])]}, 128, 4, "bins")
+    with pytest.raises(ValueError, match="no bin holds two samples"):
+        check_packable({"bin 1": [np.array([70])], "bin 2": [np.array([100])]}, 128, 4, "one-each")
+    # Exactly a row: 64 + 64 = 128 packs, as first_fit_decreasing would put them together.
+    check_packable({"": [np.array([64, 100]), np.array([64])]}, 128, 4, "fits")
+    assert first_fit_decreasing([64, 100, 64], 128) == [[1], [0, 2]]
+
+
+def test_check_packable_refuses_micro_batches_of_one_sample():
+    with pytest.raises(ValueError, match=r"^--batch-size 1: --pack-sequences packs the samples of one micro-batch"):
+        check_packable({"": [np.array([10, 20])]}, 128, 1, "short")
+    check_packable({"": [np.array([10, 20])]}, 128, 2, "short")
+
+
+def test_check_packable_stops_at_the_first_bin_that_packs():
+    def files():
+        yield np.array([10, 100])  # 10 + 100 fit in 128
+        raise AssertionError("read a file after the bin was known to pack")
+
+    check_packable({"bin 0": files(), "bin 1": (np.array([100, 120]) for _ in range(1))}, 128, 4, "lazy")
 
 
 def test_bad_batches_are_refused():

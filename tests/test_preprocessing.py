@@ -7,6 +7,7 @@ which document it came from. The LDDL-compatibility tests compare with the real 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import random
@@ -25,6 +26,7 @@ import preprocess_pipeline
 from conftest import require_shared
 from helpers import documents_held_out, documents_kept, partly_masked_words, words_of
 from preprocess_pipeline import run_pipeline
+from shard_formats import ParquetShards, serialize_positions, write_num_samples
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 SYLLABLES = ["ba", "ke", "li", "mo", "nu", "pa", "re", "si", "to", "vu"]
@@ -125,11 +127,12 @@ def run_parquet_pipeline(corpus: dict[str, Path], output: Path, flags: list[str]
                               "--max-seq-length", "32", *flags])
     settings = preprocess_pipeline.settings_from_arguments(parser, args, masking=True)
     result = run_pipeline([corpus["text"]], "auto", output, settings, lddl_preprocess.write_parquet_shard,
-                          lddl_preprocess._ShardNamer(False), executor, num_workers, range_bytes=range_bytes,
+                          functools.partial(ParquetShards.file_name, binned=False), executor, num_workers,
+                          range_bytes=range_bytes,
                           holdout_dir=preprocess_pipeline.holdout_dir_of(args))
-    lddl_preprocess.write_num_samples(output, result.rows_per_shard)
+    write_num_samples(output, result.rows_per_shard)
     if result.holdout is not None:
-        lddl_preprocess.write_num_samples(result.holdout.output_dir, result.holdout.rows_per_shard)
+        write_num_samples(result.holdout.output_dir, result.holdout.rows_per_shard)
     return result
 
 
@@ -340,7 +343,7 @@ def test_statistics_match_real_lddl(wikitext_runs):
 def test_masked_lm_positions_are_numpy_save_bytes(wikitext_runs):
     reference_row = read_rows(require_shared("data", "lddl-sample", "wikitext2-test-seq128-unbinned"))[0]
     positions = np.load(io.BytesIO(reference_row["masked_lm_positions"]))
-    assert lddl_preprocess.serialize_positions(positions) == reference_row["masked_lm_positions"]
+    assert serialize_positions(positions) == reference_row["masked_lm_positions"]
     ours_row = read_rows(wikitext_runs["wikitext2-test-seq128-unbinned"])[0]
     buffer = io.BytesIO()
     np.save(buffer, np.load(io.BytesIO(ours_row["masked_lm_positions"])))

@@ -240,10 +240,28 @@ def test_whole_word_masking_masks_whole_words_at_the_ratio(wikitext_unmasked, un
     assert abs(rate - ratio) < 0.005
 
 
-def test_whole_word_masking_of_a_statically_masked_set_is_refused(uncased_vocab):
+def test_whole_word_masking_of_a_statically_masked_set_is_refused(uncased_vocab, tmp_path):
     folder = require_shared("data", "lddl-sample", "wikitext2-test-seq128-unbinned")
     with pytest.raises(ValueError, match="the shards are masked statically, so whole_word_masking cannot take effect"):
         PretrainingDataLoader(str(folder), str(uncased_vocab), 8, 128, 20, seed=0, whole_word_masking=True)
+    # Shards whose static masks are whole words already: the message must not tell their maker to make them so.
+    whole_words = tmp_path / "wwm"
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(require_shared("data", "wikitext-2", "wiki.test.raw").read_bytes()[:100_000])
+    with contextlib.redirect_stdout(io.StringIO()):
+        lddl_preprocess.main(["--input", str(corpus), "--vocab-file", str(uncased_vocab), "--output-dir",
+                              str(whole_words), "--num-shards", "1", "--duplicate-factor", "1", "--num-workers", "1",
+                              "--whole-word-masking", "--quiet"])
+    with pytest.raises(ValueError) as refusal:
+        PretrainingDataLoader(str(whole_words), str(uncased_vocab), 8, 128, 20, seed=0, whole_word_masking=True)
+    message = str(refusal.value)
+    assert message.startswith(f"{whole_words}: the shards are masked statically") and "\n" not in message
+    assert "make them with --whole-word-masking" not in message
+    # What they are (masks drawn when they were made, whole words if made so) and what to do (drop the flag, or
+    # shards without masks, which the loader masks).
+    for part in ("drawn when the shards were made", "by whole words if they were made with --whole-word-masking",
+                 "drop whole_word_masking", "lddl_preprocess.py --no-masking"):
+        assert part in message, message
     with pytest.raises(ValueError, match="masked_lm_ratio=1.5: must be between 0 and 1"):
         PretrainingDataLoader(str(folder), str(uncased_vocab), 8, 128, 20, seed=0, masked_lm_ratio=1.5)
 
