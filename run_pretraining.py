@@ -35,6 +35,7 @@ over a checkpoint it did not write itself; docs/resume.md has the resume forms a
 
 from __future__ import annotations
 
+import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
 import dataclasses
 import itertools
