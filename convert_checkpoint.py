@@ -35,6 +35,7 @@ everywhere changes slightly.
 
 from __future__ import annotations
 
+import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
 import collections
 import dataclasses

@@ -29,6 +29,7 @@ masked-LM-only model) loads, and the pooler starts from random initialisation, w
 
 from __future__ import annotations
 
+import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
 import csv
 import io

@@ -19,6 +19,7 @@ ONNX Runtime (--inference-backend) in --inference-precision (inference.py: fp32,
 
 from __future__ import annotations
 
+import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
 import json
 import math

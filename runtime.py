@@ -7,17 +7,49 @@ processes that `paddle.distributed.launch` started on this node (PADDLE_LOCAL_SI
 
 CPU library settings (the MKL code path, glibc's malloc thresholds; cpu_kernels.py says why) change the
 whole process, so only the entry scripts apply them, through `apply_cpu_tweaks`, and only when the run is
-on a CPU. Importing a module of the project changes nothing.
+on a CPU. Importing a module of the project changes nothing, except that this one imports Paddle quietly.
+
+Quiet import: `import paddle` prints two warnings that are not the user's business: "No ccache found" (Paddle's
+C++ extension builder, which we run once per machine and which needs no ccache) and, whenever OMP_NUM_THREADS > 1
+is inherited (configure_cpu_threads exports it to child processes), "PLEASE USE OMP_NUM_THREADS WISELY" (a warning
+about OpenBLAS builds; Paddle's CPU wheel uses MKL, and we set the thread count ourselves). The entry scripts
+import this module first, before anything that imports Paddle, so that Paddle is imported here, through
+import_paddle_quietly, without those lines; any other warning or output of the import still shows.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import sys
+import warnings
 from collections.abc import Callable
+from types import ModuleType
 
-import paddle
+# Paddle's import-time lines that import_paddle_quietly drops: the ccache warning's message, and the start of
+# each of the two OMP_NUM_THREADS lines (paddle/base/__init__.py, __bootstrap__).
+CCACHE_WARNING = "No ccache found"
+OMP_WARNING_LINES = ("WARNING: OMP_NUM_THREADS set to", "PLEASE USE OMP_NUM_THREADS WISELY")
 
-import cpu_kernels
+
+def import_paddle_quietly() -> ModuleType:
+    """Import Paddle without its ccache and OMP_NUM_THREADS warnings; other output of the import passes on to
+    stderr. A no-op when Paddle is imported already."""
+    if "paddle" in sys.modules:
+        return sys.modules["paddle"]
+    captured = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stderr(captured):
+        warnings.filterwarnings("ignore", message=CCACHE_WARNING, category=UserWarning)
+        import paddle
+    kept = [line for line in captured.getvalue().splitlines(keepends=True) if not line.startswith(OMP_WARNING_LINES)]
+    sys.stderr.write("".join(kept))
+    return paddle
+
+
+paddle = import_paddle_quietly()
+
+import cpu_kernels  # noqa: E402  (after Paddle's quiet import, which must come first)
 
 
 def apply_cpu_tweaks(device: str | None = None) -> dict[str, object]:

@@ -93,6 +93,12 @@ run_logged() {  # log_file|"" command...
   local log_file="$1"
   shift
   echo "+ $(printf '%q ' "$@")"
+  run_to_log "$log_file" "$@"
+}
+
+run_to_log() {  # log_file|"" command...: run_logged without printing the command
+  local log_file="$1"
+  shift
   if [[ -z "$log_file" ]]; then
     "$@"
   else
@@ -103,6 +109,56 @@ run_logged() {  # log_file|"" command...
     { "$@" 2>&1 1>&3 3>&- | tee -a "$log_file" >&2; exit "${PIPESTATUS[0]}"; } 3>&1 | tee -a "$log_file"
     return "${PIPESTATUS[0]}"
   fi
+}
+
+# Run `python -m paddle.distributed.launch --log_dir log_dir ...` as run_logged does, with the launcher's own
+# output in log_dir/launcherlog beside the ranks' workerlog.<n>, and one line saying so. What the ranks print
+# shows as the launcher streams it (local rank 0's, stdout and stderr merged in its workerlog). Kept in
+# launcherlog: the launcher's import-time warnings, its 30-line configuration dump and pod status lines, and,
+# when a rank fails, its "Container failed !!!" report and its second copy of the end of the failed rank's log
+# when that rank's output was shown already (local rank 0); another rank's copy is its only showing, so it
+# shows. A failure then ends with one line on stderr naming the rank, its exit code and its log.
+run_launcher() {  # log_file|"" log_dir launcher options, script and its arguments...
+  local log_file="$1" log_dir="$2"
+  shift 2
+  local command=(python -m paddle.distributed.launch --log_dir "$log_dir" "$@")
+  echo "+ $(printf '%q ' "${command[@]}")"
+  mkdir -p "$log_dir"
+  echo "Launcher output: $log_dir/launcherlog"
+  run_to_log "$log_file" launcher_output "$log_dir/launcherlog" "${command[@]}"
+}
+
+launcher_output() {  # launcher_log command...: run_launcher's split of the launcher's output
+  local launcher_log="$1"
+  shift
+  # Unbuffered, so that the launcher's stdout (the ranks' lines) and stderr (its own) keep their order in the pipe.
+  PYTHONUNBUFFERED=1 "$@" 2>&1 | split_launcher_lines "$launcher_log"
+  return "${PIPESTATUS[0]}"
+}
+
+split_launcher_lines() {  # launcher_log: stdin to stdout, the launcher's own lines to launcher_log (appended)
+  local launcher_log="$1" line own=true describing=false repeating=false hide_repeat=false failure=""
+  # A Ctrl-C or SIGTERM reaches the whole process group: this filter lives on until the launcher, which waits for
+  # its ranks' last checkpoint, stops writing.
+  trap '' INT TERM HUP
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    if [[ "$line" =~ ^LAUNCH\ [A-Z]+\  ]]; then
+      own=false  # the lines before its first log line are its import-time warnings
+      [[ "$line" == *"Container failed !!!" ]] && describing=true
+      [[ "$line" == *" ERROR LOG DETAIL "* ]] && repeating=true
+    elif $describing; then  # "Container rank R status failed cmd [...] code C log FILE"
+      describing=false
+      if [[ "$line" =~ ^Container\ rank\ ([0-9]+)\ .*\ code\ (-?[0-9]+)\ log\ (.*)$ ]]; then
+        failure="Rank ${BASH_REMATCH[1]} failed with exit code ${BASH_REMATCH[2]}; its log: ${BASH_REMATCH[3]}"
+        [[ "${BASH_REMATCH[3]}" == */workerlog.0 ]] && hide_repeat=true
+      fi
+    elif ! $own && ! { $repeating && $hide_repeat; }; then
+      printf '%s\n' "$line"
+      continue
+    fi
+    printf '%s\n' "$line" >> "$launcher_log"
+  done
+  [[ -z "$failure" ]] || echo "$failure" >&2
 }
 
 folder_is_empty() {  # folder: true when it is missing or holds nothing
@@ -137,7 +193,7 @@ launch_phase_with_named_args() {  # run_pretraining.py arguments...
   set_precision_flags "$precision" 1048576
   local fuse_flags=()
   [[ "$fuse_mha" == true ]] && fuse_flags=(--fuse-mha)
-  run_logged "" python -m paddle.distributed.launch --nproc_per_node "$gpus" \
+  run_launcher "" log --nproc_per_node "$gpus" \
     "$CODEDIR/run_pretraining.py" "${shared_flags[@]}" "${DEFAULT_FLAGS[@]}" "${PRECISION_FLAGS[@]}" \
     "${fuse_flags[@]}" "${passed[@]}"
 }

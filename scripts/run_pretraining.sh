@@ -239,8 +239,8 @@ launch() {  # phase batch_size accumulation -- run_pretraining.py flags
     log_file+=".$(date +%y%m%d%H%M%S).log"
   fi
   shift 4
-  run_logged "$log_file" python -m paddle.distributed.launch --nproc_per_node "$num_gpus" \
-    --log_dir "$RESULTS_DIR/log/phase$phase" "$CODEDIR/run_pretraining.py" "${common_flags[@]}" "$@"
+  run_launcher "$log_file" "$RESULTS_DIR/log/phase$phase" --nproc_per_node "$num_gpus" \
+    "$CODEDIR/run_pretraining.py" "${common_flags[@]}" "$@"
 }
 
 set_eval_flags "$DATA_DIR_PHASE1"

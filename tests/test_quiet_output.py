@@ -1,0 +1,146 @@
+"""What a run prints is the run's own: no Paddle import-time warnings from the entry scripts (runtime.py), the
+launcher's dumps in its log folder with one line pointing there and a failed rank's error once
+(scripts/common.sh run_launcher), and progress lines from prediction that ends within PLAIN_LINE_SECONDS when
+stderr is a pipe (progress.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import progress
+import run_squad
+import runtime
+import squad_utils
+from conftest import ROOT
+from squad_utils import SquadExample
+from tokenizer import BertTokenizer
+
+COMMON_SH = ROOT / "scripts" / "common.sh"
+CCACHE = "No ccache found"
+OMP = "PLEASE USE OMP_NUM_THREADS WISELY"
+
+
+def environment(**extra: str) -> dict[str, str]:
+    return {**os.environ, **extra}
+
+
+def stderr_of(argv: list[str], **env: str) -> str:
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=environment(**env), timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stderr
+
+
+def test_plain_import_of_paddle_prints_both_warnings():
+    """The noise the entry scripts drop: a plain `import paddle` with OMP_NUM_THREADS=2 inherited (as a child of
+    a configured process has it) prints both."""
+    err = stderr_of([sys.executable, "-c", "import paddle"], OMP_NUM_THREADS="2")
+    assert CCACHE in err and OMP in err
+
+
+@pytest.mark.parametrize("script", ["run_pretraining.py", "run_squad.py", "run_glue.py", "convert_checkpoint.py"])
+def test_entry_scripts_import_paddle_without_its_warnings(script):
+    err = stderr_of([sys.executable, str(ROOT / script), "--help"], OMP_NUM_THREADS="2")
+    assert CCACHE not in err and "OMP_NUM_THREADS" not in err, err
+
+
+def test_quiet_import_keeps_the_other_output_of_the_import(tmp_path, monkeypatch, capsys):
+    fake = tmp_path / "paddle"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import sys, warnings\n"
+        f"warnings.warn({CCACHE + '. Please be aware...'!r})\n"
+        "warnings.warn('a warning of its own')\n"
+        "print('WARNING: OMP_NUM_THREADS set to 2, not 1. The computation speed ...', file=sys.stderr)\n"
+        f"print({OMP!r}, file=sys.stderr)\n"
+        "print('another line of the import', file=sys.stderr)\n")
+    monkeypatch.delitem(sys.modules, "paddle")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(UserWarning, match="a warning of its own"):
+        module = runtime.import_paddle_quietly()
+    assert module.__file__ == str(fake / "__init__.py")
+    assert capsys.readouterr().err == "another line of the import\n"
+
+
+def run_launcher(tmp_path: Path, worker_code: str, nproc: int) -> subprocess.CompletedProcess:
+    worker = tmp_path / "worker.py"
+    worker.write_text(worker_code)
+    command = f'source "{COMMON_SH}" && run_launcher "" "{tmp_path}/log" --nproc_per_node {nproc} "{worker}"'
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"})
+
+
+WORKER = """
+import os, sys
+rank = int(os.environ["PADDLE_TRAINER_ID"])
+print(f"step 1 on rank {rank}", flush=True)
+if rank == int(os.environ.get("FAILING_RANK", "-1")):
+    sys.exit(f"worker error on rank {rank}")
+"""
+
+
+@pytest.mark.slow
+def test_the_launchers_own_output_goes_to_its_log_folder(tmp_path):
+    result = run_launcher(tmp_path, WORKER, 1)
+    assert result.returncode == 0, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    launcher_log = tmp_path / "log" / "launcherlog"
+    assert output.count("Launcher output: ") == 1 and f"Launcher output: {launcher_log}\n" in result.stdout
+    assert "step 1 on rank 0" in result.stdout
+    assert "LAUNCH" not in output and CCACHE not in output
+    kept = launcher_log.read_text()
+    assert "-----------  Configuration  ----------------------" in kept and "Exit code 0" in kept
+
+
+@pytest.mark.slow
+def test_a_failed_rank_0_shows_its_error_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAILING_RANK", "0")
+    (tmp_path / "worker.py").write_text(WORKER)
+    plain = subprocess.run(  # the launcher as it was called before run_launcher: the error twice, and its dumps
+        [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(tmp_path / "plain"),
+         str(tmp_path / "worker.py")], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert plain.returncode == 1 and plain.stdout.count("worker error on rank 0") == 2
+    assert "Container failed !!!" in plain.stderr
+
+    result = run_launcher(tmp_path, WORKER, 1)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1
+    assert output.count("worker error on rank 0") == 1 and "LAUNCH" not in output, output
+    assert result.stderr.splitlines()[-1] == f"Rank 0 failed with exit code 1; its log: {tmp_path}/log/workerlog.0"
+    assert "Container failed !!!" in (tmp_path / "log" / "launcherlog").read_text()
+
+
+@pytest.mark.slow
+def test_another_ranks_error_shows_once_from_the_launchers_copy(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAILING_RANK", "1")
+    result = run_launcher(tmp_path, WORKER, 2)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1
+    assert output.count("worker error on rank 1") == 1 and "LAUNCH" not in output, output
+    assert result.stderr.splitlines()[-1] == f"Rank 1 failed with exit code 1; its log: {tmp_path}/log/workerlog.1"
+
+
+def test_prediction_shorter_than_a_plain_line_interval_shows_progress_on_a_pipe(monkeypatch, capsys):
+    """Piped, progress lines come every PLAIN_LINE_SECONDS; work that ends sooner (SQuAD prediction of 5-30 s)
+    still shows its first line once it outlasts DELAY_SECONDS, and its last."""
+    monkeypatch.setattr(progress, "DELAY_SECONDS", 0.3)
+    monkeypatch.setattr(progress, "PLAIN_LINE_SECONDS", 60.0)
+    tokenizer = BertTokenizer(str(ROOT / "vocab" / "bert-base-uncased-vocab.txt"))
+    examples = [SquadExample(f"q{index}", "which?", "one two three", 0) for index in range(8)]
+    features = squad_utils.convert_examples_to_features(examples, tokenizer, max_seq_length=32, doc_stride=8,
+                                                        max_query_length=8)
+
+    def slow_model(input_ids, token_type_ids, attention_mask):
+        time.sleep(0.1)
+        return np.zeros(input_ids.shape, np.float32), np.zeros(input_ids.shape, np.float32)
+
+    run_squad.predict_logits(slow_model, features, batch_size=1, pad_token_id=0, max_seq_length=32)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("SQuAD prediction:")]
+    assert len(lines) == 2, lines
+    assert " 100% " not in lines[0] and " 100% 8/8 [" in lines[1]
