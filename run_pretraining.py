@@ -42,7 +42,6 @@ from __future__ import annotations
 import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
 import dataclasses
-import json
 import os
 import signal
 import sys
