@@ -180,7 +180,7 @@ def _add_optimizer_options(parser: argparse.ArgumentParser) -> None:
 def _add_process_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Process")
     group.add_argument("--seed", type=random_seed, default=42, help="Random seed (rank r uses seed + r for dropout).")
-    group.add_argument("--show-config", type=str_to_bool, default=True, help="Print and report the arguments.")
+    group.add_argument("--show-config", type=str_to_bool, default=True, help="Report the arguments as a PARAMETER record and print one line naming the report.")
     group.add_argument("--enable-cpu-affinity", type=str_to_bool, default=True,
                        help="Pin each local rank to its own block of CPUs.")
 
@@ -651,7 +651,7 @@ def check_vocab_fits(args: argparse.Namespace, config: BertConfig, loader: Pretr
 
 def announce(args: argparse.Namespace, logger: DLLogger, say, rank: int, world_size: int,
              process_info: dict) -> None:
-    """Print this rank's CPUs; with --show-config, print and report the arguments (once, from rank 0)."""
+    """Print this rank's CPUs; with --show-config, report the arguments and say where (once, from rank 0)."""
     print(f"Rank {rank} of {world_size}: CPUs {process_info['cpu_affinity'] or 'not pinned'}, "
           f"{process_info['cpu_threads']} threads", flush=True)
     if args.show_config:
