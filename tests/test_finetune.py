@@ -27,6 +27,7 @@ import run_squad
 from amp import AmpPolicy
 from conftest import require_shared
 from dllog import DLLogger, read_report
+from feature_batching import pad_token_rows
 from glue_data import ClassificationFeature, collate_classification
 from gradient_merge import merged_backward
 from helpers import (
@@ -48,7 +49,7 @@ from helpers import (
 from helpers import train as pretrain
 from modeling import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
 from runtime import init_data_parallel
-from squad_utils import SquadFeature, collate_features, pad_token_rows
+from squad_utils import SquadFeature, collate_features
 
 
 @pytest.fixture(scope="module")
