@@ -35,7 +35,7 @@ from modeling import (
     BertForSequenceClassification,
     BertModel,
 )
-from paddle_files import read_safetensors_state
+from paddle_files import read_safetensors_state, read_torch_bin
 from weights import load_state
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -198,7 +198,7 @@ def test_require_heads_fails_naming_the_absent_heads_and_writes_nothing(tmp_path
 
 def test_torch_bin_reader_matches_what_torch_reads():
     reference = tiny_reference()
-    tensors = convert_checkpoint.read_torch_bin(TINY_DIR / "pytorch_model.bin")
+    tensors = read_torch_bin(TINY_DIR / "pytorch_model.bin")
     expected = {name[len("tensor/"):]: value for name, value in reference.items() if name.startswith("tensor/")}
     assert set(tensors) == set(expected)
     for name, value in tensors.items():
@@ -426,7 +426,7 @@ def test_safetensors_bfloat16_and_float16_are_read_exactly(tmp_path):
 
 
 def tiny_hf_state() -> dict[str, np.ndarray]:
-    return convert_checkpoint.read_torch_bin(TINY_DIR / "pytorch_model.bin")
+    return read_torch_bin(TINY_DIR / "pytorch_model.bin")
 
 
 def tiny_config() -> BertConfig:

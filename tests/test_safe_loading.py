@@ -1,7 +1,7 @@
 """Loading a checkpoint never runs code, at every entry point; safetensors in and out of every weights path.
 
 - The source tree has no unrestricted load (paddle.load, paddle.static.load_program_state, pickle.load(s),
-  pickle.Unpickler, np.load with pickles) outside paddle_files.py and convert_checkpoint's torch unpickler.
+  pickle.Unpickler, np.load with pickles) outside paddle_files.py.
 - A payload whose unpickling would create a marker file, planted where a real file can hold one (an entry of
   the top-level dict, a nested optimizer state, the scheduler state), is refused by each entry point run as a
   process: non-zero exit, one line naming the file and the global, and no marker.
@@ -49,8 +49,8 @@ UNRESTRICTED_LOADS = {
     "paddle.static.load_program_state", "paddle.static.io.load_program_state", "pickle.load", "pickle.loads",
     "pickle.Unpickler", "pickle._Unpickler", "_pickle.load", "_pickle.loads", "_pickle.Unpickler",
 }
-# The one reader, and the torch .bin reader whose Unpickler subclass admits only torch.save's globals.
-RESTRICTED_READERS = {"paddle_files.py": {"pickle.Unpickler"}, "convert_checkpoint.py": {"pickle.Unpickler"}}
+# The restricted readers: Paddle's pickles, and torch .bin files whose Unpickler admits only torch.save's globals.
+RESTRICTED_READERS = {"paddle_files.py": {"pickle.Unpickler"}}
 
 
 def unrestricted_loads(source: str) -> list[tuple[int, str]]:
