@@ -243,6 +243,32 @@ def write_tiny_model(folder: Path) -> None:
     paddle.save(pretrained.state_dict(), str(folder / "pretrain" / "1000" / "bert_paddle.pdparams"))
 
 
+def fine_tuning_workspace(folder: Path, squad: dict[str, tuple[int, int | None]] | None = None,
+                          mrpc: dict[str, tuple[str, int]] | None = None) -> Path:
+    """folder with write_tiny_model's model and slices of the shared data, for run_squad.py and run_glue.py runs.
+
+    squad maps a file name to (paragraphs, questions): the first paragraphs of SQuAD v1.1 dev's first article,
+    the first of them cut to its first `questions` questions (None: all). mrpc maps a file name to (split, rows):
+    the header and first rows of MRPC's <split>.tsv, byte for byte (BOM, quotes)."""
+    if squad:
+        article = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())["data"][0]
+        for name, (paragraphs, questions) in squad.items():
+            chosen = [dict(article["paragraphs"][0], qas=article["paragraphs"][0]["qas"][:questions]),
+                      *article["paragraphs"][1:paragraphs]]
+            (folder / name).write_text(json.dumps({"version": "1.1", "data": [{"title": article["title"],
+                                                                                 "paragraphs": chosen}]}))
+    for name, (split, rows) in (mrpc or {}).items():
+        lines = require_shared("data", "glue", "MRPC", f"{split}.tsv").read_bytes().split(b"\n")
+        (folder / name).write_bytes(b"\n".join(lines[:rows + 1]) + b"\n")
+    write_tiny_model(folder)
+    return folder
+
+
+def stage_args(stage: str, data: Path, *extra) -> list:
+    """A fine-tuning script's options for one stage ("train" or "predict") on one data file, then `extra`."""
+    return [f"--do-{stage}", f"--{stage}-file", data, *extra]
+
+
 def logged(records: list[dict], name: str) -> list:
     """Values of a metric in the report's step and summary records (not the PARAMETER ones)."""
     return [record["data"][name] for record in records

@@ -14,7 +14,17 @@ from conftest import ROOT, require_shared
 from dllog import read_report
 from glue_data import read_glue_examples
 from glue_metrics import accuracy, binary_f1, roc_auc
-from helpers import TINY_CONFIG, common_argv, logged, parameter, params, run_in_process, run_script, write_tiny_model
+from helpers import (
+    TINY_CONFIG,
+    common_argv,
+    fine_tuning_workspace,
+    logged,
+    parameter,
+    params,
+    run_in_process,
+    run_script,
+    stage_args,
+)
 from modeling import BertConfig
 
 TRAIN_ROWS, DEV_ROWS = 32, 24
@@ -24,17 +34,14 @@ TRAIN_ROWS, DEV_ROWS = 32, 24
 def workspace(tmp_path_factory):
     """MRPC slices (kept byte for byte: BOM, header, quotes), the train slice as a CSV with other column names, a
     dropout-free tiny config and a pretraining checkpoint with random weights."""
-    folder = tmp_path_factory.mktemp("glue")
-    for split, rows in (("train", TRAIN_ROWS), ("dev", DEV_ROWS)):
-        lines = require_shared("data", "glue", "MRPC", f"{split}.tsv").read_bytes().split(b"\n")
-        (folder / f"{split}.tsv").write_bytes(b"\n".join(lines[:rows + 1]) + b"\n")
+    folder = fine_tuning_workspace(tmp_path_factory.mktemp("glue"),
+                                   mrpc={"train.tsv": ("train", TRAIN_ROWS), "dev.tsv": ("dev", DEV_ROWS)})
     with open(folder / "train.tsv", encoding="utf-8-sig", newline="") as source, \
             open(folder / "train.csv", "w", encoding="utf-8", newline="") as target:
         writer = csv.writer(target)
         writer.writerow(["y", "pair", "first", "second"])
         for fields in list(csv.reader(source, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]:
             writer.writerow([fields[0], f"{fields[1]}-{fields[2]}", fields[3], fields[4]])
-    write_tiny_model(folder)
     return folder
 
 
@@ -57,11 +64,11 @@ def predictions(output_dir):
 
 
 def train_args(workspace, *extra, data="train.tsv"):
-    return ["--do-train", "--train-file", workspace / data, *extra]
+    return stage_args("train", workspace / data, *extra)
 
 
 def predict_args(workspace, *extra, data="dev.tsv"):
-    return ["--do-predict", "--predict-file", workspace / data, *extra]
+    return stage_args("predict", workspace / data, *extra)
 
 
 @pytest.fixture(scope="module")

@@ -18,13 +18,14 @@ from dllog import read_report
 from helpers import (
     TINY_CONFIG,
     common_argv,
+    fine_tuning_workspace,
     logged,
     make_v2_dataset,
     parameter,
     params,
     run_in_process,
     run_script,
-    write_tiny_model,
+    stage_args,
 )
 from modeling import BertConfig
 from squad_evaluate import evaluate, load_dataset, load_squad_json
@@ -35,15 +36,8 @@ from tokenizer import BertTokenizer
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """Slices of dev (2 paragraphs; 6 questions), a dropout-free tiny config and a pretraining checkpoint."""
-    folder = tmp_path_factory.mktemp("squad")
-    dev = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())
-    article = dev["data"][0]
-    squad_slice = {"version": "1.1", "data": [{"title": article["title"], "paragraphs": article["paragraphs"][:2]}]}
-    (folder / "slice.json").write_text(json.dumps(squad_slice))
-    first = dict(article["paragraphs"][0], qas=article["paragraphs"][0]["qas"][:6])
-    (folder / "small.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [first]}]}))
-    write_tiny_model(folder)
-    return folder
+    return fine_tuning_workspace(tmp_path_factory.mktemp("squad"),
+                                 squad={"slice.json": (2, None), "small.json": (1, 6)})
 
 
 def _common(workspace, output_dir):
@@ -58,11 +52,11 @@ def run(workspace, output_name, *args):
 
 
 def train_args(workspace, *extra, data="small.json"):
-    return ["--do-train", "--train-file", workspace / data, *extra]
+    return stage_args("train", workspace / data, *extra)
 
 
 def predict_args(workspace, *extra, data="small.json"):
-    return ["--do-predict", "--predict-file", workspace / data, *extra]
+    return stage_args("predict", workspace / data, *extra)
 
 
 @pytest.fixture(scope="module")
