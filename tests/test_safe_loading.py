@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import ast
-import json
 import os
 import pickle
 import shutil
@@ -26,16 +25,16 @@ import safetensors.numpy
 import convert_checkpoint
 import run_glue
 import run_squad
-from conftest import ROOT, require_shared
+from conftest import ROOT
 from helpers import (
     common_argv,
+    fine_tuning_workspace,
     params,
     pretraining_argv,
     run_in_process,
     run_script,
     step_folder,
     train,
-    write_tiny_model,
 )
 from paddle_files import read_paddle_file
 
@@ -176,15 +175,7 @@ def workspace(tmp_path_factory) -> Path:
     pretraining.mkdir()
     assert train(pretraining_argv(pretraining, "--max-steps", "2", "--num-steps-per-checkpoint", "1",
                                   "--save-safetensors")) == 0
-    write_tiny_model(folder)
-    dev = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())
-    paragraph = dict(dev["data"][0]["paragraphs"][0])
-    paragraph["qas"] = paragraph["qas"][:6]
-    (folder / "squad.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t",
-                                                                                "paragraphs": [paragraph]}]}))
-    lines = require_shared("data", "glue", "MRPC", "train.tsv").read_bytes().split(b"\n")
-    (folder / "mrpc.tsv").write_bytes(b"\n".join(lines[:17]) + b"\n")
-    return folder
+    return fine_tuning_workspace(folder, squad={"squad.json": (1, 6)}, mrpc={"mrpc.tsv": ("train", 16)})
 
 
 def pretraining_step(workspace: Path, step: int) -> Path:
