@@ -32,6 +32,7 @@ from atomic_io import TEMP_PREFIX
 from conftest import ROOT, require_shared
 from helpers import (
     UNBINNED,
+    assert_one_line,
     checkpoint_params,
     pretraining_argv,
     run_training,
@@ -635,11 +636,9 @@ def test_a_second_pretraining_run_into_a_live_runs_folder_stops_naming_its_pid_a
 @pytest.fixture
 def glue_job(tmp_path) -> list[str]:
     """run_glue.py's arguments for 2 updates of the tiny BERT on 16 MRPC pairs into tmp_path/out."""
-    from helpers import common_argv, write_tiny_model
+    from helpers import common_argv, fine_tuning_workspace
 
-    lines = require_shared("data", "glue", "MRPC", "train.tsv").read_bytes().split(b"\n")
-    (tmp_path / "train.tsv").write_bytes(b"\n".join(lines[:17]) + b"\n")
-    write_tiny_model(tmp_path)
+    fine_tuning_workspace(tmp_path, mrpc={"train.tsv": ("train", 16)})
     return ["--task-name", "mrpc", *common_argv(tmp_path, tmp_path / "out"), "--do-train", "--train-file",
             str(tmp_path / "train.tsv"), "--from-pretrained-params", str(tmp_path / "pretrain" / "1000"),
             "--max-steps", "2", "--show-config", "false", "--enable-cpu-affinity", "false"]
@@ -768,8 +767,7 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line_and_keeps_the_checkpoints(tmp
         out, err = job.communicate(timeout=60)
         assert job.returncode == cli.INTERRUPTED_STATUS
         assert "SIGINT: saving a checkpoint after this step, then stopping (Ctrl-C again to stop at once)" in out
-        assert err.splitlines() == ["run_pretraining.py: interrupted again: stopped at once, without saving the steps "
-                                    "since the last checkpoint"]
+        assert_one_line(err, "run_pretraining.py: ", "interrupted again", "stopped at once", "without saving")
         assert_kept(before)
         assert step_folders(tmp_path / "out") == [4]
         assert not [p for p in phase1(tmp_path).iterdir() if p.name.startswith(TEMP_PREFIX)]
@@ -834,7 +832,7 @@ def test_ctrl_c_in_preprocessing_is_one_line_and_leaves_nothing(tmp_path):
             os.kill(pid, signal.SIGINT)
         out, err = job.communicate(timeout=60)
         assert job.returncode == cli.INTERRUPTED_STATUS, err[-3000:]
-        assert err.splitlines() == ["lddl_preprocess.py: interrupted (Ctrl-C)"]
+        assert_one_line(err, "lddl_preprocess.py: ", "interrupted", "Ctrl-C")
         assert wait_until_gone(workers, seconds=5) == []
     finally:
         end_leftovers(job, workers)
@@ -847,7 +845,8 @@ def test_ctrl_c_in_any_entry_script_is_one_line_and_status_130(capsys):
 
     assert cli.run_main(interrupted, "run_squad.py") == cli.INTERRUPTED_STATUS
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == "run_squad.py: interrupted (Ctrl-C)\n"
+    assert captured.out == ""
+    assert_one_line(captured.err, "run_squad.py: ", "interrupted", "Ctrl-C")
 
 
 # ---------------------------------------------------------------------------------------------------------------
