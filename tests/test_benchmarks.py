@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_one_line
+from messages import assert_one_line
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"

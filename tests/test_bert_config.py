@@ -16,7 +16,7 @@ import pytest
 
 from bert_config import CONFIG_DIR, BertConfig, build_config, config_file_for
 from conftest import ROOT
-from helpers import assert_one_line
+from messages import assert_one_line
 
 # Google's bert_config.json of BERT-Base uncased, as released with the paper's code.
 GOOGLE_BASE = {

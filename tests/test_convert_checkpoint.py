@@ -28,7 +28,7 @@ from safetensors.numpy import load_file
 import convert_checkpoint
 from bert_config import HF_ARCHITECTURE_VALUES
 from conftest import ROOT, require_shared
-from helpers import assert_one_line
+from messages import assert_one_line
 from modeling import (
     BertConfig,
     BertForPretraining,

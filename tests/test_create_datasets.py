@@ -14,7 +14,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from conftest import ROOT, require_shared
-from helpers import assert_one_line, documents_kept
+from data_fixtures import documents_kept
+from messages import assert_one_line
 
 SCRIPT = ROOT / "data" / "create_datasets_from_start.sh"
 # NVIDIA's layout under BERT_PREP_WORKING_DIR, as scripts/run_pretraining.sh and run.sub read it.

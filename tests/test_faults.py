@@ -1,4 +1,4 @@
-"""The fault suite: real tiny pre-training jobs (the 1-layer BERT of tests/helpers.py) with one fault injected each.
+"""The fault suite: real tiny pre-training jobs (tests/pretraining_runs.py's 1-layer BERT) with one fault injected each.
 
 Every case asserts the exit status, that the message is one line naming the thing at fault, and that every file
 that existed before is still there byte for byte (moved aside at most). Most jobs run in this process exactly as
@@ -30,9 +30,9 @@ import run_pretraining
 import squad_evaluate
 from atomic_io import TEMP_PREFIX
 from conftest import ROOT, require_shared
-from helpers import (
+from messages import assert_one_line
+from pretraining_runs import (
     UNBINNED,
-    assert_one_line,
     checkpoint_params,
     pretraining_argv,
     run_training,
@@ -417,7 +417,8 @@ sys.exit(run_pretraining.main(sys.argv[1:]))
 
 def test_sigkill_at_random_points_of_saves_then_the_same_command_finishes_exactly(tmp_path):
     # The uninterrupted job, timing its saves. It, the killed runs and the run that finishes the job are all
-    # processes of the real command, so that their weights can be compared bit for bit (helpers.training_environment).
+    # processes of the real command, so that their weights can be compared bit for bit
+    # (pretraining_runs.training_environment).
     (tmp_path / "whole").mkdir()
     output = run_training(pretraining_argv(tmp_path / "whole", *KILL_JOB), code=TIMED_SAVES)
     save_seconds = float(np.median([float(line.split()[2]) for line in output.splitlines()
@@ -636,7 +637,7 @@ def test_a_second_pretraining_run_into_a_live_runs_folder_stops_naming_its_pid_a
 @pytest.fixture
 def glue_job(tmp_path) -> list[str]:
     """run_glue.py's arguments for 2 updates of the tiny BERT on 16 MRPC pairs into tmp_path/out."""
-    from helpers import common_argv, fine_tuning_workspace
+    from fine_tuning_runs import common_argv, fine_tuning_workspace
 
     fine_tuning_workspace(tmp_path, mrpc={"train.tsv": ("train", 16)})
     return ["--task-name", "mrpc", *common_argv(tmp_path, tmp_path / "out"), "--do-train", "--train-file",
@@ -983,7 +984,7 @@ def test_pretraining_flags_that_cannot_take_effect_are_parser_errors(tmp_path, c
 
 
 def test_masked_lm_ratio_on_dynamic_shards_still_trains(tmp_path, capsys):
-    from helpers import DYNAMIC
+    from pretraining_runs import DYNAMIC
 
     status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1", "--masked-lm-ratio", "0.3",
                                                 shards=DYNAMIC), capsys)
@@ -1032,7 +1033,7 @@ def test_a_nan_in_the_no_answer_file_is_one_line_naming_it(tmp_path, capsys):
 def exported_model(tmp_path_factory) -> Path:
     """A tiny BERT for SQuAD exported for Paddle Inference: <folder>/bert_paddle.json and .pdiparams."""
     import inference
-    from helpers import tiny_config
+    from fine_tuning_runs import tiny_config
     from modeling import BertConfig, BertForQuestionAnswering
 
     folder = tmp_path_factory.mktemp("exported")
@@ -1201,7 +1202,7 @@ def test_a_kill_while_writing_the_safetensors_twin_leaves_no_final_checkpoint_wi
 
 
 def test_pack_sequences_on_a_bin_too_wide_to_pack_is_one_line_with_the_numbers(tmp_path, capsys):
-    from helpers import BINNED
+    from pretraining_runs import BINNED
 
     # Bin 1 of the bin-64 set: every sample has 65 to 128 tokens, so no two share a row of 128.
     wide = tmp_path / "bin1"
@@ -1221,7 +1222,7 @@ def test_pack_sequences_on_a_bin_too_wide_to_pack_is_one_line_with_the_numbers(t
 
 
 def test_pack_sequences_on_a_binned_set_with_its_short_bin_still_trains(tmp_path, capsys):
-    from helpers import BINNED
+    from pretraining_runs import BINNED
 
     status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1", "--pack-sequences",
                                                 shards=require_shared(*BINNED)), capsys)

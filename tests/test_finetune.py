@@ -27,28 +27,26 @@ import run_squad
 from amp import AmpPolicy
 from dllog import DLLogger, read_report
 from feature_batching import pad_token_rows
-from glue_data import ClassificationFeature, collate_classification
-from gradient_merge import merged_backward
-from helpers import (
-    assert_one_line,
-    checkpoint_params,
+from fine_tuning_runs import (
     common_argv,
     fine_tuning_workspace,
     logged,
     parameter,
     params,
-    pretraining_argv,
     record_amp_policies,
     record_optimizer_options,
     run_in_process,
     run_script,
     stage_args,
-    step_folders,
     tiny_config,
     use_gpu_amp_policy,
 )
-from helpers import train as pretrain
+from glue_data import ClassificationFeature, collate_classification
+from gradient_merge import merged_backward
+from messages import assert_one_line
 from modeling import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
+from pretraining_runs import checkpoint_params, pretraining_argv, step_folders
+from pretraining_runs import train as pretrain
 from runtime import init_data_parallel
 from squad_utils import SquadFeature, collate_features
 

@@ -12,11 +12,8 @@ import pytest
 import run_glue
 from conftest import ROOT, require_shared
 from dllog import read_report
-from glue_data import read_glue_examples
-from glue_metrics import accuracy, binary_f1, roc_auc
-from helpers import (
+from fine_tuning_runs import (
     TINY_CONFIG,
-    assert_one_line,
     common_argv,
     fine_tuning_workspace,
     logged,
@@ -26,6 +23,9 @@ from helpers import (
     run_script,
     stage_args,
 )
+from glue_data import read_glue_examples
+from glue_metrics import accuracy, binary_f1, roc_auc
+from messages import assert_one_line
 from modeling import BertConfig
 
 TRAIN_ROWS, DEV_ROWS = 32, 24

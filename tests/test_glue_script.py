@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
-from helpers import assert_one_line
+from messages import assert_one_line
 
 SCRIPT = ROOT / "scripts" / "run_glue.sh"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, shared_dir
-from helpers import assert_one_line
+from messages import assert_one_line
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import gpu_check  # noqa: E402  (scripts/ is put on the path just above)

@@ -1,11 +1,11 @@
-"""helpers.assert_one_line, which the error-message tests use: it passes only a single line with the given
+"""messages.assert_one_line, which the error-message tests use: it passes only a single line with the given
 start that names every given part."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import assert_one_line
+from messages import assert_one_line
 
 
 def test_a_line_naming_every_part_passes_and_is_returned():

@@ -26,7 +26,8 @@ import pytest
 import create_pretraining_data
 import lddl_preprocess
 from conftest import ROOT, require_shared
-from helpers import assert_one_line, partly_masked_words, words_of
+from data_fixtures import partly_masked_words, words_of
+from messages import assert_one_line
 from pretraining_dataset import BatchBuilder, PretrainingDataLoader, main
 
 KEYS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_labels", "next_sentence_labels")

@@ -22,7 +22,9 @@ import lddl_preprocess
 import run_pretraining
 from conftest import ROOT
 from dllog import read_report
-from helpers import assert_one_line, parameter, step_folder, step_numbers, step_records
+from fine_tuning_runs import parameter
+from messages import assert_one_line
+from pretraining_runs import step_folder, step_numbers, step_records
 from recipe_fakes import Fakes, make_fakes, preset, preset_names, script_args, value
 
 RUN_PRETRAINING = ROOT / "scripts" / "run_pretraining.sh"

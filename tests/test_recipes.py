@@ -21,7 +21,7 @@ import pytest
 import lddl_preprocess
 from conftest import ROOT, require_shared
 from dllog import read_report, training_step
-from helpers import assert_one_line
+from messages import assert_one_line
 from recipe_fakes import Fakes, launcher_args, make_fakes, preset, preset_names, script_args, value
 
 RUN_PRETRAINING = ROOT / "scripts" / "run_pretraining.sh"

@@ -24,7 +24,7 @@ import lddl_preprocess
 import run_pretraining
 from conftest import ROOT
 from data.make_sample_corpus import write_corpus
-from helpers import assert_one_line
+from messages import assert_one_line
 from recipe_fakes import Fakes, launcher_args, make_fakes, script_args, value
 from tokenizer import train_vocab
 

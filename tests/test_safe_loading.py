@@ -26,17 +26,9 @@ import convert_checkpoint
 import run_glue
 import run_squad
 from conftest import ROOT
-from helpers import (
-    common_argv,
-    fine_tuning_workspace,
-    params,
-    pretraining_argv,
-    run_in_process,
-    run_script,
-    step_folder,
-    train,
-)
+from fine_tuning_runs import common_argv, fine_tuning_workspace, params, run_in_process, run_script
 from paddle_files import read_paddle_file
+from pretraining_runs import pretraining_argv, step_folder, train
 
 # ---------------------------------------------------------------------------------------------
 # The source tree
@@ -169,7 +161,7 @@ def plant(source: Path, target: Path, position: str, marker: Path) -> Path:
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
     """A 2-step pretraining run with --save-safetensors (checkpoints at steps 1 and 2), a tiny model with its
-    pretraining checkpoint (helpers.write_tiny_model), 6 SQuAD questions and 16 MRPC pairs."""
+    pretraining checkpoint (fine_tuning_runs.write_tiny_model), 6 SQuAD questions and 16 MRPC pairs."""
     folder = tmp_path_factory.mktemp("safe")
     pretraining = folder / "pretraining"
     pretraining.mkdir()

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT, require_shared
-from helpers import assert_one_line
+from messages import assert_one_line
 from squad_evaluate import (
     evaluate,
     evaluate_v2,

@@ -14,20 +14,20 @@ import pytest
 import inference
 import run_squad
 from conftest import ROOT, require_shared
+from data_fixtures import make_v2_dataset
 from dllog import read_report
-from helpers import (
+from fine_tuning_runs import (
     TINY_CONFIG,
-    assert_one_line,
     common_argv,
     fine_tuning_workspace,
     logged,
-    make_v2_dataset,
     parameter,
     params,
     run_in_process,
     run_script,
     stage_args,
 )
+from messages import assert_one_line
 from modeling import BertConfig
 from squad_evaluate import evaluate, load_dataset, load_squad_json
 from squad_utils import convert_examples_to_features, read_squad_examples
@@ -401,7 +401,7 @@ def test_a_failing_eval_script_is_an_error_naming_it(workspace, fine_tuned, tmp_
 @pytest.fixture(scope="module")
 def squad_v2(workspace):
     """A v2.0 file from the first paragraph of dev's first two articles (every third question made unanswerable
-    by helpers.make_v2_dataset), fine-tuned on for 40 updates and predicted with --do-eval."""
+    by data_fixtures.make_v2_dataset), fine-tuned on for 40 updates and predicted with --do-eval."""
     dev = load_dataset(str(require_shared("data", "squad", "v1.1", "dev-v1.1.json")))
     articles = [dict(article, paragraphs=article["paragraphs"][:1]) for article in dev[:2]]
     path = workspace / "v2.json"

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import require_shared
+from data_fixtures import numbered_windows
 from feature_batching import batch_indices
-from helpers import numbered_windows
 from squad_evaluate import load_dataset
 from squad_utils import (
     SquadExample,
