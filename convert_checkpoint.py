@@ -6,11 +6,10 @@
     python convert_checkpoint.py nvidia2paddle NGC_PREFIX_OR_FILE OUT.pdparams|OUT.safetensors [--config CONFIG.json
                                                                                             [--config-out OUT.json]]
 
-hf2paddle reads HF_DIR/config.json and HF_DIR/model.safetensors, else HF_DIR/pytorch_model.bin. The
-.bin is read without torch: it is a zip holding a pickle whose tensors point at raw storages in the
-zip's data/ entries, so a restricted unpickler that knows only the few globals torch.save writes
-rebuilds every tensor as a NumPy array. OUT.pdparams is a paddle.save'd dict of float32 arrays under
-the names of BertForPretraining / BertForQuestionAnswering / BertForSequenceClassification
+hf2paddle reads HF_DIR/config.json and HF_DIR/model.safetensors, else HF_DIR/pytorch_model.bin, which
+paddle_files.read_torch_bin reads without torch and without running code. OUT.pdparams is a paddle.save'd
+dict of float32 arrays under the names of BertForPretraining / BertForQuestionAnswering /
+BertForSequenceClassification
 (`bert.`-prefixed encoder, `cls.`, `qa_outputs.`, `classifier.`); an output path ending in .safetensors
 gets the same arrays as a safetensors file, the format to share. weights.load_state loads either into
 any of them or into a bare BertModel, fused or unfused, with or without a padded vocabulary.
@@ -37,15 +36,12 @@ from __future__ import annotations
 
 import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
-import collections
 import dataclasses
 import functools
 import json
 import os
-import pickle
 import re
 import sys
-import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -57,7 +53,7 @@ from atomic_io import atomic_write, atomic_write_text
 from bert_config import HF_ARCHITECTURE_VALUES, BertConfig
 from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification
 from ngc_weights import NVIDIA_ENCODER_LAYER_NORM_EPS, NVIDIA_LAYER_NORM_EPS, nvidia_to_paddle
-from paddle_files import read_safetensors_state
+from paddle_files import read_safetensors_state, read_torch_bin
 from progress import progress_bar
 from weights import (
     ENCODER_PARTS,
@@ -73,119 +69,6 @@ from weights import (
     with_bert_prefix,
     write_safetensors_weights,
 )
-
-# ---------------------------------------------------------------------------------------------
-# Reading tensors without torch
-# ---------------------------------------------------------------------------------------------
-
-_BFLOAT16 = "bfloat16"  # NumPy has no bfloat16: such data is read as uint16 bits and widened
-
-# Storage classes torch.save names in its pickle, and safetensors' dtype names.
-_TORCH_STORAGE_DTYPES = {
-    "FloatStorage": "<f4", "HalfStorage": "<f2", "BFloat16Storage": _BFLOAT16, "DoubleStorage": "<f8",
-    "LongStorage": "<i8", "IntStorage": "<i4", "ShortStorage": "<i2", "CharStorage": "i1",
-    "ByteStorage": "u1", "BoolStorage": "?",
-}
-
-
-def _raw_dtype(dtype: str) -> np.dtype:
-    return np.dtype("<u2" if dtype == _BFLOAT16 else dtype)
-
-
-def _widen_bfloat16(bits: np.ndarray) -> np.ndarray:
-    # bfloat16 is the upper half of an IEEE float32, so shifting the bits up is exact.
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-@dataclasses.dataclass
-class _Storage:
-    """One torch storage: a flat array of raw elements (uint16 bits for bfloat16)."""
-
-    elements: np.ndarray
-    dtype: str
-
-
-class _TorchCheckpointUnpickler(pickle.Unpickler):
-    """Unpickles a torch.save'd state dict, allowing only the globals such a file needs.
-
-    Anything else -- in particular any callable a crafted file could use to run code -- is refused.
-    The persistent ids name storages: ('storage', storage class, key, device, number of elements),
-    whose bytes are the zip entry <root>/data/<key>.
-    """
-
-    def __init__(self, archive: zipfile.ZipFile, root: str, path: Path):
-        super().__init__(archive.open(f"{root}/data.pkl"))
-        self.archive, self.root, self.path = archive, root, path
-        self.storages: dict[str, _Storage] = {}
-
-    def find_class(self, module: str, name: str):
-        if (module, name) == ("collections", "OrderedDict"):
-            return collections.OrderedDict
-        if module == "torch._utils" and name in ("_rebuild_tensor", "_rebuild_tensor_v2"):
-            return self._rebuild_tensor
-        if (module, name) == ("torch._utils", "_rebuild_parameter"):
-            return _rebuild_parameter
-        if module == "torch" and name in _TORCH_STORAGE_DTYPES:
-            return name
-        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
-
-    def persistent_load(self, persistent_id):
-        if not (isinstance(persistent_id, tuple) and len(persistent_id) == 5 and persistent_id[0] == "storage"):
-            raise pickle.UnpicklingError(f"unexpected persistent id {persistent_id!r}")
-        _, storage_class, key, _device, numel = persistent_id
-        if storage_class not in _TORCH_STORAGE_DTYPES:
-            raise pickle.UnpicklingError(f"unsupported storage type {storage_class!r}")
-        if key not in self.storages:
-            dtype = _TORCH_STORAGE_DTYPES[storage_class]
-            raw = self.archive.read(f"{self.root}/data/{key}")
-            elements = np.frombuffer(raw, dtype=_raw_dtype(dtype))
-            if elements.size < numel:
-                raise pickle.UnpicklingError(f"storage {key} holds {elements.size} elements, expected {numel}")
-            self.storages[key] = _Storage(elements[:numel], dtype)
-        return self.storages[key]
-
-    @staticmethod
-    def _rebuild_tensor(storage: _Storage, offset: int, size, stride, *_ignored) -> np.ndarray:
-        size, stride = tuple(size), tuple(stride)
-        if any(n == 0 for n in size):
-            array = np.zeros(size, storage.elements.dtype)
-        else:
-            last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
-            if offset < 0 or min(stride, default=0) < 0 or last >= storage.elements.size:
-                raise pickle.UnpicklingError(f"tensor view {size}/{stride}+{offset} lies outside its storage")
-            itemsize = storage.elements.itemsize
-            array = np.lib.stride_tricks.as_strided(
-                storage.elements[offset:], shape=size, strides=[s * itemsize for s in stride]
-            ).copy()
-        return _widen_bfloat16(array) if storage.dtype == _BFLOAT16 else array
-
-
-def _rebuild_parameter(data: np.ndarray, *_ignored) -> np.ndarray:
-    return data
-
-
-def read_torch_bin(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """The state dict of a torch.save'd pytorch_model.bin as NumPy arrays, without importing torch."""
-    path = Path(path)
-    if not zipfile.is_zipfile(path):
-        raise ValueError(
-            f"{path}: not a zip archive, so a legacy (torch < 1.6) or corrupt checkpoint; "
-            "re-save it with a recent torch or as model.safetensors"
-        )
-    try:
-        with zipfile.ZipFile(path) as archive:
-            pickles = [name for name in archive.namelist() if name.endswith("/data.pkl")]
-            if len(pickles) != 1:
-                raise ValueError(f"expected one data.pkl in the archive, found {len(pickles)}")
-            root = pickles[0][: -len("/data.pkl")]
-            if f"{root}/byteorder" in archive.namelist() and archive.read(f"{root}/byteorder") != b"little":
-                raise ValueError("big-endian checkpoints are not supported")
-            state = _TorchCheckpointUnpickler(archive, root, path).load()
-    except (pickle.UnpicklingError, zipfile.BadZipFile, KeyError, EOFError, TypeError, ValueError) as error:
-        raise ValueError(f"{path}: cannot read torch checkpoint ({error})") from None
-    if not isinstance(state, Mapping) or not all(isinstance(v, np.ndarray) for v in state.values()):
-        raise ValueError(f"{path}: does not hold a state dict of tensors")
-    return dict(state)
 
 
 def read_hf_checkpoint(hf_dir: str | os.PathLike) -> tuple[BertConfig, dict[str, np.ndarray], Path]:

@@ -6,48 +6,37 @@ attention through scaled_dot_product_attention, fused kernels, AMP). Every funct
 the same mathematical function as the Paddle op it stands in for; tests/test_cpu_kernels.py checks values
 and gradients against those ops.
 
-Why each one exists (fp32, one thread, batch 8 x 128 tokens, BERT-base shapes, measured on this machine,
-an AMD EPYC with AVX-512). "Step" is the CPU time of a whole BERT-base training step (forward, backward,
-LAMB) without the change divided by that with it, from in-process A/B runs alternating the two; all the
-model-level ones together (Linear, LayerNorm, Dropout, attention): 1.24x. docs/cpu-training-profile.md
-profiles a whole step on an Intel Xeon, by operator, and lists what else was tried there and why it was
-not taken.
+Why each one exists (what each gave, measured, is in docs/cpu-training-profile.md, "The layers of
+cpu_kernels.py" and "The C++ extension"):
 
 - MKL code path. Paddle's CPU build does its matrix products in Intel MKL (mklml 2019), which picks its
-  kernels by CPU vendor: on an AMD processor it ignores AVX2/AVX-512 and runs a generic path 2.4x slower
-  (37 against 90 GFLOP per CPU-second for 1024x768 by 768x3072). MKL_DEBUG_CPU_TYPE, which this MKL reads
-  when it first dispatches, selects the kernels explicitly; use_fast_mkl_kernels() sets it before Paddle's
-  first matrix product to the best code path the CPU's own feature flags allow. Step: 2.1x.
+  kernels by CPU vendor: on an AMD processor it ignores AVX2/AVX-512 and runs a generic, much slower path.
+  MKL_DEBUG_CPU_TYPE, which this MKL reads when it first dispatches, selects the kernels explicitly;
+  use_fast_mkl_kernels() sets it before Paddle's first matrix product to the best code path the CPU's own
+  feature flags allow.
 - Memory. Paddle's CPU allocator takes every tensor from malloc and frees it after use. glibc serves blocks
   above its mmap threshold (at most 32 MiB by default) with fresh mmap pages, and returns freed heap memory
-  above its trim threshold to the system, so such tensors fault in new, zeroed pages every time: an
-  elementwise op over a [30528, 768] tensor (the size of the word-embedding gradient and of the optimizer's
-  work tensors for it) takes 55 ms that way and 9 ms in reused memory. keep_freed_memory() raises both
-  thresholds (mallopt). Step: 1.015x (1.10x with 2 layers, where the embedding weighs more), for 0.3 GiB
-  more peak memory (4.3 GiB).
+  above its trim threshold to the system, so such tensors (the word-embedding gradient, the optimizer's work
+  tensors for it) fault in new, zeroed pages every time. keep_freed_memory() raises both thresholds
+  (mallopt), for somewhat more peak memory.
 - Linear. nn.Linear adds its bias with a broadcasting add, whose CPU kernel (and the reduction in its
-  gradient) takes about a quarter of the time of the 768x3072 product itself. `linear` makes the bias the C
-  operand of one addmm and computes its gradient as a matrix-vector product. Step: 1.08x.
-- LayerNorm. Paddle's forward kernel is fast, its gradient kernel 15x slower than the forward. Where the
-  cpu_ops extension builds, `LayerNorm` runs its C++ kernels instead (float32): forward and gradient one row
-  per pass, multi-threaded, with each row's statistics in double (as accurate as the exact result to a few
-  float ulps, where Paddle's op and a float-only kernel lose digits on rows with a small spread); elsewhere it
-  runs Paddle's op. docs/cpu-training-profile.md has the measured ratio.
+  gradient) is slow next to the matrix product itself. `linear` makes the bias the C operand of one addmm and
+  computes its gradient as a matrix-vector product.
+- LayerNorm. Paddle's forward kernel is fast, its gradient kernel many times slower. Where the cpu_ops
+  extension builds, `LayerNorm` runs its C++ kernels instead (float32): forward and gradient one row per
+  pass, multi-threaded, with each row's statistics in double (as accurate as the exact result to a few float
+  ulps, where Paddle's op and a float-only kernel lose digits on rows with a small spread); elsewhere it runs
+  Paddle's op.
 - Dropout. Paddle's CPU dropout draws a float per element from mt19937_64 and its gradient re-reads a byte
   mask; `dropout` draws int32s, keeps a float mask that already holds the 1/(1-p) scale, and its gradient is
-  one multiplication: 4.5 against 8.5 ms forward and backward for [8, 128, 768]. Step: 1.01-1.07x.
+  one multiplication.
 - Attention heads. [B, S, N, D] -> [B, N, S, D] in Paddle is a strided view, and the ops after it copy it
-  element by element (4x slower than a memcpy); adding a [B, 1, 1, S] attention mask to [B, N, S, S] scores
-  by broadcasting is 13x slower than a same-shape add. `attention` moves whole D-float rows with one gather
-  per tensor and adds a mask materialised as [B, N, S, S] (once per forward, by modeling.BertModel).
-  Step: 1.16x (with the attention's Linear and Dropout).
+  element by element; adding a [B, 1, 1, S] attention mask to [B, N, S, S] scores by broadcasting is much
+  slower than a same-shape add. `attention` moves whole D-float rows with one gather per tensor and adds a
+  mask materialised as [B, N, S, S] (once per forward, by modeling.BertModel).
 - GELU. Paddle's gelu and gelu_grad kernels run on one thread, scalar erf. `exact_gelu` runs the cpu_ops
   extension's C++ kernels (csrc/cpu_ops.cc): one OpenMP pass each way over glibc's 8-wide AVX2 erff/expf.
-  Forward + backward of [1024, 3072] (one layer's intermediate, batch 8 x 128), in-process A/B, 40
-  alternations, Intel Xeon under load (load average 1.7, one of the two cores taken by another process):
-  1.98x CPU and wall at one thread (49.0 -> 24.9 ms), 1.99x at two (54.1 -> 27.3 ms).
-  (The extension's LAMB step is optimizer.Lamb's. GELU, LayerNorm and LAMB together: step 1.10x at one
-  thread, 1.07x CPU / 1.08x wall at two under load; docs/cpu-training-profile.md has the table.)
+  (The extension's LAMB step is optimizer.Lamb's.)
 """
 
 from __future__ import annotations

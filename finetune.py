@@ -62,13 +62,13 @@ from cli import (
     unit_interval,
 )
 from dllog import DLLogger
+from feature_batching import batch_indices
 from gradient_merge import all_reduce_sum, merged_backward, optimizer_step
 from lr_scheduler import create_lr_scheduler
 from modeling import INPUT_NAMES
 from optimizer import add_optimizer_arguments, create_optimizer
 from paddle_files import write_safetensors_state
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
-from squad_utils import batch_indices
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
 from visualdl_log import open_run_log
 from weights import load_pretrained, safetensors_beside
@@ -351,7 +351,7 @@ def model_inputs(batch: Batch) -> list[paddle.Tensor]:
 
 def training_batches(features: Sequence[Feature], collate: Callable[[list[Feature]], Batch], batch_size: int,
                      seed: int, rank: int, world_size: int) -> Iterator[tuple[int, Batch]]:
-    """(epoch, batch) of this rank, without end: every epoch a fresh shuffle, sharded by squad_utils.batch_indices."""
+    """(epoch, batch) of this rank, without end: every epoch a fresh shuffle, sharded by batch_indices."""
     if not features:
         raise ValueError("no training features")  # every epoch would be empty and the loop would never end
     for epoch in itertools.count():

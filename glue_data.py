@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from feature_batching import pad_token_rows
 from progress import progress_bar
-from squad_utils import pad_token_rows
 from tokenizer import BertTokenizer
 
 NO_LABEL = -1  # label_id of an example read without a label
@@ -224,7 +224,7 @@ def convert_examples_to_features(
 
 def collate_classification(features: Sequence[ClassificationFeature], pad_token_id: int, multiple: int = 1,
                            max_length: int | None = None) -> dict[str, np.ndarray]:
-    """A batch padded by squad_utils.pad_token_rows (input_ids, token_type_ids, attention_mask [B, S]) with the
+    """A batch padded by feature_batching.pad_token_rows (input_ids, token_type_ids, attention_mask [B, S]) with the
     int64 labels [B]."""
     batch = pad_token_rows(features, pad_token_id, multiple, max_length)
     batch["labels"] = np.array([feature.label_id for feature in features], dtype=np.int64)

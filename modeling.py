@@ -1,4 +1,4 @@
-"""The BERT model in Paddle: its configuration, the encoder and the task heads.
+"""The BERT model in Paddle: the encoder and the task heads, built from a bert_config.BertConfig.
 
 One sample's way through the model:
 

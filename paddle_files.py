@@ -1,4 +1,4 @@
-"""Reading Paddle's pickled parameter files without running code, and safetensors state files.
+"""Reading Paddle's and torch's pickled parameter files without running code, and safetensors state files.
 
 `.pdparams` and `.pdopt` files are pickles, and `paddle.load` unpickles them without restriction: a file
 whose pickle names `os.system` (or any other callable) runs it. `read_paddle_file` is the one reader the
@@ -33,6 +33,11 @@ read here without evaluating anything) and the `numpy.core` global names of file
 `paddle.nn.Layer` objects or other classes inside a pickle. Files over 4 GiB need nothing special: Paddle
 writes them as protocol 4 pickles like any other.
 
+`read_torch_bin` reads a torch.save'd pytorch_model.bin (Hugging Face's older weights file) without torch:
+it is a zip holding a pickle whose tensors point at raw storages in the zip's data/ entries, and its
+unpickler admits only the few globals torch.save writes for a state dict, rebuilding every tensor as a
+NumPy array; any other global is a ValueError naming the file.
+
 `read_safetensors_state` / `write_safetensors_state` read and write a .safetensors file of parameters
 under the project's names; safetensors holds no code, so it needs no allowlist. Like paddle.save, the
 writer writes its path directly; callers wrap it in atomic_io.atomic_write.
@@ -41,10 +46,12 @@ writer writes its path directly; callers wrap it in atomic_io.atomic_write.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import errno
 import os
 import pickle
 import re
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -201,6 +208,117 @@ def read_paddle_file(path: str | os.PathLike) -> Any:
         raise ValueError(f"{path}: refuses to load global {refusal.qualified_name} ({refusal.reason})") from None
     except Exception as error:  # a damaged pickle can raise almost any kind
         raise ValueError(f"{path}: not a readable Paddle pickle ({type(error).__name__}: {error})") from None
+
+
+_BFLOAT16 = "bfloat16"  # NumPy has no bfloat16: such data is read as uint16 bits and widened
+
+# Storage classes torch.save names in its pickle, and the NumPy dtype of their elements.
+_TORCH_STORAGE_DTYPES = {
+    "FloatStorage": "<f4", "HalfStorage": "<f2", "BFloat16Storage": _BFLOAT16, "DoubleStorage": "<f8",
+    "LongStorage": "<i8", "IntStorage": "<i4", "ShortStorage": "<i2", "CharStorage": "i1",
+    "ByteStorage": "u1", "BoolStorage": "?",
+}
+
+
+def _raw_dtype(dtype: str) -> np.dtype:
+    return np.dtype("<u2" if dtype == _BFLOAT16 else dtype)
+
+
+def _widen_bfloat16(bits: np.ndarray) -> np.ndarray:
+    # bfloat16 is the upper half of an IEEE float32, so shifting the bits up is exact.
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@dataclasses.dataclass
+class _Storage:
+    """One torch storage: a flat array of raw elements (uint16 bits for bfloat16)."""
+
+    elements: np.ndarray
+    dtype: str
+
+
+class _TorchCheckpointUnpickler(pickle.Unpickler):
+    """Unpickles a torch.save'd state dict, allowing only the globals such a file needs.
+
+    Anything else -- in particular any callable a crafted file could use to run code -- is refused.
+    The persistent ids name storages: ('storage', storage class, key, device, number of elements),
+    whose bytes are the zip entry <root>/data/<key>.
+    """
+
+    def __init__(self, archive: zipfile.ZipFile, root: str, path: Path):
+        super().__init__(archive.open(f"{root}/data.pkl"))
+        self.archive, self.root, self.path = archive, root, path
+        self.storages: dict[str, _Storage] = {}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if module == "torch._utils" and name in ("_rebuild_tensor", "_rebuild_tensor_v2"):
+            return self._rebuild_tensor
+        if (module, name) == ("torch._utils", "_rebuild_parameter"):
+            return _rebuild_parameter
+        if module == "torch" and name in _TORCH_STORAGE_DTYPES:
+            return name
+        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
+
+    def persistent_load(self, persistent_id):
+        if not (isinstance(persistent_id, tuple) and len(persistent_id) == 5 and persistent_id[0] == "storage"):
+            raise pickle.UnpicklingError(f"unexpected persistent id {persistent_id!r}")
+        _, storage_class, key, _device, numel = persistent_id
+        if storage_class not in _TORCH_STORAGE_DTYPES:
+            raise pickle.UnpicklingError(f"unsupported storage type {storage_class!r}")
+        if key not in self.storages:
+            dtype = _TORCH_STORAGE_DTYPES[storage_class]
+            raw = self.archive.read(f"{self.root}/data/{key}")
+            elements = np.frombuffer(raw, dtype=_raw_dtype(dtype))
+            if elements.size < numel:
+                raise pickle.UnpicklingError(f"storage {key} holds {elements.size} elements, expected {numel}")
+            self.storages[key] = _Storage(elements[:numel], dtype)
+        return self.storages[key]
+
+    @staticmethod
+    def _rebuild_tensor(storage: _Storage, offset: int, size, stride, *_ignored) -> np.ndarray:
+        size, stride = tuple(size), tuple(stride)
+        if any(n == 0 for n in size):
+            array = np.zeros(size, storage.elements.dtype)
+        else:
+            last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+            if offset < 0 or min(stride, default=0) < 0 or last >= storage.elements.size:
+                raise pickle.UnpicklingError(f"tensor view {size}/{stride}+{offset} lies outside its storage")
+            itemsize = storage.elements.itemsize
+            array = np.lib.stride_tricks.as_strided(
+                storage.elements[offset:], shape=size, strides=[s * itemsize for s in stride]
+            ).copy()
+        return _widen_bfloat16(array) if storage.dtype == _BFLOAT16 else array
+
+
+def _rebuild_parameter(data: np.ndarray, *_ignored) -> np.ndarray:
+    return data
+
+
+def read_torch_bin(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The state dict of a torch.save'd pytorch_model.bin as NumPy arrays, without importing torch."""
+    path = Path(path)
+    if not zipfile.is_zipfile(path):
+        raise ValueError(
+            f"{path}: not a zip archive, so a legacy (torch < 1.6) or corrupt checkpoint; "
+            "re-save it with a recent torch or as model.safetensors"
+        )
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pickles = [name for name in archive.namelist() if name.endswith("/data.pkl")]
+            if len(pickles) != 1:
+                raise ValueError(f"expected one data.pkl in the archive, found {len(pickles)}")
+            root = pickles[0][: -len("/data.pkl")]
+            if f"{root}/byteorder" in archive.namelist() and archive.read(f"{root}/byteorder") != b"little":
+                raise ValueError("big-endian checkpoints are not supported")
+            state = _TorchCheckpointUnpickler(archive, root, path).load()
+    except (pickle.UnpicklingError, zipfile.BadZipFile, KeyError, EOFError, TypeError, ValueError) as error:
+        raise ValueError(f"{path}: cannot read torch checkpoint ({error})") from None
+    if not isinstance(state, Mapping) or not all(isinstance(v, np.ndarray) for v in state.values()):
+        raise ValueError(f"{path}: does not hold a state dict of tensors")
+    return dict(state)
+
 
 
 # safetensors dtypes read_safetensors_state returns; bfloat16 is widened to float32, NumPy having none.

@@ -47,6 +47,7 @@ import inference
 from atomic_io import atomic_write_text
 from cli import DefaultsHelpFormatter, positive_int, run_main
 from dllog import DLLogger
+from feature_batching import batch_indices
 from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
 from glue_data import (
     GLUE_TASKS,
@@ -60,7 +61,6 @@ from glue_data import (
 from glue_metrics import compute_metrics
 from modeling import INPUT_NAMES, BertForSequenceClassification
 from progress import progress_bar
-from squad_utils import batch_indices
 from tokenizer import BertTokenizer
 
 CUSTOM_TASK = "custom"

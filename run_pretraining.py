@@ -180,7 +180,8 @@ def _add_optimizer_options(parser: argparse.ArgumentParser) -> None:
 def _add_process_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Process")
     group.add_argument("--seed", type=random_seed, default=42, help="Random seed (rank r uses seed + r for dropout).")
-    group.add_argument("--show-config", type=str_to_bool, default=True, help="Report the arguments as a PARAMETER record and print one line naming the report.")
+    group.add_argument("--show-config", type=str_to_bool, default=True,
+                       help="Report the arguments as a PARAMETER record and print one line naming the report.")
     group.add_argument("--enable-cpu-affinity", type=str_to_bool, default=True,
                        help="Pin each local rank to its own block of CPUs.")
 

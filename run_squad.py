@@ -37,6 +37,7 @@ import inference
 from atomic_io import atomic_write_set, text_writer
 from cli import DefaultsHelpFormatter, add_benchmark_arguments, finite_float, positive_int, run_main
 from dllog import DLLogger
+from feature_batching import batch_indices
 from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
 from loss import squad_span_loss
 from modeling import INPUT_NAMES, BertForQuestionAnswering
@@ -45,7 +46,6 @@ from squad_evaluate import evaluate, evaluate_v2, load_dataset, load_squad_json
 from squad_utils import (
     SquadExample,
     SquadFeature,
-    batch_indices,
     collate_features,
     convert_examples_to_features,
     null_odds,

@@ -9,7 +9,6 @@ of forward + backward and Paddle's time divided by ours.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -17,15 +16,12 @@ from pathlib import Path
 
 import machine
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads for Paddle and the extension")
-    parser.add_argument("--rounds", type=int, default=40, help="timed forward + backward passes per kernel")
-    args = parser.parse_args()
+    args = machine.in_process_parser(__doc__, rounds=40, rounds_help="timed forward + backward passes per kernel",
+                                     threads_help="CPU threads for Paddle and the extension").parse_args()
     machine.print_header()
 
     import numpy as np

@@ -9,7 +9,6 @@ state. Prints the median milliseconds per step and each optimizer's ratio to pad
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -22,9 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads for Paddle")
-    parser.add_argument("--rounds", type=int, default=5, help="timed steps per optimizer (after one warm-up step)")
+    parser = machine.in_process_parser(__doc__, rounds=5, threads_help="CPU threads for Paddle",
+                                       rounds_help="timed steps per optimizer (after one warm-up step)")
     parser.add_argument("--config", default=str(ROOT / "bert_configs" / "bert-base-uncased.json"))
     args = parser.parse_args()
     machine.print_header()

@@ -3,11 +3,13 @@ that decide which kernels run), the date (UTC) and the command. `python benchmar
 (.ci/run does, so that a failure names the machine).
 
 A figure quoted in the README is only worth what its context says, so every benchmark starts its output with
-this line and the figure can be traced to where, when and how it was measured.
+this line and the figure can be traced to where, when and how it was measured. `in_process_parser` gives the
+benchmarks that interleave their contenders in one process their shared options, the thread count and the rounds.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import shlex
@@ -65,6 +67,15 @@ def header_line(cpuinfo_path: str = "/proc/cpuinfo", now: datetime.datetime | No
     command = command if command is not None else sys.orig_argv
     return (f"machine: {model}, {cores} cores, {usable} CPUs usable; flags: {flags}; date: {now:%Y-%m-%d %H:%M} UTC; "
             f"command: {shlex.join(command)}")
+
+
+def in_process_parser(doc: str, rounds: int, rounds_help: str, threads_help: str) -> argparse.ArgumentParser:
+    """The command line of a benchmark that times its contenders round by round in one process: described by
+    the first line of its docstring `doc`, with --threads (default 2) and --rounds (default `rounds`)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2, help=threads_help)
+    parser.add_argument("--rounds", type=int, default=rounds, help=rounds_help)
+    return parser
 
 
 def print_header() -> None:

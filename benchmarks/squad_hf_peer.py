@@ -26,9 +26,9 @@ from transformers import BertForQuestionAnswering
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cli import finite_float  # noqa: E402
+from feature_batching import batch_indices  # noqa: E402
 from squad_evaluate import evaluate, load_dataset  # noqa: E402
 from squad_utils import (  # noqa: E402
-    batch_indices,
     collate_features,
     convert_examples_to_features,
     postprocess_predictions,

@@ -165,15 +165,23 @@ folder_is_empty() {  # folder: true when it is missing or holds nothing
   [[ ! -d "$1" ]] || [[ -z "$(ls -A "$1")" ]]
 }
 
+# Each phase's sequence length and most masks per sequence, by phase number: NVIDIA's 128 and 20 for phase 1,
+# 512 and 80 for phase 2.
+PHASE_SEQ_LENGTH=([1]=128 [2]=512)
+PHASE_MAX_PREDICTIONS=([1]=20 [2]=80)
+
 # scripts/run_pretraining_p1.sh and _p2.sh: run run_pretraining.py on this node with the defaults both phases
-# share (below), the phase's own defaults in the array DEFAULT_FLAGS, then the caller's arguments, which override
-# them (argparse keeps an option's last value). The launcher options --gpus N (8), --precision P (amp) and
-# --fuse-mha true|false (true) are taken out first. Needs set_recipe_dirs.
-launch_phase_with_named_args() {  # run_pretraining.py arguments...
-  local gpus=8 precision=amp fuse_mha=true passed=()
+# share (below), the phase's sequence length, mask cap and report file, the phase's own defaults in the array
+# DEFAULT_FLAGS, then the caller's arguments, which override them (argparse keeps an option's last value). The
+# launcher options --gpus N (8), --precision P (amp) and --fuse-mha true|false (true) are taken out first. Needs
+# set_recipe_dirs.
+launch_phase_with_named_args() {  # phase run_pretraining.py arguments...
+  local phase="$1" gpus=8 precision=amp fuse_mha=true passed=()
+  shift
   local shared_flags=(--vocab-file "$CODEDIR/vocab/bert-large-uncased-vocab.txt" --output-dir "$CODEDIR/results"
     --bert-model bert-large-uncased --last-step-of-checkpoint auto --optimizer Lamb --num-steps-per-checkpoint 200
-    --log-freq 1)
+    --log-freq 1 "--phase$phase" --max-seq-length "${PHASE_SEQ_LENGTH[phase]}"
+    --max-predictions-per-seq "${PHASE_MAX_PREDICTIONS[phase]}" --report-file "$CODEDIR/results/dllogger_p$phase.json")
   while (( $# > 0 )); do
     case "$1" in
       --gpus|--precision|--fuse-mha)

@@ -191,9 +191,8 @@ sample_ratio_flags=()
 # --sample-ratio 1 keeps every document, which lddl_preprocess.py does without the flag.
 awk -v r="$sample_ratio" 'BEGIN { exit !(r == 1) }' || sample_ratio_flags=(--sample-ratio "$sample_ratio")
 
-# The most masks per sequence each phase reads (NVIDIA's 20 at length 128 and 80 at 512). Static masks are drawn
-# with the same cap (Google's create_pretraining_data rule), so that shards at any masked_lm_ratio train.
-readonly max_predictions_phase1=20 max_predictions_phase2=80
+# Each phase's data is made for the sequence length and mask cap it trains with (scripts/common.sh). Static masks
+# are drawn with the phase's cap (Google's create_pretraining_data rule), so that shards at any masked_lm_ratio train.
 
 preprocess() {  # data_dir max_seq_length max_predictions_per_seq [extra lddl_preprocess.py flags]
   local data_dir="$1" max_seq_length="$2" mask_cap_flags=()
@@ -209,10 +208,11 @@ preprocess() {  # data_dir max_seq_length max_predictions_per_seq [extra lddl_pr
     "${mask_cap_flags[@]}" "${sample_ratio_flags[@]}" "${HOLDOUT_FLAGS[@]}" "$@"
 }
 
-preprocess "$DATA_DIR_PHASE1" 128 "$max_predictions_phase1"
+preprocess "$DATA_DIR_PHASE1" "${PHASE_SEQ_LENGTH[1]}" "${PHASE_MAX_PREDICTIONS[1]}"
 phase2_bin_flags=()
 [[ "$phase2_bin_size" != none ]] && phase2_bin_flags=(--bin-size "$phase2_bin_size")
-(( train_steps_phase2 > 0 )) && preprocess "$DATA_DIR_PHASE2" 512 "$max_predictions_phase2" "${phase2_bin_flags[@]}"
+(( train_steps_phase2 > 0 )) && preprocess "$DATA_DIR_PHASE2" "${PHASE_SEQ_LENGTH[2]}" "${PHASE_MAX_PREDICTIONS[2]}" \
+  "${phase2_bin_flags[@]}"
 
 # ------------------------------------------------------------------------------------------------
 # Training
@@ -244,8 +244,9 @@ launch() {  # phase batch_size accumulation -- run_pretraining.py flags
 }
 
 set_eval_flags "$DATA_DIR_PHASE1"
-phase1_flags=(--phase1 --input-dir "$DATA_DIR_PHASE1" --batch-size "$train_batch_size" --max-seq-length 128
-  --max-predictions-per-seq "$max_predictions_phase1" --max-steps "$train_steps"
+phase1_flags=(--phase1 --input-dir "$DATA_DIR_PHASE1" --batch-size "$train_batch_size"
+  --max-seq-length "${PHASE_SEQ_LENGTH[1]}" --max-predictions-per-seq "${PHASE_MAX_PREDICTIONS[1]}"
+  --max-steps "$train_steps"
   --warmup-proportion "$warmup_proportion" --constant-proportion "$constant_proportion" --learning-rate "$learning_rate"
   --gradient-merge-steps "$gradient_accumulation_steps" --report-file "$RESULTS_DIR/dllogger_p1.json"
   "${EVAL_FLAGS[@]}")
@@ -260,8 +261,9 @@ if (( train_steps_phase2 == 0 )); then
 fi
 
 set_eval_flags "$DATA_DIR_PHASE2"
-phase2_flags=(--phase2 --input-dir "$DATA_DIR_PHASE2" --batch-size "$train_batch_size_phase2" --max-seq-length 512
-  --max-predictions-per-seq "$max_predictions_phase2" --max-steps "$train_steps_phase2"
+phase2_flags=(--phase2 --input-dir "$DATA_DIR_PHASE2" --batch-size "$train_batch_size_phase2"
+  --max-seq-length "${PHASE_SEQ_LENGTH[2]}" --max-predictions-per-seq "${PHASE_MAX_PREDICTIONS[2]}"
+  --max-steps "$train_steps_phase2"
   --warmup-proportion "$warmup_proportion_phase2" --constant-proportion "$constant_proportion_phase2"
   --learning-rate "$learning_rate_phase2"
   --gradient-merge-steps "$gradient_accumulation_steps_phase2" --report-file "$RESULTS_DIR/dllogger_p2.json"

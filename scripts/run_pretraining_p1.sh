@@ -17,14 +17,7 @@ set_recipe_dirs
 
 DEFAULT_FLAGS=(
   --input-dir "$BERT_PREP_WORKING_DIR/pretrain/phase1/unbinned/parquet"
-  --phase1
-  --batch-size 256
-  --gradient-merge-steps 32
-  --max-steps 7038
-  --learning-rate 6e-3
-  --warmup-proportion 0.2843
-  --max-seq-length 128
-  --max-predictions-per-seq 20
-  --report-file "$CODEDIR/results/dllogger_p1.json"
+  --batch-size 256 --gradient-merge-steps 32
+  --max-steps 7038 --learning-rate 6e-3 --warmup-proportion 0.2843
 )
-launch_phase_with_named_args "$@"
+launch_phase_with_named_args 1 "$@"

@@ -19,14 +19,7 @@ set_recipe_dirs
 DEFAULT_FLAGS=(
   --input-dir "$BERT_PREP_WORKING_DIR/pretrain/phase2/bin_size_64/parquet"
   --from-phase1-final-params "$CODEDIR/results/bert-large-uncased/phase1/7038"
-  --phase2
-  --batch-size 32
-  --gradient-merge-steps 128
-  --max-steps 1563
-  --learning-rate 4e-3
-  --warmup-proportion 0.128
-  --max-seq-length 512
-  --max-predictions-per-seq 80
-  --report-file "$CODEDIR/results/dllogger_p2.json"
+  --batch-size 32 --gradient-merge-steps 128
+  --max-steps 1563 --learning-rate 4e-3 --warmup-proportion 0.128
 )
-launch_phase_with_named_args "$@"
+launch_phase_with_named_args 2 "$@"

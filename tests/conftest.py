@@ -1,13 +1,17 @@
-"""Shared test fixtures: the project root, the ../shared data folder, a seeded Paddle, and the slow tier."""
+"""Shared test fixtures: the project root, the ../shared data folder and the cpu_ops extension a test needs, a
+seeded Paddle, and the slow tier."""
 
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
+
+if TYPE_CHECKING:
+    from cpu_ops import CpuOps
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -51,6 +55,17 @@ def unavailable(message: str) -> NoReturn:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message)
     pytest.skip(message)
+
+
+def require_cpu_ops() -> CpuOps:
+    """The cpu_ops extension, for a test of its kernels; a machine without a compiler skips the test, but CI
+    (CI=true) must build it, so there the test fails."""
+    import cpu_ops
+
+    ops = cpu_ops.load()
+    if ops is None:
+        unavailable("the cpu_ops extension did not build here (see the cpu_ops warning)")
+    return ops
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from paddle.base import core
 import amp
 import paddle_private
 import run_pretraining
-from helpers import pretraining_argv, train
 from modeling import BertConfig, BertForQuestionAnswering
+from pretraining_runs import pretraining_argv, train
 from weights import load_state
 
 CONFIG = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)

@@ -16,6 +16,7 @@ import pytest
 
 from bert_config import CONFIG_DIR, BertConfig, build_config, config_file_for
 from conftest import ROOT
+from messages import assert_one_line
 
 # Google's bert_config.json of BERT-Base uncased, as released with the paper's code.
 GOOGLE_BASE = {
@@ -67,7 +68,7 @@ def test_our_config_round_trips_through_json(tmp_path):
 
 def test_our_config_refuses_an_unknown_key_naming_the_file(tmp_path):
     path = write_json(tmp_path, {**GOOGLE_BASE, "hiden_size": 12}, "typo.json")
-    assert error_of(path) == f"{path}: unknown BERT config keys ['hiden_size']"
+    assert_one_line(error_of(path), f"{path}: ", "unknown", "'hiden_size'")
 
 
 def test_shipped_configs_are_ours_and_load():
@@ -151,18 +152,18 @@ def test_unsupported_activation_is_refused_naming_file_and_key(tmp_path, activat
     assert f"hidden_act {activation!r} is not one of" in message
 
 
-@pytest.mark.parametrize("values, expected", [
-    ({"hidden_size": 10, "num_attention_heads": 3}, "hidden_size 10 is not a multiple of num_attention_heads 3"),
-    ({"num_hidden_layers": 0}, "num_hidden_layers must be a whole number >= 1, got 0"),
-    ({"num_hidden_layers": True}, "num_hidden_layers must be a whole number >= 1, got True"),
-    ({"vocab_size": 30522.0}, "vocab_size must be a whole number >= 1, got 30522.0"),
-    ({"hidden_dropout_prob": 1.0}, "hidden_dropout_prob must be in [0, 1), got 1.0"),
-    ({"pad_vocab_size_multiple": 0}, "pad_vocab_size_multiple must be a whole number >= 1, got 0"),
-    ({"fuse_mha": "yes"}, "fuse_mha must be true or false, got 'yes'"),
+@pytest.mark.parametrize("values, named", [
+    ({"hidden_size": 10, "num_attention_heads": 3}, ("hidden_size 10", "num_attention_heads 3", "multiple")),
+    ({"num_hidden_layers": 0}, ("num_hidden_layers", ">= 1", "got 0")),
+    ({"num_hidden_layers": True}, ("num_hidden_layers", ">= 1", "got True")),
+    ({"vocab_size": 30522.0}, ("vocab_size", ">= 1", "got 30522.0")),
+    ({"hidden_dropout_prob": 1.0}, ("hidden_dropout_prob", "[0, 1)", "got 1.0")),
+    ({"pad_vocab_size_multiple": 0}, ("pad_vocab_size_multiple", ">= 1", "got 0")),
+    ({"fuse_mha": "yes"}, ("fuse_mha", "true or false", "'yes'")),
 ])
-def test_bad_values_are_refused_naming_the_file(tmp_path, values, expected):
+def test_bad_values_are_refused_naming_the_file(tmp_path, values, named):
     path = write_json(tmp_path, {**GOOGLE_BASE, **values})
-    assert error_of(path) == f"{path}: {expected}"
+    assert_one_line(error_of(path), f"{path}: ", *named)
 
 
 def test_unreadable_files_give_one_line_naming_them(tmp_path):

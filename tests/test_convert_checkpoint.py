@@ -28,6 +28,7 @@ from safetensors.numpy import load_file
 import convert_checkpoint
 from bert_config import HF_ARCHITECTURE_VALUES
 from conftest import ROOT, require_shared
+from messages import assert_one_line
 from modeling import (
     BertConfig,
     BertForPretraining,
@@ -35,7 +36,7 @@ from modeling import (
     BertForSequenceClassification,
     BertModel,
 )
-from paddle_files import read_safetensors_state
+from paddle_files import read_safetensors_state, read_torch_bin
 from weights import load_state
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -198,7 +199,7 @@ def test_require_heads_fails_naming_the_absent_heads_and_writes_nothing(tmp_path
 
 def test_torch_bin_reader_matches_what_torch_reads():
     reference = tiny_reference()
-    tensors = convert_checkpoint.read_torch_bin(TINY_DIR / "pytorch_model.bin")
+    tensors = read_torch_bin(TINY_DIR / "pytorch_model.bin")
     expected = {name[len("tensor/"):]: value for name, value in reference.items() if name.startswith("tensor/")}
     assert set(tensors) == set(expected)
     for name, value in tensors.items():
@@ -426,7 +427,7 @@ def test_safetensors_bfloat16_and_float16_are_read_exactly(tmp_path):
 
 
 def tiny_hf_state() -> dict[str, np.ndarray]:
-    return convert_checkpoint.read_torch_bin(TINY_DIR / "pytorch_model.bin")
+    return read_torch_bin(TINY_DIR / "pytorch_model.bin")
 
 
 def tiny_config() -> BertConfig:
@@ -517,11 +518,11 @@ def test_bad_hf_input_gives_one_line_naming_the_file(tmp_path, case, file_name, 
 def test_bad_paddle_input_gives_one_line_naming_the_file(tmp_path):
     config = ROOT / "bert_configs" / "bert-tiny-uncased.json"
     message = cli_error("paddle2hf", str(tmp_path / "absent.pdparams"), str(config), str(tmp_path / "hf"))
-    assert "absent.pdparams: Paddle parameter file not found" in message
+    assert_one_line(message, "convert_checkpoint.py paddle2hf: ", f"{tmp_path / 'absent.pdparams'}", "not found")
     damaged = tmp_path / "damaged.pdparams"
     damaged.write_bytes(b"not a pickle")
     message = cli_error("paddle2hf", str(damaged), str(config), str(tmp_path / "hf"))
-    assert "damaged.pdparams: not a readable Paddle pickle" in message
+    assert_one_line(message, "convert_checkpoint.py paddle2hf: ", f"{damaged}", "not a readable Paddle pickle")
     wrong_config = tmp_path / "wrong.pdparams"
     paddle.save({"embeddings.word_embeddings.weight": np.zeros((5, 128), np.float32)}, str(wrong_config))
     message = cli_error("paddle2hf", str(wrong_config), str(config), str(tmp_path / "hf"))
@@ -652,7 +653,8 @@ def test_nvidia2paddle_pads_and_cuts_only_nvidias_vocabulary_padding(ngc_checkpo
     other = tmp_path / "other.json"
     other.write_text(json.dumps({**json.loads(ngc_config(tmp_path).read_text()), "vocab_size": 30}))
     message = cli_error("nvidia2paddle", str(prefix), str(tmp_path / "other.pdparams"), "--config", str(other))
-    assert "bert.embeddings.word_embeddings.weight has 40 vocabulary rows, the model a vocabulary of 30" in message
+    assert_one_line(message, "convert_checkpoint.py nvidia2paddle: ", "bert.embeddings.word_embeddings.weight",
+                    "40 vocabulary rows", "vocabulary of 30")
     assert not (tmp_path / "other.pdparams").exists()
 
 
@@ -664,7 +666,7 @@ def test_nvidia2paddle_input_errors_name_the_file(ngc_checkpoints, tmp_path):
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps({**json.loads(ngc_config(tmp_path).read_text()), "intermediate_size": 64}))
     message = cli_error("nvidia2paddle", str(unfused_prefix), out, "--config", str(wrong))
-    assert "has shape [16, 32], the config implies [16, 64]" in message
+    assert_one_line(message, "convert_checkpoint.py nvidia2paddle: ", "[16, 32]", "config implies [16, 64]")
     message = cli_error("nvidia2paddle", str(unfused_prefix), out, "--config-out", str(tmp_path / "c.json"))
     assert "--config-out needs --config" in message
     assert not (tmp_path / "out.pdparams").exists()

@@ -16,7 +16,7 @@ import pytest
 
 import cpu_kernels
 import cpu_ops
-from helpers import require_cpu_ops
+from conftest import require_cpu_ops
 from modeling import (
     BertConfig,
     BertForPretraining,

@@ -5,7 +5,7 @@ import paddle
 import pytest
 
 import cpu_ops
-from helpers import require_cpu_ops
+from conftest import require_cpu_ops
 from optimizer import ClipGradByGlobalNormInPlace, Lamb
 
 # Above csrc/cpu_ops.cc's kMinParallel, so that two threads split the loops and their reductions.

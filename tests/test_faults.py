@@ -1,4 +1,4 @@
-"""The fault suite: real tiny pre-training jobs (the 1-layer BERT of tests/helpers.py) with one fault injected each.
+"""The fault suite: real tiny pre-training jobs (tests/pretraining_runs.py's 1-layer BERT) with one fault injected each.
 
 Every case asserts the exit status, that the message is one line naming the thing at fault, and that every file
 that existed before is still there byte for byte (moved aside at most). Most jobs run in this process exactly as
@@ -30,7 +30,8 @@ import run_pretraining
 import squad_evaluate
 from atomic_io import TEMP_PREFIX
 from conftest import ROOT, require_shared
-from helpers import (
+from messages import assert_one_line
+from pretraining_runs import (
     UNBINNED,
     checkpoint_params,
     pretraining_argv,
@@ -416,7 +417,8 @@ sys.exit(run_pretraining.main(sys.argv[1:]))
 
 def test_sigkill_at_random_points_of_saves_then_the_same_command_finishes_exactly(tmp_path):
     # The uninterrupted job, timing its saves. It, the killed runs and the run that finishes the job are all
-    # processes of the real command, so that their weights can be compared bit for bit (helpers.training_environment).
+    # processes of the real command, so that their weights can be compared bit for bit
+    # (pretraining_runs.training_environment).
     (tmp_path / "whole").mkdir()
     output = run_training(pretraining_argv(tmp_path / "whole", *KILL_JOB), code=TIMED_SAVES)
     save_seconds = float(np.median([float(line.split()[2]) for line in output.splitlines()
@@ -635,11 +637,9 @@ def test_a_second_pretraining_run_into_a_live_runs_folder_stops_naming_its_pid_a
 @pytest.fixture
 def glue_job(tmp_path) -> list[str]:
     """run_glue.py's arguments for 2 updates of the tiny BERT on 16 MRPC pairs into tmp_path/out."""
-    from helpers import common_argv, write_tiny_model
+    from fine_tuning_runs import common_argv, fine_tuning_workspace
 
-    lines = require_shared("data", "glue", "MRPC", "train.tsv").read_bytes().split(b"\n")
-    (tmp_path / "train.tsv").write_bytes(b"\n".join(lines[:17]) + b"\n")
-    write_tiny_model(tmp_path)
+    fine_tuning_workspace(tmp_path, mrpc={"train.tsv": ("train", 16)})
     return ["--task-name", "mrpc", *common_argv(tmp_path, tmp_path / "out"), "--do-train", "--train-file",
             str(tmp_path / "train.tsv"), "--from-pretrained-params", str(tmp_path / "pretrain" / "1000"),
             "--max-steps", "2", "--show-config", "false", "--enable-cpu-affinity", "false"]
@@ -768,8 +768,7 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line_and_keeps_the_checkpoints(tmp
         out, err = job.communicate(timeout=60)
         assert job.returncode == cli.INTERRUPTED_STATUS
         assert "SIGINT: saving a checkpoint after this step, then stopping (Ctrl-C again to stop at once)" in out
-        assert err.splitlines() == ["run_pretraining.py: interrupted again: stopped at once, without saving the steps "
-                                    "since the last checkpoint"]
+        assert_one_line(err, "run_pretraining.py: ", "interrupted again", "stopped at once", "without saving")
         assert_kept(before)
         assert step_folders(tmp_path / "out") == [4]
         assert not [p for p in phase1(tmp_path).iterdir() if p.name.startswith(TEMP_PREFIX)]
@@ -834,7 +833,7 @@ def test_ctrl_c_in_preprocessing_is_one_line_and_leaves_nothing(tmp_path):
             os.kill(pid, signal.SIGINT)
         out, err = job.communicate(timeout=60)
         assert job.returncode == cli.INTERRUPTED_STATUS, err[-3000:]
-        assert err.splitlines() == ["lddl_preprocess.py: interrupted (Ctrl-C)"]
+        assert_one_line(err, "lddl_preprocess.py: ", "interrupted", "Ctrl-C")
         assert wait_until_gone(workers, seconds=5) == []
     finally:
         end_leftovers(job, workers)
@@ -847,7 +846,8 @@ def test_ctrl_c_in_any_entry_script_is_one_line_and_status_130(capsys):
 
     assert cli.run_main(interrupted, "run_squad.py") == cli.INTERRUPTED_STATUS
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == "run_squad.py: interrupted (Ctrl-C)\n"
+    assert captured.out == ""
+    assert_one_line(captured.err, "run_squad.py: ", "interrupted", "Ctrl-C")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -984,7 +984,7 @@ def test_pretraining_flags_that_cannot_take_effect_are_parser_errors(tmp_path, c
 
 
 def test_masked_lm_ratio_on_dynamic_shards_still_trains(tmp_path, capsys):
-    from helpers import DYNAMIC
+    from pretraining_runs import DYNAMIC
 
     status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1", "--masked-lm-ratio", "0.3",
                                                 shards=DYNAMIC), capsys)
@@ -1033,7 +1033,7 @@ def test_a_nan_in_the_no_answer_file_is_one_line_naming_it(tmp_path, capsys):
 def exported_model(tmp_path_factory) -> Path:
     """A tiny BERT for SQuAD exported for Paddle Inference: <folder>/bert_paddle.json and .pdiparams."""
     import inference
-    from helpers import tiny_config
+    from fine_tuning_runs import tiny_config
     from modeling import BertConfig, BertForQuestionAnswering
 
     folder = tmp_path_factory.mktemp("exported")
@@ -1202,7 +1202,7 @@ def test_a_kill_while_writing_the_safetensors_twin_leaves_no_final_checkpoint_wi
 
 
 def test_pack_sequences_on_a_bin_too_wide_to_pack_is_one_line_with_the_numbers(tmp_path, capsys):
-    from helpers import BINNED
+    from pretraining_runs import BINNED
 
     # Bin 1 of the bin-64 set: every sample has 65 to 128 tokens, so no two share a row of 128.
     wide = tmp_path / "bin1"
@@ -1222,7 +1222,7 @@ def test_pack_sequences_on_a_bin_too_wide_to_pack_is_one_line_with_the_numbers(t
 
 
 def test_pack_sequences_on_a_binned_set_with_its_short_bin_still_trains(tmp_path, capsys):
-    from helpers import BINNED
+    from pretraining_runs import BINNED
 
     status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1", "--pack-sequences",
                                                 shards=require_shared(*BINNED)), capsys)

@@ -25,7 +25,7 @@ import run_glue
 import run_squad
 from atomic_io import TEMP_PREFIX
 from conftest import ROOT, require_shared
-from helpers import common_argv, tiny_config
+from fine_tuning_runs import common_argv, tiny_config
 from modeling import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
 from test_faults import assert_kept, one_line_error, run_entry, snapshot
 

@@ -25,43 +25,37 @@ import finetune
 import run_glue
 import run_squad
 from amp import AmpPolicy
-from conftest import require_shared
 from dllog import DLLogger, read_report
-from glue_data import ClassificationFeature, collate_classification
-from gradient_merge import merged_backward
-from helpers import (
-    checkpoint_params,
+from feature_batching import pad_token_rows
+from fine_tuning_runs import (
     common_argv,
+    fine_tuning_workspace,
     logged,
     parameter,
     params,
-    pretraining_argv,
     record_amp_policies,
     record_optimizer_options,
     run_in_process,
     run_script,
-    step_folders,
+    stage_args,
     tiny_config,
     use_gpu_amp_policy,
-    write_tiny_model,
 )
-from helpers import train as pretrain
+from glue_data import ClassificationFeature, collate_classification
+from gradient_merge import merged_backward
+from messages import assert_one_line
 from modeling import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
+from pretraining_runs import checkpoint_params, pretraining_argv, step_folders
+from pretraining_runs import train as pretrain
 from runtime import init_data_parallel
-from squad_utils import SquadFeature, collate_features, pad_token_rows
+from squad_utils import SquadFeature, collate_features
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """Six SQuAD dev questions, 16 MRPC train rows, the tiny model and a copy of its checkpoint without the pooler."""
-    folder = tmp_path_factory.mktemp("finetune")
-    article = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())["data"][0]
-    paragraph = dict(article["paragraphs"][0], qas=article["paragraphs"][0]["qas"][:6])
-    (folder / "squad.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t",
-                                                                               "paragraphs": [paragraph]}]}))
-    lines = require_shared("data", "glue", "MRPC", "train.tsv").read_bytes().split(b"\n")
-    (folder / "mrpc.tsv").write_bytes(b"\n".join(lines[:17]) + b"\n")
-    write_tiny_model(folder)
+    folder = fine_tuning_workspace(tmp_path_factory.mktemp("finetune"), squad={"squad.json": (1, 6)},
+                                   mrpc={"mrpc.tsv": ("train", 16)})
     state = paddle.load(str(folder / "pretrain" / "1000" / "bert_paddle.pdparams"))
     paddle.save({name: value for name, value in state.items() if not name.startswith("bert.pooler.")},
                 str(folder / "no_pooler.pdparams"))
@@ -82,7 +76,7 @@ class Task:
                               output_dir)
 
     def train_args(self, workspace: Path, *extra) -> list:
-        return ["--do-train", "--train-file", workspace / self.data, *extra]
+        return stage_args("train", workspace / self.data, *extra)
 
 
 TASKS = {
@@ -363,7 +357,7 @@ def test_an_empty_data_file_is_a_one_line_error_naming_it(workspace, task, tmp_p
     result = run_script(script, [*common_argv(workspace, tmp_path / "out"), *task.task_argv, action, flag, empty,
                                  "--allow-random-weights"], timeout=60)
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == f"{script}: {empty}: no examples in the file"
+    assert_one_line(result.stderr.strip().splitlines()[-1], f"{script}: {empty}: ", "no examples")
 
 
 def test_training_batches_of_no_features_stop_at_once():

@@ -12,9 +12,20 @@ import pytest
 import run_glue
 from conftest import ROOT, require_shared
 from dllog import read_report
+from fine_tuning_runs import (
+    TINY_CONFIG,
+    common_argv,
+    fine_tuning_workspace,
+    logged,
+    parameter,
+    params,
+    run_in_process,
+    run_script,
+    stage_args,
+)
 from glue_data import read_glue_examples
 from glue_metrics import accuracy, binary_f1, roc_auc
-from helpers import TINY_CONFIG, common_argv, logged, parameter, params, run_in_process, run_script, write_tiny_model
+from messages import assert_one_line
 from modeling import BertConfig
 
 TRAIN_ROWS, DEV_ROWS = 32, 24
@@ -24,17 +35,14 @@ TRAIN_ROWS, DEV_ROWS = 32, 24
 def workspace(tmp_path_factory):
     """MRPC slices (kept byte for byte: BOM, header, quotes), the train slice as a CSV with other column names, a
     dropout-free tiny config and a pretraining checkpoint with random weights."""
-    folder = tmp_path_factory.mktemp("glue")
-    for split, rows in (("train", TRAIN_ROWS), ("dev", DEV_ROWS)):
-        lines = require_shared("data", "glue", "MRPC", f"{split}.tsv").read_bytes().split(b"\n")
-        (folder / f"{split}.tsv").write_bytes(b"\n".join(lines[:rows + 1]) + b"\n")
+    folder = fine_tuning_workspace(tmp_path_factory.mktemp("glue"),
+                                   mrpc={"train.tsv": ("train", TRAIN_ROWS), "dev.tsv": ("dev", DEV_ROWS)})
     with open(folder / "train.tsv", encoding="utf-8-sig", newline="") as source, \
             open(folder / "train.csv", "w", encoding="utf-8", newline="") as target:
         writer = csv.writer(target)
         writer.writerow(["y", "pair", "first", "second"])
         for fields in list(csv.reader(source, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]:
             writer.writerow([fields[0], f"{fields[1]}-{fields[2]}", fields[3], fields[4]])
-    write_tiny_model(folder)
     return folder
 
 
@@ -57,11 +65,11 @@ def predictions(output_dir):
 
 
 def train_args(workspace, *extra, data="train.tsv"):
-    return ["--do-train", "--train-file", workspace / data, *extra]
+    return stage_args("train", workspace / data, *extra)
 
 
 def predict_args(workspace, *extra, data="dev.tsv"):
-    return ["--do-predict", "--predict-file", workspace / data, *extra]
+    return stage_args("predict", workspace / data, *extra)
 
 
 @pytest.fixture(scope="module")
@@ -300,7 +308,7 @@ def test_malformed_row_is_a_one_line_error_naming_file_and_line(workspace, tmp_p
     result = run_script("run_glue.py", [*_common(workspace, tmp_path / "out"), "--do-train", "--train-file", broken])
     assert result.returncode == 1
     last_line = result.stderr.strip().splitlines()[-1]
-    assert last_line == f"run_glue.py: {broken}:4: expected 5 tab-separated fields, found 4"
+    assert_one_line(last_line, f"run_glue.py: {broken}:4: ", "expected 5", "found 4")
 
 
 @pytest.mark.parametrize(("task", "folder", "metrics"), [("cola", "CoLA", {"accuracy", "mcc", "auc"}),

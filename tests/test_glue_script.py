@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
+from messages import assert_one_line
 
 SCRIPT = ROOT / "scripts" / "run_glue.sh"
 
@@ -88,8 +89,7 @@ def test_scoring_without_training_or_weights_is_refused_before_anything_runs(tmp
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     result = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and not (tmp_path / "python-ran").exists()
-    assert result.stderr == (f"run_glue.sh: mode '{mode}' scores the weights of init_checkpoint, which is None "
-                             "(random weights); name the fine-tuned model\n")
+    assert_one_line(result.stderr, "run_glue.sh: ", f"mode '{mode}'", "init_checkpoint", "None")
     # Training from random weights (None) is still allowed, and passes no weights flag.
     args[15] = "train"
     (bin_dir / "python").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$RECORDED_ARGS"\n')
@@ -101,26 +101,26 @@ def test_scoring_without_training_or_weights_is_refused_before_anything_runs(tmp
 
 
 @pytest.mark.parametrize(
-    ("position", "value", "message"),
+    ("position", "value", "named"),
     [
-        (6, "mnli", "task_name must be one of: cola sst-2 mrpc rte qqp; got 'mnli'"),
-        (14, "fp64", "precision must be one of: fp32 tf32 amp fp16 bf16; got 'fp64'"),
-        (16, "train evaluate", "mode must be one of: train eval prediction; got 'evaluate'"),
-        (13, "1.5", "max_steps must be an integer >= 1, got '1.5'"),
-        (8, "0", "batch_size must be an integer >= 1, got '0'"),
-        (9, "3", "gradient_accumulation_steps 3 must divide batch_size 16"),
-        (10, "inf", "learning_rate must be a number in (0, inf), got 'inf'"),
-        (10, "0", "learning_rate must be a number in (0, inf), got '0'"),
-        (11, "1.1", "warmup_proportion must be a number in [0, 1], got '1.1'"),
+        (6, "mnli", ("task_name", "cola sst-2 mrpc rte qqp", "'mnli'")),
+        (14, "fp64", ("precision", "fp32 tf32 amp fp16 bf16", "'fp64'")),
+        (16, "train evaluate", ("mode", "train eval prediction", "'evaluate'")),
+        (13, "1.5", ("max_steps", ">= 1", "'1.5'")),
+        (8, "0", ("batch_size", ">= 1", "'0'")),
+        (9, "3", ("gradient_accumulation_steps 3", "divide", "batch_size 16")),
+        (10, "inf", ("learning_rate", "(0, inf)", "'inf'")),
+        (10, "0", ("learning_rate", "(0, inf)", "'0'")),
+        (11, "1.1", ("warmup_proportion", "[0, 1]", "'1.1'")),
     ],
 )
-def test_bad_arguments_stop_with_one_line(tmp_path, position, value, message):
+def test_bad_arguments_stop_with_one_line(tmp_path, position, value, named):
     args = [""] * 16
     args[4] = str(tmp_path / "out")
     args[position - 1] = value
     result = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
-    assert result.stderr == f"run_glue.sh: {message}\n"
+    assert_one_line(result.stderr, "run_glue.sh: ", *named)
 
 
 def _preset(name: str) -> list[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, shared_dir
+from messages import assert_one_line
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import gpu_check  # noqa: E402  (scripts/ is put on the path just above)
@@ -107,7 +108,7 @@ def test_a_failing_row_exits_1_and_keeps_the_work_folder(tmp_path):
 def test_unknown_argument_is_one_line_naming_it():
     result = run_check("--gpus", "2")
     assert result.returncode == 1
-    assert result.stderr.strip() == "gpu_check.sh: unknown argument '--gpus' (the only option is --work-dir DIR)"
+    assert_one_line(result.stderr, "gpu_check.sh: ", "unknown argument '--gpus'", "--work-dir DIR")
 
 
 def test_data_parallel_row_compares_two_ranks_with_one_process(tmp_path, monkeypatch):

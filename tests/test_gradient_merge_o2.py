@@ -20,8 +20,8 @@ import numpy as np
 import paddle
 import pytest
 
+from fine_tuning_runs import run_script
 from gradient_merge import merged_backward
-from helpers import run_script
 
 
 class ReducerRuleDataParallel(paddle.nn.Layer):

@@ -12,9 +12,9 @@ from conftest import ROOT
 # From the bottom: leaves that know no project module but their own layer's, then data, the training and model
 # core, the task cores, and the entry scripts a user runs.
 LAYERS = {
-    "leaves": {"atomic_io", "bert_config", "cli", "corpus", "cpu_ops", "dllog", "folder_lock", "glue_metrics", "loss",
-               "lr_scheduler", "masking", "ngc_weights", "onnx_backend", "paddle_files", "paddle_private",
-               "pretraining_pairs", "progress", "squad_evaluate", "tokenizer", "visualdl_log"},
+    "leaves": {"atomic_io", "bert_config", "cli", "corpus", "cpu_ops", "dllog", "feature_batching", "folder_lock",
+               "glue_metrics", "loss", "lr_scheduler", "masking", "ngc_weights", "onnx_backend", "paddle_files",
+               "paddle_private", "pretraining_pairs", "progress", "squad_evaluate", "tokenizer", "visualdl_log"},
     "data": {"glue_data", "packing", "preprocess_pipeline", "pretraining_dataset", "shard_formats",
              "squad_utils"},
     "core": {"amp", "checkpoint", "cpu_kernels", "gradient_merge", "modeling", "optimizer", "pretraining_eval",

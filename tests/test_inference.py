@@ -19,7 +19,7 @@ import run_squad
 from amp import AmpPolicy
 from bert_config import BertConfig
 from conftest import ROOT
-from helpers import TINY_CONFIG
+from fine_tuning_runs import TINY_CONFIG
 from modeling import BertForQuestionAnswering, BertForSequenceClassification
 
 

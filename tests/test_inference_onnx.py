@@ -22,7 +22,7 @@ import onnx_backend
 import run_glue
 import run_squad
 from conftest import ROOT, require_shared
-from helpers import common_argv, run_in_process, write_tiny_model
+from fine_tuning_runs import common_argv, run_in_process, write_tiny_model
 
 TRAIN_ROWS, DEV_ROWS = 32, 24
 # int8 (dynamic or static) against fp32 on the tiny random-weight model: measured 0.6-1.0% of the logits'

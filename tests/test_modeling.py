@@ -12,7 +12,7 @@ import pytest
 
 import modeling
 from conftest import ROOT
-from helpers import ragged_batch
+from data_fixtures import ragged_batch
 from loss import BertPretrainingCriterion
 from packing import pack_batch
 from weights import load_state

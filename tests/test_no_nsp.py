@@ -21,21 +21,21 @@ import run_glue
 import run_pretraining
 from conftest import require_shared
 from dllog import read_report
-from helpers import (
+from fine_tuning_runs import logged
+from loss import BertPretrainingCriterion
+from modeling import BertConfig, BertForPretraining
+from pretraining_dataset import PretrainingDataLoader
+from pretraining_runs import (
     BINNED,
     DYNAMIC,
     UNBINNED,
     checkpoint_params,
-    logged,
     pretraining_argv,
     step_folder,
     step_numbers,
     step_records,
     train,
 )
-from loss import BertPretrainingCriterion
-from modeling import BertConfig, BertForPretraining
-from pretraining_dataset import PretrainingDataLoader
 
 NSP_PARTS = ("bert.pooler.", "cls.seq_relationship.")
 

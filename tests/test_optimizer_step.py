@@ -18,11 +18,12 @@ import run_pretraining
 from amp import AmpPolicy, LossScaler
 from conftest import require_shared
 from dllog import DLLogger, read_report
+from fine_tuning_runs import logged
 from glue_data import ClassificationFeature, collate_classification
 from gradient_merge import optimizer_step
-from helpers import UNBINNED, logged, pretraining_argv
 from modeling import BertConfig, BertForSequenceClassification
 from pretraining_dataset import PretrainingDataLoader
+from pretraining_runs import UNBINNED, pretraining_argv
 
 
 def poison(layer: paddle.nn.Layer, poisoned_calls: set[int]) -> list[int]:

@@ -10,10 +10,11 @@ import pytest
 
 import modeling
 from conftest import require_shared
-from helpers import pretraining_argv, ragged_batch, step_records, summaries, train
+from data_fixtures import ragged_batch
 from loss import IGNORE_INDEX, BertPretrainingCriterion
 from packing import check_packable, first_fit_decreasing, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader
+from pretraining_runs import pretraining_argv, step_records, summaries, train
 
 
 def test_first_fit_decreasing_by_hand():

@@ -24,7 +24,7 @@ import create_pretraining_data
 import lddl_preprocess
 import preprocess_pipeline
 from conftest import require_shared
-from helpers import documents_held_out, documents_kept, partly_masked_words, words_of
+from data_fixtures import documents_held_out, documents_kept, partly_masked_words, words_of
 from preprocess_pipeline import run_pipeline
 from shard_formats import ParquetShards, serialize_positions, write_num_samples
 

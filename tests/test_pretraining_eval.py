@@ -19,17 +19,17 @@ import run_pretraining
 from amp import amp_policy
 from conftest import require_shared
 from dllog import DLLogger
-from helpers import (
+from fine_tuning_runs import run_script
+from modeling import BertForPretraining
+from pretraining_runs import (
     DYNAMIC,
     checkpoint_params,
     pretraining_argv,
-    run_script,
     step_folder,
     step_numbers,
     step_records,
     train,
 )
-from modeling import BertForPretraining
 from weights import load_state
 
 EVAL_KEYS = {"eval_mlm_loss", "eval_mlm_accuracy", "eval_masked_tokens", "eval_nsp_loss", "eval_nsp_accuracy",

@@ -21,6 +21,7 @@ import pytest
 import lddl_preprocess
 from conftest import ROOT, require_shared
 from dllog import read_report, training_step
+from messages import assert_one_line
 from recipe_fakes import Fakes, launcher_args, make_fakes, preset, preset_names, script_args, value
 
 RUN_PRETRAINING = ROOT / "scripts" / "run_pretraining.sh"
@@ -353,26 +354,27 @@ def test_holdout_fraction_refuses_data_made_without_a_held_out_split(tmp_path, f
 def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     run = run_script(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path, FAKE_NO_CHECKPOINT="1")
     assert run.result.returncode == 1
-    assert f"phase 1 stopped before step 6 ({tmp_path}/results/cpu_tiny/custom/phase1/6 missing)" in run.result.stderr
+    assert_one_line(run.result.stderr, "run_pretraining.sh: ", "phase 1", "step 6",
+                    f"{tmp_path}/results/cpu_tiny/custom/phase1/6 missing")
     assert len(run.pretraining) == 1
 
 
-@pytest.mark.parametrize("position, text, message", [
-    (3, "fp8", "precision must be one of: fp32 tf32 amp fp16 bf16; got 'fp8'"),
-    (4, "0", "num_gpus must be an integer >= 1, got '0'"),
-    (25, "1.5", "sample_ratio must be a number in (0, 1], got '1.5'"),
-    (26, "100", "phase2_bin_size must be one of: none 32 64 128 256 512; got '100'"),
-    (28, "{tmp}/nope.json", "config file {tmp}/nope.json: no such file"),
-    (15, "-1", "train_steps_phase2 must be an integer >= 0, got '-1'"),
-    (36, "1", "holdout_fraction must be a number in [0, 1), got '1'"),
-    (37, "0", "eval_freq must be an integer >= 1, got '0'"),
-    (44, "extra", "at most 43 positional arguments, got 44"),
-    (2, "nan", "learning_rate must be a number in (0, inf), got 'nan'"),
-    (13, "0", "learning_rate_phase2 must be a number in (0, inf), got '0'"),
-    (5, "1.5", "warmup_proportion must be a number in [0, 1], got '1.5'"),
-    (14, "-0.1", "warmup_proportion_phase2 must be a number in [0, 1], got '-0.1'"),
+@pytest.mark.parametrize("position, text, named", [
+    (3, "fp8", ("precision", "fp32 tf32 amp fp16 bf16", "'fp8'")),
+    (4, "0", ("num_gpus", ">= 1", "'0'")),
+    (25, "1.5", ("sample_ratio", "(0, 1]", "'1.5'")),
+    (26, "100", ("phase2_bin_size", "none 32 64 128 256 512", "'100'")),
+    (28, "{tmp}/nope.json", ("config file {tmp}/nope.json", "no such file")),
+    (15, "-1", ("train_steps_phase2", ">= 0", "'-1'")),
+    (36, "1", ("holdout_fraction", "[0, 1)", "'1'")),
+    (37, "0", ("eval_freq", ">= 1", "'0'")),
+    (44, "extra", ("at most 43", "got 44")),
+    (2, "nan", ("learning_rate", "(0, inf)", "'nan'")),
+    (13, "0", ("learning_rate_phase2", "(0, inf)", "'0'")),
+    (5, "1.5", ("warmup_proportion", "[0, 1]", "'1.5'")),
+    (14, "-0.1", ("warmup_proportion_phase2", "[0, 1]", "'-0.1'")),
 ])
-def test_bad_arguments_are_named(position, text, message, tmp_path, fakes, cpu_tiny_args):
+def test_bad_arguments_are_named(position, text, named, tmp_path, fakes, cpu_tiny_args):
     args = list(cpu_tiny_args)
     if position > len(args):
         args.append(text)
@@ -380,7 +382,7 @@ def test_bad_arguments_are_named(position, text, message, tmp_path, fakes, cpu_t
         args[position - 1] = text.format(tmp=tmp_path)
     run = run_script(RUN_PRETRAINING, args, fakes, tmp_path)
     assert run.result.returncode == 1
-    assert run.result.stderr.strip() == f"run_pretraining.sh: {message.format(tmp=tmp_path)}"
+    assert_one_line(run.result.stderr, "run_pretraining.sh: ", *(part.format(tmp=tmp_path) for part in named))
     assert run.calls == []
 
 
@@ -625,30 +627,30 @@ def test_squad_presets_follow_squad_version(fakes):
         "/d/download/squad/v1.1")
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"SQUAD_VERSION": "2"}, "SQUAD_VERSION must be one of: 1.1 2.0; got '2'"),
-    ({"NULL_SCORE_DIFF_THRESHOLD": "1.0"}, "NULL_SCORE_DIFF_THRESHOLD is only used with SQUAD_VERSION=2.0"),
+@pytest.mark.parametrize("env, named", [
+    ({"SQUAD_VERSION": "2"}, ("SQUAD_VERSION", "1.1 2.0", "'2'")),
+    ({"NULL_SCORE_DIFF_THRESHOLD": "1.0"}, ("NULL_SCORE_DIFF_THRESHOLD", "SQUAD_VERSION=2.0")),
     ({"SQUAD_VERSION": "2.0", "NULL_SCORE_DIFF_THRESHOLD": "high"},
-     "NULL_SCORE_DIFF_THRESHOLD must be a number, got 'high'"),
+     ("NULL_SCORE_DIFF_THRESHOLD", "number", "'high'")),
 ])
-def test_squad_version_settings_are_checked(env, message, tmp_path, fakes):
+def test_squad_version_settings_are_checked(env, named, tmp_path, fakes):
     run = run_script(RUN_SQUAD, ["ckpt"], fakes, tmp_path, **env)
     assert run.result.returncode == 1 and run.calls == []
-    assert run.result.stderr.strip() == f"run_squad.sh: {message}"
+    assert_one_line(run.result.stderr, "run_squad.sh: ", *named)
 
 
-@pytest.mark.parametrize("position, text, message", [
-    (4, "nan", "learning_rate must be a number in (0, inf), got 'nan'"),
-    (4, "0", "learning_rate must be a number in (0, inf), got '0'"),
-    (5, "1.5", "warmup_proportion must be a number in [0, 1], got '1.5'"),
-    (5, "-0.1", "warmup_proportion must be a number in [0, 1], got '-0.1'"),
+@pytest.mark.parametrize("position, text, named", [
+    (4, "nan", ("learning_rate", "(0, inf)", "'nan'")),
+    (4, "0", ("learning_rate", "(0, inf)", "'0'")),
+    (5, "1.5", ("warmup_proportion", "[0, 1]", "'1.5'")),
+    (5, "-0.1", ("warmup_proportion", "[0, 1]", "'-0.1'")),
 ])
-def test_squad_schedule_numbers_are_checked_before_any_work(position, text, message, tmp_path, fakes):
+def test_squad_schedule_numbers_are_checked_before_any_work(position, text, named, tmp_path, fakes):
     args = list(SQUAD_BASE)
     args[position - 1] = text
     run = run_script(RUN_SQUAD, args, fakes, tmp_path)
     assert run.result.returncode == 1 and run.calls == []
-    assert run.result.stderr.strip() == f"run_squad.sh: {message}"
+    assert_one_line(run.result.stderr, "run_squad.sh: ", *named)
 
 
 @pytest.mark.parametrize("script", ["run_squad.sh", "run_glue.sh"])
@@ -715,7 +717,7 @@ def test_named_phase_script_options_and_overrides(tmp_path, fakes):
 def test_named_phase_script_rejects_a_bad_option_value(tmp_path, fakes):
     run = run_script(ROOT / "scripts" / "run_pretraining_p1.sh", ["--gpus", "none"], fakes, tmp_path)
     assert run.result.returncode == 1
-    assert run.result.stderr.strip() == "run_pretraining_p1.sh: --gpus must be an integer >= 1, got 'none'"
+    assert_one_line(run.result.stderr, "run_pretraining_p1.sh: ", "--gpus", ">= 1", "'none'")
 
 
 # ------------------------------------------------------------------------------------------------------------

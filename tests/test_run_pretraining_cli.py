@@ -2,7 +2,7 @@
 
 Training runs here call run_pretraining.main() in this process on a 1-layer, hidden-32 BERT (the uncased vocab,
 so the LDDL sample shards fit) for a few steps: the options' effects do not depend on model size, and a fresh
-process would cost more than the run (see the pretraining helpers in helpers.py).
+process would cost more than the run (see tests/pretraining_runs.py).
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ import pretraining_report
 import run_pretraining
 from amp import LossScaler
 from conftest import ROOT, require_shared
+from data_fixtures import partly_masked_words
 from dllog import DLLogger, read_report
-from helpers import (
+from modeling import BertConfig, BertForPretraining
+from optimizer import create_optimizer
+from pretraining_dataset import PretrainingDataLoader
+from pretraining_runs import (
     DYNAMIC,
     UNBINNED,
     checkpoint_params,
-    partly_masked_words,
     pretraining_argv,
     step_folders,
     step_numbers,
@@ -34,9 +37,6 @@ from helpers import (
     summaries,
     train,
 )
-from modeling import BertConfig, BertForPretraining
-from optimizer import create_optimizer
-from pretraining_dataset import PretrainingDataLoader
 from weights import load_state
 
 

@@ -20,8 +20,8 @@ import pytest
 import run_pretraining
 from conftest import ROOT, require_shared
 from dllog import read_report
-from helpers import checkpoint_params, pretraining_argv, summaries
 from pretraining_dataset import PretrainingDataLoader
+from pretraining_runs import checkpoint_params, pretraining_argv, summaries
 
 SCRIPT = str(ROOT / "run_pretraining.py")
 STEPS, MERGE, BATCH = 3, 2, 4

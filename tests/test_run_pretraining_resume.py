@@ -3,7 +3,7 @@ rotation across runs, the appended report, explicit steps, and phase 1 -> phase 
 
 Every run passes --last-step-of-checkpoint auto, as NVIDIA's recipes do, so that "the same command" both starts
 a job and resumes it. Every run whose weights a test compares bit for bit with another's is a process of the real
-command (helpers.training_environment says why); runs that only have to fail are called in this process.
+command (pretraining_runs.training_environment says why); runs that only have to fail are called in this process.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import lddl_preprocess
 from bert_config import BertConfig
 from conftest import require_shared
 from dllog import read_report
-from helpers import (
+from modeling import BertForPretraining
+from pretraining_runs import (
     checkpoint_params,
     pretraining_argv,
     run_training,
@@ -34,7 +35,6 @@ from helpers import (
     summaries,
     train,
 )
-from modeling import BertForPretraining
 from weights import load_state
 
 # Dropout on and two merged micro-batches per step: the resumed run must continue every random stream exactly.

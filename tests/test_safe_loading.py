@@ -1,7 +1,7 @@
 """Loading a checkpoint never runs code, at every entry point; safetensors in and out of every weights path.
 
 - The source tree has no unrestricted load (paddle.load, paddle.static.load_program_state, pickle.load(s),
-  pickle.Unpickler, np.load with pickles) outside paddle_files.py and convert_checkpoint's torch unpickler.
+  pickle.Unpickler, np.load with pickles) outside paddle_files.py.
 - A payload whose unpickling would create a marker file, planted where a real file can hold one (an entry of
   the top-level dict, a nested optimizer state, the scheduler state), is refused by each entry point run as a
   process: non-zero exit, one line naming the file and the global, and no marker.
@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import ast
-import json
 import os
 import pickle
 import shutil
@@ -26,18 +25,10 @@ import safetensors.numpy
 import convert_checkpoint
 import run_glue
 import run_squad
-from conftest import ROOT, require_shared
-from helpers import (
-    common_argv,
-    params,
-    pretraining_argv,
-    run_in_process,
-    run_script,
-    step_folder,
-    train,
-    write_tiny_model,
-)
+from conftest import ROOT
+from fine_tuning_runs import common_argv, fine_tuning_workspace, params, run_in_process, run_script
 from paddle_files import read_paddle_file
+from pretraining_runs import pretraining_argv, step_folder, train
 
 # ---------------------------------------------------------------------------------------------
 # The source tree
@@ -49,8 +40,8 @@ UNRESTRICTED_LOADS = {
     "paddle.static.load_program_state", "paddle.static.io.load_program_state", "pickle.load", "pickle.loads",
     "pickle.Unpickler", "pickle._Unpickler", "_pickle.load", "_pickle.loads", "_pickle.Unpickler",
 }
-# The one reader, and the torch .bin reader whose Unpickler subclass admits only torch.save's globals.
-RESTRICTED_READERS = {"paddle_files.py": {"pickle.Unpickler"}, "convert_checkpoint.py": {"pickle.Unpickler"}}
+# The restricted readers: Paddle's pickles, and torch .bin files whose Unpickler admits only torch.save's globals.
+RESTRICTED_READERS = {"paddle_files.py": {"pickle.Unpickler"}}
 
 
 def unrestricted_loads(source: str) -> list[tuple[int, str]]:
@@ -170,21 +161,13 @@ def plant(source: Path, target: Path, position: str, marker: Path) -> Path:
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
     """A 2-step pretraining run with --save-safetensors (checkpoints at steps 1 and 2), a tiny model with its
-    pretraining checkpoint (helpers.write_tiny_model), 6 SQuAD questions and 16 MRPC pairs."""
+    pretraining checkpoint (fine_tuning_runs.write_tiny_model), 6 SQuAD questions and 16 MRPC pairs."""
     folder = tmp_path_factory.mktemp("safe")
     pretraining = folder / "pretraining"
     pretraining.mkdir()
     assert train(pretraining_argv(pretraining, "--max-steps", "2", "--num-steps-per-checkpoint", "1",
                                   "--save-safetensors")) == 0
-    write_tiny_model(folder)
-    dev = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())
-    paragraph = dict(dev["data"][0]["paragraphs"][0])
-    paragraph["qas"] = paragraph["qas"][:6]
-    (folder / "squad.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t",
-                                                                                "paragraphs": [paragraph]}]}))
-    lines = require_shared("data", "glue", "MRPC", "train.tsv").read_bytes().split(b"\n")
-    (folder / "mrpc.tsv").write_bytes(b"\n".join(lines[:17]) + b"\n")
-    return folder
+    return fine_tuning_workspace(folder, squad={"squad.json": (1, 6)}, mrpc={"mrpc.tsv": ("train", 16)})
 
 
 def pretraining_step(workspace: Path, step: int) -> Path:

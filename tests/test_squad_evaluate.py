@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT, require_shared
+from messages import assert_one_line
 from squad_evaluate import (
     evaluate,
     evaluate_v2,
@@ -259,7 +260,7 @@ def test_cli_reports_a_bad_na_prob_file_in_one_line(tmp_path):
     dataset, predictions, na_probs = _write_v2_case(tmp_path, {**V2_NA_PROBS, "a1": "high"})
     result = _run_cli(dataset, predictions, "--na-prob-file", na_probs)
     assert result.returncode == 1
-    assert result.stderr.strip() == f"squad_evaluate.py: {na_probs}: probability for question a1 is not a number"
+    assert_one_line(result.stderr, f"squad_evaluate.py: {na_probs}: ", "question a1", "not a number")
     na_probs.write_text(json.dumps({"a1": 0.0}))
     result = _run_cli(dataset, predictions, "--na-prob-file", na_probs)
-    assert result.stderr.strip() == f"squad_evaluate.py: {na_probs}: no probability for question a2"
+    assert_one_line(result.stderr, f"squad_evaluate.py: {na_probs}: ", "no probability", "question a2")

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from conftest import require_shared
-from helpers import numbered_windows
+from data_fixtures import numbered_windows
+from feature_batching import batch_indices
 from squad_evaluate import load_dataset
 from squad_utils import (
     SquadExample,
     answer_token_span,
-    batch_indices,
     collate_features,
     convert_examples_to_features,
     doc_spans,

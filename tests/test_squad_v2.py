@@ -1,7 +1,7 @@
 """SQuAD v2.0 end to end on a v2-format file built from the v1.1 dev set: reading unanswerable questions, their
 [CLS] training labels, prediction with the null-score threshold, and the v2.0 metrics on it.
 
-helpers.make_v2_dataset keeps every dev question and turns every third one (in file order) into an unanswerable
+data_fixtures.make_v2_dataset keeps every dev question and turns every third one (in file order) into an unanswerable
 question by asking it about a paragraph of the next article instead of its own.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, require_shared
-from helpers import make_v2_dataset, numbered_windows
+from data_fixtures import make_v2_dataset, numbered_windows
 from squad_evaluate import evaluate_v2, load_dataset, load_squad_json
 from squad_utils import (
     SquadExample,

@@ -16,18 +16,8 @@ import run_squad
 import visualdl_log
 from conftest import require_shared
 from dllog import training_step
-from helpers import (
-    DYNAMIC,
-    common_argv,
-    logged,
-    pretraining_argv,
-    run_in_process,
-    step_folder,
-    step_numbers,
-    step_records,
-    train,
-    write_tiny_model,
-)
+from fine_tuning_runs import common_argv, logged, run_in_process, write_tiny_model
+from pretraining_runs import DYNAMIC, pretraining_argv, step_folder, step_numbers, step_records, train
 from visualdl_log import VisualDLLog, newest_log_file, open_run_log, tag_of
 
 
