@@ -95,6 +95,7 @@ def test_a_step_folder_brings_its_config(task, flag, step_folder, data_files, tm
         np.testing.assert_array_equal(model.state_dict()[name].numpy(), saved[name].numpy(), err_msg=name)
 
 
+@pytest.mark.slow
 def test_the_converted_hugging_face_model_brings_its_config(tmp_path, data_files):
     minilm = require_shared("models", "all-MiniLM-L6-v2")
     out = tmp_path / "minilm" / "model.safetensors"
