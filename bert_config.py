@@ -157,6 +157,22 @@ def _build(values: dict, source: str) -> BertConfig:
         raise ValueError(f"{source}: {error}") from None
 
 
+# The fields that decide what function a set of weights computes. The others may differ between two configs of
+# the same weights: dropout and initializer_range only shape training, and the layout fields (_LAYOUT_FIELDS) are
+# converted when the weights load.
+_FUNCTION_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                    "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "encoder_eps")
+
+
+def first_difference(config: BertConfig, other: BertConfig) -> tuple[str, object, object] | None:
+    """(field, config's value, other's value) of the first field in which the two configs build networks that
+    compute different functions, or None when they build the same one (see _FUNCTION_FIELDS)."""
+    for name in _FUNCTION_FIELDS:
+        if getattr(config, name) != getattr(other, name):
+            return name, getattr(config, name), getattr(other, name)
+    return None
+
+
 def config_file_for(bert_model: str, config_file: str | None) -> str:
     """--config-file if given, else bert_configs/<bert-model>.json; ValueError for `custom` without one."""
     if config_file is not None:

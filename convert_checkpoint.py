@@ -12,7 +12,9 @@ dict of float32 arrays under the names of BertForPretraining / BertForQuestionAn
 BertForSequenceClassification
 (`bert.`-prefixed encoder, `cls.`, `qa_outputs.`, `classifier.`); an output path ending in .safetensors
 gets the same arrays as a safetensors file, the format to share. weights.load_state loads either into
-any of them or into a bare BertModel, fused or unfused, with or without a padded vocabulary.
+any of them or into a bare BertModel, fused or unfused, with or without a padded vocabulary. The model's
+PaddleBERT config goes beside OUT as <OUT name>_config.json, which the fine-tuning scripts take with the
+weights (weights.model_config_file).
 
 The encoder (embeddings and every layer) must be complete. Each head -- pooler, mlm, nsp, qa,
 classifier -- is all there or absent; the command prints which, so that a model built with an absent
@@ -62,6 +64,7 @@ from weights import (
     VOCAB_ROWS,
     as_numpy,
     check_parts,
+    config_beside,
     convert_qkv_layout,
     fit_vocab_rows,
     part_of,
@@ -359,9 +362,13 @@ def run_hf2paddle(args: argparse.Namespace) -> None:
         raise ValueError(f"{weights_path}: required head(s) absent: "
                          + ", ".join(f"{head} ({hf_head_prefixes()[head]}.*)" for head in absent))
     write_weights(args.out_weights, conversion.state)
-    if args.config_out:
-        atomic_write_text(Path(args.config_out), config.to_json_string())
-        print(f"wrote PaddleBERT config to {args.config_out}")
+    # The config beside the weights travels with them: --from-pretrained-params OUT builds its model from it.
+    config_paths = [config_beside(args.out_weights)]
+    if args.config_out and Path(args.config_out).resolve() != config_paths[0].resolve():
+        config_paths.append(Path(args.config_out))
+    for config_path in config_paths:
+        atomic_write_text(config_path, config.to_json_string())
+        print(f"wrote PaddleBERT config to {config_path}")
     absent = [head for head, present in conversion.heads.items() if not present]
     if absent:
         print(f"absent heads start from random initialisation if a model has them: {', '.join(absent)}")
@@ -415,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     hf2paddle.add_argument("hf_dir", help="folder with config.json and model.safetensors or pytorch_model.bin")
     hf2paddle.add_argument("out_weights", metavar="out",
                            help="weights file to write: OUT.pdparams, or OUT.safetensors (the format to share)")
-    hf2paddle.add_argument("--config-out", help="also write the PaddleBERT config JSON here")
+    hf2paddle.add_argument("--config-out", help="also write the PaddleBERT config JSON here (it is always written "
+                                                "beside OUT as <OUT name>_config.json)")
     hf2paddle.add_argument("--require-heads", nargs="+", default=[], choices=sorted(HEAD_GROUPS),
                            help="fail unless these heads are in the source; pretraining = pooler mlm nsp")
     hf2paddle.set_defaults(run=run_hf2paddle)

@@ -49,7 +49,7 @@ from amp import (
     create_loss_scaler,
 )
 from atomic_io import atomic_write_set, text_writer
-from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
+from bert_config import BERT_MODELS, BertConfig, build_config
 from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, open_resume_checkpoint
 from cli import (
     checkpoint_step,
@@ -71,7 +71,7 @@ from paddle_files import write_safetensors_state
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
 from visualdl_log import open_run_log
-from weights import load_pretrained, safetensors_beside
+from weights import load_pretrained, model_config_file, safetensors_beside
 
 MAX_GRAD_NORM = 1.0  # gradient clipping of Google's and NVIDIA's fine-tuning recipes
 # Batches are padded to a multiple of 8 tokens, the granularity of tensor-core matrix tiles; the padding is masked.
@@ -109,8 +109,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--bert-model", default="bert-large-uncased", choices=BERT_MODELS,
                        help="architecture; its bert_configs/<name>.json unless --config-file is given")
     model.add_argument("--config-file",
-                       help="BERT config JSON (needed for --bert-model custom); default with --from-checkpoint: "
-                            f"the <model-prefix>{CONFIG_SUFFIX} of its step folder, if it has one")
+                       help="BERT config JSON (needed for --bert-model custom); default: the config that comes "
+                            f"with the initial weights, <name>{CONFIG_SUFFIX} beside <name>.pdparams|.safetensors (a "
+                            "step folder's, or convert_checkpoint.py hf2paddle's), if there is one; a --config-file "
+                            "that builds another network than that one is refused")
     model.add_argument("--from-pretrained-params", "--init-checkpoint", dest="from_pretrained_params",
                        help="initial weights: a .pdparams or .safetensors file (pretraining, converted Hugging Face "
                             "or fine-tuned) or a folder holding <model-prefix>.pdparams or <model-prefix>.safetensors")
@@ -180,16 +182,19 @@ def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Names
     if (args.do_predict or args.do_eval) and not args.predict_file:
         parser.error("--do-predict and --do-eval need --predict-file")
     _resolve_from_checkpoint(parser, args)
-    try:
-        args.config_file = config_file_for(args.bert_model, args.config_file)
-    except ValueError as error:
-        parser.error(str(error))
     if args.max_steps is not None and args.max_steps <= 0:
         args.max_steps = None
     for name in ("train_file", "predict_file", "vocab_file", "config_file"):
         path = getattr(args, name)
         if path and not os.path.isfile(path):
             parser.error(f"--{name.replace('_', '-')} {path}: file not found")
+    try:
+        args.config_file = model_config_file(
+            args.bert_model, args.config_file, args.from_pretrained_params or args.from_checkpoint,
+            flag="--from-pretrained-params" if args.from_pretrained_params else "--from-checkpoint",
+            model_prefix=args.model_prefix)
+    except (FileNotFoundError, ValueError) as error:
+        parser.error(str(error))
     default_report_file(args)
 
 
@@ -218,7 +223,7 @@ def check_initial_weights(parser: argparse.ArgumentParser, args: argparse.Namesp
 
 def _resolve_from_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Point --from-checkpoint at the step folder it means and --last-step-of-checkpoint at that step, as NVIDIA's
-    utils/config.py does, and take the folder's config when --config-file is not given. The forms are
+    utils/config.py does (the folder's config is the default config: weights.model_config_file). The forms are
     checkpoint.open_resume_checkpoint's, read-only: a fine-tuning run reads another run's checkpoints and renames
     none of them. Unlike NVIDIA's, a folder that holds no complete checkpoint is an error, not a silent start
     from random weights."""
@@ -235,9 +240,6 @@ def _resolve_from_checkpoint(parser: argparse.ArgumentParser, args: argparse.Nam
         parser.error(str(error))
     args.from_checkpoint = str(resume.folder)
     args.last_step_of_checkpoint = resume.progress["global_step"]
-    saved_config = resume.folder / (args.model_prefix + CONFIG_SUFFIX)
-    if args.config_file is None and saved_config.is_file():
-        args.config_file = str(saved_config)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Pretrained weights by part: which part of BERT each parameter belongs to, and the one loader that puts a
-file's weights into a model.
+"""Pretrained weights by part: which part of BERT each parameter belongs to, the one loader that puts a
+file's weights into a model, and the config that travels with a weights file (model_config_file).
 
     report = load_pretrained(model, "results/phase2/7038", required=("embeddings", "encoder"),
                              flag="--from-pretrained-params", model_prefix="bert_paddle")
@@ -29,7 +29,8 @@ import paddle
 import paddle.nn as nn
 
 from atomic_io import atomic_write
-from checkpoint import PARAMS_SUFFIX, SAFETENSORS_SUFFIX
+from bert_config import BertConfig, config_file_for, first_difference
+from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, SAFETENSORS_SUFFIX
 from ngc_weights import STATIC_LAYOUT_EXAMPLE, is_static_graph_state, nvidia_to_paddle
 from paddle_files import read_paddle_file, read_safetensors_state, write_safetensors_state
 
@@ -122,6 +123,40 @@ def resolve_weights_file(path: str | os.PathLike, model_prefix: str, flag: str) 
     if not path.is_file():
         raise FileNotFoundError(f"{flag} {path}: weights file not found")
     return path
+
+
+def config_beside(weights_file: str | os.PathLike) -> Path:
+    """The config that travels with a weights file: <name>_config.json beside <name>.pdparams or
+    <name>.safetensors, as a step folder holds bert_paddle_config.json, the fine-tuning scripts write it beside
+    their model and convert_checkpoint.py hf2paddle beside its output."""
+    path = Path(weights_file)
+    return path.with_name(path.stem + CONFIG_SUFFIX)
+
+
+def model_config_file(bert_model: str, config_file: str | None, weights: str | None, *, flag: str,
+                      model_prefix: str) -> str:
+    """The config file a fine-tuning run builds its model from, given --bert-model, --config-file and the initial
+    weights `weights` (given to `flag`; None: no initial weights).
+
+    Weights that come with a config (config_beside) bring it: it is the default, before --bert-model's file. An
+    explicit --config-file must build the same network (bert_config.first_difference): otherwise ValueError names
+    both files and the first field that differs. FileNotFoundError names a missing --config-file or weights file.
+    """
+    travelling = None
+    if weights:
+        beside = config_beside(resolve_weights_file(weights, model_prefix, flag))
+        travelling = beside if beside.is_file() else None
+    if config_file is None:
+        return str(travelling) if travelling else config_file_for(bert_model, None)
+    if not Path(config_file).is_file():
+        raise FileNotFoundError(f"--config-file {config_file}: file not found")
+    if travelling:
+        difference = first_difference(BertConfig.from_json_file(config_file), BertConfig.from_json_file(travelling))
+        if difference:
+            name, given, saved = difference
+            raise ValueError(f"--config-file {config_file} has {name} {given!r}, but {travelling}, the config that "
+                             f"comes with {flag} {weights}, has {saved!r}; leave --config-file out to use it")
+    return config_file
 
 
 def read_weights(path: str | os.PathLike) -> dict:

@@ -9,14 +9,17 @@
 # accumulation until a micro-batch fits the system: 256 examples (DGX A100 80GB, fp16), 128 (A100 tf32,
 # DGX-1 32GB fp16) or 64 (DGX-1 fp32).
 #
-# CPU preset mrpc_cpu_minilm: all-MiniLM-L6-v2 on MRPC, 2 epochs at learning rate 1e-4 (the real-weights check
-# of the GLUE issue). Convert the model first:
+# CPU presets, one process each, writing to their own <RESULTS_DIR>/<preset> folder:
+# - mrpc_cpu_demo: the cpu_demo pre-training preset's final checkpoint (bert-tiny, its 4096-token vocab) on MRPC,
+#   1 epoch at learning rate 2e-4: the route from pretraining to a GLUE score, not a useful score.
+# - mrpc_cpu_minilm: all-MiniLM-L6-v2 on MRPC, 2 epochs at learning rate 1e-4 (the real-weights check of the GLUE
+#   issue). The preset converts the model once, if <RESULTS_DIR>/minilm/minilm.pdparams is not there yet, from
+#   <repo>/../shared/models/all-MiniLM-L6-v2, as
+#     python convert_checkpoint.py hf2paddle ../shared/models/all-MiniLM-L6-v2 results/minilm/minilm.pdparams
+#   (which writes results/minilm/minilm_config.json beside it).
 #
-#   python convert_checkpoint.py hf2paddle ../shared/models/all-MiniLM-L6-v2 results/minilm/minilm.pdparams \
-#     --config-out results/minilm/minilm_config.json
-#
-# Paths come from BERT_PREP_WORKING_DIR (data; default <repo>/data), GLUE_DIR (default <repo>/../shared/data/glue,
-# CPU preset) and the location of this file (code).
+# Paths come from BERT_PREP_WORKING_DIR (data; default <repo>/data), RESULTS_DIR (CPU presets; default
+# <repo>/results), GLUE_DIR (default <repo>/../shared/data/glue, CPU presets) and the location of this file (code).
 # shellcheck shell=bash
 
 _GLUE_CONFIG_CODEDIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -78,22 +81,50 @@ for _glue_task in mrpc sst-2; do
 done
 unset _glue_task _glue_system _glue_gpus
 
-mrpc_cpu_minilm() (
-  init_checkpoint="$_GLUE_CONFIG_CODEDIR/results/minilm/minilm.pdparams"
-  data_dir="${GLUE_DIR:-$_GLUE_CONFIG_CODEDIR/../shared/data/glue}/MRPC"
-  vocab_file="$_GLUE_CONFIG_CODEDIR/../shared/models/all-MiniLM-L6-v2/vocab.txt"
-  config_file="$_GLUE_CONFIG_CODEDIR/results/minilm/minilm_config.json"
-  out_dir="$_GLUE_CONFIG_CODEDIR/results/MRPC-minilm"
+# The CPU presets' shared values; $1 names the preset and its results folder.
+_glue_cpu_recipe() {
+  results="${RESULTS_DIR:-$_GLUE_CONFIG_CODEDIR/results}"
+  data_dir="${GLUE_DIR:-$(cd "$_GLUE_CONFIG_CODEDIR/.." && pwd)/shared/data/glue}/MRPC"
+  out_dir="$results/$1"
   task_name=mrpc
   num_gpu=1
   batch_size=32
   gradient_accumulation_steps=1
-  learning_rate=1e-4
   warmup_proportion=0.1
-  epochs=2
   max_steps=-1
   precision=fp32
   seed=42
   mode=train,eval,prediction
+}
+
+mrpc_cpu_demo() (
+  local results
+  _glue_cpu_recipe mrpc_cpu_demo
+  init_checkpoint="$results/cpu_demo/custom/phase1/400"
+  vocab_file="${BERT_PREP_WORKING_DIR:-$_GLUE_CONFIG_CODEDIR/data}/sample/vocab.txt"
+  config_file="$_GLUE_CONFIG_CODEDIR/bert_configs/bert-tiny-4k-vocab.json"  # what cpu_demo trained
+  learning_rate=2e-4
+  epochs=1
+  # Messages go to stderr: stdout is the argument list.
+  [[ -d "$init_checkpoint" ]] ||
+    echo "mrpc_cpu_demo: $init_checkpoint: not there yet; run the cpu_demo pre-training preset first" >&2
+  _print_glue_args
+)
+
+mrpc_cpu_minilm() (
+  local results
+  _glue_cpu_recipe mrpc_cpu_minilm
+  local minilm
+  minilm="$(cd "$_GLUE_CONFIG_CODEDIR/.." && pwd)/shared/models/all-MiniLM-L6-v2"
+  init_checkpoint="$results/minilm/minilm.pdparams"
+  vocab_file="$minilm/vocab.txt"
+  config_file="$results/minilm/minilm_config.json"
+  learning_rate=1e-4
+  epochs=2
+  if [[ ! -f "$init_checkpoint" ]]; then
+    mkdir -p "$results/minilm"
+    python "$_GLUE_CONFIG_CODEDIR/convert_checkpoint.py" hf2paddle "$minilm" "$init_checkpoint" >&2 ||
+      echo "mrpc_cpu_minilm: converting $minilm failed (above)" >&2
+  fi
   _print_glue_args
 )
