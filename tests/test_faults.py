@@ -1065,10 +1065,10 @@ import folder_lock
 folder_lock.hold(sys.argv[1], "--output-dir")
 child = os.fork()
 if child == 0:  # fork() returns here only after the after-fork hooks, folder_lock's among them, have run
-    print("child", os.getpid(), flush=True)
+    os.write(1, f"child {os.getpid()}\\n".encode())  # one write each, so the two lines cannot interleave
     time.sleep(600)
     os._exit(0)
-print("held", child, flush=True)
+os.write(1, f"held {child}\\n".encode())
 time.sleep(600)
 """
 
@@ -1079,7 +1079,9 @@ def test_the_lock_ends_with_its_holder_even_if_a_forked_child_lives_on(tmp_path)
     child = None
     try:
         # Both lines, in either order: the child's says its copy of the lock descriptor is already closed.
-        lines = dict(holder.stdout.readline().split() for _ in range(2))
+        said = [holder.stdout.readline() for _ in range(2)]
+        lines = dict(line.split() for line in said if len(line.split()) == 2)
+        assert lines.keys() == {"child", "held"}, said
         child = int(lines["child"])
         assert int(lines["held"]) == child
         with pytest.raises(folder_lock.FolderInUse, match=f"PID {holder.pid} on host "):
