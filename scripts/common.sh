@@ -21,6 +21,21 @@ require_at_most_args() {  # most arguments...
   (( $# <= most )) || die "at most $most positional arguments, got $#"
 }
 
+# NVIDIA's fine-tuning scripts start one process per GPU and default to 8. On a machine where nvidia-smi lists no
+# GPU, eight processes would share the CPU cores and each hold a model: a count left to its default is then 1, said
+# in one line on stderr; a count passed explicitly is kept (data parallel over gloo runs on a CPU too).
+process_count() {  # count positional_argument_as_given: prints the count to launch
+  local count="$1" given="$2" gpus
+  if [[ -z "$given" ]] && (( count > 1 )); then
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') || gpus=0
+    if (( gpus == 0 )); then
+      echo "${0##*/}: no GPU found (nvidia-smi lists none): 1 process, not NVIDIA's default $count; num_gpus sets it" >&2
+      count=1
+    fi
+  fi
+  echo "$count"
+}
+
 require_choice() {  # name value choice...
   local name="$1" value="$2" choice
   shift 2

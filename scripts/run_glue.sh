@@ -16,7 +16,7 @@
 #    4 config_file (None)               model config JSON; None: bert-large-uncased
 #    5 out_dir (<code_dir>/results/MRPC)  fine-tuned model, predictions.tsv, report.json, logfile
 #    6 task_name (mrpc)                 cola | sst-2 | mrpc | rte | qqp
-#    7 num_gpu (8)                      processes; an evaluation without training uses 1
+#    7 num_gpu (8; 1 without a GPU)     processes; an evaluation without training uses 1
 #    8 batch_size (16)                  examples per process per optimizer step, as in NVIDIA's run_glue.py, which
 #                                       splits them into micro-batches of batch_size / gradient_accumulation_steps;
 #                                       prediction batches hold batch_size examples
@@ -123,6 +123,7 @@ fi
 [[ "$mode" =~ (eval|prediction) ]] && flags+=(--predict-file "$data_dir/dev.tsv" --predict-batch-size "$batch_size")
 [[ "$export_onnx" == true ]] && flags+=(--export-dir "$out_dir/export" --export-onnx)
 
+num_gpu=$(process_count "$num_gpu" "${7:-}")
 launcher=(python)
 if (( num_gpu > 1 )); then
   launcher+=(-m paddle.distributed.launch --nproc_per_node "$num_gpu" --log_dir "$out_dir/log")

@@ -13,7 +13,7 @@
 #    4 learning_rate (4.6e-5)
 #    5 warmup_proportion (0.2)
 #    6 precision (amp)                        fp32 | tf32 | amp | fp16 | bf16 (see scripts/common.sh)
-#    7 num_gpus (8)                           processes (GPUs) on this node
+#    7 num_gpus (8; 1 where nvidia-smi lists no GPU)   processes (GPUs) on this node
 #    8 seed (1)
 #    9 squad_dir ($BERT_PREP_WORKING_DIR/download/squad/v$SQUAD_VERSION)   holds train-v<version>.json and
 #                                             dev-v<version>.json
@@ -137,6 +137,7 @@ fi
   --benchmark-warmup-steps "$benchmark_warmup_steps")
 
 # One process runs without Paddle's launcher, which would print a failed worker's error a second time.
+num_gpus=$(process_count "$num_gpus" "${7:-}")
 launcher=(python)
 (( num_gpus > 1 )) && launcher+=(-m paddle.distributed.launch --nproc_per_node "$num_gpus" --log_dir log)
 mkdir -p "$squad_out_dir"

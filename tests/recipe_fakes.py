@@ -81,6 +81,12 @@ FAKE_SCONTROL = """#!/usr/bin/env bash
 for ((node = 1; node <= SLURM_JOB_NUM_NODES; node++)); do echo "node$node"; done
 """
 
+# nvidia-smi -L of an 8-GPU node (the DGX the NVIDIA defaults are made for), in the driver's line format.
+FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
+[[ "$1" == "-L" ]] || { echo "fake nvidia-smi: $* is not supported" >&2; exit 2; }
+for ((gpu = 0; gpu < 8; gpu++)); do echo "GPU $gpu: NVIDIA A100-SXM4-80GB (UUID: GPU-0000000$gpu)"; done
+"""
+
 
 def write_executable(path: Path, text: str) -> None:
     path.write_text(text)
@@ -112,13 +118,15 @@ class Fakes:
 
 
 def make_fakes(folder: Path, recording_python: bool = True) -> Fakes:
-    """Fake srun and scontrol in folder/bin, and the recording python unless recording_python is False."""
+    """Fake srun, scontrol and nvidia-smi (8 GPUs) in folder/bin, and the recording python unless recording_python
+    is False."""
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True)
     if recording_python:
         write_executable(bin_dir / "python", FAKE_PYTHON)
     write_executable(bin_dir / "srun", FAKE_SRUN)
     write_executable(bin_dir / "scontrol", FAKE_SCONTROL)
+    write_executable(bin_dir / "nvidia-smi", FAKE_NVIDIA_SMI)
     return Fakes(bin_dir, folder / "python.log", folder / "srun.log")
 
 

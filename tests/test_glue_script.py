@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ROOT
 from messages import assert_one_line
+from recipe_fakes import FAKE_NVIDIA_SMI, write_executable
 
 SCRIPT = ROOT / "scripts" / "run_glue.sh"
 
@@ -24,6 +25,7 @@ def recorded(tmp_path):
     fake = bin_dir / "python"
     fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$RECORDED_ARGS"\n')
     fake.chmod(0o755)
+    write_executable(bin_dir / "nvidia-smi", FAKE_NVIDIA_SMI)  # NVIDIA's default of 8 processes needs GPUs
     record = tmp_path / "args.txt"
 
     def run(*args: str) -> list[str]:

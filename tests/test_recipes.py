@@ -515,6 +515,23 @@ def test_squad_defaults_are_nvidias(tmp_path, fakes):
     assert Path(value(args, "--vocab-file")).is_file()  # the default vocab is shipped, not downloaded
 
 
+
+@pytest.mark.parametrize("script_name", ["run_squad.sh", "run_glue.sh"])
+def test_without_a_gpu_the_default_process_count_is_one_and_an_explicit_count_is_kept(tmp_path, fakes, script_name):
+    """Issue 29: `run_squad.sh <checkpoint>` on a CPU started NVIDIA's 8 processes. Where nvidia-smi lists no GPU
+    the default is one process, said in one line; num_gpus passed explicitly (gloo data parallel) is kept."""
+    script, program = ROOT / "scripts" / script_name, script_name.replace(".sh", ".py")
+    # run_glue.sh's argument 5 is its output folder (its default is inside the repository).
+    args = ["ckpt"] if script_name == "run_squad.sh" else ["ckpt", "", "", "", str(tmp_path / "glue")]
+    (fakes.bin_dir / "nvidia-smi").unlink()
+    run = run_ok(script, args, fakes, tmp_path)
+    assert run.launches == [] and run.calls[0]["argv"][0].endswith(program)
+    note = [line for line in run.result.stderr.splitlines() if "no GPU" in line]
+    assert_one_line("\n".join(note), f"{script_name}: ", "nvidia-smi", "1 process", "default 8", "num_gpus")
+    run = run_ok(script, (args + [""] * 6)[:6] + ["2"], fakes, tmp_path)
+    assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "2"
+    assert "no GPU" not in run.result.stderr
+
 SQUAD_BASE = ["ckpt", "1", "8", "1e-4", "0.1", "fp32", "1", "3", "sq", "v.txt", "out", "train_eval", "None", "4",
               "false", "2", "2", "true"]
 
