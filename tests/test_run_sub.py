@@ -434,6 +434,20 @@ def test_each_feature_variable_adds_exactly_its_flags(case, tmp_path, feature_ba
         changes.get("WHOLE_WORD_MASKING") == "true", float(changes.get("MASKED_LM_RATIO", "0.15")))
 
 
+@pytest.mark.parametrize("phase, cap", [("1", "20"), ("2", "80")])
+def test_static_masks_are_capped_at_the_phases_max_predictions_per_seq(phase, cap, tmp_path):
+    """Shards masked at MASKED_LM_RATIO 0.3 hold 38 masks in 128 tokens unless the preprocessing draws them with the
+    cap training reads (Google's rule; scripts/run_pretraining.sh passes it too); dynamic masks are the loader's."""
+    fakes = prepare(tmp_path)
+    static = submit_ok(tmp_path, fakes, PHASE=phase, INIT_CHECKPOINT="{tmp}/init", MASKED_LM_RATIO="0.3")
+    assert value(static.preprocessing, "--max-predictions-per-seq") == cap
+    assert value(static.pretraining_args, "--max-predictions-per-seq") == cap
+    assert lddl_preprocess.build_parser().parse_args(static.preprocessing).max_predictions_per_seq == int(cap)
+    dynamic = submit_ok(tmp_path / "dynamic", prepare(tmp_path / "dynamic"), PHASE=phase,
+                        INIT_CHECKPOINT="{tmp}/init", MASKING="dynamic")
+    assert "--max-predictions-per-seq" not in dynamic.preprocessing
+
+
 def test_holdout_fraction_refuses_a_parquet_folder_made_without_a_held_out_split(tmp_path):
     fakes = prepare(tmp_path)
     submit_ok(tmp_path, fakes)
