@@ -53,7 +53,7 @@ from atomic_io import atomic_write_set, text_writer
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, PROGRESS_SUFFIX, list_checkpoints, read_progress
 from cli import check_at_least, file_name, finite_float, str_to_bool
-from dllog import DLLogger
+from dllog import DLLogger, open_report
 from gradient_merge import all_reduce_sum, merged_backward, optimizer_step
 from lr_scheduler import create_lr_scheduler
 from modeling import INPUT_NAMES
@@ -316,7 +316,7 @@ def start_session(args: argparse.Namespace) -> Session:
     apply_cpu_tweaks()
     rank, world_size = init_data_parallel()
     claim_output_dir(args.output_dir, rank, world_size)
-    logger = DLLogger(args.report_file, enabled=rank == 0)
+    logger = open_report(args, enabled=rank == 0)
     if args.show_config:
         logger.log("PARAMETER", vars(args))
     logger.log("PARAMETER", {"cpu_affinity": cpu_affinity, "cpu_threads": num_threads})

@@ -45,7 +45,7 @@ import finetune
 import inference
 from atomic_io import atomic_write_text
 from cli import run_main
-from dllog import DLLogger
+from dllog import DLLogger, add_format_argument
 from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
 from glue_data import (
     GLUE_TASKS,
@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     prediction.add_argument("--predict-batch-size", type=int, default=8, help="examples per prediction batch")
     inference.add_inference_arguments(prediction, int8_quantization=INT8_QUANTIZATION)
     finetune.add_advanced_arguments(parser)
+    add_format_argument(parser)
     return parser
 
 

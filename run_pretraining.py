@@ -56,7 +56,7 @@ import folder_lock
 from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check_amp_arguments, create_loss_scaler
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
 from cli import finite_float, str_to_bool
-from dllog import DLLogger
+from dllog import DLLogger, add_format_argument, open_report
 from gradient_merge import merged_backward, optimizer_step
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
 from lr_scheduler import create_lr_scheduler
@@ -216,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                         _add_checkpoint_options, _add_process_options, add_amp_arguments, add_eval_arguments,
                         _add_benchmark_options):
         add_options(parser)
+    add_format_argument(parser)
     return parser
 
 
@@ -846,7 +847,7 @@ def run(args: argparse.Namespace, process_start: float, process_info: dict) -> i
 def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int, process_start: float,
                 process_info: dict) -> int:
     # The report file gets every record; stdout gets the shorter progress lines of ProgressReporter instead.
-    logger = DLLogger(args.report_file, enabled=rank == 0, stdout=False)
+    logger = open_report(args, enabled=rank == 0, stdout=False)
     say = print if rank == 0 else (lambda *a, **k: None)
     announce(args, logger, say, rank, world_size, process_info)
     trainer = Trainer(args, rank, world_size)

@@ -35,7 +35,7 @@ import finetune
 import inference
 from atomic_io import atomic_write_set, text_writer
 from cli import check_at_least, finite_float, run_main
-from dllog import DLLogger
+from dllog import DLLogger, add_format_argument
 from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
 from loss import squad_span_loss
 from modeling import INPUT_NAMES, BertForQuestionAnswering
@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     benchmark.add_argument("--benchmark-steps", type=int, default=20, help="timed steps")
     benchmark.add_argument("--benchmark-warmup-steps", type=int, default=20, help="untimed steps before them")
     finetune.add_advanced_arguments(parser)
+    add_format_argument(parser)
     compatibility = parser.add_argument_group("Accepted for NVIDIA's command lines")
     compatibility.add_argument("--num-steps-per-checkpoint", type=int, default=None,
                                help=f"no effect ({NUM_STEPS_PER_CHECKPOINT_NOTE})")
