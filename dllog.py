@@ -12,6 +12,17 @@ As in dllogger, timestamp and elapsedtime are strings (seconds since the epoch, 
 was created), and `step` is free-form: an int, a tuple such as (epoch, step), "PARAMETER" for the
 run's arguments, or () for the summary of the whole run.
 
+`--dllogger-format nvidia` (add_format_argument, open_report) prints every record on stdout as NVIDIA's
+dllogger StdOutBackend does with the step format of NVIDIA's PaddlePaddle BERT recipe (its utils/logger.py),
+for log scrapers written against NVIDIA's output, e.g.
+
+    DLL 2023-11-14 22:13:20.123456 - Epoch: 0 Step: 10  loss : 7.1  learning_rate : 0.0006
+
+(str() of the datetime and of each value, no units or formats, a space after each step part and after each metric,
+so the line ends in one),
+and writes NVIDIA's separate start-up PARAMETER records: run_pretraining.py's SEED, train_start,
+batch_size_per_gpu and learning_rate, run_squad.py's (and here run_glue.py's) SEED, one record each.
+
 Differences from dllogger, all for resumable runs: the file is always appended to (a resumed run
 continues the report of the run it resumes), every record is flushed as it is written (so SIGKILL
 loses nothing already logged), and a partial last line left by a killed writer is cut off when the
@@ -21,6 +32,7 @@ logger prints and writes nothing.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -36,6 +48,8 @@ _COMMON_KEYS = ("timestamp", "datetime", "elapsedtime", "type")
 _KEYS_BY_TYPE = {LOG: ("step", "data"), METADATA: ("metric", "metadata")}
 
 Step = int | tuple | list | str
+PADDLEBERT_FORMAT = "paddlebert"
+NVIDIA_FORMAT = "nvidia"
 
 
 def training_step(step: object) -> int | None:
@@ -90,12 +104,39 @@ def format_step(step: Step) -> str:
     return " ".join(f"{name}: {value}" for name, value in zip(names, step, strict=False))
 
 
-class DLLogger:
-    """Writes LOG and METADATA records to stdout and (appending) to a DLLogger JSON-lines file."""
+def format_nvidia_step(step: Step) -> str:
+    """A step as NVIDIA's BERT recipe prints it (utils/logger.py format_step): "PARAMETER", "Summary:" for (), else
+    "Epoch: e Step: s Validation Iteration: v " for as many parts as the step has, each followed by a space. An
+    int step, which NVIDIA's recipe never logs, prints as dllogger's default str(step)."""
+    if isinstance(step, str):
+        return step
+    if isinstance(step, int):
+        return str(step)
+    if len(step) == 0:
+        return "Summary:"
+    names = ("Epoch", "Step", "Validation Iteration")
+    return "".join(f"{name}: {value} " for name, value in zip(names, step, strict=False))
 
-    def __init__(self, json_path: str | os.PathLike | None, enabled: bool = True, stdout: bool = True):
+
+def nvidia_stdout_line(timestamp: datetime, step: Step, data: Mapping[str, Any]) -> str:
+    """The line NVIDIA's dllogger StdOutBackend prints (github.com/NVIDIA/dllogger, dllogger/logger.py: prefix
+    "DLL {timestamp} - ", then "{step} {metrics}", each metric "{name} : {value} {unit}" joined by a space) for a
+    recipe that declares no metric metadata, as NVIDIA's BERT recipe does: no unit, the value's str()."""
+    metrics = " ".join(f"{name} : {value} " for name, value in data.items())
+    return f"DLL {timestamp} - {format_nvidia_step(step)} {metrics}"
+
+
+class DLLogger:
+    """Writes LOG and METADATA records to stdout and (appending) to a DLLogger JSON-lines file.
+
+    stdout: print our readable line per LOG record; nvidia_stdout: print NVIDIA's line instead (whatever stdout
+    says)."""
+
+    def __init__(self, json_path: str | os.PathLike | None, enabled: bool = True, stdout: bool = True,
+                 nvidia_stdout: bool = False):
         self.enabled = enabled
         self.stdout = stdout and enabled
+        self.nvidia_stdout = nvidia_stdout and enabled
         self.start_time = datetime.now()
         self._metadata: dict[str, dict] = {}
         self._file = None
@@ -155,7 +196,9 @@ class DLLogger:
         if not self.enabled:
             return
         now = self._write(LOG, {"step": step, "data": dict(data)})
-        if self.stdout:
+        if self.nvidia_stdout:
+            print(nvidia_stdout_line(now, step, data), flush=True)
+        elif self.stdout:
             metrics = "  ".join(self._format_metric(name, value) for name, value in data.items())
             print(f"DLL {now:%Y-%m-%d %H:%M:%S} - {format_step(step)} {metrics}", flush=True)
 
@@ -173,6 +216,37 @@ class DLLogger:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def add_format_argument(parser: argparse.ArgumentParser) -> None:
+    """--dllogger-format, which open_report reads, in its own group of the help."""
+    group = parser.add_argument_group("Report format")
+    group.add_argument("--dllogger-format", choices=(PADDLEBERT_FORMAT, NVIDIA_FORMAT), default=PADDLEBERT_FORMAT,
+                       help="nvidia: print every report record on stdout in NVIDIA's dllogger format (`DLL <time> - "
+                       "Epoch: e Step: s  loss : ...`) and write NVIDIA's separate start-up PARAMETER records "
+                       "(SEED; pre-training also train_start, batch_size_per_gpu, learning_rate), for log "
+                       "scrapers of NVIDIA's recipe; the report file gets those records too, the others unchanged")
+
+
+def nvidia_start_parameters(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The PARAMETER records NVIDIA's scripts write one by one as they start: run_pretraining.py's four (its
+    run_pretraining.py main), run_squad.py's SEED (its run_squad.py main; fine-tuning of GLUE follows it). A
+    pre-training run is told by its --phase1/--phase2 flags."""
+    if hasattr(args, "phase1"):
+        return [{"SEED": args.seed}, {"train_start": True}, {"batch_size_per_gpu": args.batch_size},
+                {"learning_rate": args.learning_rate}]
+    return [{"SEED": args.seed}]
+
+
+def open_report(args: argparse.Namespace, enabled: bool, stdout: bool = True) -> DLLogger:
+    """The run's DLLogger: --report-file, and with --dllogger-format nvidia NVIDIA's stdout lines and its
+    separate start-up PARAMETER records, written at once."""
+    nvidia = args.dllogger_format == NVIDIA_FORMAT
+    logger = DLLogger(args.report_file, enabled=enabled, stdout=stdout, nvidia_stdout=nvidia)
+    if nvidia:
+        for record in nvidia_start_parameters(args):
+            logger.log("PARAMETER", record)
+    return logger
 
 
 def _check_record(record: Any) -> str | None:

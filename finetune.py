@@ -61,7 +61,7 @@ from cli import (
     str_to_bool,
     unit_interval,
 )
-from dllog import DLLogger
+from dllog import DLLogger, open_report
 from feature_batching import batch_indices
 from gradient_merge import all_reduce_sum, merged_backward, optimizer_step
 from lr_scheduler import create_lr_scheduler
@@ -283,7 +283,7 @@ def start_session(args: argparse.Namespace) -> Session:
     apply_cpu_tweaks()
     rank, world_size = init_data_parallel()
     claim_output_dir(args.output_dir, rank, world_size)
-    logger = DLLogger(args.report_file, enabled=rank == 0)
+    logger = open_report(args, enabled=rank == 0)
     if args.show_config:
         logger.log("PARAMETER", vars(args))
     logger.log("PARAMETER", {"cpu_affinity": cpu_affinity, "cpu_threads": num_threads})

@@ -92,4 +92,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(cli.run_main(main, "lddl_preprocess.py"))
+    # Run as the module lddl_preprocess, not as __main__: workers of a dask cluster in other processes
+    # (--scheduler-address) unpickle the shard writer by its module's name.
+    import lddl_preprocess
+
+    sys.exit(cli.run_main(lddl_preprocess.main, "lddl_preprocess.py"))

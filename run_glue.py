@@ -46,7 +46,7 @@ import finetune
 import inference
 from atomic_io import atomic_write_text
 from cli import DefaultsHelpFormatter, positive_int, run_main
-from dllog import DLLogger
+from dllog import DLLogger, add_format_argument
 from feature_batching import batch_indices
 from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
 from glue_data import (
@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="examples per prediction batch")
     inference.add_inference_arguments(prediction, int8_quantization=INT8_QUANTIZATION)
     finetune.add_advanced_arguments(parser)
+    add_format_argument(parser)
     return parser
 
 

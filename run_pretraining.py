@@ -68,7 +68,7 @@ from cli import (
     str_to_bool,
     unit_interval,
 )
-from dllog import DLLogger
+from dllog import DLLogger, add_format_argument, open_report
 from gradient_merge import merged_backward, optimizer_step
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
 from lr_scheduler import create_lr_scheduler
@@ -230,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                         _add_checkpoint_options, _add_process_options, add_amp_arguments, add_eval_arguments,
                         _add_benchmark_options):
         add_options(parser)
+    add_format_argument(parser)
     return parser
 
 
@@ -692,7 +693,7 @@ def claim_output_dir(args: argparse.Namespace, phase: int, rank: int, world_size
 def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int, process_start: float,
                 process_info: dict) -> int:
     # The report file gets every record; stdout gets the shorter progress lines of ProgressReporter instead.
-    logger = DLLogger(args.report_file, enabled=rank == 0, stdout=False)
+    logger = open_report(args, enabled=rank == 0, stdout=False)
     say = print if rank == 0 else (lambda *a, **k: None)
     announce(args, logger, say, rank, world_size, process_info)
     trainer = Trainer(args, rank, world_size)

@@ -36,7 +36,7 @@ import finetune
 import inference
 from atomic_io import atomic_write_set, text_writer
 from cli import DefaultsHelpFormatter, add_benchmark_arguments, finite_float, positive_int, run_main
-from dllog import DLLogger
+from dllog import DLLogger, add_format_argument
 from feature_batching import batch_indices
 from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
 from loss import squad_span_loss
@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_benchmark_arguments(parser, "time training and/or prediction steps instead of producing outputs; prediction "
                                     "batches are padded to --max-seq-length")
     finetune.add_advanced_arguments(parser)
+    add_format_argument(parser)
     compatibility = parser.add_argument_group("Accepted for NVIDIA's command lines")
     compatibility.add_argument("--num-steps-per-checkpoint", type=int, default=None,
                                help=f"no effect ({NUM_STEPS_PER_CHECKPOINT_NOTE})")

@@ -48,6 +48,9 @@ elif script == "run_pretraining.py" and "--benchmark" not in argv and not os.env
     phase = "phase1" if "--phase1" in argv else "phase2"
     Path(value("--output-dir"), value("--bert-model"), phase, value("--max-steps")).mkdir(parents=True, exist_ok=True)
 elif script == "lddl_preprocess.py":
+    time.sleep(float(os.environ.get("FAKE_PREPROCESS_SECONDS", "0")))
+    if os.environ.get("FAKE_PREPROCESS_EXIT"):
+        sys.exit(int(os.environ["FAKE_PREPROCESS_EXIT"]))
     Path(value("--output-dir")).mkdir(parents=True)
     (Path(value("--output-dir")) / "shard-0.parquet").write_text("")
 elif script == "make_sample_corpus.py":
@@ -60,19 +63,47 @@ elif script == "tokenizer.py":
 FAKE_SRUN = """#!/usr/bin/env bash
 # srun: start the command once per node (--nodes=N, else SLURM_JOB_NUM_NODES) as local processes.
 printf '%s\\n' "$@" --- >> "$FAKE_SRUN_LOG"
+# --export=ALL,NAME=value,...: the tasks get those variables on top of this environment.
 nodes=$SLURM_JOB_NUM_NODES
+exports=()
 while (( $# > 0 )) && [[ $1 == -* ]]; do
-  case $1 in --nodes=*) nodes=${1#--nodes=} ;; esac
+  case $1 in
+    --nodes=*) nodes=${1#--nodes=} ;;
+    --export=ALL,*) IFS=, read -ra exports <<< "${1#--export=ALL,}" ;;
+  esac
   shift
 done
 pids=()
+# As srun, pass TERM and INT on to the tasks (a trap interrupts `wait`, which the loop below then resumes); as
+# srun ending its step, KILL the tasks that are still there a few seconds after a TERM (Slurm's KillWait).
+trap 'kill -TERM "${pids[@]}" 2>/dev/null; (sleep 5; kill -KILL "${pids[@]}") >/dev/null 2>&1 &' TERM
+trap 'kill -INT "${pids[@]}" 2>/dev/null' INT
 for ((node = 0; node < nodes; node++)); do
-  SLURM_NODEID=$node SLURM_PROCID=$node "$@" &
+  SLURM_NODEID=$node SLURM_PROCID=$node env "${exports[@]}" "$@" &
   pids+=($!)
 done
 status=0
-for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+for pid in "${pids[@]}"; do
+  while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done
+  wait "$pid" || status=$?  # bash keeps a reaped background job's status
+done
 exit $status
+"""
+
+FAKE_DASK = """#!/usr/bin/env bash
+# dask scheduler | worker: the scheduler writes an address into its --scheduler-file; both run until TERM, and
+# then, if FAKE_DASK_MARKS names a folder, leave stopped-<scheduler|worker>-node<N> in it.
+role=$1
+if [[ $role == scheduler ]]; then
+  while (( $# > 0 )); do
+    [[ $1 == --scheduler-file ]] && printf '{"type": "Scheduler", "address": "tcp://10.1.2.3:8786"}\\n' > "$2"
+    shift
+  done
+fi
+# A worker step that fails a second after it started (once the client runs).
+[[ $role == worker && -n "${FAKE_DASK_WORKER_EXIT:-}" ]] && sleep 1 && exit "$FAKE_DASK_WORKER_EXIT"
+trap '[[ -n "${FAKE_DASK_MARKS:-}" ]] && : > "$FAKE_DASK_MARKS/stopped-$role-node$SLURM_NODEID"; exit 0' TERM
+while :; do sleep 0.1; done
 """
 
 FAKE_SCONTROL = """#!/usr/bin/env bash
@@ -118,12 +149,13 @@ class Fakes:
 
 
 def make_fakes(folder: Path, recording_python: bool = True) -> Fakes:
-    """Fake srun, scontrol and nvidia-smi (8 GPUs) in folder/bin, and the recording python unless recording_python
-    is False."""
+    """Fake srun, scontrol and nvidia-smi (8 GPUs) in folder/bin, and the recording python and a stand-in dask
+    (scheduler and workers that do nothing) unless recording_python is False."""
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True)
     if recording_python:
         write_executable(bin_dir / "python", FAKE_PYTHON)
+        write_executable(bin_dir / "dask", FAKE_DASK)
     write_executable(bin_dir / "srun", FAKE_SRUN)
     write_executable(bin_dir / "scontrol", FAKE_SCONTROL)
     write_executable(bin_dir / "nvidia-smi", FAKE_NVIDIA_SMI)

@@ -3,8 +3,8 @@
 With the recording `python`, each environment variable is changed alone and must change exactly the command
 lines it stands for; the variables of the features beyond NVIDIA's recipe (HOLDOUT_FRACTION ... PACK_SEQUENCES)
 must add exactly their flags to the script where each takes effect, as run_pretraining.sh's arguments 36-42 do.
-The last test really trains: preprocessing (the parquet folder is empty), then two launchers with --nnodes 2
-and one master on this machine, two ranks, one checkpoint.
+The last test really trains: preprocessing (the parquet folder is empty) by a dask cluster with a worker on
+each "node", then two launchers with --nnodes 2 and one master on this machine, two ranks, one checkpoint.
 """
 
 from __future__ import annotations
@@ -63,6 +63,15 @@ class Job:
     def address_queries(self) -> list[list[str]]:
         """The srun calls that ask a node for its address (`python -c ...`)."""
         return [call for call in self.srun_calls if "python" in call and call[call.index("python") + 1] == "-c"]
+
+    def step_running(self, *command: str) -> list[str]:
+        """The srun options and command of the one step whose command starts with `command` (a program's name,
+        or a script's file name after `python`, and the words after it)."""
+        def runs(call: list[str]) -> bool:
+            words = [Path(word).name for word in call]
+            return any(words[start:start + len(command)] == list(command) for start in range(len(words)))
+        (call,) = [call for call in self.srun_calls if runs(call)]
+        return call
 
     @property
     def preprocessing(self) -> list[str] | None:
@@ -132,16 +141,19 @@ def test_defaults_follow_nvidias_run_sub(tmp_path):
     assert {"--phase1", "--amp", "--use-dynamic-loss-scaling"} <= set(args) and "--phase2" not in args
 
     preprocessing = {"--input": f"{tmp_path}/data/wikipedia/source", "--output-dir": parquet,
-                     "--max-seq-length": "128", "--num-blocks": "4096", "--num-shards": "4096", "--num-workers": "128",
-                     "--seed": "42", "--sample-ratio": "0.9"}
+                     "--max-seq-length": "128", "--num-blocks": "4096", "--num-shards": "4096",
+                     "--num-workers": str(128 * 2), "--seed": "42", "--sample-ratio": "0.9",
+                     "--scheduler-address": "tcp://10.1.2.3:8786"}
     assert {flag: value(job.preprocessing, flag) for flag in preprocessing} == preprocessing
     assert "--masking" in job.preprocessing and "--bin-size" not in job.preprocessing
 
     mounts = f"{ROOT}:{ROOT},{tmp_path}/data:{tmp_path}/data,{tmp_path}/results:{tmp_path}/results"
-    assert len(job.srun_calls) == 3
-    # NVIDIA's USE_JEMALLOC=true: the preprocessing step runs with jemalloc preloaded.
-    (preprocessing_call,) = [call for call in job.srun_calls if any(arg.endswith("lddl_preprocess.py") for arg in call)]
-    assert "--export=ALL,LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2" in preprocessing_call
+    # The dask scheduler, the workers, the preprocessing client, the address query, the launchers.
+    assert len(job.srun_calls) == 5
+    # NVIDIA's USE_JEMALLOC=true: the preprocessing runs with jemalloc preloaded, in the client and the workers.
+    jemalloc = "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+    assert f"--export=ALL,{jemalloc}" in job.step_running("lddl_preprocess.py")
+    assert f"--export=ALL,PYTHONPATH={ROOT},{jemalloc}" in job.step_running("dask", "worker")
     assert not (tmp_path / "results" / "1234" / "stop-request").exists()
     for call in job.srun_calls:
         assert "--container-image=paddlebert:latest" in call and f"--container-mounts={mounts}" in call
@@ -177,7 +189,7 @@ ENV_CASES = {
                                                         _preprocessing("--output-dir")(job)),
                    ("{tmp}/results/1234/parquet", "{tmp}/results/1234/parquet")),
     "USE_JEMALLOC": ({"USE_JEMALLOC": "false"}, lambda job: [arg for call in job.srun_calls for arg in call
-                                                              if arg.startswith("--export=")], []),
+                                                              if "LD_PRELOAD=" in arg], []),
     "INIT_CHECKPOINT a file in it": ({"PHASE": "2", "INIT_CHECKPOINT": "{tmp}/init/bert_paddle.pdparams"},
                                      _training("--from-phase1-final-params"), "{tmp}/init"),
     "PHASE": ({"PHASE": "2", "INIT_CHECKPOINT": "{tmp}/init"},
@@ -212,7 +224,9 @@ ENV_CASES = {
                                                      "--no-masking" in job.preprocessing), (False, True)),
     "SAMPLE_RATIO": ({"SAMPLE_RATIO": "0.5"}, _preprocessing("--sample-ratio"), "0.5"),
     "SAMPLE_RATIO 1": ({"SAMPLE_RATIO": "1"}, _preprocessing("--sample-ratio"), None),
-    "DASK_TASKS_PER_NODE": ({"DASK_TASKS_PER_NODE": "3"}, _preprocessing("--num-workers"), "3"),
+    "DASK_TASKS_PER_NODE": ({"DASK_TASKS_PER_NODE": "3"},
+                            lambda job: (_preprocessing("--num-workers")(job),
+                                         value(job.step_running("dask", "worker"), "--nworkers")), ("6", "3")),
     "NUM_SHARDS_PER_WORKER": ({"NUM_SHARDS_PER_WORKER": "2"}, _preprocessing("--num-shards"), str(2 * 4 * 2 * 8)),
     "NUM_WORKERS": ({"NUM_WORKERS": "1", "NUM_SHARDS_PER_WORKER": "2"},
                     lambda job: (_training("--num-workers")(job), _preprocessing("--num-shards")(job)),
@@ -278,8 +292,9 @@ def test_cont_none_drops_exactly_the_container_options(tmp_path):
                 for call in job.srun_calls]
     assert all(any(arg.startswith("--container-image=") for arg in call) for call in pyxis.srun_calls)
     assert not [arg for call in plain.srun_calls for arg in call if arg.startswith("--container")]
-    assert len(plain.srun_calls) == 3
-    assert normalised(plain, tmp_path / "plain") == normalised(pyxis, tmp_path / "pyxis")
+    assert len(plain.srun_calls) == 5
+    # Sorted: the dask workers' step and the preprocessing client's start together, in either order.
+    assert sorted(normalised(plain, tmp_path / "plain")) == sorted(normalised(pyxis, tmp_path / "pyxis"))
     assert len(plain.training) == 2  # the launchers ran, as the recording python on PATH
 
 
@@ -435,6 +450,99 @@ def test_each_feature_variable_adds_exactly_its_flags(case, tmp_path, feature_ba
         changes.get("WHOLE_WORD_MASKING") == "true", float(changes.get("MASKED_LM_RATIO", "0.15")))
 
 
+def dask_marks(tmp: Path) -> Path:
+    marks = tmp / "dask-marks"
+    marks.mkdir()
+    return marks
+
+
+def test_preprocessing_runs_on_a_dask_cluster_over_every_node(tmp_path):
+    """NVIDIA's LDDL job runs on every node x DASK_TASKS_PER_NODE: a scheduler on one node, one worker step per node
+    of DASK_TASKS_PER_NODE single-threaded processes, lddl_preprocess.py as the client at the scheduler's address,
+    all sharing the nodes (--overlap); the cluster is stopped before training, its scheduler file removed."""
+    fakes = prepare(tmp_path)
+    marks = dask_marks(tmp_path)
+    job = submit_ok(tmp_path, fakes, SLURM_JOB_NUM_NODES="3", DASK_TASKS_PER_NODE="5", FAKE_DASK_MARKS=str(marks))
+    scheduler_file = f"{tmp_path}/results/1234/dask-scheduler.json"
+    scheduler = job.step_running("dask", "scheduler")
+    assert {"--overlap", "--nodes=1", "--ntasks=1"} <= set(scheduler)
+    assert value(scheduler, "--scheduler-file") == scheduler_file and value(scheduler, "--port") == "0"
+    workers = job.step_running("dask", "worker")
+    assert "--overlap" in workers and "--ntasks-per-node=1" in workers and "--nodes=1" not in workers
+    assert (value(workers, "--scheduler-file"), value(workers, "--nworkers"), value(workers, "--nthreads")) == (
+        scheduler_file, "5", "1")
+    client = job.step_running("lddl_preprocess.py")
+    assert {"--overlap", "--nodes=1", "--ntasks=1"} <= set(client)
+    assert (value(job.preprocessing, "--scheduler-address"), value(job.preprocessing, "--num-workers")) == (
+        "tcp://10.1.2.3:8786", str(5 * 3))
+    # The scheduler first (the others need its address); every node's worker and the scheduler got the TERM that
+    # stops them.
+    assert job.srun_calls.index(scheduler) == 0 and {job.srun_calls.index(step) for step in (workers, client)} == {1, 2}
+    assert sorted(path.name for path in marks.iterdir()) == [
+        "stopped-scheduler-node0", "stopped-worker-node0", "stopped-worker-node1", "stopped-worker-node2"]
+    assert not Path(scheduler_file).exists() and len(job.training) == 3
+
+
+def test_filled_parquet_folder_starts_no_dask_cluster(tmp_path):
+    fakes = prepare(tmp_path)
+    submit_ok(tmp_path, fakes)
+    job = submit_ok(tmp_path, fakes)
+    assert not [call for call in job.srun_calls if "dask" in call] and len(job.srun_calls) == 2
+
+
+@pytest.mark.parametrize("failure, message", [
+    ({"FAKE_PREPROCESS_EXIT": "3"}, "preprocessing {parquet} failed (exit status 3)"),
+    ({"FAKE_DASK_WORKER_EXIT": "1", "FAKE_PREPROCESS_SECONDS": "60"},
+     "the dask cluster stopped before preprocessing ended (logs: {tmp}/results/1234/log/dask/)"),
+])
+def test_a_failed_preprocessing_stops_the_cluster_and_the_job(failure, message, tmp_path):
+    """The client fails, or a worker step ends while the client waits (which would wait forever): one line, the
+    dask steps and the client stopped, no training."""
+    fakes = prepare(tmp_path)
+    marks = dask_marks(tmp_path)
+    began = time.monotonic()
+    job = submit(tmp_path, fakes, FAKE_DASK_MARKS=str(marks), **failure)
+    parquet = tmp_path / "data" / "pretrain" / "phase1" / "unbinned" / "parquet"
+    assert job.result.returncode == 1
+    assert job.result.stderr.strip().splitlines()[-1] == "run.sub: " + message.format(parquet=parquet, tmp=tmp_path)
+    assert time.monotonic() - began < 30 and job.training == []
+    assert "stopped-scheduler-node0" in {path.name for path in marks.iterdir()}
+    assert not (tmp_path / "results" / "1234" / "dask-scheduler.json").exists()
+
+
+def test_a_signal_during_preprocessing_stops_the_cluster(tmp_path):
+    fakes = prepare(tmp_path)
+    marks = dask_marks(tmp_path)
+    batch = subprocess.Popen(["bash", str(RUN_SUB)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=tmp_path, env=job_env(tmp_path, fakes, FAKE_DASK_MARKS=str(marks),
+                                                       FAKE_PREPROCESS_SECONDS="60"))
+    for _ in range(300):  # the client has started
+        if script_args(fakes.python_calls(), "lddl_preprocess.py") or batch.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert batch.poll() is None, batch.communicate()
+    batch.send_signal(signal.SIGTERM)
+    stdout, stderr = batch.communicate(timeout=30)
+    assert batch.returncode == 143, stdout + stderr
+    assert sorted(path.name for path in marks.iterdir()) == [
+        "stopped-scheduler-node0", "stopped-worker-node0", "stopped-worker-node1"]
+    assert not (tmp_path / "data" / "pretrain" / "phase1" / "unbinned" / "parquet").exists()
+
+
+@pytest.mark.parametrize("phase, cap", [("1", "20"), ("2", "80")])
+def test_static_masks_are_capped_at_the_phases_max_predictions_per_seq(phase, cap, tmp_path):
+    """Shards masked at MASKED_LM_RATIO 0.3 hold 38 masks in 128 tokens unless the preprocessing draws them with the
+    cap training reads (Google's rule; scripts/run_pretraining.sh passes it too); dynamic masks are the loader's."""
+    fakes = prepare(tmp_path)
+    static = submit_ok(tmp_path, fakes, PHASE=phase, INIT_CHECKPOINT="{tmp}/init", MASKED_LM_RATIO="0.3")
+    assert value(static.preprocessing, "--max-predictions-per-seq") == cap
+    assert value(static.pretraining_args, "--max-predictions-per-seq") == cap
+    assert lddl_preprocess.build_parser().parse_args(static.preprocessing).max_predictions_per_seq == int(cap)
+    dynamic = submit_ok(tmp_path / "dynamic", prepare(tmp_path / "dynamic"), PHASE=phase,
+                        INIT_CHECKPOINT="{tmp}/init", MASKING="dynamic")
+    assert "--max-predictions-per-seq" not in dynamic.preprocessing
+
+
 def test_holdout_fraction_refuses_a_parquet_folder_made_without_a_held_out_split(tmp_path):
     fakes = prepare(tmp_path)
     submit_ok(tmp_path, fakes)
@@ -481,6 +589,24 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def one_process_shards(preprocessing: list[str], output_dir: Path) -> Path:
+    """The same lddl_preprocess.py command line in this process, without the dask cluster: one worker, no
+    --scheduler-address, into output_dir."""
+    args = list(preprocessing)
+    del args[args.index("--scheduler-address"):args.index("--scheduler-address") + 2]
+    args[args.index("--output-dir") + 1] = str(output_dir)
+    args[args.index("--num-workers") + 1] = "1"
+    lddl_preprocess.main([*args, "--quiet"])
+    return output_dir
+
+
+def assert_same_files(folder: Path, expected: Path) -> None:
+    names = sorted(path.name for path in expected.iterdir())
+    assert sorted(path.name for path in folder.iterdir()) == names and len(names) > 1
+    for name in names:
+        assert (folder / name).read_bytes() == (expected / name).read_bytes(), name
+
+
 def test_two_nodes_train_one_model(tmp_path):
     """Two launchers (--nnodes 2) on loopback, one process each: preprocessing, then two ranks, one checkpoint."""
     write_corpus(tmp_path / "data" / "wikipedia" / "source")
@@ -494,6 +620,10 @@ def test_two_nodes_train_one_model(tmp_path):
 
     parquet = tmp_path / "data" / "pretrain" / "phase1" / "unbinned" / "parquet"
     assert len(list(parquet.glob("*.parquet"))) == 1 * 1 * 2 * 1  # shards per worker x workers x nodes x GPUs
+    # Made by the dask workers of both "nodes", byte for byte what one process makes.
+    client = job.step_running("lddl_preprocess.py")
+    preprocessing = client[[Path(word).name for word in client].index("lddl_preprocess.py") + 1:]
+    assert_same_files(parquet, one_process_shards(preprocessing, tmp_path / "one-process"))
     logs = {node: (tmp_path / "results" / "1234" / "log" / f"node{node}" / "workerlog.0").read_text()
             for node in (0, 1)}
     ranks = sorted(line.split(":")[0] for text in logs.values() for line in text.splitlines()

@@ -4,7 +4,8 @@ it (.ci/run does, with SLURM_CONF exported).
 What the fake srun of test_run_sub.py cannot show: sbatch reading run.sub's #SBATCH lines and its own options,
 srun starting the tasks on the node, `scontrol show hostnames`, and Slurm's time-limit warning reaching the batch
 shell. The trainers are bert-tiny on the LDDL sample shards, which are already preprocessed, so each job goes
-straight to training. Outside CI, without sbatch or a cluster that answers, the tests skip; with CI=true they
+straight to training, except in the test of the preprocessing, which runs the dask cluster of run.sub on the
+node for real. Outside CI, without sbatch or a cluster that answers, the tests skip; with CI=true they
 fail.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, require_shared, unavailable
-from test_run_sub import RUN_SUB_VARIABLES
+from test_run_sub import RUN_SUB_VARIABLES, assert_same_files, one_process_shards
 
 TINY_CONFIG = str(ROOT / "bert_configs" / "bert-tiny-uncased.json")
 START_CLUSTER = 'export SLURM_CONF="$(scripts/slurm/local_cluster.sh start)"'
@@ -143,3 +145,35 @@ def test_a_real_time_limit_stops_at_a_checkpoint_and_the_resubmission_continues(
     assert step_folders(tmp_path) == [stopped_at, stopped_at + 3]
     assert (f"Training phase 1 from step {stopped_at + 1} to {stopped_at + 3} on 1 rank(s)"
             in trainer_log(tmp_path, again))
+
+
+@pytest.mark.slow
+def test_sbatch_preprocesses_on_a_dask_cluster_and_makes_the_one_process_shards(cluster, tmp_path):
+    """An empty parquet folder: run.sub starts `dask scheduler` and a `dask worker` step of DASK_TASKS_PER_NODE
+    processes through the real srun, lddl_preprocess.py --scheduler-address fills the folder, the cluster stops,
+    and one step trains. The shards are byte for byte those of one process with the same seed and flags."""
+    source = tmp_path / "data" / "wikipedia" / "source"  # without en/, which would mean LDDL's .txt files
+    source.mkdir(parents=True)
+    # The first ~100 KB of WikiText-2's test split, cut at an article's title line.
+    text = require_shared("data", "wikitext-2", "wiki.test.raw").read_text(encoding="utf-8")
+    (source / "wiki.test.raw").write_text(text[:text.index("\n = ", 100_000) + 1], encoding="utf-8")
+    job = sbatch(tmp_path, TRAIN_STEPS="1", SAVE_CHECKPOINT_STEPS="1", USE_JEMALLOC="false",
+                 DASK_TASKS_PER_NODE="2", NUM_SHARDS_PER_WORKER="2")
+    assert (job.returncode, job.state) == (0, "COMPLETED"), job.output[-3000:]
+    assert "dask scheduler at tcp://" in job.output
+    (client,) = [shlex.split(line[2:]) for line in job.output.splitlines()
+                 if line.startswith("+ srun ") and "lddl_preprocess.py" in line]
+    preprocessing = client[[Path(word).name for word in client].index("lddl_preprocess.py") + 1:]
+    parquet = tmp_path / "data" / "pretrain" / "phase1" / "unbinned" / "parquet"
+    assert_same_files(parquet, one_process_shards(preprocessing, tmp_path / "one-process"))
+    # The node's worker step ran both worker processes; srun ended both steps (it cancels a step on TERM).
+    logs = tmp_path / "results" / job.job_id / "log" / "dask"
+    workers = (logs / "worker-node0.log").read_text()
+    assert workers.count("Start worker at:") == 2, workers[-2000:]
+    for log in ("worker-node0.log", "scheduler.log"):
+        assert f"STEP {job.job_id}." in (logs / log).read_text() and "CANCELLED" in (logs / log).read_text()
+    assert not (tmp_path / "results" / job.job_id / "dask-scheduler.json").exists()
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path / "results" / job.job_id)], capture_output=True,
+                              text=True)
+    assert leftover.stdout == "", f"processes of the job still run: {leftover.stdout}"
+    assert step_folders(tmp_path) == [1]
