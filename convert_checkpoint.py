@@ -415,13 +415,18 @@ def run_nvidia2paddle(args: argparse.Namespace) -> None:
               f"{NVIDIA_ENCODER_LAYER_NORM_EPS}, embeddings and masked-LM head {NVIDIA_LAYER_NORM_EPS})")
 
 
+def add_out_weights(command: argparse.ArgumentParser) -> None:
+    """The weights file that hf2paddle and nvidia2paddle write, its format chosen by its suffix."""
+    command.add_argument("out_weights", metavar="out",
+                         help="weights file to write: OUT.pdparams, or OUT.safetensors (the format to share)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     hf2paddle = commands.add_parser("hf2paddle", help="Hugging Face folder -> Paddle .pdparams")
     hf2paddle.add_argument("hf_dir", help="folder with config.json and model.safetensors or pytorch_model.bin")
-    hf2paddle.add_argument("out_weights", metavar="out",
-                           help="weights file to write: OUT.pdparams, or OUT.safetensors (the format to share)")
+    add_out_weights(hf2paddle)
     hf2paddle.add_argument("--config-out", help="also write the PaddleBERT config JSON here (it is always written "
                                                 "beside OUT as <OUT name>_config.json)")
     hf2paddle.add_argument("--require-heads", nargs="+", default=[], choices=sorted(HEAD_GROUPS),
@@ -434,8 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     paddle2hf.set_defaults(run=run_paddle2hf)
     nvidia2paddle = commands.add_parser("nvidia2paddle", help="NVIDIA's static-graph (NGC) checkpoint -> ours")
     nvidia2paddle.add_argument("ngc_checkpoint", help="the checkpoint's .pdparams, or its prefix (without .pdparams)")
-    nvidia2paddle.add_argument("out_weights", metavar="out",
-                               help="weights file to write: OUT.pdparams, or OUT.safetensors (the format to share)")
+    add_out_weights(nvidia2paddle)
     nvidia2paddle.add_argument("--config", help="BERT config JSON to check every parameter's shape against "
                                                 "(NVIDIA's bert_configs/*.json, or ours)")
     nvidia2paddle.add_argument("--config-out", help="also write --config here with NVIDIA's LayerNorm epsilons, "
