@@ -31,13 +31,14 @@ class Captured(BaseException):
 
 
 def builds_a_parser(path: Path) -> bool:
+    """The file builds an ArgumentParser and parses a command line with one: a script. (benchmarks/machine.py
+    builds the benchmarks' parser but parses nothing itself; the scripts that parse with it are walked.)"""
+    called = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Call):
             function = node.func
-            name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)
-            if name == "ArgumentParser":
-                return True
-    return False
+            called.add(function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None))
+    return "ArgumentParser" in called and bool(called & {"parse_args", "parse_known_args"})
 
 
 SCRIPTS = sorted(path.relative_to(ROOT).as_posix() for folder in (ROOT, ROOT / "benchmarks", ROOT / "scripts")
