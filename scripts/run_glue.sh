@@ -123,10 +123,11 @@ fi
 [[ "$mode" =~ (eval|prediction) ]] && flags+=(--predict-file "$data_dir/dev.tsv" --predict-batch-size "$batch_size")
 [[ "$export_onnx" == true ]] && flags+=(--export-dir "$out_dir/export" --export-onnx)
 
+# More than one process: Paddle's launcher, its own output kept in <out_dir>/log/launcherlog (run_launcher).
 num_gpu=$(process_count "$num_gpu" "${7:-}")
-launcher=(python)
-if (( num_gpu > 1 )); then
-  launcher+=(-m paddle.distributed.launch --nproc_per_node "$num_gpu" --log_dir "$out_dir/log")
-fi
 mkdir -p "$out_dir"
-run_logged "$out_dir/logfile" "${launcher[@]}" "$CODEDIR/run_glue.py" "${flags[@]}"
+if (( num_gpu > 1 )); then
+  run_launcher "$out_dir/logfile" "$out_dir/log" --nproc_per_node "$num_gpu" "$CODEDIR/run_glue.py" "${flags[@]}"
+else
+  run_logged "$out_dir/logfile" python "$CODEDIR/run_glue.py" "${flags[@]}"
+fi

@@ -44,7 +44,7 @@
 #                                             (--inference-precision; README, "Exported models and reduced
 #                                             precision", says what runs where)
 # With num_gpus > 1, Paddle's launcher writes its worker logs to ./log (its default, where NVIDIA's script leaves
-# them too; the environment variable PADDLE_LOG_DIR moves them); one process runs without the launcher.
+# them too) and its own output to log/launcherlog; one process runs without the launcher.
 # run_squad.py checks the files (checkpoint, vocab, SQuAD json) and names any that is missing.
 set -euo pipefail
 
@@ -136,9 +136,12 @@ fi
 [[ "$enable_benchmark" == true ]] && flags+=(--benchmark --benchmark-steps "$benchmark_steps"
   --benchmark-warmup-steps "$benchmark_warmup_steps")
 
-# One process runs without Paddle's launcher, which would print a failed worker's error a second time.
+# More than one process: Paddle's launcher, its own output kept in log/launcherlog (run_launcher). One process runs
+# without it.
 num_gpus=$(process_count "$num_gpus" "${7:-}")
-launcher=(python)
-(( num_gpus > 1 )) && launcher+=(-m paddle.distributed.launch --nproc_per_node "$num_gpus" --log_dir log)
 mkdir -p "$squad_out_dir"
-run_logged "$OUT_DIR/logfile.txt" "${launcher[@]}" "$CODEDIR/run_squad.py" "${flags[@]}"
+if (( num_gpus > 1 )); then
+  run_launcher "$OUT_DIR/logfile.txt" log --nproc_per_node "$num_gpus" "$CODEDIR/run_squad.py" "${flags[@]}"
+else
+  run_logged "$OUT_DIR/logfile.txt" python "$CODEDIR/run_squad.py" "${flags[@]}"
+fi

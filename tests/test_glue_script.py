@@ -40,7 +40,7 @@ def recorded(tmp_path):
 def test_defaults_are_nvidias(recorded, tmp_path):
     out_dir = tmp_path / "out"
     assert recorded("", "", "", "", str(out_dir)) == [
-        "-m", "paddle.distributed.launch", "--nproc_per_node", "8", "--log_dir", f"{out_dir}/log",
+        "-m", "paddle.distributed.launch", "--log_dir", f"{out_dir}/log", "--nproc_per_node", "8",
         str(ROOT / "run_glue.py"), "--task-name", "mrpc",
         "--vocab-file", str(ROOT / "vocab" / "bert-large-uncased-vocab.txt"),
         "--bert-model", "bert-large-uncased", "--output-dir", str(out_dir), "--max-seq-length", "128", "--seed", "2",
@@ -58,7 +58,7 @@ def test_every_argument_takes_effect(recorded, tmp_path):
     config = ROOT / "bert_configs" / "bert-tiny-uncased.json"
     assert recorded("ckpt/model.pdparams", "glue/SST-2/", "my-vocab.txt", str(config), str(out_dir), "sst-2", "2",
                     "24", "3", "1e-4", "0.2", "5", "7", "bf16", "11", "train prediction") == [
-        "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", f"{out_dir}/log",
+        "-m", "paddle.distributed.launch", "--log_dir", f"{out_dir}/log", "--nproc_per_node", "2",
         str(ROOT / "run_glue.py"), "--task-name", "sst-2", "--vocab-file", "my-vocab.txt",
         "--bert-model", "custom", "--config-file", str(config), "--output-dir", str(out_dir),
         "--max-seq-length", "128", "--seed", "11", "--amp", "--amp-dtype", "bfloat16",

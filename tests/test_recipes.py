@@ -531,6 +531,8 @@ def test_without_a_gpu_the_default_process_count_is_one_and_an_explicit_count_is
     run = run_ok(script, (args + [""] * 6)[:6] + ["2"], fakes, tmp_path)
     assert value(launcher_args(run.launches[0]), "--nproc_per_node") == "2"
     assert "no GPU" not in run.result.stderr
+    # The launcher's own output goes to its log folder (common.sh's run_launcher), named in one line.
+    assert run.result.stdout.count("Launcher output: ") == 1
 
 SQUAD_BASE = ["ckpt", "1", "8", "1e-4", "0.1", "fp32", "1", "3", "sq", "v.txt", "out", "train_eval", "None", "4",
               "false", "2", "2", "true"]

@@ -122,6 +122,9 @@ def test_sbatch_trains_without_a_container(cluster, tmp_path):
     log = trainer_log(tmp_path, job)
     assert "Training phase 1 from step 1 to 4 on 1 rank(s)" in log
     assert sorted(path.name for path in (tmp_path / "results" / job.job_id).iterdir()) == ["log"]
+    # The launcher's own output (its configuration dump) is kept in the node's launcherlog, not in the job's output.
+    launcher_log = (tmp_path / "results" / job.job_id / "log" / "node0" / "launcherlog").read_text()
+    assert "LAUNCH INFO" in launcher_log and "LAUNCH INFO" not in job.output
 
 
 def test_a_real_time_limit_stops_at_a_checkpoint_and_the_resubmission_continues(cluster, tmp_path):
