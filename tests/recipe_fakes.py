@@ -48,6 +48,14 @@ elif script == "run_pretraining.py" and "--benchmark" not in argv and not os.env
     phase = "phase1" if "--phase1" in argv else "phase2"
     Path(value("--output-dir"), value("--bert-model"), phase, value("--max-steps")).mkdir(parents=True, exist_ok=True)
 elif script == "lddl_preprocess.py":
+    if os.environ.get("FAKE_DASK_MARKS") and "--scheduler-address" in argv:
+        # As a real client waits for the cluster's workers: until every node's fake worker is up (at most 30 s), so
+        # that stopping the cluster afterwards finds each worker step started, however loaded the machine is.
+        nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
+        for _ in range(300):
+            if len(list(Path(os.environ["FAKE_DASK_MARKS"]).glob("started-worker-node*"))) >= nodes:
+                break
+            time.sleep(0.1)
     time.sleep(float(os.environ.get("FAKE_PREPROCESS_SECONDS", "0")))
     if os.environ.get("FAKE_PREPROCESS_EXIT"):
         sys.exit(int(os.environ["FAKE_PREPROCESS_EXIT"]))
@@ -92,7 +100,8 @@ exit $status
 
 FAKE_DASK = """#!/usr/bin/env bash
 # dask scheduler | worker: the scheduler writes an address into its --scheduler-file; both run until TERM, and
-# then, if FAKE_DASK_MARKS names a folder, leave stopped-<scheduler|worker>-node<N> in it.
+# then, if FAKE_DASK_MARKS names a folder, leave stopped-<scheduler|worker>-node<N> in it (and started-... once
+# the TERM trap is set).
 role=$1
 if [[ $role == scheduler ]]; then
   while (( $# > 0 )); do
@@ -103,6 +112,7 @@ fi
 # A worker step that fails a second after it started (once the client runs).
 [[ $role == worker && -n "${FAKE_DASK_WORKER_EXIT:-}" ]] && sleep 1 && exit "$FAKE_DASK_WORKER_EXIT"
 trap '[[ -n "${FAKE_DASK_MARKS:-}" ]] && : > "$FAKE_DASK_MARKS/stopped-$role-node$SLURM_NODEID"; exit 0' TERM
+[[ -z "${FAKE_DASK_MARKS:-}" ]] || : > "$FAKE_DASK_MARKS/started-$role-node$SLURM_NODEID"
 while :; do sleep 0.1; done
 """
 

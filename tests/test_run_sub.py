@@ -478,7 +478,7 @@ def test_preprocessing_runs_on_a_dask_cluster_over_every_node(tmp_path):
     # The scheduler first (the others need its address); every node's worker and the scheduler got the TERM that
     # stops them.
     assert job.srun_calls.index(scheduler) == 0 and {job.srun_calls.index(step) for step in (workers, client)} == {1, 2}
-    assert sorted(path.name for path in marks.iterdir()) == [
+    assert sorted(path.name for path in marks.glob("stopped-*")) == [
         "stopped-scheduler-node0", "stopped-worker-node0", "stopped-worker-node1", "stopped-worker-node2"]
     assert not Path(scheduler_file).exists() and len(job.training) == 3
 
@@ -524,7 +524,7 @@ def test_a_signal_during_preprocessing_stops_the_cluster(tmp_path):
     batch.send_signal(signal.SIGTERM)
     stdout, stderr = batch.communicate(timeout=30)
     assert batch.returncode == 143, stdout + stderr
-    assert sorted(path.name for path in marks.iterdir()) == [
+    assert sorted(path.name for path in marks.glob("stopped-*")) == [
         "stopped-scheduler-node0", "stopped-worker-node0", "stopped-worker-node1"]
     assert not (tmp_path / "data" / "pretrain" / "phase1" / "unbinned" / "parquet").exists()
 
