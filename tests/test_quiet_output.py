@@ -144,3 +144,34 @@ def test_prediction_shorter_than_a_plain_line_interval_shows_progress_on_a_pipe(
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("SQuAD prediction:")]
     assert len(lines) == 2, lines
     assert " 100% " not in lines[0] and " 100% 8/8 [" in lines[1]
+
+
+# Exports a one-layer classifier, as run_glue.py --export-dir does (inference.export_inference_model).
+EXPORT_A_TINY_MODEL = """
+import sys, tempfile
+import runtime
+import inference
+from bert_config import BertConfig
+from modeling import BertForSequenceClassification
+config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=64, max_position_embeddings=64)
+inference.export_inference_model(BertForSequenceClassification(config, num_labels=2), tempfile.mkdtemp(), "m")
+"""
+
+
+def test_an_export_prints_none_of_paddles_tracing_warnings():
+    """Issue 29: exporting printed Paddle's C++ 'not support input out tensor' warning and a UserWarning about
+    `place` in PIR mode, neither about the user's model."""
+    stderr = stderr_of([sys.executable, "-c", EXPORT_A_TINY_MODEL])
+    assert "not support input out tensor" not in stderr and "'place' interface" not in stderr, stderr
+
+
+def test_the_tracing_filter_passes_on_every_other_line(capfd):
+    import inference
+    with inference._without_tracing_noise():
+        os.write(2, b"kept: a line below Python\n")
+        os.write(2, b"W1202 01:51:28.275887  6137 eager_utils.cc:3584] Paddle static graph(PIR) not support input "
+                    b"out tensor for now!!!!!\n")
+        print("kept: a Python line", file=sys.stderr)
+    # (Under capfd, Python's sys.stderr bypasses descriptor 2, so the two kept lines may come in either order.)
+    assert sorted(capfd.readouterr().err.splitlines()) == ["kept: a Python line", "kept: a line below Python"]

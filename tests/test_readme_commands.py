@@ -39,7 +39,7 @@ COMMAND_START = re.compile(r"^(\$ )?(python3?|bash|pip|sbatch|srun|cd|export|[A-
 # What none of the runs may print: Paddle's import-time warnings, the launcher's own output and run_pretraining.py's
 # 2 KB configuration (its report holds it).
 NOISE = ["No ccache found", "PLEASE USE OMP_NUM_THREADS WISELY", "LAUNCH INFO", "Container failed !!!",
-         'Configuration: {"']
+         'Configuration: {"', "not support input out tensor", "'place' interface"]
 # Programs the parse-only blocks call that need not exist on a CPU machine.
 CLUSTER_PROGRAMS = {"sbatch", "srun", "docker", "nvidia-smi"}
 
