@@ -151,7 +151,7 @@ def amp_policy(args: argparse.Namespace, device: str | None = None) -> AmpPolicy
         print(f"AMP needs a GPU; the device is {device}, so --amp is ignored and this run continues in fp32.",
               flush=True)
         return AmpPolicy()
-    if args.amp_dtype == "bfloat16" and not paddle.amp.is_bfloat16_supported():
+    if args.amp_dtype == "bfloat16" and not paddle.amp.is_bfloat16_supported(device):
         raise SystemExit(f"--amp-dtype bfloat16: {device} does not support bfloat16 (it needs an A100 or newer)")
     return AmpPolicy(
         enabled=True,

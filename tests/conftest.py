@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -39,6 +40,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.module is not None and item.module.__name__ in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.module is None or item.module.__name__ not in FIRST_MODULES)  # stable
+
+
+# Each test starts from the environment the one before it found: the processes that later tests in the same worker
+# start inherit os.environ, and an in-process run of an entry script sets variables for its own process on purpose
+# (runtime.apply_cpu_tweaks: OMP_NUM_THREADS, and MKL_DEBUG_CPU_TYPE on AMD). A test once left
+# MKL_DEBUG_CPU_TYPE=7, MKL's AVX-512 kernels, behind; every training process launched after it on an AVX2-only CPU
+# died of SIGILL.
+@pytest.fixture(autouse=True)
+def restored_environment() -> Iterator[None]:
+    before = dict(os.environ)
+    yield
+    if dict(os.environ) != before:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 def shared_dir() -> Path | None:

@@ -18,6 +18,7 @@ from paddle.base import core
 import amp
 import paddle_private
 import run_pretraining
+from messages import assert_one_line
 from modeling import BertConfig, BertForQuestionAnswering
 from pretraining_runs import pretraining_argv, train
 from weights import load_state
@@ -90,7 +91,16 @@ def test_amp_on_cpu_prints_one_line_and_runs_fp32(capsys):
         assert paddle.ones([2]).dtype == paddle.float32
 
 
-def test_amp_policy_on_gpu_maps_flags_to_level_dtype_and_scaling(capsys):
+def gpu_with_bf16(monkeypatch, supported: bool) -> list[str]:
+    """paddle.amp.is_bfloat16_supported as a GPU answers it (an A100 yes, a V100 no); the CPU build's answer is the
+    CPU's own bf16 support. Returns the devices it was asked about."""
+    asked = []
+    monkeypatch.setattr(paddle.amp, "is_bfloat16_supported", lambda device=None: (asked.append(device), supported)[1])
+    return asked
+
+
+def test_amp_policy_on_gpu_maps_flags_to_level_dtype_and_scaling(capsys, monkeypatch):
+    asked = gpu_with_bf16(monkeypatch, supported=True)
     o1 = amp.amp_policy(amp_args("--amp", "--scale-loss", "1048576", "--use-dynamic-loss-scaling"), device="gpu:0")
     assert (o1.enabled, o1.level, o1.dtype, o1.master_weights) == (True, "O1", "float16", False)
     scaler = amp.create_loss_scaler(o1)
@@ -101,7 +111,16 @@ def test_amp_policy_on_gpu_maps_flags_to_level_dtype_and_scaling(capsys):
     assert (static.scale_value, static.dynamic) == (128.0, False)
     bf16 = amp.amp_policy(amp_args("--amp", "--amp-dtype", "bfloat16", "--use-dynamic-loss-scaling"), device="gpu:0")
     assert bf16.dtype == "bfloat16" and amp.create_loss_scaler(bf16) is None  # bf16 needs no loss scaling
+    assert asked == ["gpu:0"]
     assert capsys.readouterr().out == ""
+
+
+def test_bf16_amp_on_a_gpu_without_bf16_is_refused_in_one_line(monkeypatch):
+    asked = gpu_with_bf16(monkeypatch, supported=False)
+    with pytest.raises(SystemExit) as refused:
+        amp.amp_policy(amp_args("--amp", "--amp-dtype", "bfloat16"), device="gpu:1")
+    assert_one_line(str(refused.value), "--amp-dtype bfloat16: ", "gpu:1", "A100")
+    assert asked == ["gpu:1"]
 
 
 def _scaled_backward(scaler: amp.LossScaler, values: np.ndarray) -> paddle.Tensor:

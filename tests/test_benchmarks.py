@@ -296,14 +296,14 @@ def test_squad_inference_smoke_run_with_our_contenders():
     assert "paddlenlp: skipped (not in --only)" in lines and "transformers: skipped (not in --only)" in lines
     [agreement] = [line for line in lines if line.startswith("  ours: start logits differ from dygraph")]
     # The same weights in dygraph, to_static and the exported predictors: in fp32 rounding apart, the same
-    # logits; in bf16 (8 significant bits) within a few percent of logits of size about 1, and not the same
-    # where the CPU has bf16 instructions (elsewhere the bf16 predictor runs fp32).
+    # logits; in bf16 (8 significant bits) within a few percent of logits of size about 1, and further off than fp32
+    # rounding where the CPU has bf16 instructions (elsewhere the bf16 predictor runs fp32, as close as fp32 is).
     differences = {mode: float(value) for value, mode in re.findall(r"([-+.e\d]+) \(([^)]+)\)", agreement)}
     modes = {"to_static", "predictor fp32", "predictor bf16", "onnxruntime fp32", "onnxruntime int8"}
     assert set(differences) == modes, differences
     assert max(differences["to_static"], differences["predictor fp32"], differences["onnxruntime fp32"]) < 1e-4
     assert differences["predictor bf16"] < 0.1
-    assert (differences["predictor bf16"] > 0) == importlib.import_module("inference").cpu_has_bf16()
+    assert (differences["predictor bf16"] > 1e-4) == importlib.import_module("inference").cpu_has_bf16()
     assert 0 < differences["onnxruntime int8"] < 0.1  # int8 rounds; by a few percent of logits of size about 1
     for mode in ("dygraph", *sorted(modes)):
         [row] = [line for line in lines if line.startswith(f"  ours {mode} ")]

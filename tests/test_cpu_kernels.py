@@ -80,7 +80,9 @@ def test_cpuinfo_is_parsed(tmp_path):
 
 
 def test_sets_the_code_path_for_amd(tmp_path, monkeypatch):
-    monkeypatch.delenv("MKL_DEBUG_CPU_TYPE", raising=False)
+    # setenv first, so that monkeypatch restores the variable (delenv of an unset one records nothing to undo)
+    monkeypatch.setenv("MKL_DEBUG_CPU_TYPE", "unset below")
+    monkeypatch.delenv("MKL_DEBUG_CPU_TYPE")
     assert cpu_kernels.use_fast_mkl_kernels(write_cpuinfo(tmp_path, "AuthenticAMD", AVX512)) == "7"
     assert os.environ["MKL_DEBUG_CPU_TYPE"] == "7"
 
