@@ -316,3 +316,66 @@ def test_a_program_paddle2onnx_cannot_convert_is_a_one_line_error(tmp_path):
         onnx_backend.export_onnx(str(tmp_path / "qa.json"), str(tmp_path / "qa.pdiparams"), str(tmp_path / "qa.onnx"),
                                  inference.INPUT_NAMES, {"num_attention_heads": 2, "hidden_size": 128})
     assert not (tmp_path / "qa.onnx").exists()
+
+
+def one_matmul_model(path, weight: np.ndarray) -> str:
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "one_matmul",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", weight.shape[0]])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", weight.shape[1]])],
+                              [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", onnx_backend.ONNX_OPSET)])
+    onnx.save_model(model, path)
+    return str(path)
+
+
+def quantized_product(x: np.ndarray, weight: np.ndarray, weight_max: int) -> np.ndarray:
+    """x @ weight as dynamic int8 computes it exactly: x by ONNX's DynamicQuantizeLinear rule (u8, the batch's
+    range with 0 in it), the weights symmetric with max |w| at weight_max, integer products summed in full."""
+    x_scale = (max(x.max(), 0) - min(x.min(), 0)) / 255
+    x_zero = np.clip(np.round(-min(x.min(), 0) / x_scale), 0, 255)
+    x_q = np.clip(np.round(x / x_scale) + x_zero, 0, 255)
+    w_scale = np.abs(weight).max() / weight_max
+    w_q = np.clip(np.round(weight / w_scale), -weight_max, weight_max)
+    return ((x_q - x_zero) @ w_q) * (x_scale * w_scale)
+
+
+def test_dynamic_int8_matmul_is_exact_integer_arithmetic_on_this_cpu(tmp_path):
+    """The int8 accuracy table holds on every x86 CPU only if ORT's u8 x s8 products are exact. Without VNNI its
+    kernels sum each pair into 16 bits (AVX2's vpmaddubsw), which clamps at 32767; all-255 activations against
+    all-127 weights make every pair 64770. With the weights inference chooses for this CPU (7-bit without VNNI) the
+    result must equal the quantized product in NumPy; where it chooses 7-bit, 8-bit weights must be off (the
+    clamp is real), or the 7-bit choice costs a bit for nothing."""
+    rng = np.random.default_rng(0)
+    weight = np.abs(rng.normal(0, 0.05, (256, 64))).astype(np.float32)
+    weight[:, :32] = weight.max()  # every weight of these columns quantizes to the largest value
+    x = np.abs(rng.normal(0, 1, (16, 256))).astype(np.float32)
+    x[:8] = x.max()  # zero point 0, and these rows quantize to 255 everywhere
+    model = one_matmul_model(tmp_path / "matmul.onnx", weight)
+
+    def product(reduce_range: bool) -> np.ndarray:
+        output = str(tmp_path / f"int8-{reduce_range}.onnx")
+        onnx_backend.quantized(model, output, "dynamic", None, "x", reduce_range=reduce_range)
+        return onnxruntime.InferenceSession(output, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+    reduced = inference.int8_weights_reduced()
+    expected = quantized_product(x, weight, 64 if reduced else 127)
+    np.testing.assert_allclose(product(reduced), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    if reduced:
+        assert 2 * 255 * 64 <= 2**15 - 1 < 2 * 255 * 127
+        full = product(False)
+        assert np.abs(full - quantized_product(x, weight, 127)).max() > 0.1 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize(("machine", "flags", "reduced"), [
+    ("x86_64", "avx2 fma", True),                       # Zen 3, Haswell to Skylake client
+    ("x86_64", "avx2 avx512f avx512bw", True),          # Skylake-SP: AVX-512 without VNNI
+    ("x86_64", "avx2 avx512f avx512_vnni", False),      # Cascade Lake, Zen 4
+    ("x86_64", "avx2 avx_vnni", False),                 # Alder Lake
+    ("x86_64", "avx2 avx512_vnni amx_int8", False),     # Sapphire Rapids
+    ("aarch64", "", False),                             # Arm's dot products sum into 32 bits
+])
+def test_int8_weights_are_7_bit_exactly_where_the_cpu_has_no_vnni(monkeypatch, machine, flags, reduced):
+    monkeypatch.setattr(inference.platform, "machine", lambda: machine)
+    assert inference.int8_weights_reduced(set(flags.split())) is reduced
