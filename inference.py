@@ -38,7 +38,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import platform
 import sys
 import tempfile
 import warnings
@@ -49,7 +48,6 @@ import numpy as np
 import onnxruntime
 import paddle
 
-import cpu_ops
 import onnx_backend
 from amp import AmpPolicy, amp_autocast
 from atomic_io import atomic_write_text
@@ -295,24 +293,6 @@ def cpu_has_bf16() -> bool:
     return paddle.base.core.supports_bfloat16_fast_performance()
 
 
-# x86 flags of an int8 dot product that sums u8 x s8 products straight into int32 (AVX512-VNNI, AVX-VNNI; AMX's
-# int8 tiles come with AVX512-VNNI).
-VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
-
-
-def int8_weights_reduced(flags: set[str] | None = None) -> bool:
-    """Whether ONNX Runtime's int8 weights are 7-bit on this CPU (its quantizers' reduce_range). Without VNNI, its
-    u8 x s8 kernels sum each pair of products into 16 bits first (AVX2's vpmaddubsw), which clamps at 32767: a pair
-    can reach 2 * 255 * 127 = 64770, and then the product is wrong by up to half
-    (tests/test_inference_onnx.py). 7-bit weights, at most 64, keep every pair below it (2 * 255 * 64 = 32640).
-    Other architectures' int8 instructions sum into 32 bits."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    if flags is None:
-        flags = cpu_ops.cpu_vendor_and_flags()[1]
-    return not VNNI_FLAGS & flags
-
-
 def resolve_precision(backend: str, device: str, precision: str) -> tuple[str, str | None]:
     """The precision that runs on `backend` and `device` ("cpu", "gpu:N") for the asked one, and the one-line
     notice of what runs instead (None when the choice runs as asked)."""
@@ -431,13 +411,8 @@ def onnxruntime_predictor(model_dir: str, model_prefix: str, precision: str, qua
         setattr(options, name, value)
     options.log_severity_level = 3  # paddle2onnx's unused initializers: one warning each otherwise
     onnx_path = onnx_backend.onnx_file(os.path.join(model_dir, model_prefix))
-    reduce_range = precision == "int8" and not device.startswith("gpu") and int8_weights_reduced()
-    if reduce_range:
-        print("--inference-precision int8: this CPU has no VNNI, so the int8 weights are 7-bit (ONNX Runtime's "
-              "reduce_range), which keeps its 16-bit pair sums from saturating.", flush=True)
     with onnx_backend.temporary_work_dir() as work_dir:
-        path = onnx_backend.prepared_model(onnx_path, work_dir, precision, quantization, INPUT_NAMES, MASK_INPUT,
-                                           reduce_range=reduce_range)
+        path = onnx_backend.prepared_model(onnx_path, work_dir, precision, quantization, INPUT_NAMES, MASK_INPUT)
         session = onnxruntime.InferenceSession(path, options, providers=settings["providers"])
     # the fusions may have narrowed an input to int32
     dtypes = {graph_input.name: np.int32 if graph_input.type == "tensor(int32)" else np.int64

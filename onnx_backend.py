@@ -268,22 +268,20 @@ def input_dtypes(model_path: str) -> dict[str, np.dtype]:
 
 
 def quantized(fused_path: str, output_path: str, quantization: str, calibration_path: str | None,
-              mask_input: str, *, reduce_range: bool) -> None:
-    """int8 weights (and, for "static", calibrated int8 activations) of the fused model, written to output_path;
-    reduce_range makes the weights 7-bit (inference.int8_weights_reduced says where that is needed)."""
+              mask_input: str) -> None:
+    """int8 weights (and, for "static", calibrated int8 activations) of the fused model, written to output_path."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     if quantization == "dynamic":
         # Gathers (the embedding tables) stay fp32: a lookup gains nothing from int8.
         quantize_dynamic(fused_path, output_path, op_types_to_quantize=["MatMul", "Attention"],
-                         weight_type=QuantType.QInt8, reduce_range=reduce_range, extra_options=FUSED_OUTPUT_TYPE)
+                         weight_type=QuantType.QInt8, extra_options=FUSED_OUTPUT_TYPE)
         return
     with np.load(calibration_path) as stored:
         inputs = {name: stored[name] for name in stored.files}
     reader = _CalibrationReader(inputs, input_dtypes(fused_path), mask_input)
     quantize_static(fused_path, output_path, reader, quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"],
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=reduce_range,
-                    extra_options=FUSED_OUTPUT_TYPE)
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, extra_options=FUSED_OUTPUT_TYPE)
 
 
 @contextlib.contextmanager
@@ -300,9 +298,9 @@ def _quiet_root_logger(level: int) -> Iterator[None]:
 
 
 def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: str, input_names: tuple[str, ...],
-                   mask_input: str, *, reduce_range: bool) -> str:
+                   mask_input: str) -> str:
     """The path of the model an ONNX Runtime session runs in `precision` (module docstring), prepared in work_dir
-    from the checked export at onnx_path; reduce_range: 7-bit int8 weights (quantized)."""
+    from the checked export at onnx_path."""
     load_checked(onnx_path, input_names)
     if precision == "int8" and quantization == "static":
         calibration = calibration_file(os.path.splitext(onnx_path)[0])
@@ -315,7 +313,7 @@ def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: 
         basic_optimized(onnx_path, basic_path)
         output_path = os.path.join(work_dir, "int8-static.onnx")
         with _quiet_root_logger(logging.ERROR):
-            quantized(basic_path, output_path, quantization, calibration, mask_input, reduce_range=reduce_range)
+            quantized(basic_path, output_path, quantization, calibration, mask_input)
         print(f"{onnx_path}: int8 with static quantization, calibrated on {calibration}", flush=True)
         return output_path
     fused_path = os.path.join(work_dir, "fused.onnx")
@@ -333,7 +331,7 @@ def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: 
         model.save_model_to_file(output_path)
         return output_path
     with _quiet_root_logger(logging.ERROR):
-        quantized(fused_path, output_path, quantization, None, mask_input, reduce_range=reduce_range)
+        quantized(fused_path, output_path, quantization, None, mask_input)
     return output_path
 
 
