@@ -384,8 +384,9 @@ sys.path.insert(0, os.getcwd())
 import checkpoint, run_pretraining
 real_save = checkpoint.save_checkpoint
 def save_and_die(*args, **kwargs):
-    threading.Timer(float(os.environ["KILL_AFTER_SECONDS"]), os.kill, (os.getpid(), signal.SIGKILL)).start()
+    # The line first: a timer of a few microseconds (a fast machine's saves) could kill before it was written.
     print("saving", args[1], flush=True)
+    threading.Timer(float(os.environ["KILL_AFTER_SECONDS"]), os.kill, (os.getpid(), signal.SIGKILL)).start()
     return real_save(*args, **kwargs)
 checkpoint.save_checkpoint = save_and_die
 sys.exit(run_pretraining.main(sys.argv[1:]))
