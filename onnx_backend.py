@@ -5,14 +5,16 @@
   the architecture goes into the model's metadata (the fusions need the head count), and onnx.checker checks
   the result before it is written to <prefix>.onnx. Calibration inputs for static int8 go beside it.
 - prepared_model: the file an ONNX Runtime session loads for a precision:
-  - "fp32": ONNX Runtime's transformer fusions (onnxruntime.transformers.optimizer: Attention, SkipLayerNorm,
-    BiasGelu) on the converted graph;
+  - "fp32": ONNX Runtime's transformer fusions (onnxruntime.transformers.optimizer: Attention, BiasGelu and,
+    where the device's settings ask for it, SkipLayerNormalization) on the converted graph;
   - "fp16": the fused graph in float16 with float32 inputs and outputs, for the CUDA execution provider;
   - "int8" with "dynamic" quantization: the fused graph with int8 weights and per-batch activation scales
     (MatMulInteger, and QAttention in place of Attention);
   - "int8" with "static" quantization: activation scales calibrated once on the exported calibration inputs
     (QDQ MatMuls). ONNX Runtime's static quantizer has no fused Attention, so this graph is fused without it
-    and every GEMM, the query, key and value projections included, runs in int8.
+    and every GEMM, the query, key and value projections included, runs in int8;
+  - either quantization with "-per-channel": one weight scale per output column of each matrix instead of
+    one per matrix (a column of small weights then keeps its own resolution).
 
 The transformer optimizer is called with opt_level=0: any level above imports torch (optimizer.py's
 optimize_by_onnxruntime reads torch's version), so ONNX Runtime's own basic graph pass runs here first, through
@@ -45,7 +47,10 @@ DYNAMIC_AXES = ("batch", "sequence")
 ARCHITECTURE_KEYS = ("num_attention_heads", "hidden_size")
 # The padding value of the rewritten mask: ORT's attention fusion expects -10000 (its kernels' default filter).
 MASK_FILTER_VALUE = -10000.0
-QUANTIZATIONS = ("dynamic", "static")
+# --int8-quantization: how activations get their scales (per batch, or calibrated once), and with
+# PER_CHANNEL the weights one scale per output column (per_channel of ORT's quantizers) instead of one per matrix.
+PER_CHANNEL = "-per-channel"
+QUANTIZATIONS = ("dynamic", "static", "dynamic" + PER_CHANNEL, "static" + PER_CHANNEL)
 # ONNX's shape inference knows no types for the outputs of ORT's fused ops (com.microsoft domain); they are fp32.
 FUSED_OUTPUT_TYPE = {"DefaultTensorType": TensorProto.FLOAT}
 # Features per calibration batch of static quantization.
@@ -220,8 +225,10 @@ def _sort_topologically(graph: onnx.GraphProto) -> None:
     graph.node.extend(ordered)
 
 
-def fused(model_path: str, output_path: str, *, mask_input: str) -> dict[str, int]:
+def fused(model_path: str, output_path: str, *, mask_input: str, skip_layer_norm: bool) -> dict[str, int]:
     """ORT's transformer fusions on the model at model_path, written to output_path; returns the fused op counts.
+    With skip_layer_norm False, each residual Add and its LayerNormalization stay two ops (and the embeddings'
+    sum and LayerNormalization stay apart too: ORT's embedding fusion is part of the same family).
 
     torch is never imported: opt_level=0 after basic_optimized, and model_type "bert" with the head count and
     hidden size given."""
@@ -235,8 +242,10 @@ def fused(model_path: str, output_path: str, *, mask_input: str) -> dict[str, in
     # the basic pass keeps no metadata
     heads, hidden_size = architecture_of(onnx.load_model(model_path, load_external_data=False))
     standard_attention_patterns(model, mask_input)
+    options = FusionOptions("bert")
+    options.enable_skip_layer_norm = options.enable_bias_skip_layer_norm = skip_layer_norm
     optimized = optimizer.optimize_model(model, model_type="bert", num_heads=heads, hidden_size=hidden_size,
-                                         optimization_options=FusionOptions("bert"), opt_level=0, use_gpu=False)
+                                         optimization_options=options, opt_level=0, use_gpu=False)
     optimized.save_model_to_file(output_path)
     return {op: count for op, count in optimized.get_fused_operator_statistics().items() if count}
 
@@ -267,21 +276,28 @@ def input_dtypes(model_path: str) -> dict[str, np.dtype]:
             for graph_input in model.graph.input}
 
 
+def is_static(quantization: str) -> bool:
+    """Whether a QUANTIZATIONS choice calibrates its activation scales (and so needs the calibration inputs)."""
+    return quantization.removesuffix(PER_CHANNEL) == "static"
+
+
 def quantized(fused_path: str, output_path: str, quantization: str, calibration_path: str | None,
               mask_input: str) -> None:
     """int8 weights (and, for "static", calibrated int8 activations) of the fused model, written to output_path."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
-    if quantization == "dynamic":
+    per_channel = quantization.endswith(PER_CHANNEL)
+    if not is_static(quantization):
         # Gathers (the embedding tables) stay fp32: a lookup gains nothing from int8.
         quantize_dynamic(fused_path, output_path, op_types_to_quantize=["MatMul", "Attention"],
-                         weight_type=QuantType.QInt8, extra_options=FUSED_OUTPUT_TYPE)
+                         per_channel=per_channel, weight_type=QuantType.QInt8, extra_options=FUSED_OUTPUT_TYPE)
         return
     with np.load(calibration_path) as stored:
         inputs = {name: stored[name] for name in stored.files}
     reader = _CalibrationReader(inputs, input_dtypes(fused_path), mask_input)
     quantize_static(fused_path, output_path, reader, quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"],
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, extra_options=FUSED_OUTPUT_TYPE)
+                    per_channel=per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    extra_options=FUSED_OUTPUT_TYPE)
 
 
 @contextlib.contextmanager
@@ -298,27 +314,27 @@ def _quiet_root_logger(level: int) -> Iterator[None]:
 
 
 def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: str, input_names: tuple[str, ...],
-                   mask_input: str) -> str:
+                   mask_input: str, *, skip_layer_norm: bool) -> str:
     """The path of the model an ONNX Runtime session runs in `precision` (module docstring), prepared in work_dir
-    from the checked export at onnx_path."""
+    from the checked export at onnx_path; skip_layer_norm as fused takes it."""
     load_checked(onnx_path, input_names)
-    if precision == "int8" and quantization == "static":
+    if precision == "int8" and is_static(quantization):
         calibration = calibration_file(os.path.splitext(onnx_path)[0])
         if not os.path.isfile(calibration):
-            raise FileNotFoundError(f"{calibration}: no calibration inputs for --int8-quantization static (export "
-                                    "with --do-train --export-onnx, which saves them from the training file)")
+            raise FileNotFoundError(f"{calibration}: no calibration inputs for --int8-quantization {quantization} "
+                                    "(export with --do-train --export-onnx, which saves them from the training file)")
         # ORT's static quantizer cannot see through the fused com.microsoft ops (their outputs have no types for
         # its calibration), so it quantizes the graph of standard ops; the session's own fusions run after.
         basic_path = os.path.join(work_dir, "basic.onnx")
         basic_optimized(onnx_path, basic_path)
-        output_path = os.path.join(work_dir, "int8-static.onnx")
+        output_path = os.path.join(work_dir, f"int8-{quantization}.onnx")
         with _quiet_root_logger(logging.ERROR):
             quantized(basic_path, output_path, quantization, calibration, mask_input)
-        print(f"{onnx_path}: int8 with static quantization, calibrated on {calibration}", flush=True)
+        print(f"{onnx_path}: int8 with {quantization} quantization, calibrated on {calibration}", flush=True)
         return output_path
     fused_path = os.path.join(work_dir, "fused.onnx")
     with _quiet_root_logger(logging.WARNING):
-        counts = fused(onnx_path, fused_path, mask_input=mask_input)
+        counts = fused(onnx_path, fused_path, mask_input=mask_input, skip_layer_norm=skip_layer_norm)
     print(f"{onnx_path}: fused " + ", ".join(f"{count} {op}" for op, count in counts.items()), flush=True)
     if precision == "fp32":
         return fused_path

@@ -107,12 +107,14 @@ def test_export_writes_a_checked_onnx_model_with_dynamic_axes_and_calibration_in
         assert (calibration["attention_mask"].sum(axis=1) > 0).all()
 
 
-def test_fusions_run_without_torch_and_fuse_every_layer(workspace, tmp_path):
+@pytest.mark.parametrize("skip_layer_norm", [True, False])
+def test_fusions_run_without_torch_and_fuse_every_layer(workspace, tmp_path, skip_layer_norm):
     """ORT's BERT fusions find every attention block of paddle2onnx's graph (after standard_attention_patterns),
-    and nothing imports torch; in a fresh process, so that no other test's imports count."""
+    with or without SkipLayerNormalization, and nothing imports torch; in a fresh process, so that no other test's
+    imports count."""
     script = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); import onnx_backend; "
               f"counts = onnx_backend.fused({str(workspace / 'export' / 'bert_paddle.onnx')!r}, "
-              f"{str(tmp_path / 'fused.onnx')!r}, mask_input='attention_mask'); "
+              f"{str(tmp_path / 'fused.onnx')!r}, mask_input='attention_mask', skip_layer_norm={skip_layer_norm}); "
               "print(counts); assert 'torch' not in sys.modules, 'torch was imported'")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -120,7 +122,47 @@ def test_fusions_run_without_torch_and_fuse_every_layer(workspace, tmp_path):
     counts = eval(result.stdout.strip().splitlines()[-1])  # a dict literal printed by the script
     assert counts["Attention"] == layers
     assert counts["BiasGelu"] == layers
-    assert counts["SkipLayerNormalization"] + counts.get("EmbedLayerNormalization", 0) == 2 * layers + 1
+    # one normalization after each layer's attention and feed-forward, one after the embeddings
+    if skip_layer_norm:
+        assert counts["SkipLayerNormalization"] + counts.get("EmbedLayerNormalization", 0) == 2 * layers + 1
+    else:
+        assert "SkipLayerNormalization" not in counts and "EmbedLayerNormalization" not in counts
+        assert counts["LayerNormalization"] == 2 * layers + 1
+
+
+def session_ops(folder, precision, disabled_optimizers, tmp_path):
+    """The op counts of the graph that an ONNX Runtime session on the CPU runs, after its own optimizations, for
+    the CPU's prepared model of `precision`."""
+    settings = inference.onnxruntime_session_settings("cpu", 1)
+    options = onnxruntime.SessionOptions()
+    for name, value in settings["options"].items():
+        setattr(options, name, value)
+    options.optimized_model_filepath = str(tmp_path / f"session-{len(disabled_optimizers)}.onnx")
+    with onnx_backend.temporary_work_dir() as work_dir:
+        path = onnx_backend.prepared_model(str(folder / "bert_paddle.onnx"), work_dir, precision, "dynamic",
+                                           inference.INPUT_NAMES, inference.MASK_INPUT,
+                                           skip_layer_norm=settings["skip_layer_norm"])
+        onnxruntime.InferenceSession(path, options, providers=settings["providers"],
+                                     disabled_optimizers=disabled_optimizers)
+    ops = [node.op_type for node in onnx.load_model(options.optimized_model_filepath).graph.node]
+    return {op: ops.count(op) for op in set(ops)}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_the_cpu_session_keeps_residual_adds_and_layer_norms_apart(workspace, tmp_path, precision):
+    """On a CPU neither the graph preparation nor the session fuses SkipLayerNormalization (its CPU kernel is the
+    slower one, inference.CPU_DISABLED_ONNXRUNTIME_OPTIMIZERS). In int8, without the disabled optimizer, the
+    session would fuse the residual Adds after DynamicQuantizeMatMul back into it (the fp32 graph's Adds it
+    leaves alone)."""
+    layers = json.loads((workspace / "config.json").read_text())["num_hidden_layers"]
+    settings = inference.onnxruntime_session_settings("cpu", 1)
+    assert settings["skip_layer_norm"] is False
+    kept = session_ops(workspace / "export", precision, settings["disabled_optimizers"], tmp_path)
+    assert "SkipLayerNormalization" not in kept
+    assert kept["LayerNormalization"] == 2 * layers + 1
+    if precision == "int8":
+        fused_again = session_ops(workspace / "export", precision, [], tmp_path)
+        assert fused_again.get("SkipLayerNormalization", 0) == 2 * layers
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,12 +175,32 @@ def test_fp32_session_matches_the_paddle_predictor(workspace):
     np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("quantization", ["dynamic", "static"])
+@pytest.mark.parametrize("quantization", onnx_backend.QUANTIZATIONS)
 def test_int8_session_is_within_quantization_error_of_the_paddle_predictor(workspace, quantization):
     (expected,) = paddle_logits(workspace / "export")
     (logits,) = ort_logits(workspace / "export", "int8", quantization)
     difference = np.abs(logits - expected).max()
     assert 0 < difference <= INT8_TOLERANCE * np.abs(expected).max(), (difference, np.abs(expected).max())
+
+
+@pytest.mark.parametrize("quantization", ["dynamic", "dynamic-per-channel"])
+def test_int8_weight_scales_are_per_matrix_or_per_output_column(workspace, tmp_path, quantization):
+    """Every quantized MatMul weight W [K, N] gets the symmetric int8 scale of its largest magnitude, max|W| / 127,
+    over the whole matrix, or with -per-channel over each output column (computed here in NumPy)."""
+    fused_path = str(tmp_path / "fused.onnx")
+    onnx_backend.fused(str(workspace / "export" / "bert_paddle.onnx"), fused_path, mask_input="attention_mask",
+                       skip_layer_norm=False)
+    onnx_backend.quantized(fused_path, str(tmp_path / "int8.onnx"), quantization, None, "attention_mask")
+    fp32 = {init.name: onnx.numpy_helper.to_array(init) for init in onnx.load_model(fused_path).graph.initializer}
+    int8 = {init.name: onnx.numpy_helper.to_array(init)
+            for init in onnx.load_model(str(tmp_path / "int8.onnx")).graph.initializer}
+    weights = [name for name in fp32 if fp32[name].ndim == 2 and name + "_scale" in int8]
+    assert len(weights) >= 4  # per layer the attention's QKV, its output and the two feed-forward matrices
+    for name in weights:
+        axis = 0 if quantization.endswith("per-channel") else None
+        expected = np.abs(fp32[name]).max(axis=axis) / 127
+        np.testing.assert_allclose(int8[name + "_scale"], expected, rtol=1e-6)
+        assert int8[name + "_quantized"].dtype == np.int8
 
 
 def test_squad_session_returns_start_and_end_logits_of_the_paddle_predictor(workspace, tmp_path):
@@ -254,17 +316,18 @@ class RecordingSession:
 
     calls: list = []
 
-    def __new__(cls, path, options, providers):
+    def __new__(cls, path, options, providers, disabled_optimizers=None):
         if options.optimized_model_filepath:
             return REAL_SESSION(path, options, providers=providers)
         return super().__new__(cls)
 
-    def __init__(self, path, options, providers):
+    def __init__(self, path, options, providers, disabled_optimizers=None):
         model = onnx.load_model(path)  # read now: the prepared file lives in a temporary folder
         RecordingSession.calls.append({
             "options": {name: getattr(options, name) for name in ("intra_op_num_threads", "inter_op_num_threads",
                                                                   "execution_mode", "graph_optimization_level")},
-            "providers": providers,
+            "providers": providers, "disabled_optimizers": disabled_optimizers,
+            "ops": {node.op_type for node in model.graph.node},
             "initializer_types": {init.data_type for init in model.graph.initializer if init.dims}})
 
     def get_inputs(self):
@@ -290,6 +353,8 @@ def test_cuda_provider_runs_the_fp16_model(workspace, monkeypatch):
     (call,) = RecordingSession.calls
     assert call["providers"] == [("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"]
     assert onnx.TensorProto.FLOAT16 in call["initializer_types"]
+    # the GPU keeps ORT's fused SkipLayerNormalization kernels (only the CPU's is slower than its parts)
+    assert "SkipLayerNormalization" in call["ops"] and call["disabled_optimizers"] == []
     assert call["options"] == {"intra_op_num_threads": 3, "inter_op_num_threads": 1,
                                "execution_mode": onnxruntime.ExecutionMode.ORT_SEQUENTIAL,
                                "graph_optimization_level": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL}
@@ -304,6 +369,8 @@ def test_a_gpu_without_the_cuda_provider_runs_on_the_cpu_and_says_so(workspace, 
     (call,) = RecordingSession.calls
     assert call["providers"] == ["CPUExecutionProvider"]
     assert onnx.TensorProto.FLOAT16 not in call["initializer_types"]  # fp32 on the CPU
+    assert "SkipLayerNormalization" not in call["ops"]
+    assert call["disabled_optimizers"] == list(inference.CPU_DISABLED_ONNXRUNTIME_OPTIMIZERS)
     out = capsys.readouterr().out
     assert "has no CUDAExecutionProvider (install onnxruntime-gpu" in out
     assert "fp16 needs a GPU" in out
