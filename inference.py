@@ -414,11 +414,10 @@ def inference_predictor(model_dir: str, model_prefix: str, num_threads: int,
     return run
 
 
-def onnxruntime_predictor(model_dir: str, model_prefix: str, precision: str, quantization: str, device: str,
-                          num_threads: int) -> BatchPredictor:
-    """An ONNX Runtime session of <model_dir>/<model_prefix>.onnx prepared for a precision that runs on `device`
-    (resolve_precision, onnx_backend.prepared_model), called like the dygraph model."""
-    settings = onnxruntime_session_settings(device, num_threads)
+def onnxruntime_session(model_dir: str, model_prefix: str, precision: str, quantization: str,
+                        settings: Mapping) -> onnxruntime.InferenceSession:
+    """The ONNX Runtime session of <model_dir>/<model_prefix>.onnx prepared for `precision`
+    (onnx_backend.prepared_model) with onnxruntime_session_settings' `settings`."""
     options = onnxruntime.SessionOptions()
     for name, value in settings["options"].items():
         setattr(options, name, value)
@@ -427,8 +426,12 @@ def onnxruntime_predictor(model_dir: str, model_prefix: str, precision: str, qua
     with onnx_backend.temporary_work_dir() as work_dir:
         path = onnx_backend.prepared_model(onnx_path, work_dir, precision, quantization, INPUT_NAMES, MASK_INPUT,
                                            skip_layer_norm=settings["skip_layer_norm"])
-        session = onnxruntime.InferenceSession(path, options, providers=settings["providers"],
-                                               disabled_optimizers=settings["disabled_optimizers"])
+        return onnxruntime.InferenceSession(path, options, providers=settings["providers"],
+                                            disabled_optimizers=settings["disabled_optimizers"])
+
+
+def session_predictor(session: onnxruntime.InferenceSession) -> BatchPredictor:
+    """An ONNX Runtime session called like the dygraph model."""
     # the fusions may have narrowed an input to int32
     dtypes = {graph_input.name: np.int32 if graph_input.type == "tensor(int32)" else np.int64
               for graph_input in session.get_inputs()}
@@ -439,6 +442,14 @@ def onnxruntime_predictor(model_dir: str, model_prefix: str, precision: str, qua
         return tuple(np.asarray(output, dtype=np.float32) for output in session.run(None, feeds))
 
     return run
+
+
+def onnxruntime_predictor(model_dir: str, model_prefix: str, precision: str, quantization: str, device: str,
+                          num_threads: int) -> BatchPredictor:
+    """The ONNX Runtime session of a precision that runs on `device` (resolve_precision) with the device's
+    settings, called like the dygraph model."""
+    settings = onnxruntime_session_settings(device, num_threads)
+    return session_predictor(onnxruntime_session(model_dir, model_prefix, precision, quantization, settings))
 
 
 def predictor_for(args: argparse.Namespace, num_threads: int) -> BatchPredictor:

@@ -52,6 +52,8 @@ CONTENDERS = (
     ("paddlenlp", "dygraph"), ("paddlenlp", "to_static"), ("paddlenlp", "predictor"),
     ("transformers", "eager"), ("transformers", "torch.compile"), ("transformers", "bf16 autocast"),
 )
+# Pairs of our own contenders whose ratio is reported too: int8 is worth shipping only where it beats our bf16.
+OWN_COMPARISONS = ((("ours", "onnxruntime int8"), ("ours", "predictor bf16")),)
 WORKER_NAMES = tuple(dict.fromkeys(worker for worker, _ in CONTENDERS))
 # The peers' workers run in their own venvs (peers.py).
 PEER_WORKERS = {"paddlenlp": "paddlenlp", "transformers": "transformers"}
@@ -239,7 +241,10 @@ def time_batch(pool: dict, contenders: list, shape: list[int], rounds: int, pass
 
 def report_lines(throughput: dict) -> list[str]:
     """The report of one batch size: every contender's median seq/s, then each of our contenders' ratios
-    to every peer's, the median of the per-round ratios."""
+    to every peer's and the OWN_COMPARISONS present, each the median of the per-round ratios."""
+    def ratio(mine: tuple[str, str], other: tuple[str, str]) -> float:
+        return statistics.median(a / b for a, b in zip(throughput[mine], throughput[other], strict=True))
+
     lines = []
     for contender, values in throughput.items():
         per_round = ", ".join(f"{value:.2f}" for value in values)
@@ -248,10 +253,11 @@ def report_lines(throughput: dict) -> list[str]:
     ours = [contender for contender in throughput if contender[0] == "ours"]
     others = [contender for contender in throughput if contender[0] != "ours"]
     for mine in ours if others else []:
-        ratios = [statistics.median(a / b for a, b in zip(throughput[mine], throughput[other], strict=True))
-                  for other in others]
         lines.append(f"  {contender_name(mine)}: " + ", ".join(
-            f"{ratio:.2f}x {contender_name(other)}" for ratio, other in zip(ratios, others, strict=True)))
+            f"{ratio(mine, other):.2f}x {contender_name(other)}" for other in others))
+    for mine, other in OWN_COMPARISONS:
+        if mine in throughput and other in throughput:
+            lines.append(f"  {contender_name(mine)}: {ratio(mine, other):.2f}x {contender_name(other)}")
     return lines
 
 

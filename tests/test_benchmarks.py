@@ -247,6 +247,16 @@ def test_report_gives_medians_and_each_ours_to_each_peer_ratio(bench):
     assert len(lines) == 4
 
 
+def test_report_gives_our_int8_against_our_bf16(bench):
+    squad = bench("bench_squad_inference")
+    throughput = {("ours", "predictor bf16"): [4.0, 5.0, 8.0], ("ours", "onnxruntime int8"): [6.0, 5.0, 10.0],
+                  ("transformers", "eager"): [1.0, 1.0, 1.0]}
+    lines = squad.report_lines(throughput)
+    # per-round ratios 1.5, 1.0, 1.25 -> median 1.25
+    assert lines[-1] == "  ours onnxruntime int8: 1.25x ours predictor bf16"
+    assert len(squad.report_lines({key: throughput[key] for key in list(throughput)[:1]})) == 1
+
+
 def test_report_of_ours_alone_has_no_ratio_lines(bench):
     lines = bench("bench_squad_inference").report_lines({("ours", "dygraph"): [1.0], ("ours", "to_static"): [2.0]})
     assert len(lines) == 2
@@ -311,6 +321,25 @@ def test_squad_inference_smoke_run_with_our_contenders():
     assert any(line.startswith("ours: ") and "warning lines captured from stderr" in line for line in lines)
     # Paddle's warnings went into the worker's captured stderr, not to the terminal.
     assert "Warning" not in result.stderr and "W1" not in result.stderr
+
+
+def test_onnxruntime_graph_smoke_run_times_the_split_and_the_fused_graph():
+    result = run_script("bench_onnxruntime_graph.py", "--config", str(TINY_CONFIG), "--rounds", "1", "--threads", "1",
+                        "--batch-size", "2", "--seq-length", "32", "--profile")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("machine: ") and "bench_onnxruntime_graph.py --config" in lines[0]
+    for precision, agreement in (("fp32", 1e-5), ("int8", 0.1)):
+        start = lines.index(next(line for line in lines if line.startswith(f"{precision}: start logits")))
+        assert float(lines[start].split("at most ")[1]) < agreement
+        split, fused, ratio, split_profile, fused_profile = lines[start + 1:start + 6]
+        assert split.startswith("  split (inference.py)") and fused.startswith("  fused (ORT's default)")
+        assert all(float(row.split("seq/s")[0].split()[-1]) > 0 for row in (split, fused))
+        assert ratio.startswith("  split / fused: ") and ratio.endswith("x")
+        # the two sessions run different graphs: the fused one's normalizations are SkipLayerNormalization
+        assert " LayerNormalization " in split_profile and "SkipLayerNormalization" not in split_profile
+        assert "SkipLayerNormalization" in fused_profile
+    assert "ccache" not in result.stderr
 
 
 # ---------------------------------------------------------------------------------------------------------------
