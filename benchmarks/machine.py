@@ -36,8 +36,10 @@ def kernel_flags(cpuinfo_path: str = "/proc/cpuinfo") -> list[str]:
 
 def cpu_model_and_cores(cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, int]:
     """The CPU's model name and its physical cores, from /proc/cpuinfo ("unknown CPU" and the logical CPUs
-    where the file lacks the fields, as on some virtual machines and non-x86 kernels)."""
-    model, cores, processor = "unknown CPU", set(), {}
+    where the file lacks the fields, as on some virtual machines and non-x86 kernels). The name carries the
+    family and model numbers where the file has them: virtual machines often name an AMD CPU only "AMD EPYC",
+    and the numbers tell its generation (family 25 is Zen 3 or Zen 4, 26 is Zen 5), whose kernels differ."""
+    model, cores, processor, generation = "unknown CPU", set(), {}, ""
     try:
         with open(cpuinfo_path, encoding="utf-8") as reader:
             lines = reader.read().splitlines() + [""]
@@ -53,7 +55,9 @@ def cpu_model_and_cores(cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, int]:
             processor[key] = value
             if key == "model name":
                 model = value
-    return model, len(cores) or (os.cpu_count() or 1)
+            if key == "model" and "cpu family" in processor and not generation:
+                generation = f" (family {processor['cpu family']}, model {value})"
+    return model + generation, len(cores) or (os.cpu_count() or 1)
 
 
 def header_line(cpuinfo_path: str = "/proc/cpuinfo", now: datetime.datetime | None = None,

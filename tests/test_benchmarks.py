@@ -65,6 +65,13 @@ def test_header_names_cpu_model_physical_cores_date_and_command(bench, tmp_path)
                     f"ours,paddlenlp --config 'a b.json'")
 
 
+def test_header_names_the_family_and_model_numbers_where_cpuinfo_has_them(bench, tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+                       "model name\t: AMD EPYC\nflags\t\t: avx2\nphysical id\t: 0\ncore id\t\t: 0\n\n")
+    assert bench("machine").cpu_model_and_cores(str(cpuinfo)) == ("AMD EPYC (family 26, model 2)", 1)
+
+
 def test_header_without_cpuinfo_says_unknown_and_counts_logical_cpus(bench, tmp_path):
     assert bench("machine").cpu_model_and_cores(str(tmp_path / "missing")) == ("unknown CPU", os.cpu_count())
     assert "flags: none of avx2 fma avx512f" in bench("machine").header_line(str(tmp_path / "missing"))
