@@ -1,13 +1,17 @@
 """scripts/run_squad.sh and run_glue.sh reach --export-onnx and both inference backends through EXPORT_ONNX,
 INFERENCE_BACKEND, INFERENCE_PRECISION and INT8_QUANTIZATION (their positional arguments stay NVIDIA's): the exact
-flags each passes, and the one-line refusals, through a recording `python` (recipe_fakes)."""
+flags each passes, and the one-line refusals, through a recording `python` (recipe_fakes); and that the choices
+they check are the Python scripts' own."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 
 import pytest
 
+import inference
+import onnx_backend
 from conftest import ROOT
 from recipe_fakes import make_fakes, script_args, value
 
@@ -129,3 +133,20 @@ def test_inference_settings_are_checked_in_one_line(run, tmp_path, script, mode,
     assert result.returncode == 1 and calls == []
     assert result.stderr.strip().startswith(f"{script.name}: {message}")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def require_choice_lists(script, name):
+    """The choices of every `require_choice <name> value choice...` line of script."""
+    lines = [line.strip() for line in script.read_text().splitlines()]
+    calls = [shlex.split(line) for line in lines if line.startswith(f"require_choice {name} ")]
+    return [tuple(call[3:]) for call in calls]
+
+
+# The scripts spell out the choices that run_squad.py and run_glue.py take, so that a bad value is refused before
+# anything starts; each list must stay Python's.
+@pytest.mark.parametrize("script", [RUN_SQUAD, RUN_GLUE])
+@pytest.mark.parametrize("name, choices", [("INFERENCE_BACKEND", inference.INFERENCE_BACKENDS),
+                                           ("INFERENCE_PRECISION", inference.INFERENCE_PRECISIONS),
+                                           ("INT8_QUANTIZATION", onnx_backend.QUANTIZATIONS)])
+def test_the_scripts_inference_choices_are_pythons(script, name, choices):
+    assert require_choice_lists(script, name) == [choices]
