@@ -43,6 +43,10 @@
 #   INFERENCE_PRECISION (fp32)                with INFERENCE_BACKEND: fp32 | bf16 | fp16 | int8
 #                                             (--inference-precision; README, "Exported models and reduced
 #                                             precision", says what runs where)
+#   INT8_QUANTIZATION (unset)                 with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8:
+#                                             dynamic | static | dynamic-per-channel | static-per-channel
+#                                             (--int8-quantization; static calibrates on the inputs EXPORT_ONNX
+#                                             saved); unset: run_squad.py's default for SQuAD
 # With num_gpus > 1, Paddle's launcher writes its worker logs to ./log (its default, where NVIDIA's script leaves
 # them too) and its own output to log/launcherlog; one process runs without the launcher.
 # run_squad.py checks the files (checkpoint, vocab, SQuAD json) and names any that is missing.
@@ -105,8 +109,19 @@ if [[ -n "${INFERENCE_BACKEND:-}" ]]; then
     die "INFERENCE_BACKEND predicts with an exported model: mode must be eval or prediction, got '$mode'"
   weights=(--inference-model-dir "$init_checkpoint" --inference-backend "$INFERENCE_BACKEND"
     --inference-precision "${INFERENCE_PRECISION:-fp32}")
+  # Unset: the task's default (run_squad.py's INT8_QUANTIZATION). Set, it needs the int8 ONNX Runtime predictor it
+  # tunes: run_squad.py refuses --int8-quantization without int8 only when it differs from the default, so that
+  # default, asked for by name, would otherwise go unused without a word.
+  if [[ -n "${INT8_QUANTIZATION:-}" ]]; then
+    require_choice INT8_QUANTIZATION "$INT8_QUANTIZATION" dynamic static dynamic-per-channel static-per-channel
+    [[ "$INFERENCE_BACKEND" == onnxruntime && "${INFERENCE_PRECISION:-fp32}" == int8 ]] ||
+      die "INT8_QUANTIZATION is only used with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8"
+    weights+=(--int8-quantization "$INT8_QUANTIZATION")
+  fi
 elif [[ -n "${INFERENCE_PRECISION:-}" ]]; then
   die "INFERENCE_PRECISION is only used with INFERENCE_BACKEND"
+elif [[ -n "${INT8_QUANTIZATION:-}" ]]; then
+  die "INT8_QUANTIZATION is only used with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8"
 fi
 
 set_bert_model "$CONFIG_FILE"

@@ -1,13 +1,17 @@
 """scripts/run_squad.sh and run_glue.sh reach --export-onnx and both inference backends through EXPORT_ONNX,
-INFERENCE_BACKEND and INFERENCE_PRECISION (their positional arguments stay NVIDIA's): the exact flags each
-passes, and the one-line refusals, through a recording `python` (recipe_fakes)."""
+INFERENCE_BACKEND, INFERENCE_PRECISION and INT8_QUANTIZATION (their positional arguments stay NVIDIA's): the exact
+flags each passes, and the one-line refusals, through a recording `python` (recipe_fakes); and that the choices
+they check are the Python scripts' own."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 
 import pytest
 
+import inference
+import onnx_backend
 from conftest import ROOT
 from recipe_fakes import make_fakes, script_args, value
 
@@ -75,6 +79,37 @@ def test_glue_export_onnx_and_inference_backend(run, tmp_path):
     assert not {"--inference-backend", "--inference-model-dir", "--export-onnx"} & set(plain)
 
 
+def script_args_for(script, tmp_path, mode):
+    return squad_args(mode) if script == RUN_SQUAD else glue_args(tmp_path, mode)
+
+
+def inference_flags(flags, count):
+    """The count arguments from --inference-model-dir on, which each script passes together."""
+    start = flags.index("--inference-model-dir")
+    return flags[start:start + count]
+
+
+# dynamic is both tasks' default: named, it is passed all the same.
+@pytest.mark.parametrize("script", [RUN_SQUAD, RUN_GLUE])
+@pytest.mark.parametrize("quantization", ["static-per-channel", "dynamic"])
+def test_int8_quantization_is_passed_for_an_onnxruntime_int8_prediction(run, tmp_path, script, quantization):
+    env = {"INFERENCE_BACKEND": "onnxruntime", "INFERENCE_PRECISION": "int8"}
+    result, (flags,) = run(script, script_args_for(script, tmp_path, "eval"), INT8_QUANTIZATION=quantization, **env)
+    assert result.returncode == 0, result.stderr
+    assert inference_flags(flags, 8) == ["--inference-model-dir", "ckpt", "--inference-backend", "onnxruntime",
+                                         "--inference-precision", "int8", "--int8-quantization", quantization]
+    assert flags.count("--int8-quantization") == 1
+    # Unset, the flag is left out and the task's own default applies.
+    result, (plain,) = run(script, script_args_for(script, tmp_path, "eval"), **env)
+    assert result.returncode == 0, result.stderr
+    assert inference_flags(plain, 6) == ["--inference-model-dir", "ckpt", "--inference-backend", "onnxruntime",
+                                         "--inference-precision", "int8"]
+    assert "--int8-quantization" not in plain
+
+
+ONLY_INT8 = "INT8_QUANTIZATION is only used with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8"
+
+
 @pytest.mark.parametrize("script", [RUN_SQUAD, RUN_GLUE])
 @pytest.mark.parametrize("mode, env, message", [
     ("eval", {"EXPORT_ONNX": "yes"}, "EXPORT_ONNX must be one of: true false; got 'yes'"),
@@ -85,9 +120,33 @@ def test_glue_export_onnx_and_inference_backend(run, tmp_path):
      "INFERENCE_PRECISION must be one of: fp32 bf16 fp16 int8; got 'int4'"),
     ("eval", {"INFERENCE_PRECISION": "int8"}, "INFERENCE_PRECISION is only used with INFERENCE_BACKEND"),
     ("train", {"INFERENCE_BACKEND": "onnxruntime"}, "INFERENCE_BACKEND predicts with an exported model: mode must"),
+    ("eval", {"INFERENCE_BACKEND": "onnxruntime", "INFERENCE_PRECISION": "int8", "INT8_QUANTIZATION": "per-channel"},
+     "INT8_QUANTIZATION must be one of: dynamic static dynamic-per-channel static-per-channel; got 'per-channel'"),
+    ("eval", {"INFERENCE_BACKEND": "onnxruntime", "INT8_QUANTIZATION": "static"}, ONLY_INT8),  # fp32 by default
+    ("eval", {"INFERENCE_BACKEND": "onnxruntime", "INFERENCE_PRECISION": "fp16", "INT8_QUANTIZATION": "dynamic"},
+     ONLY_INT8),
+    ("eval", {"INFERENCE_BACKEND": "paddle", "INFERENCE_PRECISION": "int8", "INT8_QUANTIZATION": "static"}, ONLY_INT8),
+    ("eval", {"INT8_QUANTIZATION": "static"}, ONLY_INT8),
 ])
 def test_inference_settings_are_checked_in_one_line(run, tmp_path, script, mode, env, message):
-    result, calls = run(script, squad_args(mode) if script == RUN_SQUAD else glue_args(tmp_path, mode), **env)
+    result, calls = run(script, script_args_for(script, tmp_path, mode), **env)
     assert result.returncode == 1 and calls == []
     assert result.stderr.strip().startswith(f"{script.name}: {message}")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def require_choice_lists(script, name):
+    """The choices of every `require_choice <name> value choice...` line of script."""
+    lines = [line.strip() for line in script.read_text().splitlines()]
+    calls = [shlex.split(line) for line in lines if line.startswith(f"require_choice {name} ")]
+    return [tuple(call[3:]) for call in calls]
+
+
+# The scripts spell out the choices that run_squad.py and run_glue.py take, so that a bad value is refused before
+# anything starts; each list must stay Python's.
+@pytest.mark.parametrize("script", [RUN_SQUAD, RUN_GLUE])
+@pytest.mark.parametrize("name, choices", [("INFERENCE_BACKEND", inference.INFERENCE_BACKENDS),
+                                           ("INFERENCE_PRECISION", inference.INFERENCE_PRECISIONS),
+                                           ("INT8_QUANTIZATION", onnx_backend.QUANTIZATIONS)])
+def test_the_scripts_inference_choices_are_pythons(script, name, choices):
+    assert require_choice_lists(script, name) == [choices]
