@@ -64,9 +64,10 @@ def test_quiet_import_keeps_the_other_output_of_the_import(tmp_path, monkeypatch
         "print('another line of the import', file=sys.stderr)\n")
     monkeypatch.delitem(sys.modules, "paddle")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.warns(UserWarning, match="a warning of its own"):
+    with pytest.warns(UserWarning) as warned:
         module = runtime.import_paddle_quietly()
     assert module.__file__ == str(fake / "__init__.py")
+    assert [str(warning.message) for warning in warned] == ["a warning of its own"]
     assert capsys.readouterr().err == "a line of the import below Python\nanother line of the import\n"
 
 
