@@ -35,13 +35,9 @@ cannot embed, is a one-line error at the start instead of a failure inside the f
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
-import sys
-import tempfile
-import warnings
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
@@ -50,6 +46,7 @@ import onnxruntime
 import paddle
 
 import onnx_backend
+import runtime
 from amp import AmpPolicy, amp_autocast
 from atomic_io import atomic_write_text
 from modeling import INPUT_NAMES, BertForQuestionAnswering, BertForSequenceClassification, standard_copy
@@ -217,31 +214,10 @@ def check_exported_model(model_dir: str, model_prefix: str, head: Head, max_seq_
 
 # What paddle.jit.save prints while it traces a model, none of it about the user's model or command: a C++ warning
 # (glog, straight to file descriptor 2) about an op's `out` argument inside Paddle, and a Python UserWarning about a
-# tensor's `place` in PIR mode. Everything else it prints passes on.
+# tensor's `place` in PIR mode. export_inference_model drops them (runtime.stderr_without); everything else it
+# prints passes on.
 TRACING_NOISE_LINES = ("Paddle static graph(PIR) not support input out tensor",)
 TRACING_NOISE_WARNING = "Tensor do not have 'place' interface"
-
-
-@contextlib.contextmanager
-def _without_tracing_noise():
-    """Run the block with file descriptor 2 caught in a temporary file, then write what it caught back to stderr
-    without TRACING_NOISE_LINES (glog writes below Python, so only the descriptor catches it)."""
-    with warnings.catch_warnings(), tempfile.TemporaryFile() as caught:
-        warnings.filterwarnings("ignore", message=TRACING_NOISE_WARNING, category=UserWarning)
-        sys.stderr.flush()
-        stderr_fd = os.dup(2)
-        os.dup2(caught.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(stderr_fd, 2)
-            os.close(stderr_fd)
-            caught.seek(0)
-            lines = caught.read().decode(errors="replace").splitlines(keepends=True)
-            sys.stderr.write("".join(line for line in lines
-                                     if not any(noise in line for noise in TRACING_NOISE_LINES)))
-            sys.stderr.flush()
 
 
 def export_inference_model(model: paddle.nn.Layer, export_dir: str, model_prefix: str) -> str:
@@ -259,7 +235,7 @@ def export_inference_model(model: paddle.nn.Layer, export_dir: str, model_prefix
     # An earlier export's record goes first: if the save fails halfway, no record describes the wrong program.
     if os.path.isfile(export_record_file(prefix)):
         os.remove(export_record_file(prefix))
-    with _without_tracing_noise():
+    with runtime.stderr_without(lines=TRACING_NOISE_LINES, warnings=(TRACING_NOISE_WARNING,)):
         paddle.jit.save(standard_copy(model), prefix, input_spec=input_spec)
     record = {"head": head.kind, "max_position_embeddings": model.config.max_position_embeddings}
     if head.kind == CLASSIFIER:

@@ -14,36 +14,68 @@ C++ extension builder, which we run once per machine and which needs no ccache) 
 is inherited (configure_cpu_threads exports it to child processes), "PLEASE USE OMP_NUM_THREADS WISELY" (a warning
 about OpenBLAS builds; Paddle's CPU wheel uses MKL, and we set the thread count ourselves). The entry scripts
 import this module first, before anything that imports Paddle, so that Paddle is imported here, through
-import_paddle_quietly, without those lines; any other warning or output of the import still shows.
+import_paddle_quietly, without those lines; any other warning or output of the import still shows. The filter it
+uses, stderr_without, also keeps Paddle's tracing warnings out of an export (inference.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
+import re
 import sys
-import warnings
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from types import ModuleType
+from warnings import catch_warnings, filterwarnings
 
-# Paddle's import-time lines that import_paddle_quietly drops: the ccache warning's message, and the start of
-# each of the two OMP_NUM_THREADS lines (paddle/base/__init__.py, __bootstrap__).
+# Paddle's import-time lines that import_paddle_quietly drops: the start of the ccache warning's message, and a
+# part of each of the two OMP_NUM_THREADS lines (paddle/base/__init__.py, __bootstrap__).
 CCACHE_WARNING = "No ccache found"
 OMP_WARNING_LINES = ("WARNING: OMP_NUM_THREADS set to", "PLEASE USE OMP_NUM_THREADS WISELY")
 
 
+@contextlib.contextmanager
+def stderr_without(lines: tuple[str, ...] = (), warnings: tuple[str, ...] = ()) -> Iterator[None]:
+    """Run the block with file descriptor 2 caught in a temporary file, then write what it caught to sys.stderr
+    without the lines that contain any of `lines`; every other line passes on unchanged, in order. Warnings whose
+    message starts with any of `warnings` are ignored.
+
+    C++ code (Paddle's glog) writes to the descriptor below Python, so only the descriptor catches its lines.
+    sys.stderr is pointed at the descriptor for the block too: where it is not the descriptor (under pytest's
+    capture) Python's lines would otherwise escape the filter, and through one file they keep their order among
+    the C++ lines.
+    """
+    stderr = sys.stderr
+    with catch_warnings(), tempfile.TemporaryFile() as caught:
+        for message in warnings:
+            filterwarnings("ignore", message=re.escape(message))
+        stderr.flush()
+        saved_fd = os.dup(2)
+        try:
+            os.dup2(caught.fileno(), 2)
+            # Line-buffered, as Python's own stderr, so that each Python line reaches the file when it is written.
+            with (open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False) as to_fd,
+                  contextlib.redirect_stderr(to_fd)):
+                yield
+        finally:
+            stderr.flush()  # what code holding the original sys.stderr wrote in the block goes to the file too
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+            caught.seek(0)
+            # A binary file's lines end at "\n" only: a progress bar's "\r" stays inside its line.
+            text = (line.decode("utf-8", errors="replace") for line in caught)
+            stderr.write("".join(line for line in text if not any(fragment in line for fragment in lines)))
+            stderr.flush()
+
+
 def import_paddle_quietly() -> ModuleType:
-    """Import Paddle without its ccache and OMP_NUM_THREADS warnings; other output of the import passes on to
-    stderr. A no-op when Paddle is imported already."""
+    """Import Paddle without its ccache and OMP_NUM_THREADS warnings; other output of the import, from Python or
+    C++, passes on to stderr. A no-op when Paddle is imported already."""
     if "paddle" in sys.modules:
         return sys.modules["paddle"]
-    captured = io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stderr(captured):
-        warnings.filterwarnings("ignore", message=CCACHE_WARNING, category=UserWarning)
+    with stderr_without(lines=OMP_WARNING_LINES, warnings=(CCACHE_WARNING,)):
         import paddle
-    kept = [line for line in captured.getvalue().splitlines(keepends=True) if not line.startswith(OMP_WARNING_LINES)]
-    sys.stderr.write("".join(kept))
     return paddle
 
 

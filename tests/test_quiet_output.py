@@ -1,4 +1,5 @@
-"""What a run prints is the run's own: no Paddle import-time warnings from the entry scripts (runtime.py), the
+"""What a run prints is the run's own: no Paddle import-time warnings from the entry scripts and no tracing warnings
+from an export (runtime.stderr_without, which drops chosen lines from Python and C++ and nothing else), the
 launcher's dumps in its log folder with one line pointing there and a failed rank's error once
 (scripts/common.sh run_launcher), and progress lines from prediction that ends within PLAIN_LINE_SECONDS when
 stderr is a pipe (progress.py)."""
@@ -54,18 +55,20 @@ def test_quiet_import_keeps_the_other_output_of_the_import(tmp_path, monkeypatch
     fake = tmp_path / "paddle"
     fake.mkdir()
     (fake / "__init__.py").write_text(
-        "import sys, warnings\n"
+        "import os, sys, warnings\n"
         f"warnings.warn({CCACHE + '. Please be aware...'!r})\n"
         "warnings.warn('a warning of its own')\n"
         "print('WARNING: OMP_NUM_THREADS set to 2, not 1. The computation speed ...', file=sys.stderr)\n"
         f"print({OMP!r}, file=sys.stderr)\n"
+        "os.write(2, b'a line of the import below Python\\n')\n"
         "print('another line of the import', file=sys.stderr)\n")
     monkeypatch.delitem(sys.modules, "paddle")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.warns(UserWarning, match="a warning of its own"):
+    with pytest.warns(UserWarning) as warned:
         module = runtime.import_paddle_quietly()
     assert module.__file__ == str(fake / "__init__.py")
-    assert capsys.readouterr().err == "another line of the import\n"
+    assert [str(warning.message) for warning in warned] == ["a warning of its own"]
+    assert capsys.readouterr().err == "a line of the import below Python\nanother line of the import\n"
 
 
 def run_launcher(tmp_path: Path, worker_code: str, nproc: int) -> subprocess.CompletedProcess:
@@ -166,12 +169,42 @@ def test_an_export_prints_none_of_paddles_tracing_warnings():
     assert "not support input out tensor" not in stderr and "'place' interface" not in stderr, stderr
 
 
-def test_the_tracing_filter_passes_on_every_other_line(capfd):
+# Writes to stderr inside runtime.stderr_without from Python and from below it (os.write on descriptor 2, as C++
+# code writes), lines to drop ("noise:") and to keep, an ignored warning and another warning.
+FILTERED_CHILD = """
+import os, sys, warnings
+import runtime
+print("before the block", file=sys.stderr)
+with runtime.stderr_without(lines=("noise:",), warnings=("a noisy warning",)):
+    print("kept: a Python line", file=sys.stderr)
+    print("noise: a Python line", file=sys.stderr)
+    os.write(2, b"noise: a line below Python\\n")
+    os.write(2, b"kept: a line below Python\\n")
+    warnings.warn("a noisy warning, ignored")
+    warnings.warn("kept: a warning of its own")
+    print("kept: the last line", file=sys.stderr)
+print("after the block", file=sys.stderr)
+"""
+
+
+def test_the_stderr_filter_drops_the_chosen_lines_and_warnings_and_keeps_the_rest_in_order():
+    warning_line = FILTERED_CHILD.splitlines().index('    warnings.warn("kept: a warning of its own")') + 1
+    assert stderr_of([sys.executable, "-c", FILTERED_CHILD]).splitlines() == [
+        "before the block", "kept: a Python line", "kept: a line below Python",
+        f"<string>:{warning_line}: UserWarning: kept: a warning of its own", "kept: the last line", "after the block"]
+
+
+def test_the_stderr_filter_catches_python_lines_where_sys_stderr_is_not_the_descriptor(capfd):
+    """Under capfd, as under pytest's own capture, sys.stderr writes to a file of pytest's, not to descriptor 2;
+    the filter still drops Python's lines as well as Paddle's glog line (the export's TRACING_NOISE_LINES), and
+    keeps the others in the order written."""
     import inference
-    with inference._without_tracing_noise():
-        os.write(2, b"kept: a line below Python\n")
+    with runtime.stderr_without(lines=(*inference.TRACING_NOISE_LINES, "noise:")):
+        print("kept: a Python line", file=sys.stderr)
         os.write(2, b"W1202 01:51:28.275887  6137 eager_utils.cc:3584] Paddle static graph(PIR) not support input "
                     b"out tensor for now!!!!!\n")
-        print("kept: a Python line", file=sys.stderr)
-    # (Under capfd, Python's sys.stderr bypasses descriptor 2, so the two kept lines may come in either order.)
-    assert sorted(capfd.readouterr().err.splitlines()) == ["kept: a Python line", "kept: a line below Python"]
+        os.write(2, b"kept: a line below Python\n")
+        print("noise: a Python line", file=sys.stderr)
+        print("kept: another Python line", file=sys.stderr)
+    assert capfd.readouterr().err.splitlines() == ["kept: a Python line", "kept: a line below Python",
+                                                   "kept: another Python line"]
