@@ -1,5 +1,5 @@
 """Shared test fixtures: the project root, the ../shared data folder and the cpu_ops extension a test needs, a
-seeded Paddle, and the slow tier."""
+seeded Paddle, a GPU's answer to Paddle's bf16 question, and the slow tier."""
 
 from __future__ import annotations
 
@@ -87,6 +87,16 @@ def require_cpu_ops() -> CpuOps:
     if ops is None:
         unavailable("the cpu_ops extension did not build here (see the cpu_ops warning)")
     return ops
+
+
+def gpu_with_bf16(monkeypatch: pytest.MonkeyPatch, supported: bool) -> list[str | None]:
+    """paddle.amp.is_bfloat16_supported as a GPU answers it (an A100 yes, a V100 no); the CPU build's answer is the
+    CPU's own bf16 support. Returns the devices it was asked about."""
+    import paddle
+
+    asked = []
+    monkeypatch.setattr(paddle.amp, "is_bfloat16_supported", lambda device=None: (asked.append(device), supported)[1])
+    return asked
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import paddle
 
-from conftest import ROOT, require_shared
+from conftest import ROOT, gpu_with_bf16, require_shared
 from modeling import BertConfig, BertForPretraining
 
 TINY_CONFIG = ROOT / "bert_configs" / "bert-tiny-uncased.json"
@@ -110,7 +110,7 @@ def record_amp_policies(monkeypatch) -> list:
     policies = []
     monkeypatch.setattr(finetune, "amp_decorate", lambda model, optimizer, policy: (
         policies.append(policy), (model, optimizer))[1])
-    monkeypatch.setattr(paddle.amp, "is_bfloat16_supported", lambda *args: True)
+    gpu_with_bf16(monkeypatch, supported=True)
     for module in (finetune, inference):
         monkeypatch.setattr(module, "amp_autocast", lambda policy: contextlib.nullcontext())
     return policies

@@ -18,6 +18,7 @@ from paddle.base import core
 import amp
 import paddle_private
 import run_pretraining
+from conftest import gpu_with_bf16
 from messages import assert_one_line
 from modeling import BertConfig, BertForQuestionAnswering
 from pretraining_runs import pretraining_argv, train
@@ -89,14 +90,6 @@ def test_amp_on_cpu_prints_one_line_and_runs_fp32(capsys):
     assert amp.create_loss_scaler(policy) is None
     with amp.amp_autocast(policy):
         assert paddle.ones([2]).dtype == paddle.float32
-
-
-def gpu_with_bf16(monkeypatch, supported: bool) -> list[str]:
-    """paddle.amp.is_bfloat16_supported as a GPU answers it (an A100 yes, a V100 no); the CPU build's answer is the
-    CPU's own bf16 support. Returns the devices it was asked about."""
-    asked = []
-    monkeypatch.setattr(paddle.amp, "is_bfloat16_supported", lambda device=None: (asked.append(device), supported)[1])
-    return asked
 
 
 def test_amp_policy_on_gpu_maps_flags_to_level_dtype_and_scaling(capsys, monkeypatch):
