@@ -316,8 +316,8 @@ def onnxruntime_device(device: str) -> tuple[str, str | None]:
 
 # ORT's CPU SkipLayerNormalization kernel (residual Add, bias and LayerNormalization in one op) took twice as long
 # as the separate Add and LayerNormalization kernels on [8, 384, 768] (7.1 against 3.5 ms, 2 threads, AMD EPYC
-# with AVX-512); keeping them apart made BERT-base 1.14x faster in int8 and 1.10x in fp32 there
-# (benchmarks/bench_squad_inference.py). The session's own SkipLayerNormFusion would put them back together.
+# Zen 5); keeping them apart made BERT-base 1.15x faster in int8 and 1.09x in fp32 there
+# (benchmarks/bench_onnxruntime_graph.py). The session's own SkipLayerNormFusion would put them back together.
 CPU_DISABLED_ONNXRUNTIME_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 
