@@ -227,8 +227,8 @@ def _sort_topologically(graph: onnx.GraphProto) -> None:
 
 def fused(model_path: str, output_path: str, *, mask_input: str, skip_layer_norm: bool) -> dict[str, int]:
     """ORT's transformer fusions on the model at model_path, written to output_path; returns the fused op counts.
-    With skip_layer_norm False, each residual Add and its LayerNormalization stay two ops (and the embeddings'
-    sum and LayerNormalization stay apart too: ORT's embedding fusion is part of the same family).
+    With skip_layer_norm False, each residual Add and its LayerNormalization stay two ops, and so do the
+    embeddings' sum and LayerNormalization (ORT's embedding fusion then finds no match).
 
     torch is never imported: opt_level=0 after basic_optimized, and model_type "bert" with the head count and
     hidden size given."""
