@@ -77,7 +77,8 @@ CPU_SETTINGS: Mapping[str, Mapping] = MappingProxyType({"disable_gpu": {}, "enab
 
 def add_inference_arguments(group: argparse._ArgumentGroup, int8_quantization: str) -> None:
     """--export-dir, --export-onnx, --inference-model-dir, --inference-backend, --inference-precision and
-    --int8-quantization, whose default (the task's choice, from benchmarks/inference_accuracy.py) the task gives."""
+    --int8-quantization, whose default (the task's choice, from benchmarks/inference_accuracy.py) the task gives;
+    it stays None on the command line until check_inference_arguments fills it in, so that naming it is seen."""
     group.add_argument("--export-dir",
                        help="save the model with paddle.jit.save to <export-dir>/<model-prefix> for Paddle Inference")
     group.add_argument("--export-onnx", action="store_true",
@@ -93,14 +94,16 @@ def add_inference_arguments(group: argparse._ArgumentGroup, int8_quantization: s
                        help="--inference-model-dir: the precision of the predictor's kernels; bf16 with paddle on a "
                             "CPU with bf16 instructions (else fp32), fp16 on a GPU (bf16 there runs fp16), int8 with "
                             "onnxruntime")
-    group.add_argument("--int8-quantization", choices=onnx_backend.QUANTIZATIONS, default=int8_quantization,
+    group.add_argument("--int8-quantization", choices=onnx_backend.QUANTIZATIONS,
                        help="--inference-precision int8: dynamic (activation scales per batch) or static "
                             "(calibrated on the inputs that --export-onnx saved); with -per-channel, one weight "
-                            "scale per output column instead of one per matrix")
+                            f"scale per output column instead of one per matrix (default: {int8_quantization})")
 
 
-def check_inference_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Exit through parser.error where the inference options do not fit together. (Without training or export,
+def check_inference_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                              int8_quantization: str) -> None:
+    """Exit through parser.error where the inference options do not fit together, then give --int8-quantization
+    the task's default int8_quantization where it was not named. (Without training or export,
     --inference-model-dir is left only prediction or evaluation to do, which check_shared_arguments requires.)"""
     if args.inference_model_dir and (args.do_train or args.export_dir or args.from_pretrained_params
                                      or args.from_checkpoint):
@@ -113,8 +116,9 @@ def check_inference_arguments(parser: argparse.ArgumentParser, args: argparse.Na
     if args.inference_precision == "int8" and args.inference_backend != "onnxruntime":
         parser.error("--inference-precision int8 needs --inference-backend onnxruntime (Paddle 3.3.1 has no int8 "
                      "kernels for PIR programs)")
-    if args.int8_quantization != parser.get_default("int8_quantization") and args.inference_precision != "int8":
+    if args.int8_quantization is not None and args.inference_precision != "int8":
         parser.error("--int8-quantization is only used with --inference-precision int8")
+    args.int8_quantization = args.int8_quantization or int8_quantization
 
 
 # ---------------------------------------------------------------------------------------------

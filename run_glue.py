@@ -120,7 +120,7 @@ def check_glue_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
                 parser.error(f"--{name.replace('_', '-')} is only used with --task-name custom")
     if args.max_seq_length < 3:
         parser.error("--max-seq-length must be at least 3 ([CLS] and two [SEP])")
-    inference.check_inference_arguments(parser, args)
+    inference.check_inference_arguments(parser, args, INT8_QUANTIZATION)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -130,7 +130,7 @@ def check_squad_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
               flush=True)
     if args.do_eval:
         args.do_predict = True  # scoring needs predictions; the reference's eval mode passes both flags
-    inference.check_inference_arguments(parser, args)
+    inference.check_inference_arguments(parser, args, INT8_QUANTIZATION)
     if args.null_score_diff_threshold != 0.0 and not args.version_2_with_negative:
         parser.error("--null-score-diff-threshold is only used with --version-2-with-negative")
     if args.eval_script and not args.do_eval:

@@ -101,8 +101,7 @@ if [[ -n "${INFERENCE_BACKEND:-}" ]]; then
   weights=(--inference-model-dir "$init_checkpoint" --inference-backend "$INFERENCE_BACKEND"
     --inference-precision "${INFERENCE_PRECISION:-fp32}")
   # Unset: the task's default (run_glue.py's INT8_QUANTIZATION). Set, it needs the int8 ONNX Runtime predictor it
-  # tunes: run_glue.py refuses --int8-quantization without int8 only when it differs from the default, so that
-  # default, asked for by name, would otherwise go unused without a word.
+  # tunes; run_glue.py would refuse the flag too, but this line names the variable the user set.
   if [[ -n "${INT8_QUANTIZATION:-}" ]]; then
     require_choice INT8_QUANTIZATION "$INT8_QUANTIZATION" dynamic static dynamic-per-channel static-per-channel
     [[ "$INFERENCE_BACKEND" == onnxruntime && "${INFERENCE_PRECISION:-fp32}" == int8 ]] ||
