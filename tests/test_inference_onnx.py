@@ -132,19 +132,13 @@ def test_fusions_run_without_torch_and_fuse_every_layer(workspace, tmp_path, ski
 
 def session_ops(folder, precision, disabled_optimizers, tmp_path):
     """The op counts of the graph that an ONNX Runtime session on the CPU runs, after its own optimizations, for
-    the CPU's prepared model of `precision`."""
+    the CPU's prepared model of `precision`, with `disabled_optimizers` in place of the CPU's."""
     settings = inference.onnxruntime_session_settings("cpu", 1)
-    options = onnxruntime.SessionOptions()
-    for name, value in settings["options"].items():
-        setattr(options, name, value)
-    options.optimized_model_filepath = str(tmp_path / f"session-{len(disabled_optimizers)}.onnx")
-    with onnx_backend.temporary_work_dir() as work_dir:
-        path = onnx_backend.prepared_model(str(folder / "bert_paddle.onnx"), work_dir, precision, "dynamic",
-                                           inference.INPUT_NAMES, inference.MASK_INPUT,
-                                           skip_layer_norm=settings["skip_layer_norm"])
-        onnxruntime.InferenceSession(path, options, providers=settings["providers"],
-                                     disabled_optimizers=disabled_optimizers)
-    ops = [node.op_type for node in onnx.load_model(options.optimized_model_filepath).graph.node]
+    saved = tmp_path / f"session-{len(disabled_optimizers)}.onnx"
+    options = {**settings["options"], "optimized_model_filepath": str(saved)}
+    inference.onnxruntime_session(str(folder), "bert_paddle", precision, "dynamic",
+                                  {**settings, "options": options, "disabled_optimizers": disabled_optimizers})
+    ops = [node.op_type for node in onnx.load_model(str(saved)).graph.node]
     return {op: ops.count(op) for op in set(ops)}
 
 
