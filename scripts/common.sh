@@ -1,5 +1,5 @@
-# Shell functions shared by the recipe scripts (run_pretraining*.sh, run_squad.sh, run.sub). Source it; it runs
-# nothing by itself. Every function reports bad input as one line naming the argument, on stderr, and exits 1.
+# Shell functions shared by the recipe scripts (run_pretraining*.sh, run_squad.sh, run_glue.sh, run.sub). Source it;
+# it runs nothing by itself. Every function reports bad input as one line naming the argument, on stderr, and exits 1.
 # shellcheck shell=bash
 # The set_* functions return their results in global variables, which only the sourcing script reads:
 # shellcheck disable=SC2034
@@ -101,6 +101,36 @@ set_bert_model() {  # config_file|None
     *) BERT_MODEL=custom ;;
   esac
   BERT_MODEL_FLAGS=(--bert-model "$BERT_MODEL" --config-file "$1")
+}
+
+# INFERENCE_FLAGS: the run_squad.py/run_glue.py flags that predict with the model exported to model_dir, from the
+# environment variables INFERENCE_BACKEND, INFERENCE_PRECISION (default fp32) and INT8_QUANTIZATION; none when
+# INFERENCE_BACKEND is unset, which the other two then need too. The task script says which of its modes only
+# predict: mode_error is empty for such a mode, else what the mode must be (the refusal when INFERENCE_BACKEND is set).
+set_inference_flags() {  # model_dir mode_error|""
+  local model_dir="$1" mode_error="$2"
+  INFERENCE_FLAGS=()
+  if [[ -z "${INFERENCE_BACKEND:-}" ]]; then
+    [[ -z "${INFERENCE_PRECISION:-}" ]] || die "INFERENCE_PRECISION is only used with INFERENCE_BACKEND"
+    [[ -z "${INT8_QUANTIZATION:-}" ]] ||
+      die "INT8_QUANTIZATION is only used with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8"
+    return 0
+  fi
+  local precision="${INFERENCE_PRECISION:-fp32}"
+  require_choice INFERENCE_BACKEND "$INFERENCE_BACKEND" paddle onnxruntime
+  require_choice INFERENCE_PRECISION "$precision" fp32 bf16 fp16 int8
+  [[ -z "$mode_error" ]] || die "INFERENCE_BACKEND predicts with an exported model: $mode_error"
+  INFERENCE_FLAGS=(--inference-model-dir "$model_dir" --inference-backend "$INFERENCE_BACKEND"
+    --inference-precision "$precision")
+  # Unset: the task's default (run_squad.py's or run_glue.py's INT8_QUANTIZATION). Set, it needs the int8 ONNX
+  # Runtime predictor it tunes; the Python script would refuse the flag too, but this line names the variable the
+  # user set.
+  if [[ -n "${INT8_QUANTIZATION:-}" ]]; then
+    require_choice INT8_QUANTIZATION "$INT8_QUANTIZATION" dynamic static dynamic-per-channel static-per-channel
+    [[ "$INFERENCE_BACKEND" == onnxruntime && "$precision" == int8 ]] ||
+      die "INT8_QUANTIZATION is only used with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8"
+    INFERENCE_FLAGS+=(--int8-quantization "$INT8_QUANTIZATION")
+  fi
 }
 
 # Print a command, shell-quoted, then run it; with a log file, its output also goes there.

@@ -92,27 +92,12 @@ export_onnx=${EXPORT_ONNX:-false}
 require_choice EXPORT_ONNX "$export_onnx" true false
 [[ "$export_onnx" == false || "$mode" == *train* ]] ||
   die "EXPORT_ONNX exports the model that a mode with train fine-tunes; mode is '$mode'"
+inference_mode_error=""
+[[ "$mode" != *train* ]] || inference_mode_error="mode must not train, got '$mode'"
+set_inference_flags "$init_checkpoint" "$inference_mode_error"
 weights=()
 [[ "$init_checkpoint" != None ]] && weights=(--from-pretrained-params "$init_checkpoint")
-if [[ -n "${INFERENCE_BACKEND:-}" ]]; then
-  require_choice INFERENCE_BACKEND "$INFERENCE_BACKEND" paddle onnxruntime
-  require_choice INFERENCE_PRECISION "${INFERENCE_PRECISION:-fp32}" fp32 bf16 fp16 int8
-  [[ "$mode" != *train* ]] || die "INFERENCE_BACKEND predicts with an exported model: mode must not train, got '$mode'"
-  weights=(--inference-model-dir "$init_checkpoint" --inference-backend "$INFERENCE_BACKEND"
-    --inference-precision "${INFERENCE_PRECISION:-fp32}")
-  # Unset: the task's default (run_glue.py's INT8_QUANTIZATION). Set, it needs the int8 ONNX Runtime predictor it
-  # tunes; run_glue.py would refuse the flag too, but this line names the variable the user set.
-  if [[ -n "${INT8_QUANTIZATION:-}" ]]; then
-    require_choice INT8_QUANTIZATION "$INT8_QUANTIZATION" dynamic static dynamic-per-channel static-per-channel
-    [[ "$INFERENCE_BACKEND" == onnxruntime && "${INFERENCE_PRECISION:-fp32}" == int8 ]] ||
-      die "INT8_QUANTIZATION is only used with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8"
-    weights+=(--int8-quantization "$INT8_QUANTIZATION")
-  fi
-elif [[ -n "${INFERENCE_PRECISION:-}" ]]; then
-  die "INFERENCE_PRECISION is only used with INFERENCE_BACKEND"
-elif [[ -n "${INT8_QUANTIZATION:-}" ]]; then
-  die "INT8_QUANTIZATION is only used with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8"
-fi
+(( ${#INFERENCE_FLAGS[@]} == 0 )) || weights=("${INFERENCE_FLAGS[@]}")
 data_dir=${data_dir%/}
 set_bert_model "$config_file"
 set_precision_flags "$precision" 128  # the initial loss scale of NVIDIA's Paddle run_squad.sh
