@@ -136,6 +136,18 @@ def test_inference_settings_are_checked_in_one_line(run, tmp_path, script, mode,
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+# The one check each script keeps for itself: which of its modes only predict. A training mode is named before an
+# INT8_QUANTIZATION that does not fit.
+@pytest.mark.parametrize("script, mode, allowed", [(RUN_SQUAD, "train_eval", "be eval or prediction"),
+                                                   (RUN_GLUE, "eval,train", "not train")])
+@pytest.mark.parametrize("env", [{}, {"INT8_QUANTIZATION": "static"}])
+def test_inference_backend_refuses_a_mode_that_trains(run, tmp_path, script, mode, allowed, env):
+    result, calls = run(script, script_args_for(script, tmp_path, mode), INFERENCE_BACKEND="paddle", **env)
+    assert result.returncode == 1 and calls == []
+    assert result.stderr.strip() == (f"{script.name}: INFERENCE_BACKEND predicts with an exported model: "
+                                     f"mode must {allowed}, got '{mode}'")
+
+
 def require_choice_lists(script, name):
     """The choices of every `require_choice <name> value choice...` line of script."""
     lines = [line.strip() for line in script.read_text().splitlines()]
