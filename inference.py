@@ -14,8 +14,8 @@ Precisions (--inference-precision) per backend and device, decided once in resol
 - paddle on a GPU: fp32 or fp16 (enable_use_gpu's precision_mode; PIR's mixed-precision pass converts the
   program); bf16 there runs fp16;
 - onnxruntime on a CPU: fp32 with ORT's transformer fusions, or int8 (dynamic or static quantization, with
-  per-matrix or per-column weight scales: --int8-quantization); ORT's CPU execution provider has no bf16
-  kernels for BERT's ops, so bf16 runs fp32;
+  per-matrix or per-column weight scales, and outlier channels apart: --int8-quantization); ORT's CPU execution
+  provider has no bf16 kernels for BERT's ops, so bf16 runs fp32;
 - onnxruntime on a GPU (onnxruntime-gpu's CUDA execution provider): fp32 or fp16; bf16 and int8 run fp16.
 Whatever runs instead of the choice is said in one line; so is a GPU that ONNX Runtime cannot use. int8 on
 Paddle Inference is refused: README, "Exported models and reduced precision", says what fails in Paddle 3.3.1.
@@ -53,8 +53,8 @@ from modeling import INPUT_NAMES, BertForQuestionAnswering, BertForSequenceClass
 
 INFERENCE_BACKENDS = ("paddle", "onnxruntime")
 INFERENCE_PRECISIONS = ("fp32", "bf16", "fp16", "int8")
-# Training features that --export-onnx saves as static int8's calibration inputs: a few hundred rows for the
-# activation ranges, calibrated in seconds to minutes on a CPU.
+# Training features that --export-onnx saves as int8's calibration inputs (static and -outliers quantization): a
+# few hundred rows for the activation ranges, calibrated in seconds to minutes on a CPU.
 CALIBRATION_FEATURES = 256
 # The input whose zeros mark padding, which the ONNX attention fusion reads.
 MASK_INPUT = "attention_mask"
@@ -84,7 +84,7 @@ def add_inference_arguments(group: argparse._ArgumentGroup, int8_quantization: s
     group.add_argument("--export-onnx", action="store_true",
                        help=f"--export-dir: also convert the program to <model-prefix>.onnx (paddle2onnx, opset "
                             f"{onnx_backend.ONNX_OPSET}, dynamic batch and sequence axes) for ONNX Runtime; with "
-                            "--do-train also save the first training features as static int8's calibration inputs")
+                            "--do-train also save the first training features as int8's calibration inputs")
     group.add_argument("--inference-model-dir",
                        help="predict with the predictor of a model exported by --export-dir")
     group.add_argument("--inference-backend", choices=INFERENCE_BACKENDS, default="paddle",
@@ -97,7 +97,9 @@ def add_inference_arguments(group: argparse._ArgumentGroup, int8_quantization: s
     group.add_argument("--int8-quantization", choices=onnx_backend.QUANTIZATIONS,
                        help="--inference-precision int8: dynamic (activation scales per batch) or static "
                             "(calibrated on the inputs that --export-onnx saved); with -per-channel, one weight "
-                            f"scale per output column instead of one per matrix (default: {int8_quantization})")
+                            "scale per output column instead of one per matrix; with -outliers, the activation "
+                            "channels far outside the rest on those inputs kept out of the int8 scales "
+                            f"(default: {int8_quantization})")
 
 
 def check_inference_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,

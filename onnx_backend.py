@@ -14,7 +14,9 @@
     (QDQ MatMuls). ONNX Runtime's static quantizer has no fused Attention, so this graph is fused without it
     and every GEMM, the query, key and value projections included, runs in int8;
   - either quantization with "-per-channel": one weight scale per output column of each matrix instead of
-    one per matrix (a column of small weights then keeps its own resolution).
+    one per matrix (a column of small weights then keeps its own resolution);
+  - "dynamic-per-channel-outliers": the same as "dynamic-per-channel" after outlier_channels_apart has taken the
+    few activation channels far outside the rest out of the per-batch activation scale (see there).
 
 The transformer optimizer is called with opt_level=0: any level above imports torch (optimizer.py's
 optimize_by_onnxruntime reads torch's version), so ONNX Runtime's own basic graph pass runs here first, through
@@ -50,7 +52,15 @@ MASK_FILTER_VALUE = -10000.0
 # --int8-quantization: how activations get their scales (per batch, or calibrated once), and with
 # PER_CHANNEL the weights one scale per output column (per_channel of ORT's quantizers) instead of one per matrix.
 PER_CHANNEL = "-per-channel"
-QUANTIZATIONS = ("dynamic", "static", "dynamic" + PER_CHANNEL, "static" + PER_CHANNEL)
+# With OUTLIERS, the channels of a GEMM's input that the calibration inputs show far outside the rest no longer
+# set its activation scale (outlier_channels_apart).
+OUTLIERS = "-outliers"
+QUANTIZATIONS = ("dynamic", "static", "dynamic" + PER_CHANNEL, "static" + PER_CHANNEL,
+                 "dynamic" + PER_CHANNEL + OUTLIERS)
+# An input channel of a GEMM is an outlier when its largest magnitude over the calibration features' tokens is
+# above OUTLIER_RATIO times the median channel's. On the 20-article SQuAD model (docs/inference.md) ratios of 3,
+# 4 and 6 all kept EM and F1 within 0.7 of fp32; 4 is the middle of that range.
+OUTLIER_RATIO = 4.0
 # ONNX's shape inference knows no types for the outputs of ORT's fused ops (com.microsoft domain); they are fp32.
 FUSED_OUTPUT_TYPE = {"DefaultTensorType": TensorProto.FLOAT}
 # Features per calibration batch of static quantization.
@@ -216,7 +226,7 @@ def _sort_topologically(graph: onnx.GraphProto) -> None:
     while pending:
         ready = [node for node in pending if all(not name or name in available for name in node.input)]
         if not ready:
-            raise ValueError("standard_attention_patterns left a cycle in the graph")
+            raise ValueError("a graph rewrite left a cycle in the graph")
         for node in ready:
             available.update(node.output)
         ordered.extend(ready)
@@ -277,27 +287,158 @@ def input_dtypes(model_path: str) -> dict[str, np.dtype]:
 
 
 def is_static(quantization: str) -> bool:
-    """Whether a QUANTIZATIONS choice calibrates its activation scales (and so needs the calibration inputs)."""
+    """Whether a QUANTIZATIONS choice calibrates its activation scales."""
     return quantization.removesuffix(PER_CHANNEL) == "static"
 
 
+def needs_calibration(quantization: str) -> bool:
+    """Whether a QUANTIZATIONS choice reads the exported calibration inputs: for its activation scales, or to
+    find the outlier channels."""
+    return is_static(quantization) or quantization.endswith(OUTLIERS)
+
+
+def channel_ranges(model_path: str, inputs: Mapping[str, np.ndarray], tensor_names: list[str],
+                   mask_input: str) -> dict[str, np.ndarray]:
+    """Per channel (last axis) the largest magnitude of each named [B, S, C] tensor of the fp32 model over the
+    tokens (not the padding) of the calibration inputs."""
+    model = onnx.load_model(model_path)
+    outputs = {output.name for output in model.graph.output}
+    model.graph.output.extend(helper.make_empty_tensor_value_info(name) for name in tensor_names
+                              if name not in outputs)
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    ranges: dict[str, np.ndarray] = {}
+    reader = _CalibrationReader(inputs, input_dtypes(model_path), mask_input)
+    while (batch := reader.get_next()) is not None:
+        tokens = batch[mask_input].astype(bool)  # [B, S]
+        for name, tensor in zip(tensor_names, session.run(tensor_names, batch), strict=True):
+            largest = np.abs(tensor[tokens]).max(axis=0)  # [C]
+            ranges[name] = np.maximum(ranges[name], largest) if name in ranges else largest
+    return ranges
+
+
+def outlier_channels_apart(model_path: str, output_path: str, calibration_path: str,
+                           mask_input: str) -> tuple[list[str], int]:
+    """The fp32 model at model_path rewritten so that no quantized GEMM input keeps an outlier channel (above
+    OUTLIER_RATIO times its median channel's range on the calibration inputs), written to output_path; the
+    result in fp32 is the same. Returns the names of the GEMMs that must stay fp32, and the number of outlier
+    channels.
+
+    One activation scale per batch serves a whole GEMM input, so one channel at 28 where the median channel
+    reaches 2 leaves the others a few levels. Two rewrites, both exact in real arithmetic:
+    - an outlier neuron of the feed-forward layer (a channel of BiasGelu's output, which feeds the second
+      GEMM) leaves both int8 GEMMs: its column of the first weight and its row of the second go to a small fp32
+      path, whose result is added after the second GEMM's bias; the mixed-precision decomposition of Dettmers
+      et al., 2022 (LLM.int8()), with the outliers fixed from the calibration inputs instead of found per batch;
+    - any other outlier channel j is split into n_j = ceil(range_j / threshold) copies of x_j / n_j appended to
+      the GEMM's input, with its weight row repeated for each copy: outlier channel splitting (Zhao et al., 2019),
+      applied to activations. The input then spans at most the threshold, and the GEMM gains sum(n_j - 1) rows.
+    """
+    with np.load(calibration_path) as stored:
+        inputs = {name: stored[name] for name in stored.files}
+    model = onnx.load_model(model_path)
+    graph = model.graph
+    producers = _producers(graph)
+    initializers = {initializer.name: initializer for initializer in graph.initializer}
+    gemms = [node for node in graph.node if node.op_type == "MatMul" and node.input[1] in initializers]
+    ranges = channel_ranges(model_path, inputs, sorted({gemm.input[0] for gemm in gemms}), mask_input)
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def weight(name: str) -> np.ndarray:
+        return numpy_helper.to_array(initializers[name])
+
+    def store(name: str, value: np.ndarray) -> None:
+        if name in initializers:
+            initializers[name].CopyFrom(numpy_helper.from_array(value, name))
+        else:
+            graph.initializer.append(numpy_helper.from_array(value, name))
+            initializers[name] = graph.initializer[-1]
+
+    fp32_gemms, new_nodes, outlier_count = [], [], 0
+    for gemm in gemms:
+        channel_range = ranges[gemm.input[0]]  # [K]
+        threshold = OUTLIER_RATIO * float(np.median(channel_range))
+        outliers = np.flatnonzero(channel_range > threshold)
+        if not outliers.size:
+            continue
+        outlier_count += outliers.size
+        name = gemm.name + ".outliers"
+        gelu = producers.get(gemm.input[0])
+        first = producers.get(gelu.input[0]) if gelu is not None and gelu.op_type == "BiasGelu" else None
+        after = consumers.get(gemm.output[0], [])
+        bias_add = after[0] if len(after) == 1 else None
+        if (first is not None and first.op_type == "MatMul" and first.input[1] in initializers
+                and gelu.input[1] in initializers and bias_add is not None and bias_add.op_type == "Add"):
+            # the feed-forward layer's outlier neurons in fp32
+            inner, inner_bias, outer = weight(first.input[1]), weight(gelu.input[1]), weight(gemm.input[1])
+            kept = np.setdiff1d(np.arange(inner.shape[1]), outliers)
+            store(first.input[1], inner[:, kept])  # [H, I - k]
+            store(gelu.input[1], inner_bias[kept])
+            store(gemm.input[1], outer[kept])  # [I - k, H]
+            store(name + ".inner", inner[:, outliers])  # [H, k]
+            store(name + ".inner_bias", inner_bias[outliers])
+            store(name + ".outer", outer[outliers])  # [k, H]
+            result = bias_add.output[0]
+            bias_add.output[0] = name + ".int8_part"
+            new_nodes += [
+                helper.make_node("MatMul", [first.input[0], name + ".inner"], [name + ".hidden"], name=name + ".inner"),
+                helper.make_node("BiasGelu", [name + ".hidden", name + ".inner_bias"], [name + ".activation"],
+                                 domain=gelu.domain, name=name + ".gelu"),
+                helper.make_node("MatMul", [name + ".activation", name + ".outer"], [name + ".fp32_part"],
+                                 name=name + ".outer"),
+                helper.make_node("Add", [name + ".int8_part", name + ".fp32_part"], [result], name=name + ".sum")]
+            fp32_gemms += [name + ".inner", name + ".outer"]
+            continue
+        # outlier channel splitting
+        copies = np.ones(channel_range.size, np.int64)  # [K]
+        copies[outliers] = np.ceil(channel_range[outliers] / threshold).astype(np.int64)
+        repeated = np.repeat(np.arange(channel_range.size), copies - 1)  # [sum(n_j - 1)]
+        matrix = weight(gemm.input[1])
+        store(gemm.input[1], np.concatenate([matrix, matrix[repeated]]))  # [K + sum(n_j - 1), N]
+        store(name + ".scale", (1 / copies).astype(np.float32))
+        store(name + ".repeated", repeated)
+        new_nodes += [
+            helper.make_node("Mul", [gemm.input[0], name + ".scale"], [name + ".scaled"], name=name + ".scale"),
+            helper.make_node("Gather", [name + ".scaled", name + ".repeated"], [name + ".copies"], axis=-1,
+                             name=name + ".copies"),
+            helper.make_node("Concat", [name + ".scaled", name + ".copies"], [name + ".split"], axis=-1,
+                             name=name + ".split")]
+        gemm.input[0] = name + ".split"
+    graph.node.extend(new_nodes)
+    _sort_topologically(graph)
+    onnx.save_model(model, output_path)
+    return fp32_gemms, outlier_count
+
+
 def quantized(fused_path: str, output_path: str, quantization: str, calibration_path: str | None,
-              mask_input: str) -> None:
-    """int8 weights (and, for "static", calibrated int8 activations) of the fused model, written to output_path."""
+              mask_input: str) -> int:
+    """int8 weights (and, for "static", calibrated int8 activations) of the fused model, written to output_path;
+    returns the number of outlier channels taken apart (OUTLIERS), else 0."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
-    per_channel = quantization.endswith(PER_CHANNEL)
+    per_channel = PER_CHANNEL in quantization
     if not is_static(quantization):
+        fp32_gemms, outlier_count = [], 0
+        if quantization.endswith(OUTLIERS):
+            apart_path = output_path + ".apart.onnx"
+            fp32_gemms, outlier_count = outlier_channels_apart(fused_path, apart_path, calibration_path, mask_input)
+            fused_path = apart_path
         # Gathers (the embedding tables) stay fp32: a lookup gains nothing from int8.
         quantize_dynamic(fused_path, output_path, op_types_to_quantize=["MatMul", "Attention"],
-                         per_channel=per_channel, weight_type=QuantType.QInt8, extra_options=FUSED_OUTPUT_TYPE)
-        return
+                         nodes_to_exclude=fp32_gemms, per_channel=per_channel, weight_type=QuantType.QInt8,
+                         extra_options=FUSED_OUTPUT_TYPE)
+        return outlier_count
     with np.load(calibration_path) as stored:
         inputs = {name: stored[name] for name in stored.files}
     reader = _CalibrationReader(inputs, input_dtypes(fused_path), mask_input)
     quantize_static(fused_path, output_path, reader, quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"],
                     per_channel=per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                     extra_options=FUSED_OUTPUT_TYPE)
+    return 0
 
 
 @contextlib.contextmanager
@@ -318,11 +459,12 @@ def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: 
     """The path of the model an ONNX Runtime session runs in `precision` (module docstring), prepared in work_dir
     from the checked export at onnx_path; skip_layer_norm as fused takes it."""
     load_checked(onnx_path, input_names)
+    calibration = calibration_file(os.path.splitext(onnx_path)[0])
+    if precision == "int8" and needs_calibration(quantization) and not os.path.isfile(calibration):
+        raise FileNotFoundError(f"{calibration}: no calibration inputs for --int8-quantization {quantization} "
+                                "(export with --do-train --export-onnx, which saves them from the training file, "
+                                "or choose dynamic or dynamic-per-channel, which need none)")
     if precision == "int8" and is_static(quantization):
-        calibration = calibration_file(os.path.splitext(onnx_path)[0])
-        if not os.path.isfile(calibration):
-            raise FileNotFoundError(f"{calibration}: no calibration inputs for --int8-quantization {quantization} "
-                                    "(export with --do-train --export-onnx, which saves them from the training file)")
         # ORT's static quantizer cannot see through the fused com.microsoft ops (their outputs have no types for
         # its calibration), so it quantizes the graph of standard ops; the session's own fusions run after.
         basic_path = os.path.join(work_dir, "basic.onnx")
@@ -347,7 +489,10 @@ def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: 
         model.save_model_to_file(output_path)
         return output_path
     with _quiet_root_logger(logging.ERROR):
-        quantized(fused_path, output_path, quantization, None, mask_input)
+        outlier_count = quantized(fused_path, output_path, quantization, calibration, mask_input)
+    if quantization.endswith(OUTLIERS):
+        print(f"{onnx_path}: int8 with {quantization} quantization, {outlier_count} outlier channels of the GEMM "
+              f"inputs kept apart (found on {calibration})", flush=True)
     return output_path
 
 

@@ -126,7 +126,8 @@ set_inference_flags() {  # model_dir mode_error|""
   # Runtime predictor it tunes; the Python script would refuse the flag too, but this line names the variable the
   # user set.
   if [[ -n "${INT8_QUANTIZATION:-}" ]]; then
-    require_choice INT8_QUANTIZATION "$INT8_QUANTIZATION" dynamic static dynamic-per-channel static-per-channel
+    require_choice INT8_QUANTIZATION "$INT8_QUANTIZATION" dynamic static dynamic-per-channel static-per-channel \
+      dynamic-per-channel-outliers
     [[ "$INFERENCE_BACKEND" == onnxruntime && "$precision" == int8 ]] ||
       die "INT8_QUANTIZATION is only used with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8"
     INFERENCE_FLAGS+=(--int8-quantization "$INT8_QUANTIZATION")

@@ -39,8 +39,9 @@
 #   INFERENCE_PRECISION (fp32)          with INFERENCE_BACKEND: fp32 | bf16 | fp16 | int8 (--inference-precision;
 #                                       README, "Exported models and reduced precision", says what runs where)
 #   INT8_QUANTIZATION (unset)           with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8: dynamic |
-#                                       static | dynamic-per-channel | static-per-channel (--int8-quantization;
-#                                       static calibrates on the inputs EXPORT_ONNX saved); unset: run_glue.py's
+#                                       static | dynamic-per-channel | static-per-channel |
+#                                       dynamic-per-channel-outliers (--int8-quantization; static and -outliers
+#                                       read the calibration inputs EXPORT_ONNX saved); unset: run_glue.py's
 #                                       default for GLUE
 # Presets print all 16 arguments (scripts/configs/glue_config.sh):
 #

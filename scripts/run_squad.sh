@@ -44,9 +44,10 @@
 #                                             (--inference-precision; README, "Exported models and reduced
 #                                             precision", says what runs where)
 #   INT8_QUANTIZATION (unset)                 with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8:
-#                                             dynamic | static | dynamic-per-channel | static-per-channel
-#                                             (--int8-quantization; static calibrates on the inputs EXPORT_ONNX
-#                                             saved); unset: run_squad.py's default for SQuAD
+#                                             dynamic | static | dynamic-per-channel | static-per-channel |
+#                                             dynamic-per-channel-outliers (--int8-quantization; static and
+#                                             -outliers read the calibration inputs EXPORT_ONNX saved); unset:
+#                                             run_squad.py's default for SQuAD
 # With num_gpus > 1, Paddle's launcher writes its worker logs to ./log (its default, where NVIDIA's script leaves
 # them too) and its own output to log/launcherlog; one process runs without the launcher.
 # run_squad.py checks the files (checkpoint, vocab, SQuAD json) and names any that is missing.

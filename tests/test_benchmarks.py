@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from messages import assert_one_line
@@ -256,12 +257,48 @@ def test_report_gives_medians_and_each_ours_to_each_peer_ratio(bench):
 
 def test_report_gives_our_int8_against_our_bf16(bench):
     squad = bench("bench_squad_inference")
-    throughput = {("ours", "predictor bf16"): [4.0, 5.0, 8.0], ("ours", "onnxruntime int8"): [6.0, 5.0, 10.0],
+    throughput = {("ours", "predictor bf16"): [4.0, 5.0, 8.0],
+                  ("ours", "onnxruntime int8 dynamic-per-channel"): [6.0, 5.0, 10.0],
+                  ("ours", "onnxruntime int8 dynamic-per-channel-outliers"): [2.0, 5.0, 12.0],
                   ("transformers", "eager"): [1.0, 1.0, 1.0]}
     lines = squad.report_lines(throughput)
-    # per-round ratios 1.5, 1.0, 1.25 -> median 1.25
-    assert lines[-1] == "  ours onnxruntime int8: 1.25x ours predictor bf16"
+    # per-round ratios 1.5, 1.0, 1.25 -> median 1.25; 0.5, 1.0, 1.5 -> 1.0
+    assert lines[-2:] == ["  ours onnxruntime int8 dynamic-per-channel: 1.25x ours predictor bf16",
+                          "  ours onnxruntime int8 dynamic-per-channel-outliers: 1.00x ours predictor bf16"]
     assert len(squad.report_lines({key: throughput[key] for key in list(throughput)[:1]})) == 1
+
+
+def test_int8_rows_are_the_tasks_defaults_and_every_run_a_contender(bench):
+    """The int8 rows time what run_glue.py and run_squad.py run by default."""
+    squad = bench("bench_squad_inference")
+    int8 = [quantization for precision, quantization in squad.OUR_ONNXRUNTIME_RUNS if precision == "int8"]
+    assert int8 == [importlib.import_module("run_glue").INT8_QUANTIZATION,
+                    importlib.import_module("run_squad").INT8_QUANTIZATION]
+    assert {mode for worker, mode in squad.CONTENDERS if mode.startswith("onnxruntime")} == {
+        "onnxruntime fp32", *(f"onnxruntime int8 {quantization}" for quantization in int8)}
+
+
+def test_put_outlier_channels_scales_the_chosen_channels_of_every_layer(bench):
+    """The benchmark's model gets outlier channels where a trained BERT has them, and nowhere else."""
+    squad = bench("bench_squad_inference")
+    paddle = importlib.import_module("runtime").import_paddle_quietly()
+    from bert_config import BertConfig
+    from modeling import BertForQuestionAnswering
+
+    paddle.seed(0)
+    model = BertForQuestionAnswering(BertConfig.from_json_file(str(TINY_CONFIG)))
+    before = {name: parameter.numpy().copy() for name, parameter in model.named_parameters()}
+    squad.put_outlier_channels(model)
+    changed = {name for name, parameter in model.named_parameters()
+               if not np.array_equal(parameter.numpy(), before[name])}
+    layers = len(model.bert.encoder)
+    assert len(changed) == 2 * layers
+    weight = next(name for name in changed if name.endswith("intermediate.weight"))
+    after = dict(model.named_parameters())[weight].numpy()
+    columns = [channel % after.shape[1] for channel in squad.OUTLIER_CHANNELS]
+    np.testing.assert_allclose(after[:, columns], squad.OUTLIER_SCALE * before[weight][:, columns], rtol=1e-6)
+    others = np.setdiff1d(np.arange(after.shape[1]), columns)
+    np.testing.assert_array_equal(after[:, others], before[weight][:, others])
 
 
 def test_report_of_ours_alone_has_no_ratio_lines(bench):
@@ -316,12 +353,14 @@ def test_squad_inference_smoke_run_with_our_contenders():
     # logits; in bf16 (8 significant bits) within a few percent of logits of size about 1, and further off than fp32
     # rounding where the CPU has bf16 instructions (elsewhere the bf16 predictor runs fp32, as close as fp32 is).
     differences = {mode: float(value) for value, mode in re.findall(r"([-+.e\d]+) \(([^)]+)\)", agreement)}
-    modes = {"to_static", "predictor fp32", "predictor bf16", "onnxruntime fp32", "onnxruntime int8"}
+    int8 = {"onnxruntime int8 dynamic-per-channel", "onnxruntime int8 dynamic-per-channel-outliers"}
+    modes = {"to_static", "predictor fp32", "predictor bf16", "onnxruntime fp32", *int8}
     assert set(differences) == modes, differences
     assert max(differences["to_static"], differences["predictor fp32"], differences["onnxruntime fp32"]) < 1e-4
     assert differences["predictor bf16"] < 0.1
     assert (differences["predictor bf16"] > 1e-4) == importlib.import_module("inference").cpu_has_bf16()
-    assert 0 < differences["onnxruntime int8"] < 0.1  # int8 rounds; by a few percent of logits of size about 1
+    for mode in int8:  # int8 rounds; by a few percent of logits of size about 1
+        assert 0 < differences[mode] < 0.1, mode
     for mode in ("dygraph", *sorted(modes)):
         [row] = [line for line in lines if line.startswith(f"  ours {mode} ")]
         assert float(row.split("seq/s")[0].split()[-1]) > 0

@@ -122,7 +122,8 @@ ONLY_INT8 = "INT8_QUANTIZATION is only used with INFERENCE_BACKEND=onnxruntime a
     ("eval", {"INFERENCE_PRECISION": "int8"}, "INFERENCE_PRECISION is only used with INFERENCE_BACKEND"),
     ("train", {"INFERENCE_BACKEND": "onnxruntime"}, "INFERENCE_BACKEND predicts with an exported model: mode must"),
     ("eval", {"INFERENCE_BACKEND": "onnxruntime", "INFERENCE_PRECISION": "int8", "INT8_QUANTIZATION": "per-channel"},
-     "INT8_QUANTIZATION must be one of: dynamic static dynamic-per-channel static-per-channel; got 'per-channel'"),
+     "INT8_QUANTIZATION must be one of: dynamic static dynamic-per-channel static-per-channel "
+     "dynamic-per-channel-outliers; got 'per-channel'"),
     ("eval", {"INFERENCE_BACKEND": "onnxruntime", "INT8_QUANTIZATION": "static"}, ONLY_INT8),  # fp32 by default
     ("eval", {"INFERENCE_BACKEND": "onnxruntime", "INFERENCE_PRECISION": "fp16", "INT8_QUANTIZATION": "dynamic"},
      ONLY_INT8),
@@ -149,8 +150,8 @@ def test_inference_backend_refuses_a_mode_that_trains(run, tmp_path, script, mod
 
 
 def require_choice_lists(script, name):
-    """The choices of every `require_choice <name> value choice...` line of script."""
-    lines = [line.strip() for line in script.read_text().splitlines()]
+    """The choices of every `require_choice <name> value choice...` command of script (continued lines joined)."""
+    lines = [line.strip() for line in script.read_text().replace("\\\n", " ").splitlines()]
     calls = [shlex.split(line) for line in lines if line.startswith(f"require_choice {name} ")]
     return [tuple(call[3:]) for call in calls]
 
