@@ -70,7 +70,8 @@ elif script == "tokenizer.py":
 
 FAKE_SRUN = """#!/usr/bin/env bash
 # srun: start the command once per node (--nodes=N, else SLURM_JOB_NUM_NODES) as local processes.
-printf '%s\\n' "$@" --- >> "$FAKE_SRUN_LOG"
+# Under a lock: run.sub starts steps at once, and bash's printf writes line by line.
+{ flock 9; printf '%s\\n' "$@" --- >&9; } 9>> "$FAKE_SRUN_LOG"
 # --export=ALL,NAME=value,...: the tasks get those variables on top of this environment.
 nodes=$SLURM_JOB_NUM_NODES
 exports=()

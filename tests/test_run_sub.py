@@ -607,6 +607,18 @@ def assert_same_files(folder: Path, expected: Path) -> None:
         assert (folder / name).read_bytes() == (expected / name).read_bytes(), name
 
 
+def test_the_fake_srun_records_concurrent_calls_whole(tmp_path):
+    """run.sub starts steps at once (a dask scheduler beside its client); each fake srun call's record must stay
+    whole, or step_running reads words of one step in another (bash's printf writes line by line)."""
+    fakes = make_fakes(tmp_path / "fakes")
+    calls = [[f"--job-name=step{index}", *(f"--word-{index}-{word}" for word in range(3000)), "true"]
+             for index in range(16)]
+    env = fakes.env(SLURM_JOB_NUM_NODES="1")
+    for process in [subprocess.Popen([str(fakes.bin_dir / "srun"), *call], env=env) for call in calls]:
+        assert process.wait(timeout=60) == 0
+    assert sorted(fakes.srun_calls()) == sorted(calls)
+
+
 def test_two_nodes_train_one_model(tmp_path):
     """Two launchers (--nnodes 2) on loopback, one process each: preprocessing, then two ranks, one checkpoint."""
     write_corpus(tmp_path / "data" / "wikipedia" / "source")
