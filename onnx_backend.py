@@ -363,7 +363,7 @@ def outlier_channels_apart(model_path: str, output_path: str, calibration_path: 
         channel_range = ranges[gemm.input[0]]  # [K]
         threshold = OUTLIER_RATIO * float(np.median(channel_range))
         outliers = np.flatnonzero(channel_range > threshold)
-        if not outliers.size:
+        if not outliers.size or threshold <= 0:  # an input that is mostly zeros has no scale to protect
             continue
         outlier_count += outliers.size
         name = gemm.name + ".outliers"

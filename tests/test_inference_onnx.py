@@ -274,6 +274,41 @@ def _hidden_states(path):
     return dict(zip(names, session.run(names, dict(zip(inference.INPUT_NAMES, batch(), strict=True))), strict=True))
 
 
+def _one_gemm_model(path, scales):
+    """x [B, S, 4] (channel c drawn from [-scales[c], scales[c]]) @ W [4, 3], with an attention_mask input, and
+    calibration inputs whose largest magnitude per channel is exactly scales; returns (x, calibration path)."""
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((4, 3)).astype(np.float32)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="gemm")], "one_gemm",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "sequence", 4]),
+         onnx.helper.make_tensor_value_info("attention_mask", onnx.TensorProto.INT64, ["batch", "sequence"])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", "sequence", 3])],
+        [onnx.numpy_helper.from_array(weight, "w")])
+    onnx.save_model(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), str(path))
+    x = (rng.uniform(-1, 1, (8, 5, 4)) * np.asarray(scales)).astype(np.float32)
+    x[0, 0] = scales  # each channel reaches its scale on a token
+    calibration = path.with_suffix(".npz")
+    np.savez(calibration, x=x, attention_mask=np.ones((8, 5), np.int64))
+    return x, calibration
+
+
+@pytest.mark.parametrize("scales, width", [((1.0, 1.0, 1.0, 10.0), 4 + 2),  # 10 / (4 x 1) -> 3 copies
+                                           ((1.0, 1.0, 1.0, 4.5), 4 + 1),   # 4.5 / 4 -> 2 copies
+                                           ((0.0, 0.0, 0.0, 5.0), 4)])      # median 0: left alone
+def test_an_outlier_channel_is_split_into_ceil_range_over_threshold_copies(tmp_path, scales, width):
+    x, calibration = _one_gemm_model(tmp_path / "gemm.onnx", scales)
+    _, count = onnx_backend.outlier_channels_apart(str(tmp_path / "gemm.onnx"), str(tmp_path / "apart.onnx"),
+                                                   str(calibration), "attention_mask")
+    apart = onnx.load_model(str(tmp_path / "apart.onnx"))
+    [weight] = [init for init in apart.graph.initializer if init.name == "w"]
+    assert weight.dims[0] == width and count == (width > 4)
+    mask = np.ones(x.shape[:2], np.int64)
+    runs = [onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x, "attention_mask": mask})[0] for path in (tmp_path / "gemm.onnx", tmp_path / "apart.onnx")]
+    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5, atol=1e-6)
+
+
 def test_int8_with_outliers_apart_is_closer_to_fp32(workspace, tmp_path):
     """On the model with outlier channels, dynamic-per-channel-outliers' int8 hidden states are at least twice as
     close to the fp32 ones as dynamic-per-channel's (measured: 16 times, 0.0018 against 0.029 of their largest
