@@ -116,6 +116,12 @@ def save_calibration(path: str, inputs: Mapping[str, np.ndarray]) -> None:
     atomic_write(path, write)
 
 
+def load_calibration(path: str) -> dict[str, np.ndarray]:
+    """The calibration inputs that save_calibration wrote, by input name."""
+    with np.load(path) as stored:
+        return {name: stored[name] for name in stored.files}
+
+
 # ---------------------------------------------------------------------------------------------
 # Loading and checking
 # ---------------------------------------------------------------------------------------------
@@ -335,8 +341,7 @@ def outlier_channels_apart(model_path: str, output_path: str, calibration_path: 
       the GEMM's input, with its weight row repeated for each copy: outlier channel splitting (Zhao et al., 2019),
       applied to activations. The input then spans at most the threshold, and the GEMM gains sum(n_j - 1) rows.
     """
-    with np.load(calibration_path) as stored:
-        inputs = {name: stored[name] for name in stored.files}
+    inputs = load_calibration(calibration_path)
     model = onnx.load_model(model_path)
     graph = model.graph
     producers = _producers(graph)
@@ -434,9 +439,7 @@ def quantized(fused_path: str, output_path: str, quantization: str, calibration_
                          nodes_to_exclude=fp32_gemms, per_channel=per_channel, weight_type=QuantType.QInt8,
                          extra_options=FUSED_OUTPUT_TYPE)
         return outlier_count
-    with np.load(calibration_path) as stored:
-        inputs = {name: stored[name] for name in stored.files}
-    reader = _CalibrationReader(inputs, input_dtypes(fused_path), mask_input)
+    reader = _CalibrationReader(load_calibration(calibration_path), input_dtypes(fused_path), mask_input)
     quantize_static(fused_path, output_path, reader, quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"],
                     per_channel=per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                     extra_options=FUSED_OUTPUT_TYPE)

@@ -45,7 +45,7 @@ SCRIPT = "bench_squad_inference.py"
 # bf16 instructions the bf16 row runs fp32, which the worker prints.
 OUR_PREDICTOR_PRECISIONS = ("fp32", "bf16")
 # Our ONNX Runtime session's CPU precisions (bf16 runs fp32 there, inference.resolve_precision says why) with,
-# for int8, its --int8-quantization: run_glue.py's default and run_squad.py's (test_bench_squad_inference checks).
+# for int8, its --int8-quantization: run_glue.py's default and run_squad.py's (tests/test_benchmarks.py checks).
 OUR_ONNXRUNTIME_RUNS = (("fp32", None), ("int8", "dynamic-per-channel"), ("int8", "dynamic-per-channel-outliers"))
 # Random weights have none of the outlier activation channels of a trained BERT, which the -outliers int8 takes
 # apart at a cost that grows with their number. So every layer of our model gets some: OUTLIER_CHANNELS of the
@@ -55,16 +55,23 @@ OUTLIER_CHANNELS = (7, 300)
 OUTLIER_SCALE = 20.0
 # Random rows whose activation ranges find the outlier channels (the export's calibration inputs).
 CALIBRATION_SHAPE = (16, 128)
+
+
+def onnxruntime_mode(precision: str, quantization: str | None) -> str:
+    """The report's name of one of OUR_ONNXRUNTIME_RUNS, e.g. "onnxruntime int8 dynamic-per-channel"."""
+    return " ".join(("onnxruntime", precision, *([quantization] if quantization else [])))
+
+
 # (worker, mode): the rows of the report, in this order.
 CONTENDERS = (
     ("ours", "dygraph"), ("ours", "to_static"), *(("ours", f"predictor {p}") for p in OUR_PREDICTOR_PRECISIONS),
-    *(("ours", " ".join(("onnxruntime", *filter(None, run)))) for run in OUR_ONNXRUNTIME_RUNS),
+    *(("ours", onnxruntime_mode(*run)) for run in OUR_ONNXRUNTIME_RUNS),
     ("paddlenlp", "dygraph"), ("paddlenlp", "to_static"), ("paddlenlp", "predictor"),
     ("transformers", "eager"), ("transformers", "torch.compile"), ("transformers", "bf16 autocast"),
 )
 # Pairs of our own contenders whose ratio is reported too: int8 is worth shipping only where it beats our bf16.
-OWN_COMPARISONS = tuple((("ours", f"onnxruntime int8 {quantization}"), ("ours", "predictor bf16"))
-                        for precision, quantization in OUR_ONNXRUNTIME_RUNS if precision == "int8")
+OWN_COMPARISONS = tuple((("ours", onnxruntime_mode(*run)), ("ours", "predictor bf16"))
+                        for run in OUR_ONNXRUNTIME_RUNS if run[0] == "int8")
 WORKER_NAMES = tuple(dict.fromkeys(worker for worker, _ in CONTENDERS))
 # The peers' workers run in their own venvs (peers.py).
 PEER_WORKERS = {"paddlenlp": "paddlenlp", "transformers": "transformers"}
@@ -143,7 +150,7 @@ def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
         runners[f"predictor {precision}"] = inference.inference_predictor(export_dir, "qa", threads,
                                                                           inference.predictor_settings("cpu", runs))
     for precision, quantization in OUR_ONNXRUNTIME_RUNS:
-        runners[" ".join(("onnxruntime", *filter(None, (precision, quantization))))] = inference.onnxruntime_predictor(
+        runners[onnxruntime_mode(precision, quantization)] = inference.onnxruntime_predictor(
             export_dir, "qa", precision, quantization, "cpu", threads)
     return {mode: start_logits_of(run) for mode, run in runners.items()}
 

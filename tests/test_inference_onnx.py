@@ -247,8 +247,7 @@ def test_outlier_channels_apart_keeps_fp32_results_and_bounds_every_int8_gemm_in
     """outlier_channels_apart on a model with two outlier channels: its graph computes the same in fp32, and no
     GEMM left to int8 has an input channel above OUTLIER_RATIO times the median of that GEMM's input before."""
     calibration_path = workspace / "export" / "bert_paddle.calibration.npz"
-    with np.load(calibration_path) as stored:
-        calibration = {name: stored[name] for name in stored.files}
+    calibration = onnx_backend.load_calibration(str(calibration_path))
     outliers, apart = tmp_path / "outliers.onnx", tmp_path / "apart.onnx"
     _with_outliers(workspace, outliers)
     before = _gemm_input_ranges(outliers, calibration)
