@@ -32,6 +32,7 @@ import contextlib
 import logging
 import os
 import tempfile
+import zipfile
 from collections.abc import Iterator, Mapping
 
 import numpy as np
@@ -117,9 +118,19 @@ def save_calibration(path: str, inputs: Mapping[str, np.ndarray]) -> None:
 
 
 def load_calibration(path: str) -> dict[str, np.ndarray]:
-    """The calibration inputs that save_calibration wrote, by input name."""
-    with np.load(path) as stored:
-        return {name: stored[name] for name in stored.files}
+    """The calibration inputs that save_calibration wrote, by input name; ValueError in one line naming the file
+    when it is not a readable .npz of arrays that all start [features, sequence]."""
+    try:
+        with np.load(path) as stored:
+            inputs = {name: stored[name] for name in stored.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # truncated, not a zip, pickled arrays
+        raise ValueError(f"{path}: not a readable calibration file ({error})") from None
+    shapes = {name: array.shape for name, array in inputs.items()}
+    if len({shape[:2] for shape in shapes.values()}) != 1 or any(len(shape) < 2 or 0 in shape[:2]
+                                                                for shape in shapes.values()):
+        raise ValueError(f"{path}: calibration inputs of different shapes ({shapes}); each must start with the "
+                         "same [features, sequence]")
+    return inputs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,10 +476,15 @@ def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: 
     from the checked export at onnx_path; skip_layer_norm as fused takes it."""
     load_checked(onnx_path, input_names)
     calibration = calibration_file(os.path.splitext(onnx_path)[0])
-    if precision == "int8" and needs_calibration(quantization) and not os.path.isfile(calibration):
-        raise FileNotFoundError(f"{calibration}: no calibration inputs for --int8-quantization {quantization} "
-                                "(export with --do-train --export-onnx, which saves them from the training file, "
-                                "or choose dynamic or dynamic-per-channel, which need none)")
+    if precision == "int8" and needs_calibration(quantization):
+        if not os.path.isfile(calibration):
+            raise FileNotFoundError(f"{calibration}: no calibration inputs for --int8-quantization {quantization} "
+                                    "(export with --do-train --export-onnx, which saves them from the training "
+                                    "file, or choose dynamic or dynamic-per-channel, which need none)")
+        stored = load_calibration(calibration)
+        missing = [name for name in input_names if name not in stored]
+        if missing:  # checked here, before minutes of graph preparation
+            raise ValueError(f"{calibration}: no calibration input {missing[0]!r} (it has {sorted(stored)})")
     if precision == "int8" and is_static(quantization):
         # ORT's static quantizer cannot see through the fused com.microsoft ops (their outputs have no types for
         # its calibration), so it quantizes the graph of standard ops; the session's own fusions run after.
