@@ -309,7 +309,7 @@ def report(pool: dict, names: list[str], rounds: int, steps: int, layers: int) -
         loads.append(os.getloadavg()[0])
         turn = order[round_index % len(order):] + order[:round_index % len(order)]
         for name in turn:
-            times = pool[name].request({"steps": steps})
+            times = workers.take_turn(pool[name], {"steps": steps})
             for clock in ("wall", "cpu"):
                 medians[name][clock].append(statistics.median(times[clock]))
         gemm_rate = MATMUL_STEP_FLOPS / medians["matmul"]["wall"][-1]

@@ -270,7 +270,7 @@ def time_batch(pool: dict, contenders: list, shape: list[int], rounds: int, pass
     for round_index in range(rounds):
         shift = round_index % len(contenders)
         for worker, mode in contenders[shift:] + contenders[:shift]:
-            seconds = pool[worker].request({"mode": mode, "shape": shape, "passes": passes})["seconds"]
+            seconds = workers.take_turn(pool[worker], {"mode": mode, "shape": shape, "passes": passes})["seconds"]
             throughput[(worker, mode)].append(shape[0] / statistics.median(seconds))
     return throughput
 

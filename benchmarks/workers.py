@@ -18,12 +18,19 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 
 # glog's warning lines (W1201 09:54:25.148869 26801 eager_utils.cc:3584] message) and Python's warnings
 # (path.py:241: UserWarning: message); the capture groups are the message without time, thread or path.
 _GLOG_WARNING = re.compile(r"^W\d{4} [\d:.]+ +\d+ (\S+\] .*)$")
 _PYTHON_WARNING = re.compile(r"^\S+:\d+: (\w*Warning: .*)$")
+# A contender's threads keep spinning for a while after its turn (the OpenMP runtime under Paddle's CPU kernels
+# waits 200 ms before it sleeps), and on a few cores they slow the next contender's first pass, in this process or
+# another: one ORT fp32 GEMM [3072, 768] x [768, 3072] took 47.5 ms right after a Paddle bf16 predictor's run and
+# 33.2 ms with no Paddle run before it, 34.1 ms 0.2 s after one (2 threads, AMD EPYC Zen 5). So a turn starts
+# SETTLE_SECONDS after the one before it ended.
+SETTLE_SECONDS = 0.3
 
 
 def serve(build: Callable[[], Callable[[dict], dict]]) -> None:
@@ -67,6 +74,12 @@ class WorkerProcess:
         if self.process.poll() is None:
             self.process.stdin.close()
             self.process.wait()
+
+
+def take_turn(worker: WorkerProcess, message: dict) -> dict:
+    """Driver side: the worker's reply to a timed request, sent once the previous turn's threads have settled."""
+    time.sleep(SETTLE_SECONDS)
+    return worker.request(message)
 
 
 def count_warnings(lines: Iterable[str]) -> collections.Counter:

@@ -231,14 +231,16 @@ class FakeWorker:
         return {"seconds": self.seconds[message["mode"]][:message["passes"]]}
 
 
-def test_contenders_take_turns_in_a_rotating_order(bench):
+def test_contenders_take_turns_in_a_rotating_order_each_after_a_settling_pause(bench, monkeypatch):
     squad = bench("bench_squad_inference")
     order = []
+    monkeypatch.setattr(bench("workers").time, "sleep", lambda seconds: order.append(("pause", seconds)))
     pool = {"ours": FakeWorker("ours", {"a": [0.5, 1.0, 4.0], "b": [2.0, 2.0, 2.0]}, order),
             "paddlenlp": FakeWorker("paddlenlp", {"c": [1.0, 1.0, 1.0]}, order)}
     contenders = [("ours", "a"), ("ours", "b"), ("paddlenlp", "c")]
     throughput = squad.time_batch(pool, contenders, [8, 384], rounds=4, passes=3)
-    assert order == (contenders + contenders[1:] + contenders[:1] + contenders[2:] + contenders[:2] + contenders)
+    turns = contenders + contenders[1:] + contenders[:1] + contenders[2:] + contenders[:2] + contenders
+    assert order == [step for turn in turns for step in (("pause", 0.3), turn)]
     # batch 8 over the median pass of each round: 8/1.0, 8/2.0, 8/1.0
     assert throughput == {("ours", "a"): [8.0] * 4, ("ours", "b"): [4.0] * 4, ("paddlenlp", "c"): [8.0] * 4}
 
@@ -321,14 +323,18 @@ class FakeTrainer:
         return {"wall": [self.seconds] * message["steps"], "cpu": [2 * self.seconds] * message["steps"]}
 
 
-def test_pretraining_report_gives_ours_to_each_peer_ratio(bench, capsys):
+def test_pretraining_report_gives_ours_to_each_peer_ratio(bench, capsys, monkeypatch):
+    pauses = []
+    monkeypatch.setattr(bench("workers").time, "sleep", pauses.append)
     pool = {"matmul": FakeTrainer(1.0), "ours": FakeTrainer(2.0), "transformers": FakeTrainer(3.0)}
     bench("bench_pretraining").report(pool, ["ours", "transformers"], rounds=2, steps=1, layers=1)
     out = capsys.readouterr().out
     assert "ours / transformers: 1.50x by wall time (per round: 1.50, 1.50); 1.50x by CPU time" in out
+    assert pauses == [0.3] * 6  # before each of 3 workers' turns in 2 rounds
 
 
-def test_pretraining_report_without_ours_has_no_ratios(bench, capsys):
+def test_pretraining_report_without_ours_has_no_ratios(bench, capsys, monkeypatch):
+    monkeypatch.setattr(bench("workers").time, "sleep", lambda seconds: None)
     pool = {"matmul": FakeTrainer(1.0), "transformers": FakeTrainer(3.0)}
     bench("bench_pretraining").report(pool, ["transformers"], rounds=1, steps=1, layers=1)
     out = capsys.readouterr().out
