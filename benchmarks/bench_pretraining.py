@@ -14,12 +14,13 @@ same random batch, with gradients clipped to a global norm of 1.0:
                 768x2304 / 768x768 / 768x3072, 1024x3072 by 3072x768), the denominator of model-FLOPs
                 utilisation (MFU).
 
-Each contender lives in its own worker process with the same thread count, builds its model once, warms
-up, and then waits. The contenders then take turns, a few steps each, round after round (the order rotates
-every round), so that a change in machine load hits all of them alike. Per round the script prints every
-contender's median step, the ratios of ours to the others and MFU; at the end the medians over rounds.
-On a shared machine compare the ratios, not the absolute figures. Besides wall time it reports seq per
-CPU-second of the process (all its threads), which the other processes on the machine disturb less.
+Each contender lives in its own worker process with the same thread count, builds its model once, warms up, and
+then waits. The contenders then take turns, a few steps each, round after round (the order rotates every round; a
+turn starts once the last one's threads have settled, workers.take_turn), so that a change in machine load hits
+all of them alike. Per round the script prints every contender's median step, the ratios of ours to the others and
+MFU; at the end the medians over rounds. On a shared machine compare the ratios, not the absolute figures. Besides
+wall time it reports seq per CPU-second of the process (all its threads), which the other processes on the machine
+disturb less.
 
 When other processes keep the cores busy, a contender whose elementwise ops run on several threads
 (torch) waits at every thread barrier for a descheduled thread, so with --threads 2 on a loaded machine

@@ -16,12 +16,13 @@ Contenders (CONTENDERS), each group in its own worker process with the same thre
     python benchmarks/bench_squad_inference.py                      # BERT-base, batch 8, seq 384, 3 rounds
     python benchmarks/bench_squad_inference.py --only ours --config bert_configs/bert-tiny-uncased.json
 
-For each batch size every contender first runs untimed (torch.compile compiles then), then the contenders
-take turns, `--passes` timed forward passes each, round after round, the order rotating every round, so that
-a change in machine load hits all of them alike. The figures are medians over rounds; each ratio of ours to a
-peer is the median of the per-round ratios. Inputs are the same random token ids in every worker, with no
-padding (every sequence is seq_length tokens long); weights are random, which inference speed does not see,
-except for int8 with its outlier channels apart: our model gets outlier channels put in (put_outlier_channels).
+For each batch size every contender first runs untimed (torch.compile compiles then), then the contenders take
+turns, `--passes` timed forward passes each, round after round, the order rotating every round and each turn
+starting once the last one's threads have settled (workers.take_turn), so that a change in machine load hits all
+of them alike. The figures are medians over rounds; each ratio of ours to a peer is the median of the per-round
+ratios. Inputs are the same random token ids in every worker, with no padding (every sequence is seq_length tokens
+long); weights are random, which inference speed does not see, except for int8 with its outlier channels apart:
+our model gets outlier channels put in (put_outlier_channels).
 """
 
 from __future__ import annotations
