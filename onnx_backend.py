@@ -128,8 +128,8 @@ def load_calibration(path: str) -> dict[str, np.ndarray]:
     shapes = {name: array.shape for name, array in inputs.items()}
     if len({shape[:2] for shape in shapes.values()}) != 1 or any(len(shape) < 2 or 0 in shape[:2]
                                                                 for shape in shapes.values()):
-        raise ValueError(f"{path}: calibration inputs of different shapes ({shapes}); each must start with the "
-                         "same [features, sequence]")
+        raise ValueError(f"{path}: the calibration inputs do not all start with the same nonempty [features, "
+                         f"sequence] ({shapes})")
     return inputs
 
 

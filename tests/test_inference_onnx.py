@@ -428,8 +428,8 @@ def test_wrong_inputs_and_missing_calibration_are_refused(workspace, tmp_path):
 
 
 def test_broken_calibration_file_is_a_one_line_error(workspace, tmp_path):
-    """A truncated calibration file, one without an input the model takes, and one whose inputs disagree in shape
-    each stop in one line naming the file, before any graph is prepared."""
+    """A truncated calibration file, one without an input the model takes, one whose inputs disagree in shape and
+    one with no features each stop in one line naming the file, before any graph is prepared."""
     exported = workspace / "export" / "bert_paddle.calibration.npz"
     good = onnx_backend.load_calibration(str(exported))
     cases = {
@@ -438,18 +438,21 @@ def test_broken_calibration_file_is_a_one_line_error(workspace, tmp_path):
             str(path), {name: good[name] for name in ("input_ids", "token_type_ids")}),
         "ragged": lambda path: onnx_backend.save_calibration(
             str(path), {**good, "attention_mask": good["attention_mask"][:, :-1]}),
+        "empty": lambda path: onnx_backend.save_calibration(str(path), {name: good[name][:0] for name in good}),
     }
     expected = {"truncated": "not a readable calibration file (",
                 "no_mask": "no calibration input 'attention_mask' (it has ['input_ids', 'token_type_ids'])",
-                "ragged": "calibration inputs of different shapes ({"}
+                "ragged": "the calibration inputs do not all start with the same nonempty [features, sequence] ({",
+                "empty": "the calibration inputs do not all start with the same nonempty [features, sequence] ({"}
     for name, write in cases.items():
         folder = tmp_path / name
         folder.mkdir()
         (folder / "bert_paddle.onnx").write_bytes((workspace / "export" / "bert_paddle.onnx").read_bytes())
         write(folder / "bert_paddle.calibration.npz")
         line = _cli_error(workspace, folder, "--inference-precision", "int8", "--int8-quantization",
-                          "dynamic-per-channel-outliers" if name != "ragged" else "static")
+                          "static" if name == "ragged" else "dynamic-per-channel-outliers")
         assert line.startswith(f"run_glue.py: {folder / 'bert_paddle.calibration.npz'}: {expected[name]}"), line
+
 
 # ---------------------------------------------------------------------------------------------
 # Session settings and the GPU (recording stand-in)
