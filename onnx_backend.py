@@ -126,8 +126,8 @@ def load_calibration(path: str) -> dict[str, np.ndarray]:
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # truncated, not a zip, pickled arrays
         raise ValueError(f"{path}: not a readable calibration file ({error})") from None
     shapes = {name: array.shape for name, array in inputs.items()}
-    if len({shape[:2] for shape in shapes.values()}) != 1 or any(len(shape) < 2 or 0 in shape[:2]
-                                                                for shape in shapes.values()):
+    starts = {shape[:2] for shape in shapes.values()}  # every input's [features, sequence]
+    if len(starts) != 1 or any(len(start) != 2 or 0 in start for start in starts):
         raise ValueError(f"{path}: the calibration inputs do not all start with the same nonempty [features, "
                          f"sequence] ({shapes})")
     return inputs
@@ -335,7 +335,7 @@ def channel_ranges(model_path: str, inputs: Mapping[str, np.ndarray], tensor_nam
     return ranges
 
 
-def outlier_channels_apart(model_path: str, output_path: str, calibration_path: str,
+def outlier_channels_apart(model_path: str, output_path: str, calibration: Mapping[str, np.ndarray],
                            mask_input: str) -> tuple[list[str], int]:
     """The fp32 model at model_path rewritten so that no quantized GEMM input keeps an outlier channel (above
     OUTLIER_RATIO times its median channel's range on the calibration inputs), written to output_path; the
@@ -352,13 +352,12 @@ def outlier_channels_apart(model_path: str, output_path: str, calibration_path: 
       the GEMM's input, with its weight row repeated for each copy: outlier channel splitting (Zhao et al., 2019),
       applied to activations. The input then spans at most the threshold, and the GEMM gains sum(n_j - 1) rows.
     """
-    inputs = load_calibration(calibration_path)
     model = onnx.load_model(model_path)
     graph = model.graph
     producers = _producers(graph)
     initializers = {initializer.name: initializer for initializer in graph.initializer}
     gemms = [node for node in graph.node if node.op_type == "MatMul" and node.input[1] in initializers]
-    ranges = channel_ranges(model_path, inputs, sorted({gemm.input[0] for gemm in gemms}), mask_input)
+    ranges = channel_ranges(model_path, calibration, sorted({gemm.input[0] for gemm in gemms}), mask_input)
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
@@ -432,10 +431,11 @@ def outlier_channels_apart(model_path: str, output_path: str, calibration_path: 
     return fp32_gemms, outlier_count
 
 
-def quantized(fused_path: str, output_path: str, quantization: str, calibration_path: str | None,
+def quantized(fused_path: str, output_path: str, quantization: str, calibration: Mapping[str, np.ndarray] | None,
               mask_input: str) -> int:
     """int8 weights (and, for "static", calibrated int8 activations) of the fused model, written to output_path;
-    returns the number of outlier channels taken apart (OUTLIERS), else 0."""
+    returns the number of outlier channels taken apart (OUTLIERS), else 0. calibration: the load_calibration
+    inputs, for the choices that needs_calibration names."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     per_channel = PER_CHANNEL in quantization
@@ -443,14 +443,14 @@ def quantized(fused_path: str, output_path: str, quantization: str, calibration_
         fp32_gemms, outlier_count = [], 0
         if quantization.endswith(OUTLIERS):
             apart_path = output_path + ".apart.onnx"
-            fp32_gemms, outlier_count = outlier_channels_apart(fused_path, apart_path, calibration_path, mask_input)
+            fp32_gemms, outlier_count = outlier_channels_apart(fused_path, apart_path, calibration, mask_input)
             fused_path = apart_path
         # Gathers (the embedding tables) stay fp32: a lookup gains nothing from int8.
         quantize_dynamic(fused_path, output_path, op_types_to_quantize=["MatMul", "Attention"],
                          nodes_to_exclude=fp32_gemms, per_channel=per_channel, weight_type=QuantType.QInt8,
                          extra_options=FUSED_OUTPUT_TYPE)
         return outlier_count
-    reader = _CalibrationReader(load_calibration(calibration_path), input_dtypes(fused_path), mask_input)
+    reader = _CalibrationReader(calibration, input_dtypes(fused_path), mask_input)
     quantize_static(fused_path, output_path, reader, quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"],
                     per_channel=per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                     extra_options=FUSED_OUTPUT_TYPE)
@@ -476,6 +476,7 @@ def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: 
     from the checked export at onnx_path; skip_layer_norm as fused takes it."""
     load_checked(onnx_path, input_names)
     calibration = calibration_file(os.path.splitext(onnx_path)[0])
+    stored = None  # the calibration inputs, read once here for the choices that need them
     if precision == "int8" and needs_calibration(quantization):
         if not os.path.isfile(calibration):
             raise FileNotFoundError(f"{calibration}: no calibration inputs for --int8-quantization {quantization} "
@@ -492,7 +493,7 @@ def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: 
         basic_optimized(onnx_path, basic_path)
         output_path = os.path.join(work_dir, f"int8-{quantization}.onnx")
         with _quiet_root_logger(logging.ERROR):
-            quantized(basic_path, output_path, quantization, calibration, mask_input)
+            quantized(basic_path, output_path, quantization, stored, mask_input)
         print(f"{onnx_path}: int8 with {quantization} quantization, calibrated on {calibration}", flush=True)
         return output_path
     fused_path = os.path.join(work_dir, "fused.onnx")
@@ -510,7 +511,7 @@ def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: 
         model.save_model_to_file(output_path)
         return output_path
     with _quiet_root_logger(logging.ERROR):
-        outlier_count = quantized(fused_path, output_path, quantization, calibration, mask_input)
+        outlier_count = quantized(fused_path, output_path, quantization, stored, mask_input)
     if quantization.endswith(OUTLIERS):
         print(f"{onnx_path}: int8 with {quantization} quantization, {outlier_count} outlier channels of the GEMM "
               f"inputs kept apart (found on {calibration})", flush=True)

@@ -246,12 +246,11 @@ def _session_logits(path):
 def test_outlier_channels_apart_keeps_fp32_results_and_bounds_every_int8_gemm_input(workspace, tmp_path):
     """outlier_channels_apart on a model with two outlier channels: its graph computes the same in fp32, and no
     GEMM left to int8 has an input channel above OUTLIER_RATIO times the median of that GEMM's input before."""
-    calibration_path = workspace / "export" / "bert_paddle.calibration.npz"
-    calibration = onnx_backend.load_calibration(str(calibration_path))
+    calibration = onnx_backend.load_calibration(str(workspace / "export" / "bert_paddle.calibration.npz"))
     outliers, apart = tmp_path / "outliers.onnx", tmp_path / "apart.onnx"
     _with_outliers(workspace, outliers)
     before = _gemm_input_ranges(outliers, calibration)
-    fp32_gemms, count = onnx_backend.outlier_channels_apart(str(outliers), str(apart), str(calibration_path),
+    fp32_gemms, count = onnx_backend.outlier_channels_apart(str(outliers), str(apart), calibration,
                                                             "attention_mask")
     threshold = {gemm: onnx_backend.OUTLIER_RATIO * np.median(ranges) for gemm, ranges in before.items()}
     expected_count = sum(int((ranges > threshold[gemm]).sum()) for gemm, ranges in before.items())
@@ -298,7 +297,7 @@ def _one_gemm_model(path, scales):
 def test_an_outlier_channel_is_split_into_ceil_range_over_threshold_copies(tmp_path, scales, width):
     x, calibration = _one_gemm_model(tmp_path / "gemm.onnx", scales)
     _, count = onnx_backend.outlier_channels_apart(str(tmp_path / "gemm.onnx"), str(tmp_path / "apart.onnx"),
-                                                   str(calibration), "attention_mask")
+                                                   onnx_backend.load_calibration(str(calibration)), "attention_mask")
     apart = onnx.load_model(str(tmp_path / "apart.onnx"))
     [weight] = [init for init in apart.graph.initializer if init.name == "w"]
     assert weight.dims[0] == width and count == (width > 4)
@@ -318,8 +317,8 @@ def test_int8_with_outliers_apart_is_closer_to_fp32(workspace, tmp_path):
     errors = {}
     for quantization in ("dynamic-per-channel", "dynamic-per-channel-outliers"):
         output = tmp_path / f"{quantization}.onnx"
-        onnx_backend.quantized(str(outliers), str(output), quantization,
-                               str(workspace / "export" / "bert_paddle.calibration.npz"), "attention_mask")
+        onnx_backend.quantized(str(outliers), str(output), quantization, onnx_backend.load_calibration(
+            str(workspace / "export" / "bert_paddle.calibration.npz")), "attention_mask")
         hidden = _hidden_states(output)
         errors[quantization] = max(np.abs(hidden[name] - value).max() / np.abs(value).max()
                                    for name, value in expected.items())
