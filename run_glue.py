@@ -67,8 +67,8 @@ CUSTOM_TASK = "custom"
 TASK_NAMES = (*GLUE_TASKS, CUSTOM_TASK)
 PREDICTIONS_FILE = "predictions.tsv"
 # --int8-quantization's default for GLUE (benchmarks/inference_accuracy.py; docs/inference.md): per-channel weight
-# scales scored within a point of fp32 on MRPC (-0.49) and SST-2 (+0.80), need no calibration inputs, and run 12-13%
-# faster than SQuAD's default, which takes the outlier channels apart too (MRPC +0.25, SST-2 0.00).
+# scales scored within a point of fp32 on MRPC (-0.49) and SST-2 (+0.80) and need no calibration inputs; SQuAD's
+# default, which takes the outlier channels apart too (MRPC +0.25, SST-2 0.00), ran 12-15% slower.
 INT8_QUANTIZATION = "dynamic-per-channel"
 
 
