@@ -12,6 +12,10 @@ Contenders (CONTENDERS), each group in its own worker process with the same thre
 - transformers: HF BertForQuestionAnswering on torch, eager, torch.compile and eager under bf16 autocast
                 (--torch-python).
 
+Ours and transformers also time GEMMS_ALONE: their framework's fp32 matmuls of the model's forward pass
+(gemm_shapes) with nothing between them, an upper bound on any fp32 forward that uses those matmuls. The report
+gives each fp32 contender as a share of the faster of the two.
+
     benchmarks/setup_peers.sh /work/peers && export PADDLEBERT_PEERS_DIR=/work/peers
     python benchmarks/bench_squad_inference.py                      # BERT-base, batch 8, seq 384, 3 rounds
     python benchmarks/bench_squad_inference.py --only ours --config bert_configs/bert-tiny-uncased.json
@@ -63,13 +67,20 @@ def onnxruntime_mode(precision: str, quantization: str | None) -> str:
     return " ".join(("onnxruntime", precision, *([quantization] if quantization else [])))
 
 
+# The mode that runs only the model's matmuls, in fp32 (gemm_shapes): a bound, not a contender to compare.
+GEMMS_ALONE = "fp32 GEMMs alone"
 # (worker, mode): the rows of the report, in this order.
 CONTENDERS = (
     ("ours", "dygraph"), ("ours", "to_static"), *(("ours", f"predictor {p}") for p in OUR_PREDICTOR_PRECISIONS),
-    *(("ours", onnxruntime_mode(*run)) for run in OUR_ONNXRUNTIME_RUNS),
+    *(("ours", onnxruntime_mode(*run)) for run in OUR_ONNXRUNTIME_RUNS), ("ours", GEMMS_ALONE),
     ("paddlenlp", "dygraph"), ("paddlenlp", "to_static"), ("paddlenlp", "predictor"),
     ("transformers", "eager"), ("transformers", "torch.compile"), ("transformers", "bf16 autocast"),
+    ("transformers", GEMMS_ALONE),
 )
+# The contenders that compute in fp32 throughout, which the report sets against the fastest GEMMS_ALONE.
+FP32_CONTENDERS = (("ours", "dygraph"), ("ours", "to_static"), ("ours", "predictor fp32"), ("ours", "onnxruntime fp32"),
+                   ("paddlenlp", "dygraph"), ("paddlenlp", "to_static"), ("paddlenlp", "predictor"),
+                   ("transformers", "eager"), ("transformers", "torch.compile"))
 # Pairs of our own contenders whose ratio is reported too: int8 is worth shipping only where it beats our bf16.
 OWN_COMPARISONS = tuple((("ours", onnxruntime_mode(*run)), ("ours", "predictor bf16"))
                         for run in OUR_ONNXRUNTIME_RUNS if run[0] == "int8")
@@ -91,6 +102,42 @@ def random_batch(batch_size: int, seq_length: int):
     token_type_ids = np.zeros_like(input_ids)
     token_type_ids[:, seq_length // 2:] = 1
     return input_ids, token_type_ids, np.ones_like(input_ids)
+
+
+def gemm_shapes(config_path: str, batch_size: int, seq_length: int) -> list[tuple[int, int, int, int]]:
+    """(count, m, k, n) of every matmul in one forward pass of the span model, [count, m, k] @ [count, k, n]:
+    per layer the fused query/key/value projection, the attention scores and context (one product per sequence and
+    head), the attention output and the two feed-forward layers; then the span head. The embeddings' lookups,
+    softmax, LayerNorm, GELU and the bias additions are left out."""
+    config = architecture(config_path)
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
+    heads = config["num_attention_heads"]
+    tokens, head_size = batch_size * seq_length, hidden // heads
+    layer = [(1, tokens, hidden, 3 * hidden),
+             (batch_size * heads, seq_length, head_size, seq_length),  # Q K^T
+             (batch_size * heads, seq_length, seq_length, head_size),  # probabilities V
+             (1, tokens, hidden, hidden), (1, tokens, hidden, inner), (1, tokens, inner, hidden)]
+    return layer * config["num_hidden_layers"] + [(1, tokens, hidden, 2)]
+
+
+def gemms_alone(config_path: str, random, matmul):
+    """A runner of GEMMS_ALONE: matmul over random(shape) operands of gemm_shapes, made once per input shape and
+    shared by the layers (so the weights may stay in cache, which only raises the bound). It returns None: there
+    are no logits to compare."""
+    operands = {}
+
+    def operands_of(count: int, m: int, k: int, n: int) -> tuple:
+        batch = [count] if count > 1 else []
+        return random([*batch, m, k]), random([*batch, k, n])
+
+    def run(input_ids, token_type_ids, attention_mask):
+        if input_ids.shape not in operands:
+            operands[input_ids.shape] = {shape: operands_of(*shape)
+                                         for shape in set(gemm_shapes(config_path, *input_ids.shape))}
+        products = operands[input_ids.shape]
+        for shape in gemm_shapes(config_path, *input_ids.shape):
+            matmul(*products[shape])
+    return run
 
 
 def put_outlier_channels(model) -> None:
@@ -153,7 +200,8 @@ def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
     for precision, quantization in OUR_ONNXRUNTIME_RUNS:
         runners[onnxruntime_mode(precision, quantization)] = inference.onnxruntime_predictor(
             export_dir, "qa", precision, quantization, "cpu", threads)
-    return {mode: start_logits_of(run) for mode, run in runners.items()}
+    runs = {mode: start_logits_of(run) for mode, run in runners.items()}
+    return {**runs, GEMMS_ALONE: gemms_alone(config_path, lambda shape: paddle.randn(shape, "float32"), paddle.matmul)}
 
 
 def start_logits_of(run):
@@ -221,7 +269,8 @@ def build_transformers(config_path: str, threads: int, export_dir: str) -> dict:
         return run
 
     return {"eager": runner(model, False), "torch.compile": runner(compiled, False),
-            "bf16 autocast": runner(model, True)}
+            "bf16 autocast": runner(model, True),
+            GEMMS_ALONE: gemms_alone(config_path, lambda shape: torch.randn(shape), torch.matmul)}
 
 
 BUILDERS = {"ours": build_ours, "paddlenlp": build_paddlenlp, "transformers": build_transformers}
@@ -229,8 +278,8 @@ BUILDERS = {"ours": build_ours, "paddlenlp": build_paddlenlp, "transformers": bu
 
 def worker_answers(kind: str, config_path: str, threads: int, export_dir: str):
     """The worker's request handler: {"warm": [B, S]} runs every mode once and replies each mode's largest
-    difference in start logits from the first mode; {"mode": M, "shape": [B, S], "passes": P} replies the
-    wall seconds of P forward passes."""
+    difference in start logits from the first mode (GEMMS_ALONE has none); {"mode": M, "shape": [B, S],
+    "passes": P} replies the wall seconds of P forward passes."""
     runners = BUILDERS[kind](config_path, threads, export_dir)
 
     def answer(request: dict) -> dict:
@@ -238,7 +287,8 @@ def worker_answers(kind: str, config_path: str, threads: int, export_dir: str):
             batch = random_batch(*request["warm"])
             outputs = {mode: run(*batch) for mode, run in runners.items()}
             first = next(iter(outputs.values()))
-            return {"difference": {mode: float(abs(output - first).max()) for mode, output in outputs.items()}}
+            return {"difference": {mode: float(abs(output - first).max()) for mode, output in outputs.items()
+                                   if mode != GEMMS_ALONE}}
         batch, seconds = random_batch(*request["shape"]), []
         for _ in range(request["passes"]):
             start = time.perf_counter()
@@ -278,7 +328,8 @@ def time_batch(pool: dict, contenders: list, shape: list[int], rounds: int, pass
 
 def report_lines(throughput: dict) -> list[str]:
     """The report of one batch size: every contender's median seq/s, then each of our contenders' ratios
-    to every peer's and the OWN_COMPARISONS present, each the median of the per-round ratios."""
+    to every peer's and the OWN_COMPARISONS present, then each fp32 contender's share of the faster GEMMS_ALONE,
+    each the median of the per-round ratios."""
     def ratio(mine: tuple[str, str], other: tuple[str, str]) -> float:
         return statistics.median(a / b for a, b in zip(throughput[mine], throughput[other], strict=True))
 
@@ -287,14 +338,21 @@ def report_lines(throughput: dict) -> list[str]:
         per_round = ", ".join(f"{value:.2f}" for value in values)
         lines.append(f"  {contender_name(contender):28s} {statistics.median(values):8.2f} seq/s   "
                      f"(rounds: {per_round})")
-    ours = [contender for contender in throughput if contender[0] == "ours"]
-    others = [contender for contender in throughput if contender[0] != "ours"]
+    compared = [contender for contender in throughput if contender[1] != GEMMS_ALONE]
+    ours = [contender for contender in compared if contender[0] == "ours"]
+    others = [contender for contender in compared if contender[0] != "ours"]
     for mine in ours if others else []:
         lines.append(f"  {contender_name(mine)}: " + ", ".join(
             f"{ratio(mine, other):.2f}x {contender_name(other)}" for other in others))
     for mine, other in OWN_COMPARISONS:
         if mine in throughput and other in throughput:
             lines.append(f"  {contender_name(mine)}: {ratio(mine, other):.2f}x {contender_name(other)}")
+    bounds = [contender for contender in throughput if contender[1] == GEMMS_ALONE]
+    fp32 = [contender for contender in FP32_CONTENDERS if contender in throughput]
+    if bounds and fp32:
+        bound = max(bounds, key=lambda contender: statistics.median(throughput[contender]))
+        lines.append(f"  share of {contender_name(bound)} ({statistics.median(throughput[bound]):.2f} seq/s): "
+                     + ", ".join(f"{contender_name(contender)} {ratio(contender, bound):.2f}" for contender in fp32))
     return lines
 
 

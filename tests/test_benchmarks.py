@@ -303,6 +303,55 @@ def test_put_outlier_channels_scales_the_chosen_channels_of_every_layer(bench):
     np.testing.assert_array_equal(after[:, others], before[weight][:, others])
 
 
+def test_gemm_shapes_count_the_forward_passes_matmul_flops(bench):
+    """By hand for BERT-base: each token meets every Linear weight once (2 FLOPs per weight: the query/key/value,
+    output and feed-forward weights, 4H^2 + 2HF per layer, and the span head's 2H) and, per layer, scores and
+    context against all S positions (2 S H FLOPs each)."""
+    squad = bench("bench_squad_inference")
+    hidden, inner, layers, batch, seq = 768, 3072, 12, 8, 384
+    by_hand = batch * seq * (layers * (2 * (4 * hidden ** 2 + 2 * hidden * inner) + 2 * 2 * seq * hidden)
+                             + 2 * hidden * 2)
+    shapes = squad.gemm_shapes(str(ROOT / "bert_configs" / "bert-base-uncased.json"), batch, seq)
+    assert sum(2 * count * m * k * n for count, m, k, n in shapes) == by_hand  # 70.6 GFLOP per sequence
+    assert len(shapes) == 6 * layers + 1
+
+
+def test_gemms_alone_runs_each_shape_in_order_on_operands_made_once(bench):
+    squad = bench("bench_squad_inference")
+    made, products = [], []
+
+    def random(shape):
+        made.append(tuple(shape))
+        return np.zeros(shape)
+
+    run = squad.gemms_alone(str(TINY_CONFIG), random, lambda a, b: products.append((a.shape, b.shape)))
+    ids = np.zeros((2, 16), dtype=np.int64)
+    assert run(ids, ids, ids) is None
+    shapes = squad.gemm_shapes(str(TINY_CONFIG), 2, 16)
+    expected = [(((c, m, k), (c, k, n)) if c > 1 else ((m, k), (k, n))) for c, m, k, n in shapes]
+    assert products == expected
+    made_once = len(made)
+    assert made_once == 2 * len(set(shapes))
+    run(ids, ids, ids)
+    assert len(made) == made_once and products == expected * 2
+
+
+def test_report_sets_fp32_contenders_against_the_faster_gemms_alone_and_compares_nothing_else_to_it(bench):
+    squad = bench("bench_squad_inference")
+    gemms = squad.GEMMS_ALONE
+    throughput = {("ours", "predictor fp32"): [4.0, 6.0, 3.0], ("ours", "predictor bf16"): [9.0, 9.0, 9.0],
+                  ("ours", gemms): [5.0, 5.0, 5.0],
+                  ("transformers", "torch.compile"): [4.0, 4.0, 4.0], ("transformers", gemms): [8.0, 8.0, 6.0]}
+    lines = squad.report_lines(throughput)
+    assert len(lines) == 5 + 2 + 1
+    assert lines[5] == "  ours predictor fp32: 1.00x transformers torch.compile"
+    assert lines[6] == "  ours predictor bf16: 2.25x transformers torch.compile"
+    # transformers' bound, median 8 > 5; per-round shares 0.5, 0.75, 0.5 and 0.5, 0.5, 0.67
+    assert lines[7] == ("  share of transformers fp32 GEMMs alone (8.00 seq/s): "
+                        "ours predictor fp32 0.50, transformers torch.compile 0.50")
+    assert set(squad.FP32_CONTENDERS) <= set(squad.CONTENDERS)
+
+
 def test_report_of_ours_alone_has_no_ratio_lines(bench):
     lines = bench("bench_squad_inference").report_lines({("ours", "dygraph"): [1.0], ("ours", "to_static"): [2.0]})
     assert len(lines) == 2
@@ -367,9 +416,11 @@ def test_squad_inference_smoke_run_with_our_contenders():
     assert (differences["predictor bf16"] > 1e-4) == importlib.import_module("inference").cpu_has_bf16()
     for mode in int8:  # int8 rounds; by a few percent of logits of size about 1
         assert 0 < differences[mode] < 0.1, mode
-    for mode in ("dygraph", *sorted(modes)):
+    for mode in ("dygraph", *sorted(modes), "fp32 GEMMs alone"):
         [row] = [line for line in lines if line.startswith(f"  ours {mode} ")]
         assert float(row.split("seq/s")[0].split()[-1]) > 0
+    [share] = [line for line in lines if line.startswith("  share of ours fp32 GEMMs alone")]
+    assert share.split(": ")[1].split(", ")[0].startswith("ours dygraph ")
     assert any(line.startswith("ours: ") and "warning lines captured from stderr" in line for line in lines)
     # Paddle's warnings went into the worker's captured stderr, not to the terminal.
     assert "Warning" not in result.stderr and "W1" not in result.stderr
