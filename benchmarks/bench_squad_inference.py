@@ -12,9 +12,10 @@ Contenders (CONTENDERS), each group in its own worker process with the same thre
 - transformers: HF BertForQuestionAnswering on torch, eager, torch.compile and eager under bf16 autocast
                 (--torch-python).
 
-Ours and transformers also time GEMMS_ALONE: their framework's fp32 matmuls of the model's forward pass
-(gemm_shapes) with nothing between them, an upper bound on any fp32 forward that uses those matmuls. The report
-gives each fp32 contender as a share of the faster of the two.
+Ours and transformers also time GEMMS_ALONE: the fp32 matmuls of the model's forward pass (gemm_shapes) with
+nothing between them, in ONNX Runtime (our faster fp32 backend; Paddle's dygraph batched matmul is slower) and in
+torch, an upper bound on any fp32 forward that uses those matmuls. The report gives each fp32 contender as a share
+of the faster of the two.
 
     benchmarks/setup_peers.sh /work/peers && export PADDLEBERT_PEERS_DIR=/work/peers
     python benchmarks/bench_squad_inference.py                      # BERT-base, batch 8, seq 384, 3 rounds
@@ -168,6 +169,7 @@ def architecture(config_path: str) -> dict:
 
 def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
     sys.path.insert(0, str(ROOT))
+    import numpy as np
     import paddle
 
     import inference
@@ -201,7 +203,34 @@ def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
         runners[onnxruntime_mode(precision, quantization)] = inference.onnxruntime_predictor(
             export_dir, "qa", precision, quantization, "cpu", threads)
     runs = {mode: start_logits_of(run) for mode, run in runners.items()}
-    return {**runs, GEMMS_ALONE: gemms_alone(config_path, lambda shape: paddle.randn(shape, "float32"), paddle.matmul)}
+    rng = np.random.default_rng(0)
+    matmul = onnxruntime_matmul(inference.onnxruntime_session_settings("cpu", threads))
+    return {**runs, GEMMS_ALONE: gemms_alone(config_path, lambda shape: rng.standard_normal(shape, np.float32), matmul)}
+
+
+def onnxruntime_matmul(settings: dict):
+    """matmul(a, b) of float32 arrays in an ONNX Runtime session of one MatMul node per pair of operand shapes,
+    made with our sessions' settings (inference.onnxruntime_session_settings)."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    sessions = {}
+
+    def matmul(a, b):
+        if (a.shape, b.shape) not in sessions:
+            graph = helper.make_graph(
+                [helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul",
+                [helper.make_tensor_value_info("a", TensorProto.FLOAT, a.shape),
+                 helper.make_tensor_value_info("b", TensorProto.FLOAT, b.shape)],
+                [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
+            options = onnxruntime.SessionOptions()
+            for name, value in settings["options"].items():
+                setattr(options, name, value)
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+            sessions[a.shape, b.shape] = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                                                      providers=settings["providers"])
+        return sessions[a.shape, b.shape].run(None, {"a": a, "b": b})[0]
+    return matmul
 
 
 def start_logits_of(run):

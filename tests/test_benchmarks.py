@@ -336,6 +336,15 @@ def test_gemms_alone_runs_each_shape_in_order_on_operands_made_once(bench):
     assert len(made) == made_once and products == expected * 2
 
 
+def test_onnxruntime_matmul_gives_numpys_products_in_2d_and_batched(bench):
+    squad = bench("bench_squad_inference")
+    matmul = squad.onnxruntime_matmul(importlib.import_module("inference").onnxruntime_session_settings("cpu", 1))
+    rng = np.random.default_rng(0)
+    for a_shape, b_shape in (((33, 70), (70, 5)), ((6, 9, 16), (6, 16, 9)), ((33, 70), (70, 5))):
+        a, b = rng.standard_normal(a_shape, np.float32), rng.standard_normal(b_shape, np.float32)
+        np.testing.assert_allclose(matmul(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_report_sets_fp32_contenders_against_the_faster_gemms_alone_and_compares_nothing_else_to_it(bench):
     squad = bench("bench_squad_inference")
     gemms = squad.GEMMS_ALONE
