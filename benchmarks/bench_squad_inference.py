@@ -121,23 +121,24 @@ def gemm_shapes(config_path: str, batch_size: int, seq_length: int) -> list[tupl
     return layer * config["num_hidden_layers"] + [(1, tokens, hidden, 2)]
 
 
-def gemms_alone(config_path: str, random, matmul):
-    """A runner of GEMMS_ALONE: matmul over random(shape) operands of gemm_shapes, made once per input shape and
-    shared by the layers (so the weights may stay in cache, which only raises the bound). It returns None: there
-    are no logits to compare."""
-    operands = {}
+def gemms_alone(config_path: str, random, multiplier):
+    """A runner of GEMMS_ALONE: a @ b for each of gemm_shapes, by multiplier(b, is_weight)(a), over random(shape)
+    operands. The right-hand operands of the Linear layers (count 1) are their weights, which a framework may
+    prepare once, as ONNX Runtime packs a model's. Operands are made once per input shape and shared by the layers
+    (so they may stay in cache, which only raises the bound). It returns None: there are no logits to compare."""
+    products = {}
 
-    def operands_of(count: int, m: int, k: int, n: int) -> tuple:
+    def prepared(count: int, m: int, k: int, n: int) -> tuple:
         batch = [count] if count > 1 else []
-        return random([*batch, m, k]), random([*batch, k, n])
+        return random([*batch, m, k]), multiplier(random([*batch, k, n]), count == 1)
 
     def run(input_ids, token_type_ids, attention_mask):
-        if input_ids.shape not in operands:
-            operands[input_ids.shape] = {shape: operands_of(*shape)
+        if input_ids.shape not in products:
+            products[input_ids.shape] = {shape: prepared(*shape)
                                          for shape in set(gemm_shapes(config_path, *input_ids.shape))}
-        products = operands[input_ids.shape]
         for shape in gemm_shapes(config_path, *input_ids.shape):
-            matmul(*products[shape])
+            a, multiply = products[input_ids.shape][shape]
+            multiply(a)
     return run
 
 
@@ -204,33 +205,37 @@ def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
             export_dir, "qa", precision, quantization, "cpu", threads)
     runs = {mode: start_logits_of(run) for mode, run in runners.items()}
     rng = np.random.default_rng(0)
-    matmul = onnxruntime_matmul(inference.onnxruntime_session_settings("cpu", threads))
-    return {**runs, GEMMS_ALONE: gemms_alone(config_path, lambda shape: rng.standard_normal(shape, np.float32), matmul)}
+    multiplier = onnxruntime_multiplier(inference.onnxruntime_session_settings("cpu", threads))
+    return {**runs,
+            GEMMS_ALONE: gemms_alone(config_path, lambda shape: rng.standard_normal(shape, np.float32), multiplier)}
 
 
-def onnxruntime_matmul(settings: dict):
-    """matmul(a, b) of float32 arrays in an ONNX Runtime session of one MatMul node per pair of operand shapes,
-    made with our sessions' settings (inference.onnxruntime_session_settings)."""
+def onnxruntime_multiplier(settings: dict):
+    """multiplier(b, is_weight) of gemms_alone: a function of a that gives a @ b (float32) in an ONNX Runtime
+    session of one MatMul node, made with our sessions' settings (inference.onnxruntime_session_settings) but
+    threads that sleep when done. A weight is the graph's initializer, which ORT packs once as it does the model's;
+    any other b is fed with each a."""
     import onnxruntime
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
-    sessions = {}
-
-    def matmul(a, b):
-        if (a.shape, b.shape) not in sessions:
-            graph = helper.make_graph(
-                [helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul",
-                [helper.make_tensor_value_info("a", TensorProto.FLOAT, a.shape),
-                 helper.make_tensor_value_info("b", TensorProto.FLOAT, b.shape)],
-                [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
-            options = onnxruntime.SessionOptions()
-            for name, value in settings["options"].items():
-                setattr(options, name, value)
-            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-            sessions[a.shape, b.shape] = onnxruntime.InferenceSession(model.SerializeToString(), options,
-                                                                      providers=settings["providers"])
-        return sessions[a.shape, b.shape].run(None, {"a": a, "b": b})[0]
-    return matmul
+    def multiplier(b, is_weight: bool):
+        inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)]
+        if not is_weight:
+            inputs.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, b.shape))
+        graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul", inputs,
+                                  [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)],
+                                  initializer=[numpy_helper.from_array(b, "b")] if is_weight else [])
+        options = onnxruntime.SessionOptions()
+        for name, value in settings["options"].items():
+            setattr(options, name, value)
+        # Each session has its own thread pool, whose threads would spin on after their MatMul and take the cores
+        # from the next session's (the GEMMs ran at half speed so).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=settings["providers"])
+        fed = {} if is_weight else {"b": b}
+        return lambda a: session.run(None, {"a": a, **fed})[0]
+    return multiplier
 
 
 def start_logits_of(run):
@@ -299,7 +304,8 @@ def build_transformers(config_path: str, threads: int, export_dir: str) -> dict:
 
     return {"eager": runner(model, False), "torch.compile": runner(compiled, False),
             "bf16 autocast": runner(model, True),
-            GEMMS_ALONE: gemms_alone(config_path, lambda shape: torch.randn(shape), torch.matmul)}
+            GEMMS_ALONE: gemms_alone(config_path, lambda shape: torch.randn(shape),
+                                     lambda b, is_weight: lambda a: torch.matmul(a, b))}
 
 
 BUILDERS = {"ours": build_ours, "paddlenlp": build_paddlenlp, "transformers": build_transformers}

@@ -324,11 +324,15 @@ def test_gemms_alone_runs_each_shape_in_order_on_operands_made_once(bench):
         made.append(tuple(shape))
         return np.zeros(shape)
 
-    run = squad.gemms_alone(str(TINY_CONFIG), random, lambda a, b: products.append((a.shape, b.shape)))
+    def multiplier(b, is_weight):
+        return lambda a: products.append((a.shape, b.shape, is_weight))
+
+    run = squad.gemms_alone(str(TINY_CONFIG), random, multiplier)
     ids = np.zeros((2, 16), dtype=np.int64)
     assert run(ids, ids, ids) is None
     shapes = squad.gemm_shapes(str(TINY_CONFIG), 2, 16)
-    expected = [(((c, m, k), (c, k, n)) if c > 1 else ((m, k), (k, n))) for c, m, k, n in shapes]
+    # the Linear layers' right-hand operands are weights; attention's both sides are activations
+    expected = [((c, m, k), (c, k, n), False) if c > 1 else ((m, k), (k, n), True) for c, m, k, n in shapes]
     assert products == expected
     made_once = len(made)
     assert made_once == 2 * len(set(shapes))
@@ -336,13 +340,16 @@ def test_gemms_alone_runs_each_shape_in_order_on_operands_made_once(bench):
     assert len(made) == made_once and products == expected * 2
 
 
-def test_onnxruntime_matmul_gives_numpys_products_in_2d_and_batched(bench):
+def test_onnxruntime_multiplier_gives_numpys_products_of_weights_and_of_activations(bench):
     squad = bench("bench_squad_inference")
-    matmul = squad.onnxruntime_matmul(importlib.import_module("inference").onnxruntime_session_settings("cpu", 1))
+    settings = importlib.import_module("inference").onnxruntime_session_settings("cpu", 1)
+    multiplier = squad.onnxruntime_multiplier(settings)
     rng = np.random.default_rng(0)
-    for a_shape, b_shape in (((33, 70), (70, 5)), ((6, 9, 16), (6, 16, 9)), ((33, 70), (70, 5))):
+    for a_shape, b_shape, is_weight in (((33, 70), (70, 5), True), ((6, 9, 16), (6, 16, 9), False)):
         a, b = rng.standard_normal(a_shape, np.float32), rng.standard_normal(b_shape, np.float32)
-        np.testing.assert_allclose(matmul(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+        multiply = multiplier(b, is_weight)
+        for scale in (1, -2):  # the weight stays, a changes
+            np.testing.assert_allclose(multiply(scale * a), scale * a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_report_sets_fp32_contenders_against_the_faster_gemms_alone_and_compares_nothing_else_to_it(bench):
