@@ -273,34 +273,39 @@ def _hidden_states(path):
 
 
 def _one_gemm_model(path, scales):
-    """x [B, S, 4] (channel c drawn from [-scales[c], scales[c]]) @ W [4, 3], with an attention_mask input, and
-    calibration inputs whose largest magnitude per channel is exactly scales; returns (x, calibration path)."""
+    """x [B, S, C] (channel c drawn from [-scales[c], scales[c]], C = len(scales)) @ W [C, 3], with an
+    attention_mask input, and calibration inputs whose largest magnitude per channel is exactly scales; returns
+    (x, calibration path)."""
     rng = np.random.default_rng(0)
-    weight = rng.standard_normal((4, 3)).astype(np.float32)
+    channels = len(scales)
+    weight = rng.standard_normal((channels, 3)).astype(np.float32)
     graph = onnx.helper.make_graph(
         [onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="gemm")], "one_gemm",
-        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "sequence", 4]),
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "sequence", channels]),
          onnx.helper.make_tensor_value_info("attention_mask", onnx.TensorProto.INT64, ["batch", "sequence"])],
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", "sequence", 3])],
         [onnx.numpy_helper.from_array(weight, "w")])
     onnx.save_model(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), str(path))
-    x = (rng.uniform(-1, 1, (8, 5, 4)) * np.asarray(scales)).astype(np.float32)
+    x = (rng.uniform(-1, 1, (8, 5, channels)) * np.asarray(scales)).astype(np.float32)
     x[0, 0] = scales  # each channel reaches its scale on a token
     calibration = path.with_suffix(".npz")
     np.savez(calibration, x=x, attention_mask=np.ones((8, 5), np.int64))
     return x, calibration
 
 
-@pytest.mark.parametrize("scales, width", [((1.0, 1.0, 1.0, 10.0), 4 + 2),  # 10 / (4 x 1) -> 3 copies
-                                           ((1.0, 1.0, 1.0, 4.5), 4 + 1),   # 4.5 / 4 -> 2 copies
-                                           ((0.0, 0.0, 0.0, 5.0), 4)])      # median 0: left alone
-def test_an_outlier_channel_is_split_into_ceil_range_over_threshold_copies(tmp_path, scales, width):
+@pytest.mark.parametrize("scales, width, outliers", [
+    ((1.0, 1.0, 1.0, 10.0), 4 + 2, 1),  # 10 / (4 x 1) -> 3 copies
+    ((1.0, 1.0, 1.0, 4.5), 4 + 1, 1),   # 4.5 / 4 -> 2 copies
+    ((0.0, 0.0, 0.0, 5.0), 4, 0),       # median 0: left alone
+    # two in one GEMM, each copied beside its own weight rows: 10 / 4 -> 3 copies, 6 / 4 -> 2
+    ((1.0, 1.0, 1.0, 1.0, 10.0, 1.0, 6.0, 1.0), 8 + 2 + 1, 2)])
+def test_an_outlier_channel_is_split_into_ceil_range_over_threshold_copies(tmp_path, scales, width, outliers):
     x, calibration = _one_gemm_model(tmp_path / "gemm.onnx", scales)
     _, count = onnx_backend.outlier_channels_apart(str(tmp_path / "gemm.onnx"), str(tmp_path / "apart.onnx"),
                                                    onnx_backend.load_calibration(str(calibration)), "attention_mask")
     apart = onnx.load_model(str(tmp_path / "apart.onnx"))
     [weight] = [init for init in apart.graph.initializer if init.name == "w"]
-    assert weight.dims[0] == width and count == (width > 4)
+    assert weight.dims[0] == width and count == outliers
     mask = np.ones(x.shape[:2], np.int64)
     runs = [onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"x": x, "attention_mask": mask})[0] for path in (tmp_path / "gemm.onnx", tmp_path / "apart.onnx")]
