@@ -298,9 +298,13 @@ def test_put_outlier_channels_scales_the_chosen_channels_of_every_layer(bench):
     weight = next(name for name in changed if name.endswith("intermediate.weight"))
     after = dict(model.named_parameters())[weight].numpy()
     columns = [channel % after.shape[1] for channel in squad.OUTLIER_CHANNELS]
-    np.testing.assert_allclose(after[:, columns], squad.OUTLIER_SCALE * before[weight][:, columns], rtol=1e-6)
+    np.testing.assert_allclose(after[:, columns], 8.0 * before[weight][:, columns], rtol=1e-6)
     others = np.setdiff1d(np.arange(after.shape[1]), columns)
     np.testing.assert_array_equal(after[:, others], before[weight][:, others])
+    gamma = next(name for name in changed if name.endswith("attention_layer_norm.weight"))
+    expected = before[gamma].copy()
+    expected[[channel % expected.size for channel in squad.OUTLIER_CHANNELS]] *= 1.5
+    np.testing.assert_allclose(dict(model.named_parameters())[gamma].numpy(), expected, rtol=1e-6)
 
 
 def test_gemm_shapes_count_the_forward_passes_matmul_flops(bench):
