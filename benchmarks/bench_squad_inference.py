@@ -61,7 +61,7 @@ OUR_ONNXRUNTIME_RUNS = (("fp32", None), ("int8", "dynamic-per-channel"), ("int8"
 # channel's range (LayerNorm outputs 30.2 against 1.9, GELU outputs 24.4 against 1.4). These scales give 42 over 12
 # layers, LayerNorm outputs 5 to 15 times the median and GELU outputs 4 to 18 times. (The LayerNorm's channels pass
 # into the residual stream and grow from layer to layer: one scale of 20 for both made them 700 times the median
-# in the later layers, and 39 copies of each.)
+# in the later layers, with 39 copies of each in the second.)
 OUTLIER_CHANNELS = (7, 300)
 OUTLIER_SCALES = {"attention_layer_norm": 1.5, "intermediate": 8.0}
 # Random rows whose activation ranges find the outlier channels (the export's calibration inputs).
