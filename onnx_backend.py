@@ -421,14 +421,14 @@ def outlier_channels_apart(model_path: str, output_path: str, calibration: Mappi
         store(name + ".last_axis", np.array([-1], np.int64))
         new_nodes.append(helper.make_node("Mul", [gemm.input[0], name + ".scale"], [name + ".scaled"],
                                           name=name + ".scale"))
-        copy_inputs = []
-        for channel in outliers:  # each has ceil(range / threshold) >= 2 copies
+        for channel in outliers:
             sliced = f"{name}.channel{channel}"
             store(sliced + ".start", np.array([channel], np.int64))
             store(sliced + ".end", np.array([channel + 1], np.int64))
             new_nodes.append(helper.make_node("Slice", [name + ".scaled", sliced + ".start", sliced + ".end",
                                                         name + ".last_axis"], [sliced], name=sliced))  # [B, S, 1]
-            copy_inputs += [sliced] * int(copies[channel] - 1)
+        # the copies in the order of the weight rows appended above
+        copy_inputs = [f"{name}.channel{channel}" for channel in repeated]
         new_nodes += [
             helper.make_node("Concat", copy_inputs, [name + ".copies"], axis=-1, name=name + ".copies"),
             helper.make_node("Concat", [name + ".scaled", name + ".copies"], [name + ".split"], axis=-1,

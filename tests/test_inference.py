@@ -207,7 +207,8 @@ def test_fp32_predictor_matches_the_dygraph_model(exported):
 
 def test_the_exported_program_has_no_dropout_ops(exported):
     """The model has dropout (a copy of the input in eval mode, which also splits the bf16 predictor's oneDNN ops
-    apart); its exported program, which only ever runs in eval mode, has none, and still predicts as the model."""
+    apart); its exported program, which only ever runs in eval mode, has none (that it still predicts as the model
+    is test_fp32_predictor_matches_the_dygraph_model's)."""
     config = BertConfig.from_json_file(str(ROOT / "bert_configs" / "bert-tiny-uncased.json"))
     assert config.hidden_dropout_prob > 0 and config.attention_probs_dropout_prob > 0
     ops = exported_op_names(exported[0] / "cls")
