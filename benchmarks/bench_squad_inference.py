@@ -12,10 +12,12 @@ Contenders (CONTENDERS), each group in its own worker process with the same thre
 - transformers: HF BertForQuestionAnswering on torch, eager, torch.compile and eager under bf16 autocast
                 (--torch-python).
 
-Ours and transformers also time GEMMS_ALONE: the fp32 matmuls of the model's forward pass (gemm_shapes) with
-nothing between them, in ONNX Runtime (our faster fp32 backend; Paddle's dygraph batched matmul is slower) and in
-torch, an upper bound on any fp32 forward that uses those matmuls. The report gives each fp32 contender as a share
-of the faster of the two.
+Ours and transformers also time the matmuls of the model's forward pass (gemm_shapes) with nothing between them,
+each an upper bound on the contenders that compute those matmuls in its precision (BOUNDED): GEMMS_ALONE, in fp32,
+in ONNX Runtime (our faster fp32 backend; Paddle's dygraph batched matmul is slower) and in torch; INT8_GEMMS_ALONE
+in ONNX Runtime as our int8 graphs compute them; BF16_GEMMS_ALONE in torch. The report gives each contender as a
+share of the faster bound of its precision, and the int8 bound against the bf16 contenders: the highest ratio any
+int8 graph with ONNX Runtime's CPU kernels could reach against them.
 
     benchmarks/setup_peers.sh /work/peers && export PADDLEBERT_PEERS_DIR=/work/peers
     python benchmarks/bench_squad_inference.py                      # BERT-base, batch 8, seq 384, 3 rounds
@@ -73,23 +75,33 @@ def onnxruntime_mode(precision: str, quantization: str | None) -> str:
     return " ".join(("onnxruntime", precision, *([quantization] if quantization else [])))
 
 
-# The mode that runs only the model's matmuls, in fp32 (gemm_shapes): a bound, not a contender to compare.
+# The modes that run only the model's matmuls (gemm_shapes): bounds, not contenders to compare. GEMMS_ALONE in
+# fp32; INT8_GEMMS_ALONE as ONNX Runtime's int8 graphs compute them (onnxruntime_multiplier): the Linear layers'
+# inputs quantized per call against int8 weights with one scale per column (DynamicQuantizeMatMul), the attention's
+# two products in fp32, as every ORT CPU attention kernel computes them (QAttention too); BF16_GEMMS_ALONE in
+# torch's bf16 matmuls.
 GEMMS_ALONE = "fp32 GEMMs alone"
+INT8_GEMMS_ALONE = "int8 GEMMs alone"
+BF16_GEMMS_ALONE = "bf16 GEMMs alone"
 # (worker, mode): the rows of the report, in this order.
 CONTENDERS = (
     ("ours", "dygraph"), ("ours", "to_static"), *(("ours", f"predictor {p}") for p in OUR_PREDICTOR_PRECISIONS),
     *(("ours", onnxruntime_mode(*run)) for run in OUR_ONNXRUNTIME_RUNS), ("ours", GEMMS_ALONE),
+    ("ours", INT8_GEMMS_ALONE),
     ("paddlenlp", "dygraph"), ("paddlenlp", "to_static"), ("paddlenlp", "predictor"),
     ("transformers", "eager"), ("transformers", "torch.compile"), ("transformers", "bf16 autocast"),
-    ("transformers", GEMMS_ALONE),
+    ("transformers", GEMMS_ALONE), ("transformers", BF16_GEMMS_ALONE),
 )
-# The contenders that compute in fp32 throughout, which the report sets against the fastest GEMMS_ALONE.
+# The contenders that compute in fp32 throughout, in int8 and in bf16, each set against the faster bound of its
+# precision (BOUNDED).
 FP32_CONTENDERS = (("ours", "dygraph"), ("ours", "to_static"), ("ours", "predictor fp32"), ("ours", "onnxruntime fp32"),
                    ("paddlenlp", "dygraph"), ("paddlenlp", "to_static"), ("paddlenlp", "predictor"),
                    ("transformers", "eager"), ("transformers", "torch.compile"))
+INT8_CONTENDERS = tuple(("ours", onnxruntime_mode(*run)) for run in OUR_ONNXRUNTIME_RUNS if run[0] == "int8")
+BF16_CONTENDERS = (("ours", "predictor bf16"), ("transformers", "bf16 autocast"))
+BOUNDED = {GEMMS_ALONE: FP32_CONTENDERS, INT8_GEMMS_ALONE: INT8_CONTENDERS, BF16_GEMMS_ALONE: BF16_CONTENDERS}
 # Pairs of our own contenders whose ratio is reported too: int8 is worth shipping only where it beats our bf16.
-OWN_COMPARISONS = tuple((("ours", onnxruntime_mode(*run)), ("ours", "predictor bf16"))
-                        for run in OUR_ONNXRUNTIME_RUNS if run[0] == "int8")
+OWN_COMPARISONS = tuple((contender, ("ours", "predictor bf16")) for contender in INT8_CONTENDERS)
 WORKER_NAMES = tuple(dict.fromkeys(worker for worker, _ in CONTENDERS))
 # The peers' workers run in their own venvs (peers.py).
 PEER_WORKERS = {"paddlenlp": "paddlenlp", "transformers": "transformers"}
@@ -211,16 +223,22 @@ def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
             export_dir, "qa", precision, quantization, "cpu", threads)
     runs = {mode: start_logits_of(run) for mode, run in runners.items()}
     rng = np.random.default_rng(0)
-    multiplier = onnxruntime_multiplier(inference.onnxruntime_session_settings("cpu", threads))
-    return {**runs,
-            GEMMS_ALONE: gemms_alone(config_path, lambda shape: rng.standard_normal(shape, np.float32), multiplier)}
+    settings = inference.onnxruntime_session_settings("cpu", threads)
+
+    def random(shape):
+        return rng.standard_normal(shape, np.float32)
+    return {**runs, GEMMS_ALONE: gemms_alone(config_path, random, onnxruntime_multiplier(settings)),
+            INT8_GEMMS_ALONE: gemms_alone(config_path, random, onnxruntime_multiplier(settings, int8_weights=True))}
 
 
-def onnxruntime_multiplier(settings: dict):
+def onnxruntime_multiplier(settings: dict, *, int8_weights: bool = False):
     """multiplier(b, is_weight) of gemms_alone: a function of a that gives a @ b (float32) in an ONNX Runtime
-    session of one MatMul node, made with our sessions' settings (inference.onnxruntime_session_settings) but
-    threads that sleep when done. A weight is the graph's initializer, which ORT packs once as it does the model's;
-    any other b is fed with each a."""
+    session of one node, made with our sessions' settings (inference.onnxruntime_session_settings) but threads
+    that sleep when done. A weight is the graph's initializer, which ORT packs once as it does the model's; any
+    other b is fed with each a. With int8_weights a weight is int8 with one scale per column and a is quantized per
+    call (DynamicQuantizeMatMul, the node ORT makes of the dynamic int8 graph's DynamicQuantizeLinear, MatMulInteger
+    and rescaling); products of two activations stay MatMul in fp32, as in ORT's int8 attention."""
+    import numpy as np
     import onnxruntime
     from onnx import TensorProto, helper, numpy_helper
 
@@ -228,16 +246,26 @@ def onnxruntime_multiplier(settings: dict):
         inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)]
         if not is_weight:
             inputs.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, b.shape))
-        graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul", inputs,
+            node, initializer = helper.make_node("MatMul", ["a", "b"], ["c"]), []
+        elif int8_weights:
+            scale = np.maximum(np.abs(b).max(axis=0), np.finfo(np.float32).tiny) / 127  # symmetric, per column
+            quantized = np.clip(np.rint(b / scale), -127, 127).astype(np.int8)
+            node = helper.make_node("DynamicQuantizeMatMul", ["a", "b", "b_scale"], ["c"], domain="com.microsoft")
+            initializer = [numpy_helper.from_array(quantized, "b"),
+                           numpy_helper.from_array(scale.astype(np.float32), "b_scale")]
+        else:
+            node, initializer = helper.make_node("MatMul", ["a", "b"], ["c"]), [numpy_helper.from_array(b, "b")]
+        graph = helper.make_graph([node], "matmul", inputs,
                                   [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)],
-                                  initializer=[numpy_helper.from_array(b, "b")] if is_weight else [])
+                                  initializer=initializer)
         options = onnxruntime.SessionOptions()
         for name, value in settings["options"].items():
             setattr(options, name, value)
         # Each session has its own thread pool, whose threads would spin on after their MatMul and take the cores
         # from the next session's (the GEMMs ran at half speed so).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                        helper.make_opsetid("com.microsoft", 1)])
         session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=settings["providers"])
         fed = {} if is_weight else {"b": b}
         return lambda a: session.run(None, {"a": a, **fed})[0]
@@ -300,6 +328,9 @@ def build_transformers(config_path: str, threads: int, export_dir: str) -> dict:
     model.eval()
     compiled = torch.compile(model)
 
+    def multiplier(b, is_weight: bool):
+        return lambda a: torch.matmul(a, b)
+
     def runner(module, autocast: bool):
         def run(input_ids, token_type_ids, attention_mask):
             with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -310,8 +341,9 @@ def build_transformers(config_path: str, threads: int, export_dir: str) -> dict:
 
     return {"eager": runner(model, False), "torch.compile": runner(compiled, False),
             "bf16 autocast": runner(model, True),
-            GEMMS_ALONE: gemms_alone(config_path, lambda shape: torch.randn(shape),
-                                     lambda b, is_weight: lambda a: torch.matmul(a, b))}
+            GEMMS_ALONE: gemms_alone(config_path, lambda shape: torch.randn(shape), multiplier),
+            BF16_GEMMS_ALONE: gemms_alone(config_path, lambda shape: torch.randn(shape, dtype=torch.bfloat16),
+                                          multiplier)}
 
 
 BUILDERS = {"ours": build_ours, "paddlenlp": build_paddlenlp, "transformers": build_transformers}
@@ -319,7 +351,7 @@ BUILDERS = {"ours": build_ours, "paddlenlp": build_paddlenlp, "transformers": bu
 
 def worker_answers(kind: str, config_path: str, threads: int, export_dir: str):
     """The worker's request handler: {"warm": [B, S]} runs every mode once and replies each mode's largest
-    difference in start logits from the first mode (GEMMS_ALONE has none); {"mode": M, "shape": [B, S],
+    difference in start logits from the first mode (the BOUNDED modes have none); {"mode": M, "shape": [B, S],
     "passes": P} replies the wall seconds of P forward passes."""
     runners = BUILDERS[kind](config_path, threads, export_dir)
 
@@ -329,7 +361,7 @@ def worker_answers(kind: str, config_path: str, threads: int, export_dir: str):
             outputs = {mode: run(*batch) for mode, run in runners.items()}
             first = next(iter(outputs.values()))
             return {"difference": {mode: float(abs(output - first).max()) for mode, output in outputs.items()
-                                   if mode != GEMMS_ALONE}}
+                                   if mode not in BOUNDED}}
         batch, seconds = random_batch(*request["shape"]), []
         for _ in range(request["passes"]):
             start = time.perf_counter()
@@ -369,7 +401,8 @@ def time_batch(pool: dict, contenders: list, shape: list[int], rounds: int, pass
 
 def report_lines(throughput: dict) -> list[str]:
     """The report of one batch size: every contender's median seq/s, then each of our contenders' ratios
-    to every peer's and the OWN_COMPARISONS present, then each fp32 contender's share of the faster GEMMS_ALONE,
+    to every peer's and the OWN_COMPARISONS present, then for each precision of BOUNDED its contenders' shares of
+    the faster bound, and the int8 bound's ratio to each bf16 contender (the ceiling of int8's ratios to them),
     each the median of the per-round ratios."""
     def ratio(mine: tuple[str, str], other: tuple[str, str]) -> float:
         return statistics.median(a / b for a, b in zip(throughput[mine], throughput[other], strict=True))
@@ -379,7 +412,7 @@ def report_lines(throughput: dict) -> list[str]:
         per_round = ", ".join(f"{value:.2f}" for value in values)
         lines.append(f"  {contender_name(contender):28s} {statistics.median(values):8.2f} seq/s   "
                      f"(rounds: {per_round})")
-    compared = [contender for contender in throughput if contender[1] != GEMMS_ALONE]
+    compared = [contender for contender in throughput if contender[1] not in BOUNDED]
     ours = [contender for contender in compared if contender[0] == "ours"]
     others = [contender for contender in compared if contender[0] != "ours"]
     for mine in ours if others else []:
@@ -388,12 +421,22 @@ def report_lines(throughput: dict) -> list[str]:
     for mine, other in OWN_COMPARISONS:
         if mine in throughput and other in throughput:
             lines.append(f"  {contender_name(mine)}: {ratio(mine, other):.2f}x {contender_name(other)}")
-    bounds = [contender for contender in throughput if contender[1] == GEMMS_ALONE]
-    fp32 = [contender for contender in FP32_CONTENDERS if contender in throughput]
-    if bounds and fp32:
-        bound = max(bounds, key=lambda contender: statistics.median(throughput[contender]))
-        lines.append(f"  share of {contender_name(bound)} ({statistics.median(throughput[bound]):.2f} seq/s): "
-                     + ", ".join(f"{contender_name(contender)} {ratio(contender, bound):.2f}" for contender in fp32))
+    faster_bound = {}
+    for mode, bounded in BOUNDED.items():
+        bounds = [contender for contender in throughput if contender[1] == mode]
+        present = [contender for contender in bounded if contender in throughput]
+        if bounds:
+            faster_bound[mode] = max(bounds, key=lambda contender: statistics.median(throughput[contender]))
+        if bounds and present:
+            bound = faster_bound[mode]
+            lines.append(f"  share of {contender_name(bound)} ({statistics.median(throughput[bound]):.2f} seq/s): "
+                         + ", ".join(f"{contender_name(contender)} {ratio(contender, bound):.2f}"
+                                     for contender in present))
+    bf16 = [contender for contender in BF16_CONTENDERS if contender in throughput]
+    if INT8_GEMMS_ALONE in faster_bound and bf16:
+        bound = faster_bound[INT8_GEMMS_ALONE]
+        lines.append(f"  {contender_name(bound)}: " + ", ".join(
+            f"{ratio(bound, contender):.2f}x {contender_name(contender)}" for contender in bf16))
     return lines
 
 

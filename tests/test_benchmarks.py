@@ -356,6 +356,36 @@ def test_onnxruntime_multiplier_gives_numpys_products_of_weights_and_of_activati
             np.testing.assert_allclose(multiply(scale * a), scale * a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 
+def dynamic_int8_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b as ONNX's DynamicQuantizeLinear quantizes a (uint8, one scale and zero point over the tensor, its range
+    widened to hold 0) against b in int8 with one symmetric scale per column, the products summed exactly."""
+    low, high = min(0.0, float(a.min())), max(0.0, float(a.max()))
+    a_scale = np.float32((high - low) / 255)
+    zero_point = np.clip(np.rint(-low / a_scale), 0, 255)
+    a_quantized = np.clip(np.rint(a / a_scale) + zero_point, 0, 255)
+    b_scale = np.abs(b).max(axis=0) / 127
+    b_quantized = np.clip(np.rint(b / b_scale), -127, 127)
+    return ((a_quantized - zero_point) @ b_quantized) * a_scale * b_scale
+
+
+def test_onnxruntime_int8_multiplier_quantizes_weights_per_column_and_leaves_activation_products_fp32(bench):
+    squad = bench("bench_squad_inference")
+    settings = importlib.import_module("inference").onnxruntime_session_settings("cpu", 1)
+    multiplier = squad.onnxruntime_multiplier(settings, int8_weights=True)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((33, 70), np.float32)
+    b = rng.standard_normal((70, 5), np.float32) * np.array([1, 10, 100, 0.1, 0.01], np.float32)  # columns apart
+    product = multiplier(b, True)(a)
+    exact = a.astype(np.float64) @ b
+    size = np.abs(exact).max(axis=0)  # each column against its own size: they differ by 10^4
+    np.testing.assert_allclose(product / size, dynamic_int8_product(a, b) / size, rtol=1e-4, atol=1e-6)
+    # int8, not fp32: every column off by its own rounding, as fine as its per-column scale
+    error = np.abs(product - exact).max(axis=0) / size
+    assert (error > 1e-4).all() and (error < 0.03).all(), error
+    a3, b3 = rng.standard_normal((6, 9, 16), np.float32), rng.standard_normal((6, 16, 9), np.float32)
+    np.testing.assert_allclose(multiplier(b3, False)(a3), a3.astype(np.float64) @ b3, rtol=1e-4, atol=1e-4)
+
+
 def test_report_sets_fp32_contenders_against_the_faster_gemms_alone_and_compares_nothing_else_to_it(bench):
     squad = bench("bench_squad_inference")
     gemms = squad.GEMMS_ALONE
@@ -370,6 +400,26 @@ def test_report_sets_fp32_contenders_against_the_faster_gemms_alone_and_compares
     assert lines[7] == ("  share of transformers fp32 GEMMs alone (8.00 seq/s): "
                         "ours predictor fp32 0.50, transformers torch.compile 0.50")
     assert set(squad.FP32_CONTENDERS) <= set(squad.CONTENDERS)
+
+
+def test_report_sets_int8_and_bf16_contenders_against_their_bounds_and_the_int8_bound_against_bf16(bench):
+    squad = bench("bench_squad_inference")
+    [glue, squad_default] = squad.INT8_CONTENDERS
+    ours_bf16, torch_bf16 = ("ours", "predictor bf16"), ("transformers", "bf16 autocast")
+    throughput = {glue: [6.0, 6.0], squad_default: [4.0, 5.0], ours_bf16: [8.0, 10.0],
+                  ("ours", squad.INT8_GEMMS_ALONE): [12.0, 10.0], torch_bf16: [10.0, 10.0],
+                  ("transformers", squad.BF16_GEMMS_ALONE): [20.0, 20.0]}
+    lines = squad.report_lines(throughput)[len(throughput):]
+    # shares per round: 6/12, 6/10 -> 0.55; 4/12, 5/10 -> 0.42; bf16 8/20, 10/20 -> 0.45 and 10/20 -> 0.50
+    assert (f"  share of ours int8 GEMMs alone (11.00 seq/s): {' '.join(glue)} 0.55, {' '.join(squad_default)} 0.42"
+            in lines)
+    assert ("  share of transformers bf16 GEMMs alone (20.00 seq/s): ours predictor bf16 0.45, "
+            "transformers bf16 autocast 0.50") in lines
+    # the ceiling of int8's ratio to each bf16 contender: 12/8, 10/10 -> 1.25; 12/10, 10/10 -> 1.10
+    assert lines[-1] == "  ours int8 GEMMs alone: 1.25x ours predictor bf16, 1.10x transformers bf16 autocast"
+    assert not any(line.startswith("  ours int8 GEMMs alone: ") and "transformers bf16 GEMMs" in line for line in lines)
+    assert set(squad.BOUNDED) == {squad.GEMMS_ALONE, squad.INT8_GEMMS_ALONE, squad.BF16_GEMMS_ALONE}
+    assert all(set(bounded) <= set(squad.CONTENDERS) for bounded in squad.BOUNDED.values())
 
 
 def test_report_of_ours_alone_has_no_ratio_lines(bench):
@@ -436,11 +486,16 @@ def test_squad_inference_smoke_run_with_our_contenders():
     assert (differences["predictor bf16"] > 1e-4) == importlib.import_module("inference").cpu_has_bf16()
     for mode in int8:  # int8 rounds; by a few percent of logits of size about 1
         assert 0 < differences[mode] < 0.1, mode
-    for mode in ("dygraph", *sorted(modes), "fp32 GEMMs alone"):
+    for mode in ("dygraph", *sorted(modes), "fp32 GEMMs alone", "int8 GEMMs alone"):
         [row] = [line for line in lines if line.startswith(f"  ours {mode} ")]
         assert float(row.split("seq/s")[0].split()[-1]) > 0
     [share] = [line for line in lines if line.startswith("  share of ours fp32 GEMMs alone")]
     assert share.split(": ")[1].split(", ")[0].startswith("ours dygraph ")
+    [int8_share] = [line for line in lines if line.startswith("  share of ours int8 GEMMs alone")]
+    shared = [part.rsplit(" ", 1)[0] for part in int8_share.split(": ")[1].split(", ")]
+    assert shared == sorted(f"ours {mode}" for mode in int8)
+    [ceiling] = [line for line in lines if line.startswith("  ours int8 GEMMs alone: ")]
+    assert ceiling.split(": ")[1].endswith("x ours predictor bf16")
     assert any(line.startswith("ours: ") and "warning lines captured from stderr" in line for line in lines)
     # Paddle's warnings went into the worker's captured stderr, not to the terminal.
     assert "Warning" not in result.stderr and "W1" not in result.stderr
