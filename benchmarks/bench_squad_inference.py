@@ -16,8 +16,8 @@ Ours and transformers also time the matmuls of the model's forward pass (gemm_sh
 each an upper bound on the contenders that compute those matmuls in its precision (BOUNDED): GEMMS_ALONE, in fp32,
 in ONNX Runtime (our faster fp32 backend; Paddle's dygraph batched matmul is slower) and in torch; INT8_GEMMS_ALONE
 in ONNX Runtime as our int8 graphs compute them; BF16_GEMMS_ALONE in torch. The report gives each contender as a
-share of the faster bound of its precision, and the int8 bound against the bf16 contenders: the highest ratio any
-int8 graph with ONNX Runtime's CPU kernels could reach against them.
+share of the faster bound of its precision, and the int8 bound against the bf16 contenders: the highest ratio to
+them an int8 graph could reach whose attention runs in ONNX Runtime's CPU attention kernels (fp32 inside).
 
     benchmarks/setup_peers.sh /work/peers && export PADDLEBERT_PEERS_DIR=/work/peers
     python benchmarks/bench_squad_inference.py                      # BERT-base, batch 8, seq 384, 3 rounds
