@@ -1,11 +1,11 @@
 """Learning-rate schedules: hand-computed values, NVIDIA's composition of paddle schedulers (with the decay one
-update longer, so that the last update is not at learning rate 0), exact resume, and the phase-2 trap (a new phase
-must not inherit the previous phase's position)."""
+update longer, so that the last update is not at learning rate 0), exact resume, the phase-2 trap (a new phase
+must not inherit the previous phase's position), and the same shape over a training-time budget."""
 
 import paddle
 import pytest
 
-from lr_scheduler import LinearWarmupConstantPolyDecay, LinearWarmupPolyDecay, create_lr_scheduler
+from lr_scheduler import LinearWarmupConstantPolyDecay, LinearWarmupPolyDecay, TimeBudgetDecay, create_lr_scheduler
 
 
 def learning_rates(scheduler, updates):
@@ -159,3 +159,88 @@ def test_create_lr_scheduler_kinds():
         create_lr_scheduler("poly", 1e-3, 10, 0.1, constant_proportion=0.3)
     with pytest.raises(ValueError, match="unknown learning-rate schedule"):
         create_lr_scheduler("cosine", 1e-3, 10, 0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The time-budget schedule
+# ---------------------------------------------------------------------------------------------
+
+
+def time_schedule(**shape: float) -> TimeBudgetDecay:
+    # A 10-minute budget: 10% warmup from 1e-4 to 2e-3, 20% at the peak, then quadratic decay over the last 70%.
+    return TimeBudgetDecay(2e-3, budget_seconds=600.0, warmup_proportion=0.1, constant_proportion=0.2,
+                           warmup_start_lr=1e-4, power=2.0, **shape)
+
+
+@pytest.mark.parametrize("elapsed, expected", [
+    (0.0, 1e-4),  # the start of the warmup line
+    (30.0, 1e-4 + 1.9e-3 * 0.5),  # p = 0.05, half-way up
+    (60.0, 2e-3),  # p = 0.1, the peak
+    (150.0, 2e-3),  # held
+    (180.0, 2e-3),  # p = 0.3, the decay starts at the peak
+    (390.0, 2e-3 * 0.5**2),  # p = 0.65: (1 - 0.35 / 0.7) ** 2
+    (540.0, 2e-3 * (1 - 0.6 / 0.7) ** 2),  # p = 0.9
+    (600.0, 0.0),  # the budget is spent
+    (900.0, 0.0),
+])
+def test_time_budget_schedule_hand_computed_values(elapsed, expected):
+    scheduler = time_schedule()
+    scheduler.set_elapsed(elapsed)
+    assert scheduler() == pytest.approx(expected, rel=1e-12, abs=1e-18)
+
+
+def test_time_budget_schedule_without_decay_holds_the_peak_to_the_end():
+    # w + c = 1: no decay interval; the peak holds until the budget is spent.
+    scheduler = TimeBudgetDecay(1.0, budget_seconds=100.0, warmup_proportion=0.5, constant_proportion=0.5)
+    rates = []
+    for elapsed in (25.0, 50.0, 99.0, 100.0):
+        scheduler.set_elapsed(elapsed)
+        rates.append(scheduler())
+    assert rates == [0.5, 1.0, 1.0, 0.0]
+
+
+def test_an_optimizer_updates_at_the_rate_of_the_elapsed_time():
+    layer = paddle.nn.Linear(1, 1, bias_attr=False)
+    scheduler = TimeBudgetDecay(1.0, budget_seconds=100.0, warmup_proportion=0.5)
+    optimizer = paddle.optimizer.SGD(learning_rate=scheduler, parameters=layer.parameters())
+    moves = []
+    for elapsed in (10.0, 75.0):  # p = 0.1: lr 0.2 (warmup); p = 0.75: lr 0.5 (half-way down the decay)
+        scheduler.set_elapsed(elapsed)
+        before = layer.weight.numpy().item()
+        layer(paddle.ones([1, 1])).sum().backward()  # d/dw of w * 1: a gradient of 1
+        optimizer.step()
+        optimizer.clear_grad()
+        scheduler.step()
+        moves.append(before - layer.weight.numpy().item())
+    assert moves == [pytest.approx(0.2, rel=1e-6), pytest.approx(0.5, rel=1e-6)]
+
+
+def test_time_budget_schedule_resumes_from_its_state_and_refuses_another_budget():
+    scheduler = time_schedule()
+    for _ in range(3):
+        scheduler.step()
+    scheduler.set_elapsed(390.0)
+    state = scheduler.state_dict()
+    resumed = time_schedule()
+    resumed.set_state_dict(state)
+    assert (resumed.last_epoch, resumed.elapsed_seconds, resumed()) == (3, 390.0, pytest.approx(5e-4))
+    other = TimeBudgetDecay(2e-3, budget_seconds=1200.0, warmup_proportion=0.1, constant_proportion=0.2,
+                            warmup_start_lr=1e-4, power=2.0)
+    with pytest.raises(ValueError, match="budget_seconds saved 600.0 vs now 1200.0"):
+        other.set_state_dict(state)
+    # A step schedule's state is not a time schedule's, nor the other way round.
+    with pytest.raises(ValueError, match="lacks"):
+        time_schedule().set_state_dict(LinearWarmupPolyDecay(1e-3, total_steps=10, warmup_proportion=0.1).state_dict())
+    with pytest.raises(ValueError, match="lacks"):
+        LinearWarmupPolyDecay(1e-3, total_steps=10, warmup_proportion=0.1).set_state_dict(state)
+
+
+@pytest.mark.parametrize("budget", [0.0, -60.0, float("nan"), float("inf")])
+def test_time_budget_schedule_needs_a_positive_budget(budget):
+    with pytest.raises(ValueError, match="budget_seconds must be a positive number"):
+        TimeBudgetDecay(1e-3, budget_seconds=budget, warmup_proportion=0.1)
+
+
+def test_time_budget_schedule_checks_its_shape_as_the_step_schedule_does():
+    with pytest.raises(ValueError, match="at most 1"):
+        TimeBudgetDecay(1e-3, budget_seconds=60.0, warmup_proportion=0.6, constant_proportion=0.6)
