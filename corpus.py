@@ -9,7 +9,8 @@ Corpus formats (`INPUT_FORMATS`); a corpus is one file or a folder searched recu
 - "lddl": LDDL's source layout: one document per line written as `<doc_id> <text>`; the first whitespace-separated
   word is the id and is dropped. A folder holding an `en/` subfolder (LDDL's `--wikipedia` layout) reads `en/` only.
 - "wikiextractor": WikiExtractor output: `<doc id=... title=...>`, the title line, the paragraphs, `</doc>`.
-  The title is dropped (as LDDL's Wikipedia downloader does); each paragraph line is split into sentences.
+  The title is dropped (as LDDL's Wikipedia downloader does); each paragraph line is split into sentences. A
+  `<doc>` whose `</doc>` never comes (the next `<doc` or the end of the file first) is an error naming its line.
 - "wikitext": the WikiText format: an article starts at a title line matching `^ = [^=].* = $`; the title and the
   section heading lines (` = = ... = = `, any depth) are dropped; every other non-blank line is a paragraph.
 - "auto": per file: a name ending in .raw or .tokens, or a first non-blank line that is a WikiText title, means
@@ -17,8 +18,21 @@ Corpus formats (`INPUT_FORMATS`); a corpus is one file or a folder searched recu
   "lddl"; anything else is "lines".
 WikiText ships each split in two forms, `<split>.raw` (the text) and `<split>.tokens` (the same text with rare
 words replaced by `<unk>`): a folder yields the .raw form, and a .tokens file only where no .raw one sits beside it.
-A file named on its own is read whatever its name.
-Paragraph boundaries are always sentence boundaries. Every file must be UTF-8.
+In a folder, checksum lists are not corpus text and are skipped: names like `SHA256SUMS` or `MD5SUMS` (capitals and
+digits ending in SUMS) and names ending in .md5, .sha1, .sha256 or .sha512. Files whose names start with `.` are
+skipped too. A file named on its own is read whatever its name.
+
+Compression: a file whose first bytes are the magic number of xz, bzip2 or gzip is read through Python's lzma, bz2
+or gzip module, whatever its name (WikiExtractor's `--compress` writes `wiki_00.bz2`), streaming: nothing is
+decompressed to disk. Everything above applies to the decompressed text (the format is detected inside the
+stream; `wiki.test.raw.xz` is WikiText) and byte offsets count decompressed bytes, so a document's identity, and
+with it every output of the preprocessors, is the same whether its file is compressed or not.
+Paragraph boundaries are always sentence boundaries. Every file must be UTF-8 text: a byte that is not (or a NUL
+byte, the mark of a binary file) is an error naming the file, the line and the byte.
+
+Each document has a title (`RawDocument.title`), which names it in the held-out set's list: WikiExtractor's
+`title=` attribute, a WikiText article's title line without its ` = ` marks, an LDDL document's id, and for the
+"lines" format (and text before a file's first title) the first TITLE_CHARACTERS characters of its first line.
 
 Sentence splitting (`split_sentences`) is rule based and works offline. A sentence ends after a run of `.`, `?` or
 `!`, optionally followed by closing quotes or brackets, when whitespace follows, except when
@@ -36,14 +50,32 @@ splits after every `.`, `?` or `!` followed by whitespace.
 
 from __future__ import annotations
 
+import bz2
+import contextlib
+import gzip
+import lzma
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from atomic_io import atomic_write
 
 INPUT_FORMATS = ("auto", "lines", "lddl", "wikiextractor", "wikitext")
+TITLE_CHARACTERS = 80  # the title of a document that has none: this much of its first line
+_CHECKSUM_LIST = re.compile(r"[A-Z0-9]+SUMS")
+_CHECKSUM_SUFFIXES = (".md5", ".sha1", ".sha256", ".sha512")
+_WIKIEXTRACTOR_TITLE = re.compile(r'\btitle="(.*)">\s*$')
+
+# The compressed formats by their first bytes: xz's stream header; bzip2's "BZh", the block size 1-9 and the magic of
+# its first block (or of the end of an empty stream); gzip's two bytes.
+_XZ_MAGIC = b"\xfd7zXZ\x00"
+_BZIP2_MAGIC = re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")
+_GZIP_MAGIC = b"\x1f\x8b"
+_OPENERS: dict[str, Callable[..., BinaryIO]] = {"xz": lzma.open, "bzip2": bz2.open, "gzip": gzip.open}
+# What the three modules raise on damaged data: LZMAError; OSError from bz2 and gzip; EOFError on a cut stream.
+_DECOMPRESSION_ERRORS = (lzma.LZMAError, OSError, EOFError)
 
 WIKITEXT_TITLE = re.compile(r"^ = [^=].* = $")
 WIKITEXT_HEADING = re.compile(r"^ (= )+[^=].*( =)+ $")
@@ -120,11 +152,46 @@ def _is_sentence_internal(text: str, punct_start: int, punct: str) -> bool:
 
 @dataclass(frozen=True)
 class RawDocument:
-    """One document as read from the corpus: where it starts and its paragraphs (untokenized)."""
+    """One document as read from the corpus: where it starts, its title and its paragraphs (untokenized)."""
 
     file_index: int
-    offset: int  # byte offset of the document's first line in its file: its identity, independent of chunking
+    offset: int  # byte offset of the document's first line in its (decompressed) file: its identity
     paragraphs: list[str]
+    title: str = ""
+
+
+def compression_of(file: Path) -> str | None:
+    """"xz", "bzip2" or "gzip" when the file starts with that format's magic number, else None (plain text)."""
+    with open(file, "rb") as reader:
+        head = reader.read(10)
+    if head.startswith(_XZ_MAGIC):
+        return "xz"
+    if _BZIP2_MAGIC.match(head):
+        return "bzip2"
+    if head.startswith(_GZIP_MAGIC):
+        return "gzip"
+    return None
+
+
+@contextlib.contextmanager
+def open_corpus_file(file: Path) -> Iterator[BinaryIO]:
+    """The file's text as a binary stream, decompressed on the fly when it is compressed; damaged compressed data
+    becomes a ValueError naming the file."""
+    compression = compression_of(file)
+    if compression is None:
+        with open(file, "rb") as reader:
+            yield reader
+        return
+    try:
+        with _OPENERS[compression](file, "rb") as reader:
+            yield reader
+    except _DECOMPRESSION_ERRORS as error:
+        raise ValueError(f"{file}: damaged {compression} data ({error})") from None
+
+
+def is_compressed(file: Path) -> bool:
+    """True when the file is read through a decompressor, and so only whole (it cannot be cut into byte ranges)."""
+    return compression_of(file) is not None
 
 
 def find_corpus_files(path: str | Path, input_format: str) -> list[tuple[Path, str]]:
@@ -137,7 +204,8 @@ def find_corpus_files(path: str | Path, input_format: str) -> list[tuple[Path, s
     if root.is_dir() and (root / "en").is_dir() and input_format in ("auto", "lddl"):
         root, input_format = root / "en", "lddl"
     if root.is_dir():
-        files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+        files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")
+                       and not _is_checksum_list(p))
         if input_format == "lddl":
             files = [p for p in files if p.suffix == ".txt"]
         files = [p for p in files if not _has_raw_form(p)]
@@ -149,16 +217,28 @@ def find_corpus_files(path: str | Path, input_format: str) -> list[tuple[Path, s
     return [(file, detect_format(file) if input_format == "auto" else input_format) for file in files]
 
 
+def _is_checksum_list(file: Path) -> bool:
+    """True for a checksum list shipped beside a corpus (SHA256SUMS, MD5SUMS, x.md5, ...): not corpus text."""
+    return _CHECKSUM_LIST.fullmatch(file.name) is not None or file.suffix.lower() in _CHECKSUM_SUFFIXES
+
+
+def _text_name(file: Path) -> Path:
+    """The file's name without a compression suffix: `wiki.test.raw.xz` -> `wiki.test.raw`."""
+    return file.with_suffix("") if file.suffix in (".xz", ".bz2", ".gz") else file
+
+
 def _has_raw_form(file: Path) -> bool:
     """True for a WikiText `<split>.tokens` file with its `<split>.raw` beside it: the same text, read once."""
-    return file.suffix == ".tokens" and file.with_suffix(".raw").is_file()
+    name = _text_name(file)
+    return name.suffix == ".tokens" and any(
+        name.with_suffix(".raw" + compressed).is_file() for compressed in ("", ".xz", ".bz2", ".gz"))
 
 
 def detect_format(file: Path) -> str:
-    """The format of one file by the "auto" rules in the module docstring."""
-    if file.suffix in (".raw", ".tokens"):
+    """The format of one file by the "auto" rules in the module docstring (inside the stream when compressed)."""
+    if _text_name(file).suffix in (".raw", ".tokens"):
         return "wikitext"
-    with open(file, "rb") as reader:
+    with open_corpus_file(file) as reader:
         for raw_line in reader:
             line = raw_line.decode("utf-8", errors="replace").rstrip("\r\n")
             if not line.strip():
@@ -181,58 +261,102 @@ def _starts_document(line: str, input_format: str) -> bool:
 
 def read_documents(file: Path, file_index: int, input_format: str, start: int = 0,
                    end: int | None = None) -> Iterator[RawDocument]:
-    """The documents whose first line starts at a byte offset in [start, end) of `file`.
+    """The documents whose first line starts at a byte offset in [start, end) of `file` (end None: to its end).
 
     A document may run past `end`; lines before the first document start inside the range belong to the
     previous range. So consecutive ranges read every document exactly once, whatever the range boundaries.
+    A compressed file is read whole (start 0, end None), its offsets counted in the decompressed text. Reaching
+    the end of the file, the generator returns the file's length in (decompressed) bytes.
     """
-    end = file.stat().st_size if end is None else end
-    with open(file, "rb") as reader:
+    if start > 0 and is_compressed(file):
+        raise ValueError(f"{file}: a compressed file is read whole, not from byte {start}")
+    with open_corpus_file(file) as reader:
         if start > 0:
             reader.seek(start - 1)
             reader.readline()  # finish the line that began before `start`
         offset = reader.tell()
         current: list[str] | None = None
         current_offset = 0
+        unclosed = False  # the current document is a WikiExtractor <doc> whose </doc> has not come yet
         in_first_lines = True  # lines at the very start of a file belong to no title: they form a document
         for raw_line in reader:
             try:
                 line = raw_line.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError:
-                raise ValueError(f"{file}: byte {offset}: not UTF-8 text") from None
+            except UnicodeDecodeError as error:
+                bad = offset + error.start
+                raise ValueError(f"{file}: line {_line_number(file, bad)}, byte {bad}: not UTF-8 text "
+                                 f"(0x{raw_line[error.start]:02x}); the corpus must be UTF-8") from None
+            if "\0" in line:
+                bad = offset + raw_line.index(b"\0")
+                raise ValueError(f"{file}: line {_line_number(file, bad)}, byte {bad}: a NUL byte, so a binary "
+                                 "file, not text")
             if _starts_document(line, input_format):
                 if current is not None:
+                    if unclosed:
+                        raise _unclosed_document(file, current_offset)
                     document = _parse_document(current, input_format, file_index, current_offset)
                     if document is not None:
                         yield document
-                if offset >= end:
-                    return
+                if end is not None and offset >= end:
+                    return None
                 current, current_offset = [line], offset
+                unclosed = input_format == "wikiextractor"
                 in_first_lines = False
             elif current is not None:
                 current.append(line)
-            elif in_first_lines and start == 0 and offset < end:
+                if unclosed and line.startswith("</doc>"):
+                    unclosed = False
+            elif in_first_lines and start == 0 and (end is None or offset < end):
                 current, current_offset, in_first_lines = [line], offset, False
             offset += len(raw_line)
         if current is not None:
+            if unclosed:
+                raise _unclosed_document(file, current_offset)
             document = _parse_document(current, input_format, file_index, current_offset)
             if document is not None:
                 yield document
+    return offset
+
+
+def _unclosed_document(file: Path, offset: int) -> ValueError:
+    return ValueError(f"{file}: line {_line_number(file, offset)}: <doc> without </doc> (the next <doc> or the end "
+                      "of the file comes first); a cut or damaged WikiExtractor file")
+
+
+def _line_number(file: Path, position: int) -> int:
+    """The number (from 1) of the line holding byte `position` of the file's text; for error messages only, as it
+    reads the file again."""
+    newlines = 0
+    with open_corpus_file(file) as reader:
+        remaining = position
+        while remaining > 0:
+            chunk = reader.read(min(remaining, 2**20))
+            if not chunk:
+                break
+            newlines += chunk.count(b"\n")
+            remaining -= len(chunk)
+    return newlines + 1
 
 
 def _parse_document(lines: list[str], input_format: str, file_index: int, offset: int) -> RawDocument | None:
+    title = ""
     if input_format == "lines":
         paragraphs = [lines[0].strip()]
     elif input_format == "lddl":
         parts = lines[0].strip().split(maxsplit=1)
         paragraphs = parts[1:]
+        title = parts[0] if parts else ""
     elif input_format == "wikitext":
-        body = lines[1:] if WIKITEXT_TITLE.match(lines[0]) else lines
+        body = lines
+        if WIKITEXT_TITLE.match(lines[0]):
+            body, title = lines[1:], lines[0].strip().removeprefix("= ").removesuffix(" =")
         paragraphs = [line.strip() for line in body if not WIKITEXT_HEADING.match(line)]
     elif input_format == "wikiextractor":
         body = [line for line in lines[1:] if line.strip()]
         if lines[0].startswith("<doc"):
             body = body[1:]  # the title, which WikiExtractor repeats as the first line
+            attribute = _WIKIEXTRACTOR_TITLE.search(lines[0])
+            title = attribute.group(1) if attribute else ""
         paragraphs = []
         for line in body:
             if line.startswith("</doc>"):
@@ -241,7 +365,9 @@ def _parse_document(lines: list[str], input_format: str, file_index: int, offset
     else:
         raise ValueError(f"input format {input_format!r} is not one of {', '.join(INPUT_FORMATS)}")
     paragraphs = [paragraph for paragraph in paragraphs if paragraph]
-    return RawDocument(file_index, offset, paragraphs) if paragraphs else None
+    if not paragraphs:
+        return None
+    return RawDocument(file_index, offset, paragraphs, title or paragraphs[0][:TITLE_CHARACTERS])
 
 
 def document_sentences(document: RawDocument) -> list[str]:

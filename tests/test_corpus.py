@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import random
 from pathlib import Path
 
 import pytest
 
 from conftest import require_shared
+from messages import assert_one_line
 from corpus import (
     convert_to_lddl_source,
     convert_wikitext_to_lddl,
@@ -98,11 +102,92 @@ def test_read_ranges_cover_every_document_once(tmp_path, input_format, text):
         assert pieces == whole
 
 
-def test_non_utf8_file_names_the_file(tmp_path):
-    file = tmp_path / "bad.txt"
-    file.write_bytes(b"good line\n\xff\xfe bad line\n")
-    with pytest.raises(ValueError, match=r"bad\.txt: byte 10: not UTF-8"):
+COMPRESSORS = {"xz": lzma.compress, "bzip2": bz2.compress, "gzip": gzip.compress}
+
+
+@pytest.mark.parametrize("compression", sorted(COMPRESSORS))
+def test_a_compressed_file_reads_as_its_text(tmp_path, compression):
+    """The same documents, offsets and titles from the compressed file as from the plain one, and the format is
+    found inside the stream, whatever the file's name."""
+    plain = write(tmp_path / "plain" / "wiki_00", WIKIEXTRACTOR * 3)
+    packed = tmp_path / "packed" / "wiki_00"  # WikiExtractor's own names carry no suffix either
+    packed.parent.mkdir()
+    packed.write_bytes(COMPRESSORS[compression](plain.read_bytes()))
+    assert packed.read_bytes() != plain.read_bytes()
+    assert find_corpus_files(tmp_path / "packed", "auto") == [(packed, "wikiextractor")]
+    whole = [(d.offset, d.title, d.paragraphs) for d in read_documents(plain, 0, "wikiextractor")]
+    assert [(d.offset, d.title, d.paragraphs) for d in read_documents(packed, 0, "wikiextractor")] == whole
+    text = plain.read_bytes()
+    assert [offset for offset, _, _ in whole] == [i for i in range(len(text)) if text.startswith(b"<doc", i)]
+    assert [title for _, title, _ in whole] == ["First", "Second"] * 3
+    # A compressed WikiText split is WikiText by its name without the compression suffix.
+    raw = tmp_path / "wiki.test.raw.xz"
+    raw.write_bytes(lzma.compress(b"no title line, still WikiText by its name\n"))
+    assert detect_format(raw) == "wikitext"
+
+
+def test_checksum_lists_beside_a_corpus_are_not_read(tmp_path):
+    write(tmp_path / "AA" / "wiki_00", WIKIEXTRACTOR)
+    for name in ("SHA256SUMS", "MD5SUMS", "B2SUMS", "AA/wiki_00.md5", "AA/wiki_00.sha256"):
+        write(tmp_path / name, "603d03107455198a5a4ef293ae4233c567db6ea198cb8da31553c66ae28b0601  AA/wiki_00\n")
+    write(tmp_path / "notes.txt", "A corpus file after all.\n")
+    assert find_corpus_files(tmp_path, "auto") == [(tmp_path / "AA" / "wiki_00", "wikiextractor"),
+                                                   (tmp_path / "notes.txt", "lines")]
+    # Named on its own, a file is read whatever its name.
+    assert find_corpus_files(tmp_path / "SHA256SUMS", "auto") == [(tmp_path / "SHA256SUMS", "lines")]
+
+
+def test_a_damaged_compressed_file_is_named(tmp_path):
+    file = tmp_path / "wiki_00.xz"
+    file.write_bytes(lzma.compress(WIKIEXTRACTOR.encode() * 50)[:-40])  # cut short
+    with pytest.raises(ValueError, match=r"wiki_00\.xz: damaged xz data"):
+        list(read_documents(file, 0, "wikiextractor"))
+
+
+def test_a_byte_that_is_not_utf8_is_named_with_its_line(tmp_path):
+    """Latin-1 "café" on line 2: the é is byte 11 + 3 = 14, in a plain file, in a read range that starts on line 2,
+    and in the decompressed text of an xz file."""
+    text = "first line\ncafé au lait\n".encode("latin-1")
+    plain = tmp_path / "latin1.txt"
+    plain.write_bytes(text)
+    packed = tmp_path / "latin1.txt.xz"
+    packed.write_bytes(lzma.compress(text))
+    for file, start in ((plain, 0), (plain, 11), (packed, 0)):
+        with pytest.raises(ValueError) as raised:
+            list(read_documents(file, 0, "lines", start))
+        assert_one_line(str(raised.value), f"{file}: ", "line 2", "byte 14", "not UTF-8", "0xe9")
+
+
+def test_a_binary_file_with_nul_bytes_is_not_text(tmp_path):
+    file = tmp_path / "image.bin"
+    file.write_bytes(b"header\n\x00\x00\x00\x01")
+    with pytest.raises(ValueError) as raised:
         list(read_documents(file, 0, "lines"))
+    assert_one_line(str(raised.value), f"{file}: ", "line 2", "byte 7", "NUL byte", "binary")
+
+
+@pytest.mark.parametrize("text, line", [
+    # The first <doc> runs into the second one.
+    ('<doc id="1" title="A">\nA\nText.\n<doc id="2" title="B">\nB\nMore.\n</doc>\n', 1),
+    # The file ends inside the last <doc>.
+    ('<doc id="1" title="A">\nA\nText.\n</doc>\n<doc id="2" title="B">\nB\nMore.\n', 5),
+])
+def test_a_doc_without_its_end_tag_is_named_by_line(tmp_path, text, line):
+    file = write(tmp_path / "wiki_00", text)
+    with pytest.raises(ValueError) as raised:
+        list(read_documents(file, 0, "wikiextractor"))
+    assert_one_line(str(raised.value), f"{file}: ", f"line {line}:", "<doc> without </doc>")
+
+
+@pytest.mark.parametrize("input_format, text, titles", [
+    ("wikiextractor", WIKIEXTRACTOR, ["First", "Second"]),
+    ("wikitext", WIKITEXT, ["First Title", "Second Title"]),
+    ("lddl", "wiki-0 Alpha one.\nwiki-1 Beta one.", ["wiki-0", "wiki-1"]),
+    ("lines", "Alpha one. " + "x" * 100 + "\nBeta one.\n", ["Alpha one. " + "x" * 69, "Beta one."]),
+])
+def test_every_document_has_a_title(tmp_path, input_format, text, titles):
+    file = write(tmp_path / "corpus.txt", text)
+    assert [document.title for document in read_documents(file, 0, input_format)] == titles
 
 
 def test_missing_and_empty_corpus(tmp_path):

@@ -735,7 +735,7 @@ def test_bad_corpora_give_one_line_errors_naming_the_file(corpus, tmp_path, caps
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     cases = [(empty, "empty.txt: corpus has no non-empty files"), (blank, "blank.txt: no documents with text"),
-             (binary, "binary.txt: byte 5: not UTF-8")]
+             (binary, "binary.txt: line 2, byte 5: not UTF-8")]
     for path, message in cases:
         argv = ["--input", str(path), "--vocab-file", str(corpus["vocab"]), "--output-dir", str(tmp_path / "o"),
                 "--num-shards", "1", "--num-workers", "1"]
@@ -754,7 +754,7 @@ def test_unreadable_shard_input_is_reported_through_the_pool(corpus, tmp_path, c
     binary.write_bytes(b"\xff" * 10)
     argv = ["--input", str(corpus["text"]), str(binary), "--vocab-file", str(corpus["vocab"]), "--output-dir",
             str(tmp_path / "o"), "--num-shards", "1", "--num-workers", "2"]
-    assert "binary.txt: byte 0: not UTF-8" in expect_exit(capsys, create_pretraining_data, argv)
+    assert "binary.txt: line 1, byte 0: not UTF-8" in expect_exit(capsys, create_pretraining_data, argv)
 
 
 def test_arrow_table_reads_back_with_lddl_types(corpus, tmp_path):
