@@ -1,6 +1,11 @@
 """Validation during pre-training: masked-LM and next-sentence loss and accuracy on held-out shards.
 
     run_pretraining.py ... --eval-dir SHARDS_holdout --eval-freq 1000 --num-eval-batches 100
+    run_pretraining.py ... --eval-dir SHARDS_holdout --eval-interval-minutes 5 --time-budget 60
+
+When: every --eval-freq steps, or with --eval-interval-minutes M instead at the first step boundary after the
+elapsed training time (time_budget.py) crosses each multiple of M minutes; and at the run's last step (its
+--max-steps, the end of --steps-this-run, or the step that spends --time-budget), but not after a stop request.
 
 Every evaluation reads the same batches: the first --num-eval-batches of a loader over --eval-dir with its own
 seed (EVAL_SEED, not --seed), rewound each time. Shards without static masks are masked by the loader from that
@@ -12,7 +17,10 @@ Reported at the step, in the DLLogger report and in one printed line:
 - eval_mlm_loss: mean cross-entropy over all masked positions of the evaluation batches (token-weighted, as the
   training loss over a global batch); eval_mlm_accuracy: the fraction of them whose arg-max prediction is the
   original token; eval_masked_tokens: their number;
-- eval_nsp_loss and eval_nsp_accuracy, over eval_sequences sequences (not under --no-nsp, which has no NSP head).
+- eval_nsp_loss and eval_nsp_accuracy, over eval_sequences sequences (not under --no-nsp, which has no NSP head);
+- elapsed_training_minutes: the elapsed training time at that step boundary, so that a script can plot the
+  validation numbers against pretraining minutes. A validation record is the LOG record at [epoch, step] whose
+  data has eval_mlm_loss; its step is the optimizer step, data's elapsed_training_minutes the time.
 
 An evaluation changes nothing the training depends on: it runs in eval mode (no dropout, so Paddle's generator
 draws nothing) under paddle.no_grad(), on its own loader (the training loader's position does not move), and
@@ -30,10 +38,12 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+import cli
 from amp import AmpPolicy, amp_autocast
 from dllog import DLLogger
 from loss import IGNORE_INDEX
 from pretraining_dataset import PretrainingDataLoader
+from time_budget import crossed_multiple
 
 # The evaluation loader's seed (file order and dynamic masks): one constant, so that runs with different --seed
 # evaluate on the same masked batches.
@@ -48,10 +58,15 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Validation")
     group.add_argument("--eval-dir", default=None,
                        help="Held-out shards (e.g. lddl_preprocess.py --holdout-fraction's <output-dir>_holdout) "
-                       "to evaluate on every --eval-freq steps and at the last step: masked-LM and NSP loss and "
-                       "accuracy, with the same masks every time.")
+                       "to evaluate on every --eval-freq steps (or --eval-interval-minutes of training) and at "
+                       "the last step: masked-LM and NSP loss and accuracy, with the same masks every time.")
     group.add_argument("--eval-freq", type=int, default=None,
-                       help=f"Evaluate every this many steps (with --eval-dir; default {DEFAULT_EVAL_FREQ}).")
+                       help=f"Evaluate every this many steps (with --eval-dir; default {DEFAULT_EVAL_FREQ}, none with "
+                       "--eval-interval-minutes).")
+    group.add_argument("--eval-interval-minutes", type=cli.positive_float, default=None,
+                       help="Evaluate instead each time the elapsed training time (see --time-budget) crosses a "
+                       "multiple of this many minutes, at the first step boundary after it (with --eval-dir; not "
+                       "with --eval-freq). Each record holds elapsed_training_minutes.")
     group.add_argument("--num-eval-batches", type=int, default=None,
                        help="Batches of --batch-size sequences per rank in each evaluation, at most one pass over "
                        f"--eval-dir (with --eval-dir; default {DEFAULT_NUM_EVAL_BATCHES}).")
@@ -60,7 +75,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 def check_eval_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse what could not take effect; fill in the defaults of --eval-freq and --num-eval-batches."""
     if args.eval_dir is None:
-        for flag in ("eval_freq", "num_eval_batches"):
+        for flag in ("eval_freq", "num_eval_batches", "eval_interval_minutes"):
             if getattr(args, flag) is not None:
                 parser.error(f"--{flag.replace('_', '-')} needs --eval-dir")
         return
@@ -68,7 +83,12 @@ def check_eval_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
         parser.error(f"--eval-dir {args.eval_dir}: no such folder")
     if args.benchmark:
         parser.error("--eval-dir cannot be used with --benchmark (evaluations would count in the timed steps)")
-    for flag, default in (("eval_freq", DEFAULT_EVAL_FREQ), ("num_eval_batches", DEFAULT_NUM_EVAL_BATCHES)):
+    if args.eval_interval_minutes is not None and args.eval_freq is not None:
+        parser.error("--eval-freq and --eval-interval-minutes cannot both be set: evaluate by steps or by time")
+    defaults = {"num_eval_batches": DEFAULT_NUM_EVAL_BATCHES}
+    if args.eval_interval_minutes is None:
+        defaults["eval_freq"] = DEFAULT_EVAL_FREQ
+    for flag, default in defaults.items():
         value = getattr(args, flag)
         if value is None:
             setattr(args, flag, default)
@@ -121,6 +141,7 @@ class PretrainingEvaluator:
     def __init__(self, args: argparse.Namespace, rank: int, world_size: int, logger: DLLogger, say):
         self.world_size, self.logger, self.say = world_size, logger, say
         self.eval_freq, self.nsp = args.eval_freq, not args.no_nsp
+        self.interval_seconds = None if args.eval_interval_minutes is None else 60.0 * args.eval_interval_minutes
         # Batches are built in this process (no workers): an evaluation is short, and forking per evaluation
         # would cost more than it saves.
         self.loader = PretrainingDataLoader(
@@ -137,9 +158,17 @@ class PretrainingEvaluator:
         for name in metrics_from_sums(dict.fromkeys(_SUMS, 1.0), self.nsp):
             logger.metadata(name, {"format": ":d" if name.endswith(("tokens", "sequences")) else ":.4f"})
 
-    def due(self, step: int, last_step: int, stopping: bool) -> bool:
-        """Every --eval-freq steps and at the run's last step, but not when SIGTERM stops the run early."""
-        return not stopping and (step % self.eval_freq == 0 or step == last_step)
+    def due(self, step: int, elapsed_before: float, elapsed: float, last: bool, stopping: bool) -> bool:
+        """Whether to evaluate after `step`, which took the elapsed training time from elapsed_before to elapsed
+        (seconds): at the run's last step (`last`), every --eval-freq steps or each time the elapsed time crosses
+        a multiple of --eval-interval-minutes; never when a stop request (SIGTERM, ...) ends the run early."""
+        if stopping:
+            return False
+        if last:
+            return True
+        if self.interval_seconds is not None:
+            return crossed_multiple(elapsed_before, elapsed, self.interval_seconds)
+        return step % self.eval_freq == 0
 
     def evaluate(self, model: paddle.nn.Layer, policy: AmpPolicy) -> dict[str, float]:
         """The eval_* metrics of `model` (the layer itself, not its DataParallel wrapper) over the evaluation set."""
@@ -160,13 +189,14 @@ class PretrainingEvaluator:
             totals = reduced.numpy()
         return metrics_from_sums(dict(zip(_SUMS, totals.tolist(), strict=True)), self.nsp)
 
-    def run(self, step: int, model: paddle.nn.Layer, policy: AmpPolicy, log: Callable[[int, dict], None]
-            ) -> dict[str, float]:
-        """Evaluate, then report the metrics at `step` through `log` (the run's report and VisualDL log) and
-        print them in one line."""
-        metrics = self.evaluate(model, policy)
+    def run(self, step: int, elapsed: float, model: paddle.nn.Layer, policy: AmpPolicy,
+            log: Callable[[int, dict], None]) -> dict[str, float]:
+        """Evaluate, then report the metrics at `step`, with the elapsed training time (`elapsed` seconds) as
+        elapsed_training_minutes, through `log` (the run's report and VisualDL log) and print them in one line."""
+        metrics = {**self.evaluate(model, policy), "elapsed_training_minutes": elapsed / 60.0}
         log(step, metrics)
-        text = f"eval at step {step}: mlm loss {metrics['eval_mlm_loss']:.4f}  mlm accuracy " \
+        text = f"eval at step {step} ({metrics['elapsed_training_minutes']:.2f} training minutes): mlm loss " \
+               f"{metrics['eval_mlm_loss']:.4f}  mlm accuracy " \
                f"{metrics['eval_mlm_accuracy']:.4f} ({metrics['eval_masked_tokens']} masked tokens)"
         if self.nsp:
             text += f"  nsp loss {metrics['eval_nsp_loss']:.4f}  nsp accuracy {metrics['eval_nsp_accuracy']:.4f} " \

@@ -48,6 +48,7 @@ REPORT_METRICS = {
     "e2e_train_time": {"unit": "s", "format": ":.2f"}, "raw_train_time": {"unit": "s", "format": ":.2f"},
     "training_sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
     "final_loss": {"format": ":.4f"}, "padding_fraction": {"format": ":.4f"},
+    "elapsed_training_minutes": {"unit": "min", "format": ":.2f"},
 }
 
 
@@ -67,12 +68,18 @@ class ProgressReporter:
     (not of one step); step_samples, the sequences this rank trained on in it (skipped updates included); and
     seqs_per_sec = step_samples / step_cost, per rank. NVIDIA's own loss is the last step's; ours keeps the mean.
 
-    A run without NSP (--no-nsp) reports no nsp_loss: its loss is mlm_loss."""
+    A run without NSP (--no-nsp) reports no nsp_loss: its loss is mlm_loss. Steps recorded with their elapsed
+    training time (time_budget.py) add elapsed_training_minutes, the time at the interval's last step.
 
-    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int, log_freq: int,
-                 epoch_of: Callable[[], int], nsp: bool = True, visualdl: VisualDLLog | None = None):
+    last_step is None when a training-time budget (budget_seconds) ends the run instead; the printed line then
+    shows the minutes of the budget used, and its ETA is the budget's rest (the earlier end when both are set)."""
+
+    def __init__(self, logger: DLLogger, say, start_step: int, last_step: int | None, log_freq: int,
+                 epoch_of: Callable[[], int], nsp: bool = True, visualdl: VisualDLLog | None = None,
+                 budget_seconds: float | None = None):
         self.logger, self.say, self.visualdl, self.epoch_of = logger, say, visualdl, epoch_of
         self.start_step, self.last_step, self.log_freq = start_step, last_step, log_freq
+        self.budget_seconds = budget_seconds
         self.loss_keys = ("loss", "mlm_loss", "nsp_loss") if nsp else ("loss", "mlm_loss")
         for name, meta in REPORT_METRICS.items():
             logger.metadata(name, meta)
@@ -92,7 +99,9 @@ class ProgressReporter:
         self.timed_sequences = self.timed_steps = 0
         self.timed_padding = 0.0
 
-    def record(self, step: int, result: StepResult, stopping: bool) -> None:
+    def record(self, step: int, result: StepResult, stopping: bool, elapsed: float | None = None) -> None:
+        """Count a step; `stopping`: it is the run's last (report its interval now); `elapsed`: the elapsed
+        training time after it, in seconds."""
         self.timed_sequences += result.sequences
         self.timed_steps += 1
         self.timed_padding += result.padding_fraction
@@ -108,16 +117,31 @@ class ProgressReporter:
                 self.interval[key] += getattr(result, key)
             self.interval["steps"] += 1
         if step % self.log_freq == 0 or step == self.last_step or stopping:
-            self._report_interval(step, result)
+            self._report_interval(step, result, elapsed)
 
-    def _report_interval(self, step: int, result: StepResult) -> None:
+    def _position(self, step: int, now: float, training_time: float | None) -> tuple[str, float]:
+        """Where the run is, for the printed line: the step of --max-steps or the minutes of the budget; and the
+        ETA in seconds (the step count's from the wall time per step so far, the budget's from the training time
+        left; the sooner of the two)."""
+        etas = []
+        if self.last_step is not None:
+            etas.append((now - self.loop_start) / (step - self.start_step) * (self.last_step - step))
+        if self.budget_seconds is None or training_time is None:
+            where = f"step {step}/{self.last_step} ({100 * step / self.last_step:.1f}%)"
+        else:
+            etas.append(max(0.0, self.budget_seconds - training_time))
+            where = (f"step {step}  {training_time / 60:.2f}/{self.budget_seconds / 60:g} min "
+                     f"({100 * training_time / self.budget_seconds:.1f}%)")
+        return where, min(etas)
+
+    def _report_interval(self, step: int, result: StepResult, training_time: float | None) -> None:
         now = time.perf_counter()
         interval = self.interval
         if interval["steps"]:
             self.final_loss = interval["loss"] / interval["steps"]
             elapsed = now - self.interval_start
             sequences_per_second = interval["sequences"] / elapsed
-            self.log(step, {
+            metrics = {
                 **{key: interval[key] / interval["steps"] for key in self.loss_keys},
                 "learning_rate": result.learning_rate,
                 "loss_scale": result.loss_scale,
@@ -125,11 +149,13 @@ class ProgressReporter:
                 "step_cost": elapsed,
                 "step_samples": interval["rank_sequences"],
                 "seqs_per_sec": interval["rank_sequences"] / elapsed,
-            })
-            eta = (now - self.loop_start) / (step - self.start_step) * (self.last_step - step)
-            self.say(f"step {step}/{self.last_step} ({100 * step / self.last_step:.1f}%)  loss {self.final_loss:.4f}"
-                     f"  lr {result.learning_rate:.3e}  {sequences_per_second:.1f} seq/s  ETA {format_duration(eta)}",
-                     flush=True)
+            }
+            if training_time is not None:
+                metrics["elapsed_training_minutes"] = training_time / 60.0
+            self.log(step, metrics)
+            position, eta = self._position(step, now, training_time)
+            self.say(f"{position}  loss {self.final_loss:.4f}  lr {result.learning_rate:.3e}  "
+                     f"{sequences_per_second:.1f} seq/s  ETA {format_duration(eta)}", flush=True)
         self._start_interval(now)
 
     def log(self, step: int, metrics: dict) -> None:

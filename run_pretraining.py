@@ -2,15 +2,26 @@
 or many.
 
     python run_pretraining.py --input-dir SHARDS --vocab-file VOCAB --output-dir OUT --max-steps N --phase1
+    python run_pretraining.py --input-dir SHARDS --vocab-file VOCAB --output-dir OUT --time-budget 60 --phase1
     python -m paddle.distributed.launch --nproc_per_node 8 run_pretraining.py ...      (one node)
     python -m paddle.distributed.launch --nnodes 2 --master HOST:PORT --nproc_per_node 8 run_pretraining.py ...
 
 The command line is NVIDIA's Paddle BERT run_pretraining.py (same names and defaults, but float16 AMP's loss
 scaling: dynamic from 2^20), plus --keep-checkpoint-max, --amp-dtype, --lr-decay-power, --constant-proportion,
 --max-grad-norm, --max-nonfinite-steps, --masked-lm-ratio and --whole-word-masking (dynamic masking), --no-nsp
-(masked LM alone) and --eval-dir, --eval-freq, --num-eval-batches (validation on held-out shards,
-pretraining_eval.py).
-`build_parser()` is the single definition of the options.
+(masked LM alone), --eval-dir, --eval-freq, --num-eval-batches and --eval-interval-minutes (validation on held-out
+shards, pretraining_eval.py), and --time-budget. `build_parser()` is the single definition of the options.
+
+Training to a time budget (--time-budget MINUTES): the learning-rate schedule (warmup, hold, decay;
+lr_scheduler.TimeBudgetDecay) is a function of p = elapsed / budget, the fraction of the budget used, instead of
+the fraction of --max-steps, and the run stops at the first step boundary where the elapsed training time reaches
+the budget, writing its final checkpoint there. Elapsed training time (time_budget.py) is the wall time of the
+training loop (drawing the batches, forward, backward, the optimizer step, the progress report), summed over the
+run and the runs it resumes; process start-up, validation and checkpoint writing do not count. Each update runs
+at the learning rate of the elapsed time at the step boundary before it. With several ranks, every rank uses the
+largest of their elapsed times, so they agree on the learning rate and on the step that ends the run. --max-steps
+is optional then: given, it caps the steps. Every run measures its elapsed training time and reports it
+(elapsed_training_minutes in the --log-freq records and the validation records); the checkpoints carry it.
 
 One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W ranks:
   1. each rank draws k micro-batches of --batch-size sequences;
@@ -71,7 +82,7 @@ from cli import (
 from dllog import DLLogger, add_format_argument, open_report
 from gradient_merge import merged_backward, optimizer_step
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
-from lr_scheduler import create_lr_scheduler
+from lr_scheduler import TimeBudgetDecay, create_lr_scheduler
 from modeling import BertForPretraining
 from optimizer import add_optimizer_arguments, create_optimizer
 from packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
@@ -79,6 +90,7 @@ from pretraining_dataset import PretrainingDataLoader, find_shards
 from pretraining_eval import PretrainingEvaluator, add_eval_arguments, build_evaluator, check_eval_arguments
 from pretraining_report import ProgressReporter, StepResult
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
+from time_budget import TrainingStopwatch
 from visualdl_log import open_run_log
 from weights import (
     SAFETENSORS_SUFFIX,
@@ -151,8 +163,16 @@ def _add_schedule_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--phase1", action="store_true", help="Phase 1 of pre-training (not with --phase2).")
     group.add_argument("--phase2", action="store_true",
                        help="Phase 2 of pre-training (not with --phase1; also the default without either).")
-    group.add_argument("--max-steps", type=positive_int, required=True,
-                       help="Optimizer steps of this phase; the learning-rate schedule spans them.")
+    group.add_argument("--max-steps", type=positive_int, default=None,
+                       help="Optimizer steps of this phase; the learning-rate schedule spans them. Required "
+                       "without --time-budget; with it, the most steps to train (the schedule then follows time).")
+    group.add_argument("--time-budget", type=positive_float, default=None, metavar="MINUTES",
+                       help="Train for this many minutes of elapsed training time: the learning-rate schedule "
+                       "(warmup, hold, decay to 0) spans the budget instead of --max-steps, and the run stops at the "
+                       "first step boundary where the elapsed training time reaches it, with its final checkpoint "
+                       "there. Elapsed training time is the wall time of the training loop (drawing batches, forward, "
+                       "backward, optimizer step, progress report) summed over the run and the runs it resumes; "
+                       "process start-up, validation and checkpoint writing do not count.")
     group.add_argument("--steps-this-run", type=positive_int, default=None,
                        help="Stop after this many steps (checkpointing), e.g. to fit a cluster time limit.")
     group.add_argument("--batch-size", type=positive_int, default=32, help="Sequences per micro-batch per rank.")
@@ -162,9 +182,10 @@ def _add_schedule_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--warmup-start-lr", type=non_negative_float, default=0.0,
                        help="Learning rate at the start of warmup.")
     group.add_argument("--warmup-proportion", type=unit_interval, default=0.01,
-                       help="Fraction of --max-steps spent in linear warmup.")
+                       help="Fraction of --max-steps (of --time-budget with it) spent in linear warmup.")
     group.add_argument("--constant-proportion", type=unit_interval, default=0.0,
-                       help="Fraction of --max-steps held at the peak after warmup (LANS schedule).")
+                       help="Fraction of --max-steps (of --time-budget with it) held at the peak after warmup (LANS "
+                       "schedule).")
     group.add_argument("--lr-decay-power", type=positive_float, default=1.0,
                        help="Exponent of the polynomial decay to 0 (1.0 = linear).")
 
@@ -239,6 +260,10 @@ def _check_schedule_options(parser: argparse.ArgumentParser, args: argparse.Name
         parser.error("--phase1 and --phase2 cannot both be set")
     if args.warmup_proportion + args.constant_proportion > 1.0:
         parser.error("--warmup-proportion plus --constant-proportion must not exceed 1")
+    if args.max_steps is None and args.time_budget is None:
+        parser.error("--max-steps is required (or --time-budget, to train for a time instead)")
+    if args.time_budget is not None and args.benchmark:
+        parser.error("--time-budget cannot be used with --benchmark, which times a fixed number of steps")
 
 
 def _check_starting_weights(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -338,12 +363,19 @@ class Trainer:
         np.random.seed(args.seed)
         self.model = BertForPretraining(self.config, nsp=not args.no_nsp)
         self.criterion = BertPretrainingCriterion()
-        self.scheduler = create_lr_scheduler(
-            "constant_poly" if args.constant_proportion > 0 else "poly",
-            learning_rate=args.learning_rate, total_steps=args.max_steps,
-            warmup_proportion=args.warmup_proportion, warmup_start_lr=args.warmup_start_lr,
-            power=args.lr_decay_power, constant_proportion=args.constant_proportion,
-        )
+        if args.time_budget is not None:
+            self.scheduler = TimeBudgetDecay(
+                args.learning_rate, budget_seconds=60.0 * args.time_budget, warmup_proportion=args.warmup_proportion,
+                constant_proportion=args.constant_proportion, warmup_start_lr=args.warmup_start_lr,
+                power=args.lr_decay_power,
+            )
+        else:
+            self.scheduler = create_lr_scheduler(
+                "constant_poly" if args.constant_proportion > 0 else "poly",
+                learning_rate=args.learning_rate, total_steps=args.max_steps,
+                warmup_proportion=args.warmup_proportion, warmup_start_lr=args.warmup_start_lr,
+                power=args.lr_decay_power, constant_proportion=args.constant_proportion,
+            )
         self.optimizer = create_optimizer(
             args.optimizer, self.model, self.scheduler, weight_decay=args.weight_decay, beta1=args.beta1,
             beta2=args.beta2, epsilon=args.epsilon, max_grad_norm=args.max_grad_norm,
@@ -361,6 +393,12 @@ class Trainer:
         """Wrap the model once its weights are final: DataParallel broadcasts rank 0's parameters."""
         if self.world_size > 1:
             self.network = paddle.DataParallel(self.model)
+
+    def set_elapsed_training_time(self, seconds: float) -> None:
+        """Under --time-budget, the schedule's position for the next update: the elapsed training time now. A
+        step schedule follows its update count alone."""
+        if isinstance(self.scheduler, TimeBudgetDecay):
+            self.scheduler.set_elapsed(seconds)
 
     def _micro_batch_tensors(self, batch: dict) -> MicroBatch:
         if self.args.pack_sequences:
@@ -494,7 +532,16 @@ class RunCheckpoints:
             raise ValueError(f"{folder}: saved {'with' if progress['use_pure_fp16'] else 'without'} --use-pure-fp16 "
                              "(AMP O2: fp32 master weights in the optimizer state), this run is the other way; "
                              "resume with the same AMP level, or start from its weights with --from-pretrained-params")
-        if progress.get("max_steps", args.max_steps) != args.max_steps:
+        # Checkpoints from before --time-budget existed have no time_budget_minutes: their runs had no budget.
+        if progress.get("time_budget_minutes") != args.time_budget:
+            saved, now = (f"--time-budget {budget:g}" if budget is not None else "no --time-budget"
+                          for budget in (progress.get("time_budget_minutes"), args.time_budget))
+            raise ValueError(f"{folder}: saved by a run with {saved}, this one has {now}; the learning-rate "
+                             f"schedule spans the budget (or --max-steps without one), so resume with {saved} (for a "
+                             f"new schedule, start from its weights: --from-pretrained-params {folder} with another "
+                             "--output-dir)")
+        # Under a budget --max-steps only caps the steps, and may change between runs.
+        if args.time_budget is None and progress.get("max_steps", args.max_steps) != args.max_steps:
             raise ValueError(f"{folder}: saved by a run with --max-steps {progress['max_steps']}, this one has "
                              f"--max-steps {args.max_steps}; the learning-rate schedule spans --max-steps, so resume "
                              f"with --max-steps {progress['max_steps']} (for a new schedule, start from its weights: "
@@ -537,15 +584,17 @@ class RunCheckpoints:
                 flush=True)
 
     def save(self, step: int, trainer: Trainer, loader: PretrainingDataLoader, nonfinite_streak: int,
-             with_safetensors: bool = False) -> None:
-        """Every rank gathers its streams to rank 0, which writes <phase folder>/<step>/ (with_safetensors: with
-        the weights' .safetensors twin in it, written in the same atomic save)."""
+             elapsed: float, with_safetensors: bool = False) -> None:
+        """Every rank gathers its streams to rank 0, which writes <phase folder>/<step>/ with `elapsed`, the
+        elapsed training time in seconds (with_safetensors: with the weights' .safetensors twin in it, written in
+        the same atomic save)."""
         rng_states = gather_from_ranks(checkpoint.capture_rng_state(), self.world_size)
         positions = gather_from_ranks(loader.state_dict(), self.world_size)
         record = {
             "phase": self.phase, "world_size": self.world_size, "fuse_mha": self.args.fuse_mha,
             "no_nsp": self.args.no_nsp, "use_pure_fp16": trainer.policy.master_weights,
-            "max_steps": self.args.max_steps,
+            "max_steps": self.args.max_steps, "time_budget_minutes": self.args.time_budget,
+            "elapsed_training_seconds": elapsed,
             "epoch": loader.epoch, "data_positions": positions, "rng_states": rng_states,
             "nonfinite_streak": nonfinite_streak,
             "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,
@@ -626,12 +675,36 @@ def count_nonfinite(streak: int, step: int, result: StepResult, limit: int) -> i
     return streak
 
 
-def last_step_of_run(args: argparse.Namespace, start_step: int) -> int:
+def last_step_of_run(args: argparse.Namespace, start_step: int) -> int | None:
+    """The step this run ends at, at the latest: --max-steps, or --steps-this-run's end if sooner; None when only
+    --time-budget ends it."""
     if args.benchmark:
         return start_step + args.benchmark_warmup_steps + args.benchmark_steps
-    if args.steps_this_run is not None:
-        return min(args.max_steps, start_step + args.steps_this_run)
-    return args.max_steps
+    ends = [args.max_steps, None if args.steps_this_run is None else start_step + args.steps_this_run]
+    return min((end for end in ends if end is not None), default=None)
+
+
+def phase_done(args: argparse.Namespace, start_step: int, last_step: int | None, elapsed: float) -> str | None:
+    """How far a resumed phase that has nothing left to train went (a rerun of a finished job, as NVIDIA's
+    recipes rerun the same command), or None: it reached --max-steps, or spent --time-budget."""
+    if args.benchmark:
+        return None
+    if last_step is not None and start_step >= last_step:
+        return f"step {start_step} of --max-steps {args.max_steps}"
+    if args.time_budget is not None and elapsed >= 60.0 * args.time_budget:
+        return f"step {start_step}, after {elapsed / 60:.2f} minutes of training of --time-budget {args.time_budget:g}"
+    return None
+
+
+def agreed_elapsed(stopwatch: TrainingStopwatch, world_size: int) -> float:
+    """The elapsed training time in seconds, the same on every rank: the largest of the ranks' own readings, so
+    that the ranks set the same learning rate under --time-budget and end the run at the same step."""
+    elapsed = stopwatch.elapsed()
+    if world_size == 1:
+        return elapsed
+    value = paddle.to_tensor([elapsed], "float64")
+    paddle.distributed.all_reduce(value, op=paddle.distributed.ReduceOp.MAX)
+    return float(value.numpy()[0])
 
 
 def build_loader(args: argparse.Namespace, rank: int, world_size: int) -> PretrainingDataLoader:
@@ -707,45 +780,60 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
     checkpoints.continue_streams(loader, progress, say)
     step = start_step = progress.get("global_step", 0)
     nonfinite_streak = progress.get("nonfinite_streak", 0)
+    # Checkpoints saved before the elapsed training time was recorded count it from 0.
+    elapsed = progress.get("elapsed_training_seconds", 0.0)
     last_step = last_step_of_run(args, start_step)
-    if start_step >= last_step and not args.benchmark:
-        # A rerun of a finished job (NVIDIA's recipes rerun the same command): nothing to train, nothing to report.
-        say(f"Phase {phase} is complete: {checkpoints.folder / str(start_step)} is step {start_step} of "
-            f"--max-steps {args.max_steps}; nothing to train", flush=True)
+    budget = None if args.time_budget is None else 60.0 * args.time_budget
+    done = phase_done(args, start_step, last_step, elapsed)
+    if done is not None:
+        say(f"Phase {phase} is complete: {checkpoints.folder / str(start_step)} is {done}; nothing to train",
+            flush=True)
         logger.close()
         return 0
     evaluator = build_evaluator(args, rank, world_size, logger, say)
     if evaluator is not None:
         check_eval_batches(evaluator)
-    say(f"Training phase {phase} from step {start_step + 1} to {last_step} on {world_size} rank(s)", flush=True)
+    end = str(last_step) if budget is None else f"{args.time_budget:g} minutes of training" + (
+        "" if last_step is None else f" or step {last_step}")
+    say(f"Training phase {phase} from step {start_step + 1} to {end} on {world_size} rank(s)", flush=True)
     visualdl = open_run_log(args.visualdl_log_dir, rank=rank, resume=start_step > 0, start_step=start_step,
                             config=vars(args))
     reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, lambda: loader.epoch,
-                                nsp=not args.no_nsp, visualdl=visualdl)
+                                nsp=not args.no_nsp, visualdl=visualdl, budget_seconds=budget)
+    stopwatch = TrainingStopwatch(elapsed)
     batches = iter(loader)
+    last = False
     with StopRequest(os.environ.get(STOP_FILE_VARIABLE)) as stop_request:
-        while step < last_step:
+        stopwatch.start()
+        while not last:
             if args.benchmark and step == start_step + args.benchmark_warmup_steps:
                 reporter.start_timing()
             reason = stop_request.reason()
             result, stop = trainer.step([next(batches) for _ in range(args.gradient_merge_steps)],
                                         reason is not None)
             step += 1
-            reporter.record(step, result, stopping=stop)
+            elapsed_before, elapsed = elapsed, agreed_elapsed(stopwatch, world_size)
+            trainer.set_elapsed_training_time(elapsed)
+            last = step == last_step or (budget is not None and elapsed >= budget)
+            reporter.record(step, result, stopping=stop or last, elapsed=elapsed)
             nonfinite_streak = count_nonfinite(nonfinite_streak, step, result, args.max_nonfinite_steps)
-            if evaluator is not None and evaluator.due(step, last_step, stop):
-                evaluator.run(step, trainer.model, trainer.policy, reporter.log)
-            checkpoint_due = step % args.num_steps_per_checkpoint == 0 or step == last_step or stop
-            if checkpoint_due and not args.benchmark:
-                # The final weights' twin goes into the checkpoint's own atomic save: no kill can part them.
-                checkpoints.save(step, trainer, loader, nonfinite_streak,
-                                 with_safetensors=args.save_safetensors and step == last_step)
+            with stopwatch.paused():  # validation and checkpoint writing are not training time
+                if evaluator is not None and evaluator.due(step, elapsed_before, elapsed, last, stop):
+                    evaluator.run(step, elapsed, trainer.model, trainer.policy, reporter.log)
+                checkpoint_due = step % args.num_steps_per_checkpoint == 0 or last or stop
+                if checkpoint_due and not args.benchmark:
+                    # The final weights' twin goes into the checkpoint's own atomic save: no kill can part them.
+                    checkpoints.save(step, trainer, loader, nonfinite_streak, elapsed,
+                                     with_safetensors=args.save_safetensors and last)
             if stop:
                 where = checkpoints.folder / str(step)
                 saved = "no checkpoint in benchmark mode" if args.benchmark else f"checkpoint in {where}"
                 say(f"{reason or 'Another rank was asked to stop'}: stopped after step {step} ({saved})", flush=True)
                 break
-    if args.save_safetensors and rank == 0 and step == last_step > start_step and not args.benchmark:
+    if budget is not None and elapsed >= budget:
+        say(f"Time budget spent: {elapsed / 60:.2f} of --time-budget {args.time_budget:g} minutes of training after "
+            f"step {step} (final checkpoint in {checkpoints.folder / str(step)})", flush=True)
+    if args.save_safetensors and rank == 0 and last and not args.benchmark:
         say(f"Final weights also in {checkpoints.folder / str(step) / (args.model_prefix + SAFETENSORS_SUFFIX)}",
             flush=True)
     summary = reporter.summarise(process_start, world_size)

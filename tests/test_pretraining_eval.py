@@ -34,6 +34,8 @@ from weights import load_state
 
 EVAL_KEYS = {"eval_mlm_loss", "eval_mlm_accuracy", "eval_masked_tokens", "eval_nsp_loss", "eval_nsp_accuracy",
              "eval_sequences"}
+# A validation record also holds the elapsed training time of its step (time_budget.py).
+RECORD_KEYS = EVAL_KEYS | {"elapsed_training_minutes"}
 
 
 def eval_argv(tmp_path, *extra: str, dropout: float = 0.1) -> list[str]:
@@ -129,7 +131,7 @@ def test_evaluations_run_every_eval_freq_steps_and_at_the_last_step(tmp_path, ca
     assert train(eval_argv(tmp_path, "--max-steps", "5", "--eval-freq", "2", "--num-eval-batches", "2")) == 0
     records = eval_records(tmp_path / "report.json")
     assert step_numbers(records) == [2, 4, 5]
-    assert all(set(r["data"]) == EVAL_KEYS and r["data"]["eval_sequences"] == 8 for r in records)
+    assert all(set(r["data"]) == RECORD_KEYS and r["data"]["eval_sequences"] == 8 for r in records)
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("eval at step ")]
     assert len(printed) == 3 and "mlm accuracy" in printed[0] and "nsp accuracy" in printed[0]
 
@@ -137,7 +139,8 @@ def test_evaluations_run_every_eval_freq_steps_and_at_the_last_step(tmp_path, ca
 def test_under_no_nsp_the_evaluation_has_no_nsp_numbers(tmp_path):
     assert train(eval_argv(tmp_path, "--max-steps", "1", "--num-eval-batches", "1", "--no-nsp")) == 0
     [record] = eval_records(tmp_path / "report.json")
-    assert set(record["data"]) == {"eval_mlm_loss", "eval_mlm_accuracy", "eval_masked_tokens"}
+    assert set(record["data"]) == {"eval_mlm_loss", "eval_mlm_accuracy", "eval_masked_tokens",
+                                   "elapsed_training_minutes"}
 
 
 def test_a_run_with_evaluations_resumes_bitwise_equal_to_one_without(tmp_path):
@@ -201,4 +204,5 @@ def test_two_ranks_evaluate_their_slices_and_report_the_sums_of_both(tmp_path):
                     totals[name] = totals.get(name, 0.0) + value
     expected = pretraining_eval.metrics_from_sums(totals, nsp=True)
     assert record["data"]["eval_sequences"] == expected["eval_sequences"] == 2 * 2 * args.batch_size
-    assert record["data"] == pytest.approx(expected, rel=1e-5)
+    minutes = record["data"].pop("elapsed_training_minutes")
+    assert record["data"] == pytest.approx(expected, rel=1e-5) and minutes > 0
