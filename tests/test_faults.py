@@ -30,6 +30,7 @@ import run_pretraining
 import squad_evaluate
 from atomic_io import TEMP_PREFIX
 from conftest import ROOT, require_shared
+from interrupts import MARKS_VARIABLE, ChildOutput, signal_while_running, wait_for
 from messages import assert_one_line
 from pretraining_runs import (
     UNBINNED,
@@ -487,13 +488,6 @@ def wait_until_gone(pids: list[int], seconds: float) -> list[int]:
     return [pid for pid in pids if running(pid)]
 
 
-def wait_for(condition, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def end_leftovers(process: subprocess.Popen, pids: list[int]) -> None:
     """After a failed check: end the test's process and whatever of its tree is still running."""
     process.kill()
@@ -740,35 +734,40 @@ def test_every_stop_signal_saves_at_the_next_step_and_exits_0(tmp_path, signum):
         end_leftovers(job, workers)
 
 
-# run_pretraining.main() whose steps after the checkpoint of step 4 last a second each, so that a second Ctrl-C
-# surely comes before the step boundary the first one waits for.
-SLOW_STEPS_AFTER_4 = """
-import os, sys, time
-sys.path.insert(0, os.getcwd())
-import checkpoint, run_pretraining
+# run_pretraining.main() whose first step after the checkpoint of step 4 says PAUSED_IN_STEP and stays in that step
+# until a signal handler raises (interrupts.pause_forever): the second Ctrl-C surely comes before the step boundary
+# that the first one waits for.
+PAUSED_IN_STEP = "paused in the step after the checkpoint"
+PAUSE_AFTER_CHECKPOINT = f"""
+import os, sys
+sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]
+import checkpoint, interrupts, run_pretraining
 real_step = run_pretraining.Trainer.step
-def slow_step(self, *args, **kwargs):
+def paused_step(self, *args, **kwargs):
     if checkpoint.list_checkpoints(checkpoint.phase_dir(self.args.output_dir, "custom", 1)):
-        time.sleep(1)
+        interrupts.say("{PAUSED_IN_STEP}")
+        interrupts.pause_forever()
     return real_step(self, *args, **kwargs)
-run_pretraining.Trainer.step = slow_step
+run_pretraining.Trainer.step = paused_step
 sys.exit(run_pretraining.cli.run_main(lambda: run_pretraining.main(sys.argv[1:]), "run_pretraining.py"))
 """
 
 
 def test_a_second_ctrl_c_stops_at_once_in_one_line_and_keeps_the_checkpoints(tmp_path):
-    job = start_long_job(tmp_path, "--num-steps-per-checkpoint", "4", code=SLOW_STEPS_AFTER_4)
+    job = start_long_job(tmp_path, "--num-steps-per-checkpoint", "4", code=PAUSE_AFTER_CHECKPOINT)
     workers = process_tree(job.pid)
+    output = ChildOutput(job)
     try:
-        wait_for(lambda: step_folders(tmp_path / "out") == [4], 60, "the checkpoint of step 4")
-        time.sleep(0.5)
+        output.wait_for_line(PAUSED_IN_STEP, 120, "step 5, after the checkpoint of step 4")
+        assert step_folders(tmp_path / "out") == [4]
         before = snapshot(tmp_path / "out")
-        job.send_signal(signal.SIGINT)
-        time.sleep(0.3)
-        job.send_signal(signal.SIGINT)
-        out, err = job.communicate(timeout=60)
-        assert job.returncode == cli.INTERRUPTED_STATUS
-        assert "SIGINT: saving a checkpoint after this step, then stopping (Ctrl-C again to stop at once)" in out
+        signal_while_running(job, signal.SIGINT, "paused in step 5")
+        # A second signal before the handler has run for the first would merge with it: wait for its notice.
+        output.wait_for_line("SIGINT: saving a checkpoint after this step, then stopping (Ctrl-C again to stop at "
+                             "once)", 60, "the notice of the first Ctrl-C")
+        signal_while_running(job, signal.SIGINT, "paused in step 5 after the first Ctrl-C")
+        out, err = output.finish(60)
+        assert job.returncode == cli.INTERRUPTED_STATUS, out[-3000:] + err[-3000:]
         assert_one_line(err, "run_pretraining.py: ", "interrupted again", "stopped at once", "without saving")
         assert_kept(before)
         assert step_folders(tmp_path / "out") == [4]
@@ -782,36 +781,66 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line_and_keeps_the_checkpoints(tmp
 # Killing preprocessing: no worker outlives it, and its rerun clears what it left
 
 
-def preprocess_command(tmp_path: Path) -> list[str]:
-    """lddl_preprocess.py with two pool workers on wikitext-2's test split: about ten seconds of work."""
-    return [sys.executable, "-W", "ignore", str(ROOT / "lddl_preprocess.py"),
+def preprocess_command(tmp_path: Path, code: str | None = None) -> list[str]:
+    """lddl_preprocess.py (or `python -c code` with its argv) with two pool workers on wikitext-2's test split, which
+    it cuts into two read ranges: one for each worker."""
+    return [sys.executable, "-W", "ignore", *(["-c", code] if code else [str(ROOT / "lddl_preprocess.py")]),
             "--input", str(require_shared("data", "wikitext-2", "wiki.test.raw")),
             "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")), "--output-dir",
-            str(tmp_path / "out"), "--num-workers", "2", "--duplicate-factor", "10", "--num-shards", "2", "--quiet"]
+            str(tmp_path / "out"), "--num-workers", "2", "--num-shards", "2", "--quiet"]
 
 
 def work_folders(tmp_path: Path) -> list[Path]:
     return sorted(tmp_path.glob(".preprocess-out-*"))
 
 
-def start_preprocessing(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
-    """The preprocessor, once its two pool workers are at work in its work folder; (process, worker pids)."""
-    job = subprocess.Popen(preprocess_command(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           cwd=ROOT)
-    wait_for(lambda: work_folders(tmp_path) and len(process_tree(job.pid)) >= 3, 60, "the pool workers")
-    return job, process_tree(job.pid)
+# lddl_preprocess.py whose pool workers each tokenize their read range, spill it into the work folder, leave a mark
+# and stay in that task (interrupts.tokenize_range_then_pause): the run cannot leave stage 1 until it is signalled.
+PAUSED_PREPROCESSING = """
+import os, sys
+sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]
+import cli, interrupts, lddl_preprocess, preprocess_pipeline
+preprocess_pipeline.tokenize_range = interrupts.tokenize_range_then_pause
+sys.exit(cli.run_main(lddl_preprocess.main, "lddl_preprocess.py"))
+"""
+
+
+def start_paused_preprocessing(tmp_path: Path) -> tuple[subprocess.Popen, ChildOutput, list[int]]:
+    """The preprocessor in its own process group (as a terminal's job), once both pool workers have spilled their
+    range into its work folder and are held inside stage 1's tasks; (process, its output, its process tree)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    job = subprocess.Popen(preprocess_command(tmp_path, PAUSED_PREPROCESSING), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True,
+                           env={**os.environ, MARKS_VARIABLE: str(marks)})
+    output = ChildOutput(job)
+
+    def both_paused() -> bool:
+        assert job.poll() is None, f"the job ended (status {job.returncode}) before pausing:\n{output.tail()}"
+        return len(list(marks.iterdir())) == 2
+
+    try:
+        wait_for(both_paused, 120, "both pool workers to tokenize their range")
+        pool_workers = [int(mark.name.removeprefix("tokenized-")) for mark in marks.iterdir()]
+        assert [parent_of(pid) for pid in pool_workers] == [job.pid, job.pid]
+        (work_folder,) = work_folders(tmp_path)
+        assert len(list(work_folder.glob("block-*-tokens.npy"))) == 2
+    except BaseException:
+        end_leftovers(job, process_tree(job.pid))
+        raise
+    return job, output, process_tree(job.pid)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
 def test_sigkill_of_preprocessing_leaves_no_worker_and_the_rerun_removes_its_work_folder(tmp_path):
-    job, workers = start_preprocessing(tmp_path)
+    job, output, tree = start_paused_preprocessing(tmp_path)
     try:
-        time.sleep(1)
-        job.send_signal(signal.SIGKILL)
-        job.wait(timeout=30)
-        assert wait_until_gone(workers, seconds=5) == []
+        signal_while_running(job, signal.SIGKILL, "paused in stage 1")
+        output.finish(30)
+        assert job.returncode == -signal.SIGKILL
+        assert wait_until_gone(tree, seconds=5) == []
     finally:
-        end_leftovers(job, workers)
+        end_leftovers(job, tree)
     (leftover,) = work_folders(tmp_path)
     # The output folder holds nothing, so the recipes' emptiness check runs preprocessing again.
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
@@ -827,17 +856,16 @@ def test_sigkill_of_preprocessing_leaves_no_worker_and_the_rerun_removes_its_wor
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
 def test_ctrl_c_in_preprocessing_is_one_line_and_leaves_nothing(tmp_path):
-    job, workers = start_preprocessing(tmp_path)
+    job, output, tree = start_paused_preprocessing(tmp_path)
     try:
-        time.sleep(1)
-        for pid in [job.pid, *workers]:  # as a terminal's Ctrl-C does: the whole process group
-            os.kill(pid, signal.SIGINT)
-        out, err = job.communicate(timeout=60)
+        # As a terminal's Ctrl-C: to the whole process group, the pool workers too (which leave it to the parent).
+        signal_while_running(job, signal.SIGINT, "paused in stage 1", group=True)
+        _, err = output.finish(60)
         assert job.returncode == cli.INTERRUPTED_STATUS, err[-3000:]
         assert_one_line(err, "lddl_preprocess.py: ", "interrupted", "Ctrl-C")
-        assert wait_until_gone(workers, seconds=5) == []
+        assert wait_until_gone(tree, seconds=5) == []
     finally:
-        end_leftovers(job, workers)
+        end_leftovers(job, tree)
     assert work_folders(tmp_path) == []
 
 

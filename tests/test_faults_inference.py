@@ -1,7 +1,7 @@
 """Fault cases of predicting through an exported model (issue 24), in the manner of tests/test_faults.py: an export
 of the other task and a --max-seq-length beyond the exported position table on both backends, a classifier of
 other labels, an export without (or with a damaged) record of what it is; and a Ctrl-C during SQuAD
-post-processing of a real run_squad.py process.
+post-processing of a real run_squad.py process, held there until the signal comes.
 
 Each refusal asserts the exit status, one message line naming the folder or file at fault, and that the export and
 the earlier predictions in the output folder are intact by checksum.
@@ -26,6 +26,7 @@ import run_squad
 from atomic_io import TEMP_PREFIX
 from conftest import ROOT, require_shared
 from fine_tuning_runs import common_argv, tiny_config
+from interrupts import ChildOutput, signal_while_running
 from modeling import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
 from test_faults import assert_kept, one_line_error, run_entry, snapshot
 
@@ -189,40 +190,47 @@ def test_a_damaged_record_is_one_line_naming_it(workspace, tmp_path, capsys, con
 # Ctrl-C of a real run_squad.py process during post-processing
 
 
+# run_squad.py whose post-processing, at its first question, says PAUSED_IN_POST_PROCESSING and stays there until a
+# signal handler raises (interrupts.pause_forever), so that the Ctrl-C surely finds it there. The pause replaces
+# squad_utils._softmax, which postprocess_predictions calls once for every question, whatever its candidates.
+PAUSED_IN_POST_PROCESSING = "paused in post-processing"
+PAUSE_IN_POST_PROCESSING = f"""
+import os, sys
+sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]
+import cli, interrupts, run_squad, squad_utils
+def paused_softmax(scores):
+    interrupts.say("{PAUSED_IN_POST_PROCESSING}")
+    interrupts.pause_forever()
+squad_utils._softmax = paused_softmax
+sys.exit(cli.run_main(run_squad.main, "run_squad.py"))
+"""
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_squad_post_processing_is_one_line_status_130_and_keeps_the_earlier_predictions(workspace,
                                                                                                    tmp_path):
-    # Ten paragraphs cut into 405 windows of 128 tokens, and 200 start and 200 end candidates each (every pair of a
-    # window's tokens, with answers up to 128 tokens long): post-processing takes 5 s here, prediction of the
-    # tiny model 2 s. The signal goes out on the summary line that predict logs just before post-processing.
-    article = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())["data"][0]
-    squad = {"version": "1.1", "data": [{"title": article["title"], "paragraphs": article["paragraphs"][:10]}]}
-    (tmp_path / "squad10.json").write_text(json.dumps(squad))
     output_dir = tmp_path / "out"
     before = earlier_predictions(output_dir, *SQUAD_FILES)
-    argv = [*common_argv(workspace, output_dir), "--do-predict", "--predict-file", str(tmp_path / "squad10.json"),
-            "--allow-random-weights", "--max-seq-length", "128", "--doc-stride", "32", "--n-best-size", "200",
-            "--max-answer-length", "128"]
+    argv = [*common_argv(workspace, output_dir), "--do-predict", "--predict-file", str(workspace / "squad.json"),
+            "--allow-random-weights", "--max-seq-length", str(POSITIONS)]
+    # Unbuffered: the report's lines reach the pipe in the order they are written, before and after the pause.
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PADDLEBERT_NUM_THREADS": "1"}
     # its own process group, which a terminal's Ctrl-C signals as a whole
-    job = subprocess.Popen([sys.executable, str(ROOT / "run_squad.py"), *argv], cwd=ROOT, env=env, text=True,
+    job = subprocess.Popen([sys.executable, "-c", PAUSE_IN_POST_PROCESSING, *argv], cwd=ROOT, env=env, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    output = ChildOutput(job)
     try:
-        seen = []
-        for line in job.stdout:
-            seen.append(line)
-            if "e2e_inference_time" in line:
-                os.killpg(job.pid, signal.SIGINT)
-                break
-        else:
-            pytest.fail("run_squad.py never logged its prediction time:\n" + "".join(seen)[-3000:])
-        out, err = job.communicate(timeout=120)
+        output.wait_for_line(PAUSED_IN_POST_PROCESSING, 120, "post-processing")
+        assert_kept(before)  # the earlier predictions, as the signal finds them
+        signal_while_running(job, signal.SIGINT, "paused in post-processing", group=True)
+        out, err = output.finish(120)
     finally:
         if job.poll() is None:
             job.kill()
             job.wait()
     assert job.returncode == cli.INTERRUPTED_STATUS, err[-3000:]
     assert one_line_error(err, "run_squad.py: ") == "run_squad.py: interrupted (Ctrl-C)"
-    assert "e2e_inference_time" not in out  # nothing after the signal, no second summary
+    predicted, interrupted = out.split(f"{PAUSED_IN_POST_PROCESSING}\n")
+    assert "e2e_inference_time" in predicted and "e2e_inference_time" not in interrupted  # no second summary
     assert_kept(before)
     assert not [path for path in output_dir.iterdir() if path.name.startswith(TEMP_PREFIX)]
