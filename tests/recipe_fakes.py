@@ -16,7 +16,7 @@ from pathlib import Path
 from conftest import ROOT
 
 FAKE_PYTHON = f"""#!{sys.executable}
-import json, os, sys, time
+import json, os, sys, threading, time
 from pathlib import Path
 
 argv = sys.argv[1:]
@@ -49,6 +49,8 @@ elif script == "run_pretraining.py" and "--benchmark" not in argv and not os.env
     Path(value("--output-dir"), value("--bert-model"), phase, value("--max-steps")).mkdir(parents=True, exist_ok=True)
 elif script == "lddl_preprocess.py":
     if os.environ.get("FAKE_DASK_MARKS") and "--scheduler-address" in argv:
+        # The client is up (its srun passes on a TERM from now on): what FAKE_DASK_WORKER_EXIT's worker waits for.
+        (Path(os.environ["FAKE_DASK_MARKS"]) / "started-client").write_text("")
         # As a real client waits for the cluster's workers: until every node's fake worker is up (at most 30 s), so
         # that stopping the cluster afterwards finds each worker step started, however loaded the machine is.
         nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
@@ -56,7 +58,11 @@ elif script == "lddl_preprocess.py":
             if len(list(Path(os.environ["FAKE_DASK_MARKS"]).glob("started-worker-node*"))) >= nodes:
                 break
             time.sleep(0.1)
-    time.sleep(float(os.environ.get("FAKE_PREPROCESS_SECONDS", "0")))
+    if os.environ.get("FAKE_PREPROCESS_UNTIL_KILLED"):
+        # Preprocessing that lasts until run.sub stops it, so that a test's signal surely finds it running (at
+        # most 10 minutes, so that a client run.sub failed to stop does not outlive the test run by much).
+        threading.Event().wait(600)
+        sys.exit("fake python: lddl_preprocess.py was not stopped within 600 s")
     if os.environ.get("FAKE_PREPROCESS_EXIT"):
         sys.exit(int(os.environ["FAKE_PREPROCESS_EXIT"]))
     Path(value("--output-dir")).mkdir(parents=True)
@@ -104,15 +110,23 @@ FAKE_DASK = """#!/usr/bin/env bash
 # then, if FAKE_DASK_MARKS names a folder, leave stopped-<scheduler|worker>-node<N> in it (and started-... once
 # the TERM trap is set).
 role=$1
+# A worker step that fails once the client runs (the fake client's started-client mark in FAKE_DASK_MARKS; at
+# most 60 s), so that it ends while run.sub waits for the client.
+if [[ $role == worker && -n "${FAKE_DASK_WORKER_EXIT:-}" ]]; then
+  for ((waited = 0; waited < 600; waited++)); do
+    [[ -e "$FAKE_DASK_MARKS/started-client" ]] && break
+    sleep 0.1
+  done
+  exit "$FAKE_DASK_WORKER_EXIT"
+fi
+# The trap before the scheduler file: run.sub may stop the cluster as soon as it has read the address.
+trap '[[ -n "${FAKE_DASK_MARKS:-}" ]] && : > "$FAKE_DASK_MARKS/stopped-$role-node$SLURM_NODEID"; exit 0' TERM
 if [[ $role == scheduler ]]; then
   while (( $# > 0 )); do
     [[ $1 == --scheduler-file ]] && printf '{"type": "Scheduler", "address": "tcp://10.1.2.3:8786"}\\n' > "$2"
     shift
   done
 fi
-# A worker step that fails a second after it started (once the client runs).
-[[ $role == worker && -n "${FAKE_DASK_WORKER_EXIT:-}" ]] && sleep 1 && exit "$FAKE_DASK_WORKER_EXIT"
-trap '[[ -n "${FAKE_DASK_MARKS:-}" ]] && : > "$FAKE_DASK_MARKS/stopped-$role-node$SLURM_NODEID"; exit 0' TERM
 [[ -z "${FAKE_DASK_MARKS:-}" ]] || : > "$FAKE_DASK_MARKS/started-$role-node$SLURM_NODEID"
 while :; do sleep 0.1; done
 """

@@ -30,6 +30,7 @@ from checkpoint import (
     save_checkpoint,
 )
 from conftest import ROOT
+from interrupts import signal_while_running
 
 # The architecture saved beside the states (save_checkpoint requires one); any valid config will do.
 CONFIG = BertConfig(vocab_size=4, hidden_size=3, num_hidden_layers=1, num_attention_heads=1, intermediate_size=8,
@@ -148,7 +149,7 @@ def test_failed_save_leaves_previous_checkpoint(tmp_path, monkeypatch):
 
 
 KILLED_SAVER = """
-import sys, time
+import sys, threading
 import paddle
 import checkpoint
 from bert_config import BertConfig
@@ -157,10 +158,10 @@ real_save = paddle.save
 
 def stalling_save(obj, path, *args, **kwargs):
     real_save(obj, path, *args, **kwargs)
-    # The parameters are on disk, the optimizer state and progress file are not: announce it and wait
-    # for SIGKILL, which is what a preemption during a save looks like.
+    # The parameters are on disk, the optimizer state and progress file are not: announce it and wait, with no
+    # time limit, for SIGKILL, which is what a preemption during a save looks like.
     open(sys.argv[2], "w").close()
-    time.sleep(120)
+    threading.Event().wait()
 
 checkpoint.paddle.save = stalling_save
 state = {"w": paddle.full([256, 256], 20.0)}
@@ -183,7 +184,8 @@ def test_sigkill_during_save_leaves_previous_checkpoint(tmp_path):
             assert saver.poll() is None, "saver exited before reaching the middle of its save"
             assert time.monotonic() < deadline, "saver never reached the middle of its save"
             time.sleep(0.05)
-        saver.send_signal(signal.SIGKILL)
+        signal_while_running(saver, signal.SIGKILL, "waiting in the middle of its save")
+        assert saver.wait(timeout=30) == -signal.SIGKILL
     finally:
         saver.kill()
         saver.wait()

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import lddl_preprocess
 import run_pretraining
 from conftest import ROOT
 from data.make_sample_corpus import write_corpus
+from interrupts import signal_while_running, wait_for
 from messages import assert_one_line
 from recipe_fakes import Fakes, launcher_args, make_fakes, script_args, value
 from tokenizer import train_vocab
@@ -492,7 +494,7 @@ def test_filled_parquet_folder_starts_no_dask_cluster(tmp_path):
 
 @pytest.mark.parametrize("failure, message", [
     ({"FAKE_PREPROCESS_EXIT": "3"}, "preprocessing {parquet} failed (exit status 3)"),
-    ({"FAKE_DASK_WORKER_EXIT": "1", "FAKE_PREPROCESS_SECONDS": "60"},
+    ({"FAKE_DASK_WORKER_EXIT": "1", "FAKE_PREPROCESS_UNTIL_KILLED": "1"},
      "the dask cluster stopped before preprocessing ended (logs: {tmp}/results/1234/log/dask/)"),
 ])
 def test_a_failed_preprocessing_stops_the_cluster_and_the_job(failure, message, tmp_path):
@@ -510,18 +512,27 @@ def test_a_failed_preprocessing_stops_the_cluster_and_the_job(failure, message, 
     assert not (tmp_path / "results" / "1234" / "dask-scheduler.json").exists()
 
 
+def wait_while_running(batch: subprocess.Popen, condition: Callable[[], bool], what: str) -> None:
+    """Wait (at most 60 s) for condition while run.sub runs; fail with its output if it ends first."""
+    def holds() -> bool:
+        if batch.poll() is not None:
+            stdout, stderr = batch.communicate()
+            raise AssertionError(f"run.sub ended (status {batch.returncode}) before {what}:\n{stdout}{stderr}")
+        return condition()
+
+    wait_for(holds, 60, what)
+
+
 def test_a_signal_during_preprocessing_stops_the_cluster(tmp_path):
     fakes = prepare(tmp_path)
     marks = dask_marks(tmp_path)
     batch = subprocess.Popen(["bash", str(RUN_SUB)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              cwd=tmp_path, env=job_env(tmp_path, fakes, FAKE_DASK_MARKS=str(marks),
-                                                       FAKE_PREPROCESS_SECONDS="60"))
-    for _ in range(300):  # the client has started
-        if script_args(fakes.python_calls(), "lddl_preprocess.py") or batch.poll() is not None:
-            break
-        time.sleep(0.1)
-    assert batch.poll() is None, batch.communicate()
-    batch.send_signal(signal.SIGTERM)
+                                                       FAKE_PREPROCESS_UNTIL_KILLED="1"))
+    # The client running (until it is stopped) and every dask step up with its TERM trap set.
+    started = {"started-client", "started-scheduler-node0", "started-worker-node0", "started-worker-node1"}
+    wait_while_running(batch, lambda: {path.name for path in marks.iterdir()} >= started, "the cluster and client")
+    signal_while_running(batch, signal.SIGTERM, "preprocessing")
     stdout, stderr = batch.communicate(timeout=30)
     assert batch.returncode == 143, stdout + stderr
     assert sorted(path.name for path in marks.glob("stopped-*")) == [
@@ -566,14 +577,11 @@ def test_usr1_before_the_time_limit_becomes_a_stop_request_that_the_job_waits_fo
     env = job_env(tmp_path, fakes, FAKE_TRAIN_UNTIL_STOP_FILE=str(marks))
     batch = subprocess.Popen(["bash", str(RUN_SUB)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              cwd=tmp_path, env=env)
-    for _ in range(600):  # both "nodes" training
-        if {path.name for path in marks.iterdir()} >= {"started-node0", "started-node1"} or batch.poll() is not None:
-            break
-        time.sleep(0.1)
-    assert batch.poll() is None, batch.communicate()
+    wait_while_running(batch, lambda: {path.name for path in marks.iterdir()} >= {"started-node0", "started-node1"},
+                       'both "nodes" training')
     stop_file = tmp_path / "results" / "1234" / "stop-request"
     assert not stop_file.exists()
-    batch.send_signal(signal.SIGUSR1)
+    signal_while_running(batch, signal.SIGUSR1, "training, which lasts until the stop file appears")
     stdout, stderr = batch.communicate(timeout=120)
     assert batch.returncode == 0, stdout + stderr
     assert stop_file.exists()
