@@ -22,6 +22,7 @@ import lddl_preprocess
 from bert_config import BertConfig
 from conftest import require_shared
 from dllog import read_report
+from interrupts import signal_while_running
 from modeling import BertForPretraining
 from pretraining_runs import (
     checkpoint_params,
@@ -69,15 +70,33 @@ def assert_bitwise_equal(actual: dict, expected: dict) -> None:
     assert not different, f"parameters differ: {different}"
 
 
+# run_pretraining.main() that says PAUSED_IN_STEP_4 as step 4 begins and stays in that step until it is killed
+# (interrupts.pause_forever): a kill on the line "step 3/6" could find a fast machine's job finished.
+PAUSED_IN_STEP_4 = "paused in step 4"
+PAUSE_IN_STEP_4 = f"""
+import os, sys
+sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]
+import interrupts, run_pretraining
+real_step = run_pretraining.Trainer.step
+steps = []
+def paused_step(self, *args, **kwargs):
+    steps.append(len(steps) + 1)
+    if steps[-1] == 4:
+        interrupts.say("{PAUSED_IN_STEP_4}")
+        interrupts.pause_forever()
+    return real_step(self, *args, **kwargs)
+run_pretraining.Trainer.step = paused_step
+sys.exit(run_pretraining.main(sys.argv[1:]))
+"""
+
+
 def test_sigkill_at_a_step_then_the_same_command_resumes_exactly(uninterrupted, tmp_path):
     argv = resumable_argv(tmp_path)
-    process = start_training(argv)
-    wait_for_line(process, "step 3/6")
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    # Step 4's checkpoint exists only if the kill came late on a busy machine; either is a valid kill point.
-    saved = step_folders(tmp_path / "out")
-    assert saved in ([2], [2, 4])
+    process = start_training(argv, code=PAUSE_IN_STEP_4)
+    wait_for_line(process, PAUSED_IN_STEP_4)
+    signal_while_running(process, signal.SIGKILL, "paused in step 4")
+    assert process.wait() == -signal.SIGKILL
+    assert step_folders(tmp_path / "out") == [2]
 
     run_training(argv)
     assert_bitwise_equal(checkpoint_params(tmp_path / "out", 6), checkpoint_params(uninterrupted / "out", 6))
@@ -85,8 +104,7 @@ def test_sigkill_at_a_step_then_the_same_command_resumes_exactly(uninterrupted, 
     assert step_folders(tmp_path / "out") == step_folders(uninterrupted / "out") == [4, 6]
     # The report continues: the killed run's records, then the resumed run's from the step after its last
     # checkpoint (steps after that checkpoint are trained and reported again), all valid DLLogger records.
-    steps = step_numbers(step_records(tmp_path / "report.json"))
-    assert steps[:3] == [1, 2, 3] and steps[-(6 - saved[-1]):] == list(range(saved[-1] + 1, 7))
+    assert step_numbers(step_records(tmp_path / "report.json")) == [1, 2, 3, 3, 4, 5, 6]
     assert len(summaries(tmp_path / "report.json")) == 1  # the killed run never got to its summary
 
 
@@ -149,15 +167,16 @@ def test_sigkill_in_the_middle_of_a_save_then_resume_exactly(uninterrupted, tmp_
 
 
 def test_sigterm_saves_a_loadable_checkpoint_and_exits_0(tmp_path):
-    argv = pretraining_argv(tmp_path, "--max-steps", "200", "--num-steps-per-checkpoint", "100")
+    # Steps for hours, so that the signal surely finds the job training, however fast the machine.
+    argv = pretraining_argv(tmp_path, "--max-steps", "100000", "--num-steps-per-checkpoint", "100000")
     process = start_training(argv)
-    wait_for_line(process, "step 2/200")
-    process.send_signal(signal.SIGTERM)
+    wait_for_line(process, "step 2/100000")
+    signal_while_running(process, signal.SIGTERM, "training")
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 0, output
     (line,) = [line for line in output.splitlines() if line.startswith("SIGTERM: stopped after step")]
     stopped_at = int(line.split()[4])
-    assert 2 < stopped_at < 200
+    assert 2 < stopped_at < 100000
     model_state, optimizer_state, progress = checkpoint.load_checkpoint(
         tmp_path / "out" / "custom" / "phase1" / str(stopped_at))
     assert progress["global_step"] == stopped_at and progress["phase"] == 1
