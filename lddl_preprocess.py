@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                      functools.partial(ParquetShards.file_name, binned=args.bin_size is not None),
                      "lddl_preprocess.py")
     output_dir = Path(args.output_dir)
-    write_num_samples(output_dir, result.rows_per_shard)
+    write_num_samples(output_dir, result.training.rows_per_shard)
     if result.holdout is not None:
         write_num_samples(result.holdout.output_dir, result.holdout.rows_per_shard)
     print_summary(output_dir, result)

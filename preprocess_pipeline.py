@@ -5,17 +5,21 @@ distributed (`--dask` starts a LocalCluster, `--scheduler-address` joins a runni
 `dask scheduler` and `dask worker` on several machines; the output and work folders must then be on a file system
 that every worker sees, and this repository must be importable on every worker).
 
-1. Read + tokenize, one task per byte range of an input file: documents whose first line starts in the range
-   (corpus.read_documents); each document gets a 64-bit key, a hash of (seed, file index, byte offset
-   of the document). With --sample-ratio R < 1 a document is kept when its sample draw u (SplitMix64 of the key,
-   scaled to [0, 1)) is below R: each document independently with probability R, as LDDL's
-   `Bag.random_sample(R, random_state=seed)`, and the documents kept at a smaller R are among those kept at a
-   larger one. With --holdout-fraction F > 0 a kept document is held out for validation when its holdout draw
-   (SplitMix64 applied twice to the key, scaled the same way, so unrelated to the sample draw) is below F; held-out
-   documents go to their own partitions and their own output folder, so no document is in both sets. The kept
-   documents are split into sentences and tokenized to ids; a document's partition is key % num_blocks (a held-out
-   document's: num_blocks + key % num_blocks). The task spills the token ids, sorted by (partition, key), to .npy
-   files in the work folder.
+1. Read + tokenize, one task per byte range of a plain input file, or per compressed file (read whole, streaming,
+   see corpus.py): documents whose first line starts in the range (corpus.read_documents); each document gets a
+   64-bit key, a hash of (seed, file index, byte offset of the document in its decompressed text). With
+   --sample-ratio R < 1 a document is kept when its sample draw u (SplitMix64 of the key, scaled to [0, 1)) is
+   below R: each document independently with probability R, as LDDL's `Bag.random_sample(R, random_state=seed)`,
+   and the documents kept at a smaller R are among those kept at a larger one. With --holdout-fraction F > 0 a kept
+   document is held out for validation when its holdout draw (SplitMix64 applied twice to the key, scaled the same
+   way, so unrelated to the sample draw) is below F; held-out documents go to their own partitions and their own
+   output folder, so no document is in both sets, and their titles are listed there (HOLDOUT_LIST). The kept
+   documents are split into sentences and tokenized to ids, a batch of about TOKENIZE_BATCH_CHARACTERS at a time;
+   a sentence is cut to its first MAX_SENTENCE_TOKENS tokens (the summary counts those cut). The task spills the
+   token ids to .npy files in the work folder.
+   Then the number of partitions (--num-blocks; by default one per DEFAULT_BLOCK_BYTES of the corpus's text,
+   decompressed) gives each document its partition: key % num_blocks (a held-out document's: num_blocks +
+   key % num_blocks).
 2. Pairs, one task per partition: its documents from every spill file, in key order; NSP pairs by
    pretraining_pairs.create_pairs_from_document `duplicate_factor` times over, with random next segments from the
    same partition (as LDDL's dask partitions), or without NSP single-segment samples by
@@ -26,11 +30,13 @@ that every worker sees, and this repository must be importable on every worker).
    num_shards consecutive runs whose sizes differ by at most one (LDDL's balance guarantee); each task writes one
    shard, in the writer's format (parquet or HDF5), to a temporary name that is renamed at the end. The held-out
    set is cut the same way into ceil(F * num_shards) shards, so its files are about as large as the training ones.
+   A bin with fewer samples than shards gets one file per sample (none when it is empty), and the run says so.
    Format: docs/data-format.md#shard-file-names-and-sample-counts, #binning and #held-out-documents.
 
 Determinism: every random draw comes from generators seeded by (seed, partition) and the partition of a document
-depends only on the seed and where the document is in the corpus, so the output is a function of the corpus, the
-flags and the seed -- not of the number of workers, the engine, or how files are cut into read ranges.
+depends only on the seed, the number of partitions and where the document is in the corpus, so the output is a
+function of the corpus's text, the flags and the seed -- not of the number of workers, the engine, how files are
+cut into read ranges, or whether they are compressed.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import json
 import math
@@ -60,8 +67,9 @@ import numpy as np
 from tqdm import tqdm
 
 import folder_lock
+from atomic_io import atomic_write_text
 from cli import finite_float
-from corpus import INPUT_FORMATS, document_sentences, find_corpus_files, read_documents
+from corpus import INPUT_FORMATS, RawDocument, document_sentences, find_corpus_files, is_compressed, read_documents
 from masking import continuation_pieces, mask_batch, word_starts
 from pretraining_pairs import bin_id, create_pairs_from_document, create_segments_from_document
 from progress import progress_bar, show_counts
@@ -72,12 +80,17 @@ DEFAULT_BLOCK_BYTES = 16 * 2**20  # default partition size: --num-blocks = ceil(
 MIN_RANGE_BYTES = 2**20  # read ranges are at least this long (they are cut finer only to feed idle workers)
 MAX_RANGE_BYTES = 64 * 2**20
 MASKING_CHUNK_ROWS = 4096  # rows masked per mask_batch call: bounds the padded [rows, max_seq_length] arrays
+# Text tokenized per batch in stage 1: bounds the Python lists of token ids alive at once (a compressed file, read
+# whole, may hold far more text than a read range).
+TOKENIZE_BATCH_CHARACTERS = 4 * 2**20
 # LDDL tokenizes every sentence with truncation at 512 tokens; a longer "sentence" is almost always a table or a
 # list, and anything past 512 tokens could never fit in a pair anyway.
 MAX_SENTENCE_TOKENS = 512
 
-DOCUMENT_DTYPE = np.dtype([("key", "<u8"), ("file_index", "<i4"), ("offset", "<i8"), ("partition", "<i4"),
-                           ("num_sentences", "<i4"), ("sentence_start", "<i8"), ("token_start", "<i8")])
+DOCUMENT_DTYPE = np.dtype([("key", "<u8"), ("file_index", "<i4"), ("offset", "<i8"), ("num_sentences", "<i4"),
+                           ("sentence_start", "<i8"), ("token_start", "<i8")])
+# The held-out set's list of its documents, in its output folder: docs/data-format.md#held-out-documents.
+HOLDOUT_LIST = "held_out_documents.tsv"
 
 
 @dataclass(frozen=True)
@@ -97,7 +110,7 @@ class PipelineSettings:
     bin_size: int | None = None
     seed: int = 12345
     sample_ratio: float = 1.0
-    num_blocks: int = 1
+    num_blocks: int | None = None  # None: one per DEFAULT_BLOCK_BYTES of text, known once stage 1 has read it
     num_shards: int = 1
     holdout_fraction: float = 0.0
 
@@ -108,7 +121,21 @@ class PipelineSettings:
     @property
     def num_partitions(self) -> int:
         """Training partitions 0 .. num_blocks - 1, then as many for the held-out documents when there are any."""
+        if self.num_blocks is None:
+            raise ValueError("num_blocks is not known before the corpus is read (with_blocks)")
         return self.num_blocks * (2 if self.holdout_fraction > 0 else 1)
+
+    def with_blocks(self, text_bytes: int) -> PipelineSettings:
+        """These settings with num_blocks decided: as given, or one per DEFAULT_BLOCK_BYTES of the corpus's text."""
+        if self.num_blocks is not None:
+            return self
+        return dataclasses.replace(self, num_blocks=max(1, math.ceil(text_bytes / DEFAULT_BLOCK_BYTES)))
+
+    def bin_lengths(self) -> np.ndarray:
+        """[bin] the length a sample of the bin is padded to: the bin's upper end, or max_seq_length unbinned."""
+        if not self.bin_size:
+            return np.array([self.max_seq_length])
+        return np.minimum((np.arange(self.num_bins) + 1) * self.bin_size, self.max_seq_length)
 
     @property
     def num_holdout_shards(self) -> int:
@@ -117,42 +144,51 @@ class PipelineSettings:
 
 @dataclass(frozen=True)
 class ReadTask:
+    """Stage 1's task: the documents starting in [start, end) of a file (end None: the whole compressed file)."""
+
     block_index: int
     file_index: int
     path: str
     input_format: str
     start: int
-    end: int
+    end: int | None
+    disk_bytes: int  # bytes of the file on disk this task reads (the progress bar's unit)
 
 
 @dataclass(frozen=True)
-class HoldoutResult:
-    """The held-out set a run wrote: its folder, shard files (bin -> paths), rows per file and statistics."""
+class SetSummary:
+    """One output set (training or held-out) as a run wrote it: its folder, shard files (bin -> paths) and rows per
+    file, and what it holds."""
 
     output_dir: Path
     shard_files: dict[int, list[Path]]
     rows_per_shard: dict[str, int]
     num_documents: int
-    num_pairs: int
+    num_sentences: int
+    num_tokens: int  # WordPiece tokens of the documents' sentences
+    num_samples: int
+    num_random_next: int
+    sample_tokens: int  # tokens of the samples, [CLS] and [SEP] included (each document duplicate_factor times)
+    padding_tokens: int  # [PAD]s that fill every sample to its bin's upper length (max_seq_length unbinned)
 
 
 @dataclass
 class PipelineResult:
-    """What a run produced: the training shard files (bin -> paths), corpus/pair statistics of the training set,
-    and the held-out set (None without --holdout-fraction)."""
+    """What a run produced: the training set, the held-out set (None without --holdout-fraction) and its list of
+    documents, and how the run went."""
 
-    shard_files: dict[int, list[Path]]
-    rows_per_shard: dict[str, int]
-    num_documents: int
-    num_sentences: int
-    num_tokens: int
-    num_pairs: int
-    num_random_next: int
+    training: SetSummary
+    holdout: SetSummary | None
+    holdout_list: Path | None
+    text_bytes: int  # the corpus's text read (decompressed), which sets the default number of partitions
+    num_blocks: int
+    sentences_cut: int  # sentences longer than MAX_SENTENCE_TOKENS tokens, cut to that many
+    tokens_cut: int  # tokens those cuts dropped
+    notes: list[str]  # what the user should know about the output (a cut sentence, a bin with few samples)
     seconds: float
     engine: str  # what ran the tasks: "in-process", "ProcessPoolExecutor" or dask's "ClientExecutor"
     worker_pids: set[int]
     stage_seconds: dict[str, float] = field(default_factory=dict)
-    holdout: HoldoutResult | None = None
 
 
 # A shard writer (a module-level function, so that it travels to worker processes): (output file, bin id, the
@@ -204,105 +240,149 @@ def partition_generators(seed: int, partition: int) -> tuple[random.Random, np.r
     return random.Random(pair_seed), np.random.default_rng(sequence.spawn(1)[0])
 
 
+def document_partitions(keys: np.ndarray, settings: PipelineSettings) -> np.ndarray:
+    """The partition of each document (module docstring): key % num_blocks, plus num_blocks when held out."""
+    if settings.num_blocks is None:
+        raise ValueError("num_blocks is not known before the corpus is read (with_blocks)")
+    partitions = (np.asarray(keys, dtype=np.uint64) % np.uint64(settings.num_blocks)).astype(np.int32)
+    if settings.holdout_fraction > 0:
+        partitions[holdout_draws(keys) < settings.holdout_fraction] += np.int32(settings.num_blocks)
+    return partitions
+
+
 def plan_read_tasks(files: Sequence[tuple[Path, str]], range_bytes: int) -> list[ReadTask]:
-    """Cut every file into byte ranges of about range_bytes (a range's documents are those starting in it)."""
+    """Cut every plain file into byte ranges of about range_bytes (a range's documents are those starting in it);
+    a compressed file is one task, read whole."""
     tasks = []
     for file_index, (path, input_format) in enumerate(files):
         size = path.stat().st_size
+        if is_compressed(path):
+            tasks.append(ReadTask(len(tasks), file_index, str(path), input_format, 0, None, size))
+            continue
         for start in range(0, size, range_bytes):
             stop = min(size, start + range_bytes)
-            tasks.append(ReadTask(len(tasks), file_index, str(path), input_format, start, stop))
+            tasks.append(ReadTask(len(tasks), file_index, str(path), input_format, start, stop, stop - start))
     return tasks
 
 
-def tokenize_range(task: ReadTask, settings: PipelineSettings, work_dir: str) -> dict[str, object]:
-    """Stage 1: read, split and tokenize the documents of one byte range; spill them sorted by (partition, key)."""
-    tokenizer = load_tokenizer(settings.vocab_file, settings.lower_case)
-    documents = list(read_documents(Path(task.path), task.file_index, task.input_format, task.start, task.end))
+@dataclass
+class _TokenizedBatch:
+    """Stage 1's output for some documents: one DOCUMENT_DTYPE row each (sentence_start and token_start not yet
+    set), the token count of each of their sentences and the tokens, and what was cut."""
+
+    table: np.ndarray
+    sentence_lengths: np.ndarray
+    tokens: np.ndarray
+    held_out: list[tuple[int, int, str]]  # (file index, offset, title) of each held-out document
+    sentences_cut: int
+    tokens_cut: int
+    first_cut: int | None  # offset of the first document with a cut sentence
+
+
+def _tokenize_documents(documents: list[RawDocument], task: ReadTask, settings: PipelineSettings,
+                        tokenizer: BertTokenizer, token_dtype: type) -> _TokenizedBatch:
+    """Sample, split and tokenize some documents of one read task; documents left without tokens are dropped."""
+    offsets = np.fromiter((document.offset for document in documents), dtype=np.int64, count=len(documents))
+    keys = document_keys(settings.seed, task.file_index, offsets)
     if settings.sample_ratio < 1.0:
-        offsets = np.fromiter((document.offset for document in documents), dtype=np.int64, count=len(documents))
-        kept = sample_draws(document_keys(settings.seed, task.file_index, offsets)) < settings.sample_ratio
-        documents = [document for document, keep in zip(documents, kept.tolist(), strict=True) if keep]
+        kept = np.flatnonzero(sample_draws(keys) < settings.sample_ratio)
+        documents, offsets, keys = [documents[i] for i in kept.tolist()], offsets[kept], keys[kept]
     sentences_per_document = [document_sentences(document) for document in documents]
     flat_sentences = [sentence for sentences in sentences_per_document for sentence in sentences]
     encoded = tokenizer.batch_encode_ids(flat_sentences) if flat_sentences else []
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    too_long = np.flatnonzero(lengths > MAX_SENTENCE_TOKENS)
+    for index in too_long.tolist():
+        encoded[index] = encoded[index][:MAX_SENTENCE_TOKENS]
+    document_of_sentence = np.repeat(np.arange(len(documents)), [len(sentences) for sentences in
+                                                                  sentences_per_document])
+    first_cut = int(offsets[document_of_sentence[too_long[0]]]) if len(too_long) else None
+    tokens_cut = int((lengths[too_long] - MAX_SENTENCE_TOKENS).sum())
+    lengths = np.minimum(lengths, MAX_SENTENCE_TOKENS)
+    nonempty = lengths > 0  # a sentence of characters that tokenize to nothing (controls) is dropped
+    num_sentences = np.bincount(document_of_sentence[nonempty], minlength=len(documents)).astype(np.int32)
+    with_text = np.flatnonzero(num_sentences > 0)
 
-    token_dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
-    kept_offsets, kept_sentence_lengths, kept_num_sentences, kept_tokens = [], [], [], []
-    position = 0
-    for document, sentences in zip(documents, sentences_per_document, strict=True):
-        ids = [token_ids[:MAX_SENTENCE_TOKENS] for token_ids in encoded[position:position + len(sentences)]]
-        position += len(sentences)
-        ids = [token_ids for token_ids in ids if token_ids]
-        if not ids:
-            continue
-        kept_offsets.append(document.offset)
-        kept_num_sentences.append(len(ids))
-        kept_sentence_lengths.extend(len(token_ids) for token_ids in ids)
-        kept_tokens.extend(ids)
-
-    table = np.zeros(len(kept_offsets), dtype=DOCUMENT_DTYPE)
-    table["offset"] = kept_offsets
+    table = np.zeros(len(with_text), dtype=DOCUMENT_DTYPE)
+    table["key"], table["offset"], table["num_sentences"] = keys[with_text], offsets[with_text], \
+        num_sentences[with_text]
     table["file_index"] = task.file_index
-    table["key"] = document_keys(settings.seed, task.file_index, table["offset"])
-    table["partition"] = (table["key"] % np.uint64(settings.num_blocks)).astype(np.int32)
+    held_out = []
     if settings.holdout_fraction > 0:
-        table["partition"] += np.where(holdout_draws(table["key"]) < settings.holdout_fraction, settings.num_blocks, 0)
-    table["num_sentences"] = kept_num_sentences
-    sentence_lengths = np.asarray(kept_sentence_lengths, dtype=np.int32)
-    document_sentence_starts = np.concatenate([[0], np.cumsum(table["num_sentences"])[:-1]]).astype(np.int64)
+        held_out = [(task.file_index, int(offsets[i]), documents[i].title)
+                    for i in with_text[holdout_draws(keys[with_text]) < settings.holdout_fraction].tolist()]
+    sentence_lengths = lengths[nonempty].astype(np.int32)
+    tokens = np.fromiter(chain.from_iterable(encoded), dtype=token_dtype, count=int(sentence_lengths.sum()))
+    return _TokenizedBatch(table, sentence_lengths, tokens, held_out, len(too_long), tokens_cut, first_cut)
 
-    order = np.lexsort((table["offset"], table["key"], table["partition"]))
-    sorted_table = table[order]
-    sentence_order = np.concatenate(
-        [np.arange(document_sentence_starts[i], document_sentence_starts[i] + table["num_sentences"][i])
-         for i in order]) if len(order) else np.zeros(0, dtype=np.int64)
-    sorted_lengths = sentence_lengths[sentence_order]
-    flat_tokens = np.fromiter(chain.from_iterable(kept_tokens[index] for index in sentence_order.tolist()),
-                              dtype=token_dtype, count=int(sorted_lengths.sum()))
-    sorted_table["sentence_start"] = np.concatenate([[0], np.cumsum(sorted_table["num_sentences"])[:-1]])
-    sentence_token_starts = np.concatenate([[0], np.cumsum(sorted_lengths)]).astype(np.int64)
-    sorted_table["token_start"] = sentence_token_starts[sorted_table["sentence_start"]]
 
+def tokenize_range(task: ReadTask, settings: PipelineSettings, work_dir: str) -> dict[str, object]:
+    """Stage 1: read, split and tokenize the documents of one read task, a batch of about
+    TOKENIZE_BATCH_CHARACTERS at a time; spill them to the work folder; return what the parent needs of them."""
+    tokenizer = load_tokenizer(settings.vocab_file, settings.lower_case)
+    token_dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
+    batches: list[_TokenizedBatch] = []
+    pending: list[RawDocument] = []
+    pending_characters = 0
+    reader = read_documents(Path(task.path), task.file_index, task.input_format, task.start, task.end)
+    while True:
+        try:
+            document = next(reader)
+        except StopIteration as finished:
+            text_bytes = task.end - task.start if task.end is not None else finished.value
+            break
+        pending.append(document)
+        pending_characters += sum(len(paragraph) for paragraph in document.paragraphs)
+        if pending_characters >= TOKENIZE_BATCH_CHARACTERS:
+            batches.append(_tokenize_documents(pending, task, settings, tokenizer, token_dtype))
+            pending, pending_characters = [], 0
+    if pending or not batches:
+        batches.append(_tokenize_documents(pending, task, settings, tokenizer, token_dtype))
+
+    table = np.concatenate([batch.table for batch in batches])
+    sentence_lengths = np.concatenate([batch.sentence_lengths for batch in batches])
+    table["sentence_start"] = np.concatenate([[0], np.cumsum(table["num_sentences"])[:-1]])
+    sentence_token_starts = np.concatenate([[0], np.cumsum(sentence_lengths)]).astype(np.int64)
+    table["token_start"] = sentence_token_starts[table["sentence_start"]]
     prefix = Path(work_dir) / f"block-{task.block_index:06d}"
-    np.save(f"{prefix}-documents.npy", sorted_table)
-    np.save(f"{prefix}-sentence-lengths.npy", sorted_lengths)
-    np.save(f"{prefix}-tokens.npy", flat_tokens)
+    np.save(f"{prefix}-documents.npy", table)
+    np.save(f"{prefix}-sentence-lengths.npy", sentence_lengths)
+    np.save(f"{prefix}-tokens.npy", np.concatenate([batch.tokens for batch in batches]))
+    cuts = [batch.first_cut for batch in batches if batch.first_cut is not None]
     return {
         "pid": os.getpid(),
         "block_index": task.block_index,
-        "partition_counts": np.bincount(sorted_table["partition"], minlength=settings.num_partitions),
-        "partition_sentences": np.bincount(sorted_table["partition"], weights=sorted_table["num_sentences"],
-                                           minlength=settings.num_partitions).astype(np.int64),
-        "partition_tokens": np.bincount(np.repeat(sorted_table["partition"], sorted_table["num_sentences"]),
-                                        weights=sorted_lengths, minlength=settings.num_partitions).astype(np.int64),
+        "text_bytes": text_bytes,
+        "keys": table["key"],
+        "num_sentences": table["num_sentences"],
+        "num_tokens": np.add.reduceat(sentence_lengths, table["sentence_start"]).astype(np.int64)
+        if len(table) else np.zeros(0, np.int64),
+        "held_out": [entry for batch in batches for entry in batch.held_out],
+        "sentences_cut": sum(batch.sentences_cut for batch in batches),
+        "tokens_cut": sum(batch.tokens_cut for batch in batches),
+        "first_cut": (task.file_index, cuts[0]) if cuts else None,
     }
 
 
-def _load_partition_documents(partition: int, block_indices: Sequence[int], work_dir: str) -> list[list[list[int]]]:
+def _load_partition_documents(partition: int, block_indices: Sequence[int], settings: PipelineSettings,
+                              work_dir: str) -> list[list[list[int]]]:
     """The documents of one partition from every spill file, ordered by (key, file index, offset)."""
     keyed = []
     for block_index in block_indices:
         prefix = Path(work_dir) / f"block-{block_index:06d}"
         table = np.load(f"{prefix}-documents.npy")
-        lo, hi = np.searchsorted(table["partition"], [partition, partition + 1])
-        if lo == hi:
+        rows = table[document_partitions(table["key"], settings) == partition]
+        if not len(rows):
             continue
         lengths = np.load(f"{prefix}-sentence-lengths.npy", mmap_mode="r")
         tokens = np.load(f"{prefix}-tokens.npy", mmap_mode="r")
-        first_sentence = int(table["sentence_start"][lo])
-        last_sentence = int(table["sentence_start"][hi - 1] + table["num_sentences"][hi - 1])
-        first_token = int(table["token_start"][lo])
-        segment_lengths = np.asarray(lengths[first_sentence:last_sentence])
-        token_stop = first_token + int(segment_lengths.sum())
-        sentences = np.split(np.asarray(tokens[first_token:token_stop]), np.cumsum(segment_lengths)[:-1])
-        sentence_lists = [sentence.tolist() for sentence in sentences]
-        cursor = 0
-        for row in table[lo:hi]:
-            count = int(row["num_sentences"])
+        for row in rows:
+            first_sentence, count = int(row["sentence_start"]), int(row["num_sentences"])
+            bounds = np.concatenate([[0], np.cumsum(lengths[first_sentence:first_sentence + count])]).tolist()
+            first_token = int(row["token_start"])
+            ids = tokens[first_token:first_token + bounds[-1]].tolist()
             keyed.append(((int(row["key"]), int(row["file_index"]), int(row["offset"])),
-                          sentence_lists[cursor:cursor + count]))
-            cursor += count
+                          [ids[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]))
     keyed.sort(key=lambda item: item[0])
     return [document for _, document in keyed]
 
@@ -311,7 +391,7 @@ def build_partition(partition: int, block_indices: Sequence[int], settings: Pipe
                     work_dir: str) -> dict[str, object]:
     """Stage 2: the shuffled, optionally masked samples (NSP pairs or single segments) of one partition, grouped by
     bin, as a part file."""
-    documents = _load_partition_documents(partition, block_indices, work_dir)
+    documents = _load_partition_documents(partition, block_indices, settings, work_dir)
     pair_rng, mask_rng = partition_generators(settings.seed, partition)
     pairs = []
     for _ in range(settings.duplicate_factor):
@@ -366,6 +446,8 @@ def build_partition(partition: int, block_indices: Sequence[int], settings: Pipe
         "bin_counts": np.bincount(bins, minlength=settings.num_bins),
         "num_pairs": num_rows,
         "num_random_next": int(is_random_next.sum()),
+        "sample_tokens": int(num_tokens.sum()),
+        "padding_tokens": int((settings.bin_lengths()[bins] - num_tokens).sum()),
     }
 
 
@@ -579,9 +661,10 @@ def _remove_leftovers(parent: Path, prefix: str) -> None:
 @dataclass(frozen=True)
 class RunPlan:
     """What a run will do, worked out before any work: its output folders (training, then held-out when there is
-    one), the read tasks of stage 1 and their bytes, and where the work folder goes."""
+    one), the corpus files, the read tasks of stage 1 and their bytes on disk, and where the work folder goes."""
 
     outputs: list[Path]
+    files: list[tuple[Path, str]]
     read_tasks: list[ReadTask]
     total_bytes: int
     work_parent: Path
@@ -590,11 +673,13 @@ class RunPlan:
 
 @dataclass(frozen=True)
 class WrittenShards:
-    """Stage 3's result per output set: shard files (bin -> paths) and rows per file; and the writers' ids."""
+    """Stage 3's result per output set: shard files (bin -> paths) and rows per file; the writers' ids; and a note
+    for each bin that got fewer files than asked."""
 
     shard_files: list[dict[int, list[Path]]]
     rows_per_shard: list[dict[str, int]]
     worker_pids: set[int]
+    notes: list[str]
 
 
 def plan_run(inputs: Sequence[str | Path], input_format: str, output_dir: Path, settings: PipelineSettings,
@@ -614,11 +699,12 @@ def plan_run(inputs: Sequence[str | Path], input_format: str, output_dir: Path, 
     total_bytes = sum(path.stat().st_size for path, _ in files)
     if range_bytes is None:
         range_bytes = min(MAX_RANGE_BYTES, max(MIN_RANGE_BYTES, math.ceil(total_bytes / (4 * num_workers))))
-    return RunPlan(outputs, plan_read_tasks(files, range_bytes), total_bytes, work_parent, work_prefix)
+    return RunPlan(outputs, files, plan_read_tasks(files, range_bytes), total_bytes, work_parent, work_prefix)
 
 
 class PipelineStages:
-    """The three stages of a run on one engine and work folder, each run to completion with its progress bar."""
+    """The three stages of a run on one engine and work folder, each run to completion with its progress bar.
+    settings.num_blocks is decided once stage 1 has read the corpus (assign_partitions)."""
 
     def __init__(self, settings: PipelineSettings, executor: Executor | None, work_dir: str, quiet: bool):
         self.settings = settings
@@ -644,8 +730,21 @@ class PipelineStages:
                              [(task, self.settings, self.work_dir) for task in plan.read_tasks],
                              progress_bar(desc="tokenize", total=plan.total_bytes, unit="B", unit_scale=True,
                                           quiet=self.quiet),
-                             work=[task.end - task.start for task in plan.read_tasks],
-                             counted=lambda block: {"documents": int(block["partition_counts"].sum())})
+                             work=[task.disk_bytes for task in plan.read_tasks],
+                             counted=lambda block: {"documents": len(block["keys"])})
+
+    def assign_partitions(self, blocks: list[dict]) -> None:
+        """Decide num_blocks from the text stage 1 read, then count each task's documents, sentences and tokens
+        per partition (partition_counts, partition_sentences, partition_tokens)."""
+        self.settings = self.settings.with_blocks(sum(block["text_bytes"] for block in blocks))
+        for block in blocks:
+            partitions = document_partitions(block["keys"], self.settings)
+            size = self.settings.num_partitions
+            block["partition_counts"] = np.bincount(partitions, minlength=size)
+            block["partition_sentences"] = np.bincount(partitions, weights=block["num_sentences"],
+                                                       minlength=size).astype(np.int64)
+            block["partition_tokens"] = np.bincount(partitions, weights=block["num_tokens"],
+                                                    minlength=size).astype(np.int64)
 
     def documents_per_set(self, blocks: list[dict], num_sets: int) -> list[int]:
         """Documents that stage 1 found for each output set (training, then held-out)."""
@@ -673,10 +772,10 @@ class PipelineStages:
     def write(self, outputs: list[Path], parts_per_set: list[list[dict]], shard_writer: ShardWriter,
               shard_name: Callable[[int, int], str]) -> WrittenShards:
         """Stage 3: each bin of each set cut into balanced shards, written in the work folder, then moved into
-        the set's output folder."""
+        the set's output folder. A bin with fewer samples than shards gets one file per sample, and a note."""
         settings = self.settings
         with self._timed("shards"):
-            shard_tasks, destinations, shard_files = [], [], []  # destinations: (set, final path) of each task
+            shard_tasks, destinations, shard_files, notes = [], [], [], []  # destinations: (set, final path)
             for index, (folder, set_parts) in enumerate(zip(outputs, parts_per_set, strict=True)):
                 staging = Path(self.work_dir) / f"shards-{index}"
                 staging.mkdir()
@@ -684,11 +783,16 @@ class PipelineStages:
                 shard_files.append({})
                 for bin_index in range(settings.num_bins):
                     counts = [int(part["bin_counts"][bin_index]) for part in set_parts]
-                    if sum(counts) < num_shards:
+                    bin_shards = min(num_shards, sum(counts))
+                    if bin_shards < num_shards:
                         flag = f"--num-shards {num_shards}" if index == 0 else \
                             f"the {num_shards} held-out shards of --holdout-fraction {settings.holdout_fraction}"
-                        raise ValueError(f"{folder}: bin {bin_index} has {sum(counts)} pairs, fewer than {flag}")
-                    slices = balanced_slices([part["part_file"] for part in set_parts], counts, num_shards)
+                        where = f"bin {bin_index} has" if settings.bin_size else "it has"
+                        notes.append(f"{folder}: {where} {sum(counts)} samples, fewer than {flag}, so "
+                                     f"{bin_shards} files")
+                    if bin_shards == 0:
+                        continue
+                    slices = balanced_slices([part["part_file"] for part in set_parts], counts, bin_shards)
                     shard_files[-1][bin_index] = []
                     for shard_index, shard_slices in enumerate(slices):
                         name = shard_name(shard_index, bin_index)
@@ -702,32 +806,67 @@ class PipelineStages:
             for (_, path, _, shard_slices, _), (index, final) in zip(shard_tasks, destinations, strict=True):
                 os.replace(path, final)
                 rows_per_shard[index][final.name] = sum(stop - first for _, first, stop in shard_slices)
-        return WrittenShards(shard_files, rows_per_shard, set(shard_pids))
+        return WrittenShards(shard_files, rows_per_shard, set(shard_pids), notes)
 
 
-def summarise(outputs: list[Path], blocks: list[dict], parts_per_set: list[list[dict]], written: WrittenShards,
-              stages: PipelineStages, seconds: float) -> PipelineResult:
-    """The run's result: the training set's files and statistics, and the held-out set's when there is one."""
-    training = stages.partition_sets() == 0
+def write_holdout_list(folder: Path, files: Sequence[tuple[Path, str]], blocks: list[dict]) -> Path:
+    """The held-out set's HOLDOUT_LIST (docs/data-format.md#held-out-documents), written atomically: a header,
+    then `file<TAB>offset<TAB>title` per held-out document in corpus order."""
+    entries = sorted(entry for block in blocks for entry in block["held_out"])
+    lines = ["file\toffset\ttitle"] + [f"{files[file_index][0]}\t{offset}\t{_one_field(title)}"
+                                       for file_index, offset, title in entries]
+    return atomic_write_text(folder / HOLDOUT_LIST, "\n".join(lines) + "\n")
+
+
+def _one_field(text: str) -> str:
+    """text as one TSV field: tabs and line breaks become spaces."""
+    return re.sub(r"[\t\r\n]", " ", text)
+
+
+def summarise(plan: RunPlan, blocks: list[dict], parts_per_set: list[list[dict]], written: WrittenShards,
+              stages: PipelineStages, seconds: float, holdout_list: Path | None) -> PipelineResult:
+    """The run's result: each set's files and statistics, and how the run went."""
+    outputs = plan.outputs
+    partition_sets = stages.partition_sets()
     documents_per_set = stages.documents_per_set(blocks, len(outputs))
-    holdout = None
-    if len(outputs) == 2:
-        holdout = HoldoutResult(outputs[1], written.shard_files[1], written.rows_per_shard[1], documents_per_set[1],
-                                sum(part["num_pairs"] for part in parts_per_set[1]))
+    sets = []
+    for index, folder in enumerate(outputs):
+        in_set = partition_sets == index
+        parts = parts_per_set[index]
+        sets.append(SetSummary(
+            output_dir=folder,
+            shard_files=written.shard_files[index],
+            rows_per_shard=written.rows_per_shard[index],
+            num_documents=documents_per_set[index],
+            num_sentences=int(sum(block["partition_sentences"][in_set].sum() for block in blocks)),
+            num_tokens=int(sum(block["partition_tokens"][in_set].sum() for block in blocks)),
+            num_samples=sum(part["num_pairs"] for part in parts),
+            num_random_next=sum(part["num_random_next"] for part in parts),
+            sample_tokens=sum(part["sample_tokens"] for part in parts),
+            padding_tokens=sum(part["padding_tokens"] for part in parts),
+        ))
+    sentences_cut = sum(block["sentences_cut"] for block in blocks)
+    notes = list(written.notes)
+    if sentences_cut:
+        file_index, offset = min(block["first_cut"] for block in blocks if block["first_cut"] is not None)
+        tokens_cut = sum(block["tokens_cut"] for block in blocks)
+        notes.insert(0, f"{sentences_cut} sentences longer than {MAX_SENTENCE_TOKENS} tokens were cut to their first "
+                        f"{MAX_SENTENCE_TOKENS} ({tokens_cut} tokens dropped; the first in the document at byte "
+                        f"{offset} of {plan.files[file_index][0]})")
     return PipelineResult(
-        shard_files=written.shard_files[0],
-        rows_per_shard=written.rows_per_shard[0],
-        num_documents=documents_per_set[0],
-        num_sentences=int(sum(block["partition_sentences"][training].sum() for block in blocks)),
-        num_tokens=int(sum(block["partition_tokens"][training].sum() for block in blocks)),
-        num_pairs=sum(part["num_pairs"] for part in parts_per_set[0]),
-        num_random_next=sum(part["num_random_next"] for part in parts_per_set[0]),
+        training=sets[0],
+        holdout=sets[1] if len(sets) == 2 else None,
+        holdout_list=holdout_list,
+        text_bytes=sum(block["text_bytes"] for block in blocks),
+        num_blocks=stages.settings.num_blocks,
+        sentences_cut=sentences_cut,
+        tokens_cut=sum(block["tokens_cut"] for block in blocks),
+        notes=notes,
         seconds=seconds,
         engine=type(stages.executor).__name__ if stages.executor is not None else "in-process",
         worker_pids={result["pid"] for result in blocks + [part for parts in parts_per_set for part in parts]}
         | written.worker_pids,
         stage_seconds=stages.seconds,
-        holdout=holdout,
     )
 
 
@@ -736,8 +875,9 @@ def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: st
                  executor: Executor | None, num_workers: int, range_bytes: int | None = None,
                  holdout_dir: str | Path | None = None, quiet: bool = False) -> PipelineResult:
     """Run the three stages and move the shards into output_dir, and the held-out set's into holdout_dir (both must
-    be empty or absent; holdout_dir is used only with settings.holdout_fraction > 0). Each stage shows its progress
-    on stderr (progress.py) unless quiet: bytes read and documents, partitions and pairs, shards written."""
+    be empty or absent; holdout_dir is used only with settings.holdout_fraction > 0) with its list of documents.
+    Each stage shows its progress on stderr (progress.py) unless quiet: bytes read and documents, partitions and
+    pairs, shards written."""
     began = time.perf_counter()
     plan = plan_run(inputs, input_format, Path(output_dir), settings, num_workers, range_bytes, holdout_dir)
     for folder in plan.outputs:
@@ -747,13 +887,15 @@ def run_pipeline(inputs: Sequence[str | Path], input_format: str, output_dir: st
     try:
         folder_lock.hold(work_dir, "work folder")  # a rerun knows it from a live run's by this lock
         blocks = stages.tokenize(plan)
-        _check_documents(inputs, settings, stages.documents_per_set(blocks, len(plan.outputs)))
+        stages.assign_partitions(blocks)
+        _check_documents(inputs, stages.settings, stages.documents_per_set(blocks, len(plan.outputs)))
         parts_per_set = stages.pair(blocks, len(plan.outputs))
         written = stages.write(plan.outputs, parts_per_set, shard_writer, shard_name)
     finally:
         folder_lock.release(work_dir)
         shutil.rmtree(work_dir, ignore_errors=True)
-    return summarise(plan.outputs, blocks, parts_per_set, written, stages, time.perf_counter() - began)
+    holdout_list = write_holdout_list(plan.outputs[1], plan.files, blocks) if len(plan.outputs) == 2 else None
+    return summarise(plan, blocks, parts_per_set, written, stages, time.perf_counter() - began, holdout_list)
 
 
 def _check_documents(inputs: Sequence[str | Path], settings: PipelineSettings, documents_per_set: list[int]) -> None:
@@ -865,10 +1007,6 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
     for path in args.input:
         if not Path(path).exists():
             parser.error(f"--input {path}: not found")
-    num_blocks = args.num_blocks
-    if num_blocks is None:
-        total_bytes = sum(path.stat().st_size for entry in args.input for path in _corpus_paths(entry))
-        num_blocks = max(1, math.ceil(total_bytes / DEFAULT_BLOCK_BYTES))
     return PipelineSettings(
         vocab_file=str(Path(args.vocab_file).resolve()),
         lower_case=args.lower_case,
@@ -879,7 +1017,7 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
         whole_word_masking=args.whole_word_masking,
         seed=args.seed,
         sample_ratio=args.sample_ratio,
-        num_blocks=num_blocks,
+        num_blocks=args.num_blocks,
         num_shards=args.num_shards,
         holdout_fraction=args.holdout_fraction,
         **extra,
@@ -894,41 +1032,58 @@ def holdout_dir_of(args: argparse.Namespace) -> Path:
     return output_dir.with_name(output_dir.name + "_holdout")
 
 
-def _corpus_paths(entry: str) -> list[Path]:
-    path = Path(entry)
-    return [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
-
-
 def execute(args: argparse.Namespace, settings: PipelineSettings, shard_writer: ShardWriter,
             shard_name: Callable[[int, int], str], script: str) -> PipelineResult:
     """Open the engine the flags ask for and run the pipeline; data errors become one-line SystemExit messages
-    `<script>: <message>`."""
+    `<script>: <message>`; the run's notes (PipelineResult.notes) are printed on stderr, one line each."""
     try:
         with open_executor(args.num_workers, args.dask, args.scheduler_address) as executor:
-            return run_pipeline(args.input, args.input_format, args.output_dir, settings, shard_writer, shard_name,
-                                executor, args.num_workers, holdout_dir=holdout_dir_of(args), quiet=args.quiet)
+            result = run_pipeline(args.input, args.input_format, args.output_dir, settings, shard_writer,
+                                  shard_name, executor, args.num_workers, holdout_dir=holdout_dir_of(args),
+                                  quiet=args.quiet)
     except (ValueError, OSError) as error:
         raise SystemExit(f"{script}: {error}") from None
+    for note in result.notes:
+        print(f"{script}: note: {note}", file=sys.stderr)
+    return result
+
+
+def _set_report(summary: SetSummary) -> dict[str, object]:
+    """What the summary line says of one output set."""
+    padded = summary.sample_tokens + summary.padding_tokens
+    return {
+        "files": len(summary.rows_per_shard),
+        "documents": summary.num_documents,
+        "sentences": summary.num_sentences,
+        "tokens": summary.num_tokens,
+        "samples": summary.num_samples,
+        "sample_tokens": summary.sample_tokens,
+        "padding_tokens": summary.padding_tokens,
+        "padding_fraction": round(summary.padding_tokens / max(1, padded), 4),
+        "random_next_fraction": round(summary.num_random_next / max(1, summary.num_samples), 4),
+    }
 
 
 def print_summary(output_dir: str | Path, result: PipelineResult) -> None:
-    """The one-line JSON report both preprocessors print at the end: what was written, how much, how fast."""
+    """The one-line JSON report both preprocessors print at the end: what was written (per set: files, documents,
+    sentences, tokens, samples, their tokens and the padding that fills them to their bins), how the corpus was
+    read, and how fast."""
+    training = result.training
     holdout = {} if result.holdout is None else {"holdout": {
-        "output_dir": str(result.holdout.output_dir), "files": len(result.holdout.rows_per_shard),
-        "documents": result.holdout.num_documents, "samples": result.holdout.num_pairs}}
+        "output_dir": str(result.holdout.output_dir), **_set_report(result.holdout),
+        "documents_list": str(result.holdout_list)}}
     print(json.dumps({
         "output_dir": str(Path(output_dir)),
-        "files": len(result.rows_per_shard),
-        "documents": result.num_documents,
-        "sentences": result.num_sentences,
-        "tokens": result.num_tokens,
-        "samples": result.num_pairs,
-        "random_next_fraction": round(result.num_random_next / max(1, result.num_pairs), 4),
+        **_set_report(training),
+        "text_bytes": result.text_bytes,
+        "num_blocks": result.num_blocks,
+        "sentences_cut": result.sentences_cut,
+        "tokens_cut": result.tokens_cut,
         "seconds": round(result.seconds, 3),
         "stage_seconds": {stage: round(seconds, 3) for stage, seconds in result.stage_seconds.items()},
         "engine": result.engine,
         "worker_processes": len(result.worker_pids),
-        "documents_per_second": round(result.num_documents / result.seconds, 2),
-        "samples_per_second": round(result.num_pairs / result.seconds, 2),
+        "documents_per_second": round(training.num_documents / result.seconds, 2),
+        "samples_per_second": round(training.num_samples / result.seconds, 2),
         **holdout,
     }))

@@ -22,30 +22,41 @@ def splitmix64(value: int) -> int:
     return value ^ (value >> 31)
 
 
+def document_draws(seed: int, file_index: int, offset: int) -> tuple[float, float]:
+    """(sample draw, holdout draw) of the document at byte `offset` of corpus file `file_index`, by the rule in
+    preprocess_pipeline's docstring: its key is SplitMix64(SplitMix64(SplitMix64(seed) ^ file_index) ^ offset); the
+    sample draw is the top 53 bits of SplitMix64(key) over 2**53, the holdout draw those of
+    SplitMix64(SplitMix64(key))."""
+    key = splitmix64(splitmix64(splitmix64(seed) ^ file_index) ^ offset)
+    return (splitmix64(key) >> 11) / 2**53, (splitmix64(splitmix64(key)) >> 11) / 2**53
+
+
 def documents_kept(corpus_file: Path, seed: int, sample_ratio: float) -> set[int]:
-    """The documents (line numbers of a one-document-per-line file, the only file of its corpus) that the rule in
-    preprocess_pipeline's docstring keeps: the key of the document at byte offset o of file 0 is
-    SplitMix64(SplitMix64(SplitMix64(seed) ^ 0) ^ o); it is kept when the top 53 bits of SplitMix64(key), over
-    2**53, are below the ratio."""
+    """The documents (line numbers of a one-document-per-line file, the only file of its corpus) that --sample-ratio
+    keeps: those whose sample draw (document_draws) is below the ratio."""
     kept, offset = set(), 0
     for line_number, line in enumerate(corpus_file.read_bytes().splitlines(keepends=True)):
-        key = splitmix64(splitmix64(splitmix64(seed) ^ 0) ^ offset)
-        if (splitmix64(key) >> 11) / 2**53 < sample_ratio:
+        if document_draws(seed, 0, offset)[0] < sample_ratio:
             kept.add(line_number)
         offset += len(line)
     return kept
 
 
 def documents_held_out(corpus_file: Path, seed: int, holdout_fraction: float) -> set[int]:
-    """The documents (line numbers, as documents_kept) that --holdout-fraction sets aside by the rule in
-    preprocess_pipeline's docstring: the top 53 bits of SplitMix64(SplitMix64(key)), over 2**53, are below it."""
+    """The documents (line numbers, as documents_kept) that --holdout-fraction sets aside: those whose holdout draw
+    (document_draws) is below it."""
     held, offset = set(), 0
     for line_number, line in enumerate(corpus_file.read_bytes().splitlines(keepends=True)):
-        key = splitmix64(splitmix64(splitmix64(seed) ^ 0) ^ offset)
-        if (splitmix64(splitmix64(key)) >> 11) / 2**53 < holdout_fraction:
+        if document_draws(seed, 0, offset)[1] < holdout_fraction:
             held.add(line_number)
         offset += len(line)
     return held
+
+
+def tag_offsets(text: bytes, tag: bytes) -> list[int]:
+    """Byte offsets of the lines of `text` that start with `tag` (WikiExtractor's `<doc`: where its documents start)."""
+    return [index for index in range(len(text)) if text.startswith(tag, index) and (index == 0 or
+                                                                                   text[index - 1] == ord("\n"))]
 
 
 def words_of(tokens: list[str]) -> list[list[int]]:

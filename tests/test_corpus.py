@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from conftest import require_shared
-from messages import assert_one_line
 from corpus import (
     convert_to_lddl_source,
     convert_wikitext_to_lddl,
@@ -21,6 +20,7 @@ from corpus import (
     read_documents,
     split_sentences,
 )
+from messages import assert_one_line
 
 
 @pytest.mark.parametrize("paragraph, expected", [
