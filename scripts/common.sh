@@ -294,9 +294,20 @@ set_feature_flags() {
     TRAIN_FEATURE_FLAGS=("${masking_options[@]}" "${nsp_flags[@]}")
   fi
   [[ "$pack_sequences" == true ]] && TRAIN_FEATURE_FLAGS+=(--pack-sequences)
-  # For set_holdout_flags and set_eval_flags:
+  # For set_holdout_flags, set_eval_flags and set_eval_interval:
   FEATURE_HOLDOUT=("$2" "$holdout_fraction")
-  FEATURE_EVAL_FLAGS=(--eval-freq "${!3}" --num-eval-batches "${!4}")
+  FEATURE_EVAL_BATCHES=(--num-eval-batches "${!4}")
+  FEATURE_EVAL_FLAGS=(--eval-freq "${!3}" "${FEATURE_EVAL_BATCHES[@]}")
+}
+
+# After set_feature_flags: validation each time the training time crosses a multiple of `minutes`
+# (run_pretraining.py --eval-interval-minutes) instead of every eval_freq steps; none keeps eval_freq. A number needs
+# a holdout fraction > 0, as the validation does.
+set_eval_interval() {  # name minutes|none
+  [[ "$2" == none ]] && return 0
+  require_number "$1" "$2" 'v > 0' '(0, inf) or none'
+  validating || die "$1 $2: validation needs ${FEATURE_HOLDOUT[0]} > 0, got ${FEATURE_HOLDOUT[1]}"
+  FEATURE_EVAL_FLAGS=(--eval-interval-minutes "$2" "${FEATURE_EVAL_BATCHES[@]}")
 }
 
 validating() {  # after set_feature_flags: true when a holdout fraction > 0 was asked for

@@ -2,7 +2,8 @@
 # BERT pre-training on one node: phase 1 (sequence length 128), then phase 2 (512) from phase 1's final weights.
 # NVIDIA's positional interface: the same 32 arguments in the same order with the same defaults, plus three
 # optional ones for LANS, three for validation, four for whole-word masking, the masked fraction, MLM-only
-# training and packing (README, "Beyond NVIDIA's recipe"), and one for the results folder. Presets print them:
+# training and packing (README, "Beyond NVIDIA's recipe"), one for the results folder, and two for training to a
+# time budget. Presets print them:
 #
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && dgxa100-80g_8gpu_amp)
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && cpu_tiny)
@@ -75,6 +76,13 @@
 #   43 results_dir ($RESULTS_DIR)        checkpoints (<it>/<bert-model>/phase1|2/<step>), reports and logs; the
 #                                         CPU presets name their own, <RESULTS_DIR>/<preset>, so that one
 #                                         preset's rerun continues and another preset's run starts apart
+#   44 time_budget (none)                minutes of training for phase 1 (run_pretraining.py --time-budget): the
+#                                         learning-rate schedule spans them and phase 1 ends at the first step
+#                                         that reaches them; train_steps (6) then caps the steps. Phase 1 only:
+#                                         train_steps_phase2 (15) must be 0. none: train_steps steps
+#   45 eval_interval_minutes (none)      with holdout_fraction > 0: evaluate each time the training time crosses
+#                                         a multiple of this many minutes (--eval-interval-minutes), instead of
+#                                         every eval_freq (37) steps; none: every eval_freq steps
 # A data folder is preprocessed only when it is empty: after changing argument 27, 39, 40 or 41, remove the data
 # folders or name new ones (arguments 17 and 18).
 # Environment: RESULTS_DIR (default <code_dir>/results) is argument 43's default; VOCAB_FILE
@@ -83,7 +91,7 @@
 # its sample/ folder).
 set -euo pipefail
 
-(( $# <= 43 )) || { echo "${0##*/}: at most 43 positional arguments, got $#" >&2; exit 1; }
+(( $# <= 45 )) || { echo "${0##*/}: at most 45 positional arguments, got $#" >&2; exit 1; }
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/common.sh
 source "$SCRIPT_DIR/common.sh"
@@ -136,6 +144,8 @@ no_nsp=${41:-false}
 pack_sequences=${42:-false}
 
 RESULTS_DIR=${43:-${RESULTS_DIR:-$CODEDIR/results}}
+time_budget=${44:-none}
+eval_interval_minutes=${45:-none}
 num_nodes=1
 
 for name in train_batch_size num_gpus train_steps save_checkpoint_steps gradient_accumulation_steps \
@@ -159,9 +169,19 @@ done
 for name in warmup_proportion warmup_proportion_phase2; do
   require_number "$name" "${!name}" 'v <= 1' '[0, 1]'
 done
-# Arguments 27 and 36-42: checked, and each flag routed to the script where it takes effect (scripts/common.sh).
+# Arguments 27, 36-42 and 45: checked, and each flag routed to the script where it takes effect (scripts/common.sh).
 set_feature_flags masking holdout_fraction eval_freq num_eval_batches whole_word_masking masked_lm_ratio no_nsp \
   pack_sequences
+set_eval_interval eval_interval_minutes "$eval_interval_minutes"
+budget_flags=()
+if [[ "$time_budget" != none ]]; then
+  require_number time_budget "$time_budget" 'v > 0' '(0, inf) or none'
+  [[ "$enable_benchmark" == false ]] || die "time_budget $time_budget: a benchmark times a number of steps; set" \
+    "enable_benchmark to false or time_budget to none"
+  # A budget ends phase 1 at no fixed step, so phase 2 would not know which checkpoint to start from.
+  (( train_steps_phase2 == 0 )) || die "time_budget $time_budget is for phase 1 alone; set train_steps_phase2 to 0"
+  budget_flags=(--time-budget "$time_budget")
+fi
 [[ -f "$CODEDIR/run_pretraining.py" ]] || die "code dir $CODEDIR: no run_pretraining.py there"
 set_precision_flags "$precision" 1048576
 set_bert_model "$BERT_CONFIG"
@@ -225,6 +245,18 @@ common_flags+=("${TRAIN_FEATURE_FLAGS[@]}")
 [[ "$enable_benchmark" == true ]] && common_flags+=(--benchmark --benchmark-steps "$benchmark_steps"
   --benchmark-warmup-steps "$benchmark_warmup_steps")
 
+newest_step() {  # phase_folder: the highest step among its <step>/ checkpoint folders
+  local path step newest=0
+  for path in "$1"/*/; do
+    step=$(basename "$path")
+    if [[ "$step" =~ ^[0-9]+$ ]] && (( 10#$step > newest )); then
+      newest=$((10#$step))
+    fi
+  done
+  (( newest > 0 )) || die "$1: no checkpoint"
+  echo "$newest"
+}
+
 # The phase's report as a PNG beside it, and its summary line (plot_report.py prints both paths and the line).
 plot() {  # phase
   run_logged "" python "$CODEDIR/plot_report.py" "$RESULTS_DIR/dllogger_p$1.json" \
@@ -249,14 +281,19 @@ phase1_flags=(--phase1 --input-dir "$DATA_DIR_PHASE1" --batch-size "$train_batch
   --max-steps "$train_steps"
   --warmup-proportion "$warmup_proportion" --constant-proportion "$constant_proportion" --learning-rate "$learning_rate"
   --gradient-merge-steps "$gradient_accumulation_steps" --report-file "$RESULTS_DIR/dllogger_p1.json"
-  "${EVAL_FLAGS[@]}")
+  "${EVAL_FLAGS[@]}" "${budget_flags[@]}")
 # common_flags holds --last-step-of-checkpoint auto, so this is NVIDIA's resume: the newest step folder in it.
 [[ "$init_checkpoint" != None ]] && phase1_flags+=(--from-checkpoint "$init_checkpoint")
 launch 1 "$train_batch_size" "$gradient_accumulation_steps" -- "${phase1_flags[@]}"
 echo "finished phase 1"
 plot 1
 if (( train_steps_phase2 == 0 )); then
-  [[ "$enable_benchmark" == true ]] || echo "Final checkpoint: $RESULTS_DIR/$BERT_MODEL/phase1/$train_steps"
+  if [[ "$enable_benchmark" == false ]]; then
+    # Under a time budget phase 1 ends at the step that spent it: its newest checkpoint.
+    final_step=$train_steps
+    [[ "$time_budget" == none ]] || final_step=$(newest_step "$RESULTS_DIR/$BERT_MODEL/phase1")
+    echo "Final checkpoint: $RESULTS_DIR/$BERT_MODEL/phase1/$final_step"
+  fi
   exit 0
 fi
 

@@ -28,7 +28,8 @@ from pretraining_runs import step_folder, step_numbers, step_records
 from recipe_fakes import Fakes, make_fakes, preset, preset_names, script_args, value
 
 RUN_PRETRAINING = ROOT / "scripts" / "run_pretraining.sh"
-NEW_FLAGS = ("--whole-word-masking", "--masked-lm-ratio", "--no-nsp", "--nsp", "--pack-sequences")
+NEW_FLAGS = ("--whole-word-masking", "--masked-lm-ratio", "--no-nsp", "--nsp", "--pack-sequences", "--time-budget",
+             "--eval-interval-minutes")
 # The positions (from 1) of run_pretraining.sh's arguments these tests change.
 MASKING, WHOLE_WORD_MASKING, MASKED_LM_RATIO, NO_NSP, PACK_SEQUENCES = 27, 39, 40, 41, 42
 
@@ -176,11 +177,23 @@ def test_the_defaults_leave_the_38_argument_command_lines_as_they_were(tmp_path,
         assert not set(NEW_FLAGS) & set(args), args
 
 
+def test_the_time_budget_arguments_left_none_leave_the_43_argument_command_lines_as_they_were(tmp_path, fakes):
+    """Arguments 44 (time_budget) and 45 (eval_interval_minutes) as every preset prints them, none, pass nothing:
+    the command lines are those of the same preset's first 43 arguments."""
+    full_args, short_args = cpu_tiny(fakes, tmp_path / "45"), cpu_tiny(fakes, tmp_path / "43")[:43]
+    assert full_args[43:] == ["none", "none"]
+    full = record_ok(full_args, fakes, tmp_path / "45")
+    short = record_ok(short_args, fakes, tmp_path / "43")
+    assert [call["argv"] for call in full.calls] == [
+        [arg.replace(str(tmp_path / "43"), str(tmp_path / "45")) for arg in call["argv"]] for call in short.calls]
+
+
 def test_validation_flag_help_names_each_default_once():
     """Arguments 37 and 38 become --eval-freq and --num-eval-batches, whose defaults (1000, 100) apply only with
     --eval-dir: their help says so, and argparse's "(default: None)" must not contradict it."""
     text = " ".join(run_pretraining.build_parser().format_help().split())
-    assert "Evaluate every this many steps (with --eval-dir; default 1000). --num-eval-batches" in text
+    assert ("Evaluate every this many steps (with --eval-dir; default 1000, none with --eval-interval-minutes). "
+            "--eval-interval-minutes") in text
     assert "--eval-dir; default 100). Benchmark:" in text
     assert "(default: None)" not in text
     assert "for dropout). (default: 42)" in text  # real defaults are still named
@@ -220,7 +233,7 @@ def test_nvidias_defaults_pass_none_of_the_new_flags(tmp_path, fakes):
     (MASKED_LM_RATIO, "15%", ("masked_lm_ratio", "(0, 1)", "'15%'")),
     (NO_NSP, "1", ("no_nsp", "true false", "'1'")),
     (PACK_SEQUENCES, "on", ("pack_sequences", "true false", "'on'")),
-    (44, "extra", ("at most 43", "got 44")),
+    (46, "extra", ("at most 45", "got 46")),
 ])
 def test_bad_values_are_named_before_anything_runs(position, text, named, tmp_path, fakes):
     args = cpu_tiny(fakes, tmp_path)
@@ -243,6 +256,7 @@ def test_bad_values_are_named_before_anything_runs(position, text, named, tmp_pa
 def test_the_other_presets_keep_the_features_off(name, fakes):
     args = preset("pretrain_config.sh", name, fakes.env())
     assert args[WHOLE_WORD_MASKING - 1:PACK_SEQUENCES] == ["false", "0.15", "false", "false"]
+    assert args[43:] == ["none", "none"]  # no time budget, validation (if any) by steps
 
 
 def test_cpu_tiny_beyond_turns_on_all_four_features(tmp_path, fakes):

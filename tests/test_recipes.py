@@ -241,6 +241,13 @@ POSITIONAL_CASES = {
                                                        value(run.p2, "--from-phase1-final-params"),
                                                        value(run.p1, "--report-file")),
                        (("{tmp}/mine", "{tmp}/mine"), "{tmp}/mine/custom/phase1/6", "{tmp}/mine/dllogger_p1.json")),
+    # Phase 1 alone, to a budget of 30 minutes; train_steps still caps it.
+    "44 time_budget": ({15: "0", 44: "30"}, lambda run: ([value(args, "--time-budget") for args in run.pretraining],
+                                                         value(run.p1, "--max-steps")), (["30"], "6")),
+    "45 eval_interval_minutes": ({36: "0.1", 45: "2.5"}, lambda run: (_phase_values("--eval-interval-minutes")(run),
+                                                                      _phase_values("--eval-freq")(run),
+                                                                      _phase_values("--num-eval-batches")(run)),
+                                (("2.5", "2.5"), (None, None), ("100", "100"))),
 }
 
 
@@ -368,7 +375,11 @@ def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     (15, "-1", ("train_steps_phase2", ">= 0", "'-1'")),
     (36, "1", ("holdout_fraction", "[0, 1)", "'1'")),
     (37, "0", ("eval_freq", ">= 1", "'0'")),
-    (44, "extra", ("at most 43", "got 44")),
+    (46, "extra", ("at most 45", "got 46")),
+    (44, "0", ("time_budget", "(0, inf) or none", "'0'")),
+    (44, "30", ("time_budget 30 is for phase 1 alone", "train_steps_phase2 to 0")),
+    (45, "nan", ("eval_interval_minutes", "(0, inf) or none", "'nan'")),
+    (45, "2", ("eval_interval_minutes 2: validation needs holdout_fraction > 0, got 0",)),
     (2, "nan", ("learning_rate", "(0, inf)", "'nan'")),
     (13, "0", ("learning_rate_phase2", "(0, inf)", "'0'")),
     (5, "1.5", ("warmup_proportion", "[0, 1]", "'1.5'")),
@@ -386,6 +397,38 @@ def test_bad_arguments_are_named(position, text, named, tmp_path, fakes, cpu_tin
     assert run.calls == []
 
 
+def test_a_time_budget_is_refused_with_a_benchmark(tmp_path, fakes, cpu_tiny_args):
+    args = list(cpu_tiny_args)
+    args[14], args[28], args[43] = "0", "true", "30"  # phase 1 alone (15), a benchmark (29), 30 minutes (44)
+    run = run_script(RUN_PRETRAINING, args, fakes, tmp_path)
+    assert run.result.returncode == 1
+    assert_one_line(run.result.stderr, "run_pretraining.sh: ", "time_budget 30", "enable_benchmark")
+    assert run.calls == []
+
+
+def test_a_time_budget_preset_takes_its_budget_from_the_environment(tmp_path, fakes):
+    """_time_budget (pretrain_config.sh), for the presets that train to a budget: the preset's default unless
+    TIME_BUDGET_MINUTES says otherwise; phase 1 alone. The budget reaches run_pretraining.py, whose parser takes
+    it, and the final checkpoint named is phase 1's newest, wherever the budget ended it."""
+    budget_preset = "budget() ( _cpu_tiny_recipe; _cpu_results budget; _time_budget 60; _print_pretrain_args ); budget"
+    env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"))
+    for environment, minutes in ({}, "60"), ({"TIME_BUDGET_MINUTES": "7.5"}, "7.5"):
+        command = f"source scripts/configs/pretrain_config.sh && {budget_preset}"
+        args = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True, cwd=ROOT,
+                              env={**env, **environment}).stdout.split()
+        assert (args[43], args[14], args[44]) == (minutes, "0", "none")
+    phase1 = tmp_path / "results" / "budget" / "custom" / "phase1"
+    for step in ("3", "5", "5.set-aside"):  # the checkpoints of the budgeted run, and a folder set aside
+        (phase1 / step).mkdir(parents=True)
+    run = run_ok(RUN_PRETRAINING, args, fakes, tmp_path, FAKE_NO_CHECKPOINT="1")
+    [phase_args] = run.pretraining
+    assert (value(phase_args, "--time-budget"), value(phase_args, "--max-steps")) == ("7.5", "6")
+    import run_pretraining
+
+    assert run_pretraining.build_parser().parse_args(phase_args).time_budget == 7.5
+    assert run.result.stdout.splitlines()[-1] == f"Final checkpoint: {phase1}/5"
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Presets
 # ------------------------------------------------------------------------------------------------------------
@@ -396,7 +439,7 @@ PRETRAIN_POSITIONS = {"batch": 0, "lr": 1, "precision": 2, "gpus": 3, "warmup": 
 
 def _preset_values(name: str, env: dict[str, str]) -> dict[str, str]:
     args = preset("pretrain_config.sh", name, env)
-    assert len(args) == 43, args
+    assert len(args) == 45, args
     return {key: args[position] for key, position in PRETRAIN_POSITIONS.items()}
 
 

@@ -40,7 +40,8 @@ _print_pretrain_args() {
     "$BERT_CONFIG" "$enable_benchmark" "$benchmark_steps" "$benchmark_warmup_steps" "$fuse_mha" \
     "$optimizer" "$constant_proportion" "$constant_proportion_phase2" \
     "$holdout_fraction" "$eval_freq" "$num_eval_batches" \
-    "$whole_word_masking" "$masked_lm_ratio" "$no_nsp" "$pack_sequences" "$results_dir"
+    "$whole_word_masking" "$masked_lm_ratio" "$no_nsp" "$pack_sequences" "$results_dir" \
+    "$time_budget" "$eval_interval_minutes"
 }
 
 # NVIDIA's dgxa100-80g_8gpu_amp: BERT-large, 8 GPUs, float16 AMP.
@@ -89,6 +90,15 @@ _bert_large_recipe() {
   no_nsp=false
   pack_sequences=false
   results_dir="${RESULTS_DIR:-$_PRETRAIN_CONFIG_CODEDIR/results}"
+  time_budget=none
+  eval_interval_minutes=none
+}
+
+# For a preset that trains phase 1 to a time budget (argument 44): the budget in minutes is $TIME_BUDGET_MINUTES
+# when set, else the preset's default; phase 1 only (train_steps_phase2 0), train_steps then caps the steps.
+_time_budget() {  # default_minutes
+  time_budget="${TIME_BUDGET_MINUTES:-$1}"
+  train_steps_phase2=0
 }
 
 # Micro-batches (phase 1, phase 2) and accumulation (phase 1, phase 2) for a GPU count.
