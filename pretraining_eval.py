@@ -73,7 +73,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_eval_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse what could not take effect; fill in the defaults of --eval-freq and --num-eval-batches."""
+    """Refuse what could not take effect; fill in the defaults of --num-eval-batches and, unless validation goes by
+    --eval-interval-minutes, of --eval-freq."""
     if args.eval_dir is None:
         for flag in ("eval_freq", "num_eval_batches", "eval_interval_minutes"):
             if getattr(args, flag) is not None:
