@@ -71,7 +71,7 @@ from paddle_files import write_safetensors_state
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
 from visualdl_log import open_run_log
-from weights import load_pretrained, model_config_file, safetensors_beside
+from weights import encoder_fingerprint, load_pretrained, model_config_file, part_of, safetensors_beside
 
 MAX_GRAD_NORM = 1.0  # gradient clipping of Google's and NVIDIA's fine-tuning recipes
 # Batches are padded to a multiple of 8 tokens, the granularity of tensor-core matrix tiles; the padding is masked.
@@ -296,7 +296,9 @@ def start_session(args: argparse.Namespace) -> Session:
 
 def build_model(args: argparse.Namespace, make: Callable[[BertConfig], paddle.nn.Layer],
                 session: Session) -> paddle.nn.Layer:
-    """make(config) with the weights of --from-pretrained-params, if given; the load is printed and reported.
+    """make(config) with the weights of --from-pretrained-params, if given; the load is printed and reported, and
+    so are the initial embeddings and encoder: their tensors, how many came from the file, and their fingerprint
+    (weights.encoder_fingerprint).
 
     The weights come from --seed on every rank; afterwards Paddle's generator continues from --seed + rank,
     so that every rank draws its own dropout masks.
@@ -306,12 +308,20 @@ def build_model(args: argparse.Namespace, make: Callable[[BertConfig], paddle.nn
     paddle.seed(args.seed)
     model = make(config)
     source = args.from_pretrained_params or args.from_checkpoint  # at most one is set (check_shared_arguments)
+    encoder_names = [name for name, _ in model.named_parameters() if part_of(name) in REQUIRED_PARTS]
+    loaded = []
     if source:
         flag = "--from-pretrained-params" if args.from_pretrained_params else "--from-checkpoint"
         report = load_pretrained(model, source, required=REQUIRED_PARTS, flag=flag, model_prefix=args.model_prefix)
         print(report.describe(), flush=True)
         session.logger.log("PARAMETER", {"init_params": report.path, "newly_initialized": report.missing,
                                          "unused_params": report.unused})
+        loaded = [name for name in encoder_names if name not in report.missing]
+    # Which weights the run starts from, as downstream.py checks them against the file it names.
+    _, fingerprint = encoder_fingerprint(model.state_dict(), config.vocab_size)
+    session.logger.log("PARAMETER", {"init_encoder_tensors": len(encoder_names),
+                                     "init_encoder_tensors_loaded": len(loaded),
+                                     "init_encoder_fingerprint": fingerprint})
     paddle.seed(args.seed + session.rank)
     return model
 

@@ -19,6 +19,7 @@ Parameter names are those of modeling.py's models: `bert.`-prefixed encoder, `cl
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -318,6 +319,34 @@ class LoadReport:
         return text
 
 
+def read_pretrained_state(file: str | os.PathLike, flag: str) -> tuple[dict, str | None]:
+    """(the state dict of a resolved weights file, the layout of an NVIDIA static-graph file it was converted
+    from or None): the state that load_pretrained puts into a model."""
+    state = read_weights(file)
+    if not is_static_graph_state(state):
+        return state, None
+    conversion = nvidia_to_paddle({name: as_numpy(value) for name, value in state.items()}, f"{flag} {file}")
+    return conversion.state, conversion.layout
+
+
+def encoder_fingerprint(state: Mapping, vocab_size: int) -> tuple[int, str]:
+    """(tensors, sha256) of the embeddings and encoder in a state dict, in one form whatever the layout they are
+    stored in: `bert.`-prefixed names, separate query/key/value, the word embeddings' first vocab_size rows (the
+    rest is padding), float32 values. A model that loaded a file gives the file's fingerprint, so that a run can
+    show which weights it started from (downstream.py compares the two)."""
+    encoder = {with_bert_prefix(name): value for name, value in state.items()
+               if part_of(name) in ENCODER_PARTS}
+    digest = hashlib.sha256()
+    canonical = convert_qkv_layout(encoder, fuse_mha=False)
+    for name in sorted(canonical):
+        array = np.ascontiguousarray(as_numpy(canonical[name]), dtype="<f4")
+        if name in VOCAB_ROWS:
+            array = array[:vocab_size]
+        digest.update(f"{name} {list(array.shape)}\n".encode())
+        digest.update(array.tobytes())
+    return len(canonical), digest.hexdigest()
+
+
 def load_pretrained(
     model: nn.Layer,
     path: str | os.PathLike,
@@ -338,11 +367,7 @@ def load_pretrained(
     if unknown:
         raise ValueError(f"unknown parts {unknown}; the parts are {list(PARTS)}")
     file = resolve_weights_file(path, model_prefix, flag)
-    state = read_weights(file)
-    converted_from = None
-    if is_static_graph_state(state):
-        conversion = nvidia_to_paddle({name: as_numpy(value) for name, value in state.items()}, f"{flag} {file}")
-        state, converted_from = conversion.state, conversion.layout
+    state, converted_from = read_pretrained_state(file, flag)
     missing, unexpected = load_state(model, state, str(file))
     parameters = [name for name, _ in model.named_parameters()]
     try:

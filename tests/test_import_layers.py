@@ -10,7 +10,7 @@ import ast
 from conftest import ROOT
 
 # From the bottom: leaves that know no project module but their own layer's, then data, the training and model
-# core, the task cores, and the entry scripts a user runs.
+# core, the task cores, the entry scripts a user runs, and the suites that run several of them.
 LAYERS = {
     "leaves": {"atomic_io", "bert_config", "cli", "corpus", "cpu_ops", "dllog", "feature_batching", "folder_lock",
                "glue_metrics", "loss", "lr_scheduler", "masking", "ngc_weights", "onnx_backend", "paddle_files",
@@ -22,6 +22,7 @@ LAYERS = {
     "tasks": {"finetune", "inference"},
     "entry": {"convert_checkpoint", "create_pretraining_data", "lddl_preprocess", "plot_report", "run_glue",
               "run_pretraining", "run_squad"},
+    "suites": {"downstream"},
 }
 LEVEL = {module: level for level, modules in enumerate(LAYERS.values()) for module in modules}
 

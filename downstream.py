@@ -1,0 +1,488 @@
+"""Score a checkpoint downstream: fine-tune SST-2, MRPC, RTE, CoLA and SQuAD v1.1 from it with fixed
+hyperparameters and several seeds, and report each task's median and spread beside its majority-class (SQuAD:
+empty-answer) figure on the official dev set.
+
+    python downstream.py results/bert-mini/custom/phase1/1200 --output-dir results/downstream/mini-1200
+    python downstream.py NGC_PREFIX --config-file bert_configs/bert-large-uncased.json --output-dir ...
+    python downstream.py ../shared/models/all-MiniLM-L6-v2 --output-dir ...          # a Hugging Face folder
+    python downstream.py --random-init --config-file bert_configs/bert-mini-uncased.json --output-dir ...
+    python downstream.py CHECKPOINT --quick --output-dir ...                        # smoke test, about a minute
+
+The checkpoint is anything run_glue.py's --from-pretrained-params loads (a step folder of run_pretraining.py, a
+.pdparams or .safetensors file, an NGC paddle.static.save prefix), or a Hugging Face BERT folder, converted once
+into <output-dir>/init/ as convert_checkpoint.py hf2paddle does. --random-init fine-tunes a random initialisation
+of --config-file instead, and every output says so.
+
+Each (task, seed) is one unit: run_glue.main or run_squad.main, in this process, in <output-dir>/units/<task>-seed<s>/
+(its report.json and predictions; the fine-tuned weights are deleted, nothing reads them). A unit's result.json is
+written last; a rerun skips every unit that has one, so a killed run resumes where it stopped. The fixed plan
+(PLAN, HYPERPARAMETERS) is the same for every checkpoint; nothing is chosen on the dev sets.
+
+Provenance: every run reports how many embedding and encoder tensors it loaded and the fingerprint of the weights it
+starts from (finetune.build_model, weights.encoder_fingerprint). A unit is accepted only if it loaded all of them
+and its fingerprint is the one computed here from the checkpoint's file (with --random-init: if it loaded none);
+otherwise the run stops with one line, so a score can never come from weights other than the named ones.
+
+Outputs, written atomically in --output-dir: downstream.json (the checkpoint with the sha256 of its weights file and
+its fingerprint; per task every seed's scores and start, the median, the spread (max - min over the seeds), the
+majority-class or empty-answer score, the hyperparameters, the data files and subsets, the seconds) and
+downstream.md (a table header and one row). Scores are percentages: accuracy, F1 of MRPC's positive class,
+Matthews correlation x 100 (CoLA), SQuAD exact match and F1 by the official v1.1 rules.
+"""
+
+from __future__ import annotations
+
+import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
+import argparse
+import dataclasses
+import hashlib
+import json
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+import folder_lock
+import run_glue
+import run_squad
+from atomic_io import atomic_write_text
+from bert_config import BertConfig
+from checkpoint import CONFIG_SUFFIX, DEFAULT_PREFIX, PARAMS_SUFFIX
+from cli import DefaultsHelpFormatter, run_main
+from convert_checkpoint import hf_to_paddle, read_hf_checkpoint
+from dllog import read_report
+from glue_data import GLUE_TASKS, read_glue_examples
+from glue_metrics import compute_metrics
+from squad_evaluate import evaluate, load_dataset, load_squad_json
+from tokenizer import load_vocab
+from weights import (
+    config_beside,
+    encoder_fingerprint,
+    model_config_file,
+    read_pretrained_state,
+    resolve_weights_file,
+    write_safetensors_weights,
+)
+
+ROOT = Path(__file__).resolve().parent
+TASKS = ("sst-2", "mrpc", "rte", "cola", "squad")
+GLUE_FOLDERS = {"sst-2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA"}
+# The scores each task reports, named as in its run's report.
+SCORES = {"sst-2": ("accuracy",), "mrpc": ("accuracy", "f1"), "rte": ("accuracy",), "cola": ("mcc",),
+          "squad": ("exact_match", "F1")}
+LABELS = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "exact_match": "EM", "F1": "F1"}
+SQUAD_FOLDER = Path("squad") / "v1.1"
+SQUAD_DEV = "dev-v1.1.json"
+# The official training file first; ../shared holds a rebuilt copy under the second name (its README says how).
+SQUAD_TRAIN = ("train-v1.1.json", "train-v1.1-rebuilt.json")
+# Subsets are drawn once with this seed, whatever the run's seeds: every checkpoint trains on the same examples.
+SUBSET_SEED = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskPlan:
+    """How a task is fine-tuned: its seeds, its epochs, and the subsets it uses (None: the whole file). A subset
+    counts examples (GLUE) or questions (SQuAD), drawn uniformly without replacement (SUBSET_SEED)."""
+
+    seeds: tuple[int, ...]
+    epochs: int
+    train_subset: int | None = None
+    dev_subset: int | None = None  # only --quick scores a part of a dev set
+
+
+# The fixed hyperparameters. GLUE: Devlin et al.'s batch 32, warmup 0.1 and length 128 (which cuts 12% of RTE's
+# pairs and none of the other tasks'), and a learning rate of 1e-4, from the grid Google fine-tuned its small BERTs
+# with (3e-4, 1e-4, 5e-5, 3e-5; Turc et al. 2019). SQuAD: length 256 with stride 128 keeps most paragraphs in one
+# window; 384 took 1.4 times as long to predict, 192 makes 24% more windows.
+HYPERPARAMETERS = {
+    "glue": {"max_seq_length": 128, "train_batch_size": 32, "learning_rate": 1e-4, "warmup_proportion": 0.1,
+             "predict_batch_size": 32},
+    "squad": {"max_seq_length": 256, "doc_stride": 128, "max_query_length": 64, "train_batch_size": 32,
+              "learning_rate": 1e-4, "warmup_proportion": 0.1, "predict_batch_size": 8},
+}
+# The standard mode is to take at most 15 minutes for bert-mini on 2 cores: three seeds of every GLUE task, SST-2
+# on 8,000 of its 67,349 training phrases, SQuAD once on 4,000 of its 87,599 questions and scored on all 10,570 dev
+# questions (their prediction alone is a third of the budget).
+PLAN = {
+    "standard": {
+        "sst-2": TaskPlan(seeds=(1, 2, 3), epochs=1, train_subset=8000),
+        "mrpc": TaskPlan(seeds=(1, 2, 3), epochs=1),
+        "rte": TaskPlan(seeds=(1, 2, 3), epochs=1),
+        "cola": TaskPlan(seeds=(1, 2, 3), epochs=1),
+        "squad": TaskPlan(seeds=(1,), epochs=1, train_subset=4000),
+    },
+    # Plumbing only: the scores of so few examples mean nothing.
+    "quick": {task: TaskPlan(seeds=(1,), epochs=1, train_subset=64, dev_subset=64) for task in TASKS},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """The weights every unit must start from: a checkpoint's embeddings and encoder (their fingerprint), or a
+    random initialisation (fingerprint None)."""
+
+    description: dict  # what downstream.json says about it
+    identity: str  # the weights file's sha256, or the random init's config's: what the units' results belong to
+    weights_flags: tuple[str, ...]  # run_glue.py's and run_squad.py's options that load it
+    config_file: str
+    vocab_file: str
+    fingerprint: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskData:
+    """The files a task trains and is scored on, and how many examples (or questions) each holds."""
+
+    train_file: str
+    dev_file: str
+    train_size: int
+    dev_size: int
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "),
+                                     formatter_class=DefaultsHelpFormatter)
+    parser.add_argument("checkpoint", nargs="?",
+                        help="the weights: a step folder or .pdparams/.safetensors file of this project (with the "
+                             "config beside it), an NGC prefix (with --config-file) or a Hugging Face BERT folder")
+    parser.add_argument("--random-init", action="store_true",
+                        help="no checkpoint: fine-tune a random initialisation of --config-file (the 0-minute row)")
+    parser.add_argument("--config-file",
+                        help="BERT config JSON: needed for --random-init and for weights without a config beside "
+                             "them (NGC); otherwise it must build the network of the config beside them")
+    parser.add_argument("--vocab-file",
+                        help="the checkpoint's WordPiece vocabulary; default: a Hugging Face folder's vocab.txt, "
+                             "else vocab/bert-base-uncased-vocab.txt")
+    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
+                        help="holds glue/<Task>/{train,dev}.tsv for SST-2, MRPC, RTE and CoLA, and "
+                             f"{SQUAD_FOLDER}/{SQUAD_DEV} with {' or '.join(SQUAD_TRAIN)}")
+    parser.add_argument("--output-dir", required=True,
+                        help="where the units, downstream.json and downstream.md go; a rerun skips finished units")
+    parser.add_argument("--tasks", type=task_list, default=TASKS, help="comma-separated, of " + ",".join(TASKS))
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: 64 training and 64 dev examples (questions) per task, one seed")
+    return parser
+
+
+def task_list(text: str) -> tuple[str, ...]:
+    """argparse type of --tasks: known task names, each once, in TASKS order."""
+    names = [name.strip().lower() for name in text.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(TASKS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(TASKS)}, got {text!r}")
+    return tuple(task for task in TASKS if task in names)
+
+
+# ---------------------------------------------------------------------------------------------
+# The weights the runs start from
+# ---------------------------------------------------------------------------------------------
+
+
+def sha256_of(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_hugging_face_folder(path: Path) -> bool:
+    return (path / "config.json").is_file() and any((path / name).is_file()
+                                                    for name in ("model.safetensors", "pytorch_model.bin"))
+
+
+def random_start(config_file: str | None, vocab_file: str | None) -> Start:
+    if config_file is None:
+        raise ValueError("--random-init needs --config-file, the network to initialise")
+    if not Path(config_file).is_file():
+        raise FileNotFoundError(f"--config-file {config_file}: file not found")
+    description = {"kind": "random init", "config_file": config_file, "config_sha256": sha256_of(config_file)}
+    return Start(description, "random:" + description["config_sha256"], (), config_file,
+                 vocab_file or str(ROOT / "vocab" / "bert-base-uncased-vocab.txt"), None)
+
+
+def checkpoint_start(checkpoint: str, config_file: str | None, vocab_file: str | None, output_dir: Path) -> Start:
+    """The checkpoint's weights file (a Hugging Face folder converted into <output_dir>/init), its config and
+    the fingerprint of its embeddings and encoder."""
+    path, kind, source = Path(checkpoint), "paddlebert", None
+    if path.is_dir() and not (path / (DEFAULT_PREFIX + PARAMS_SUFFIX)).exists() and is_hugging_face_folder(path):
+        config, hf_state, source = read_hf_checkpoint(path)
+        if config_file is not None:
+            raise ValueError(f"--config-file: {checkpoint} is a Hugging Face folder, whose config.json is the config")
+        weights_file = output_dir / "init" / "hf_model.safetensors"
+        write_safetensors_weights(weights_file, hf_to_paddle(hf_state, config, str(source)).state)
+        atomic_write_text(config_beside(weights_file), config.to_json_string())
+        kind, vocab_file = "hugging face", vocab_file or str(path / "vocab.txt")
+    else:
+        weights_file = resolve_weights_file(checkpoint, DEFAULT_PREFIX, "checkpoint")
+        if config_file is None and not config_beside(weights_file).is_file():
+            raise ValueError(f"{weights_file}: no {config_beside(weights_file).name} beside it (an NGC file?); "
+                             "give its --config-file")
+    config_file = model_config_file("custom", config_file, str(weights_file), flag="checkpoint",
+                                    model_prefix=DEFAULT_PREFIX)
+    config = BertConfig.from_json_file(config_file)
+    state, converted_from = read_pretrained_state(weights_file, "checkpoint")
+    tensors, fingerprint = encoder_fingerprint(state, config.vocab_size)
+    named = Path(source or weights_file)
+    description = {"kind": "nvidia static graph" if converted_from else kind, "checkpoint": checkpoint,
+                   "weights_file": str(named), "weights_sha256": sha256_of(named), "config_file": config_file,
+                   "encoder_tensors": tensors, "encoder_fingerprint": fingerprint}
+    if source is not None:
+        description["converted_file"] = str(weights_file)
+    return Start(description, description["weights_sha256"], ("--from-pretrained-params", str(weights_file)),
+                 config_file, vocab_file or str(ROOT / "vocab" / "bert-base-uncased-vocab.txt"), fingerprint)
+
+
+def check_vocabulary(start: Start) -> None:
+    """A vocabulary larger than the config's would look tokens up past the end of the embedding table."""
+    if not Path(start.vocab_file).is_file():
+        raise FileNotFoundError(f"--vocab-file {start.vocab_file}: file not found")
+    entries, rows = len(load_vocab(start.vocab_file)), BertConfig.from_json_file(start.config_file).vocab_size
+    if entries > rows:
+        raise ValueError(f"--vocab-file {start.vocab_file} has {entries} entries, but {start.config_file} has "
+                         f"vocab_size {rows}: give the vocabulary the checkpoint was pretrained with")
+
+
+def check_start(reported: dict, start: Start, unit: str) -> None:
+    """ValueError naming the unit unless its run started from `start`'s weights (reported: its report's
+    init_encoder_* values)."""
+    loaded, tensors = reported["init_encoder_tensors_loaded"], reported["init_encoder_tensors"]
+    if start.fingerprint is None:
+        if loaded:
+            raise ValueError(f"{unit}: {loaded} embedding and encoder tensors were loaded into a random-init run")
+        return
+    if loaded != tensors or reported["init_encoder_fingerprint"] != start.fingerprint:
+        raise ValueError(f"{unit}: fine-tuning did not start from {start.description['weights_file']}: "
+                         f"{loaded} of {tensors} embedding and encoder tensors loaded, fingerprint "
+                         f"{reported['init_encoder_fingerprint'][:12]} instead of {start.fingerprint[:12]}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Data: the files, their fixed subsets and their majority baselines
+# ---------------------------------------------------------------------------------------------
+
+
+def sample_indices(count: int, size: int) -> list[int]:
+    """`size` of range(count), drawn without replacement with SUBSET_SEED, in order."""
+    return sorted(np.random.default_rng(SUBSET_SEED).choice(count, size, replace=False).tolist())
+
+
+def glue_subset(task: str, source: Path, target: Path, size: int | None) -> tuple[str, int]:
+    """(file, rows): the GLUE file itself, or `size` of its data rows written to target byte for byte, the header
+    line (and MRPC's byte-order mark) first."""
+    lines = source.read_bytes().splitlines(keepends=True)
+    header, rows = (lines[:1], lines[1:]) if GLUE_TASKS[task].header is not None else ([], lines)
+    if size is None or size >= len(rows):
+        return str(source), len(rows)
+    chosen = [rows[index] for index in sample_indices(len(rows), size)]
+    atomic_write_text(target, b"".join(header + chosen).decode("utf-8"))
+    return str(target), size
+
+
+def squad_subset(source: Path, target: Path, size: int | None) -> tuple[str, int]:
+    """(file, questions): the SQuAD file itself, or `size` of its questions written to target, each in its
+    article and paragraph."""
+    content = load_squad_json(str(source))
+    questions = [qa["id"] for article in content["data"] for paragraph in article["paragraphs"]
+                 for qa in paragraph["qas"]]
+    if size is None or size >= len(questions):
+        return str(source), len(questions)
+    chosen = {questions[index] for index in sample_indices(len(questions), size)}
+    articles = []
+    for article in content["data"]:
+        paragraphs = [dict(paragraph, qas=[qa for qa in paragraph["qas"] if qa["id"] in chosen])
+                      for paragraph in article["paragraphs"]]
+        paragraphs = [paragraph for paragraph in paragraphs if paragraph["qas"]]
+        if paragraphs:
+            articles.append(dict(article, paragraphs=paragraphs))
+    atomic_write_text(target, json.dumps({"version": content.get("version"), "data": articles}))
+    return str(target), size
+
+
+def subset_file(task: str, source: Path, target: Path, size: int | None) -> tuple[str, int]:
+    """(file, examples or questions) of the task's subset of source (squad_subset or glue_subset)."""
+    if task == "squad":
+        return squad_subset(source, target, size)
+    return glue_subset(task, source, target, size)
+
+
+def task_data(task: str, plan: TaskPlan, data_dir: Path, output_dir: Path) -> TaskData:
+    """The task's training and dev files (subsets written under <output_dir>/data); FileNotFoundError names a
+    missing one."""
+    if task == "squad":
+        folder = data_dir / SQUAD_FOLDER
+        train = next((folder / name for name in SQUAD_TRAIN if (folder / name).is_file()), folder / SQUAD_TRAIN[0])
+        dev = folder / SQUAD_DEV
+    else:
+        folder = data_dir / "glue" / GLUE_FOLDERS[task]
+        train, dev = folder / "train.tsv", folder / "dev.tsv"
+    for path in (train, dev):
+        if not path.is_file():
+            raise FileNotFoundError(f"--data-dir {data_dir}: {path} not found")
+    subsets = output_dir / "data"
+    train_file, train_size = subset_file(task, train, subsets / f"{task}-train{train.suffix}", plan.train_subset)
+    dev_file, dev_size = subset_file(task, dev, subsets / f"{task}-dev{dev.suffix}", plan.dev_subset)
+    return TaskData(train_file, dev_file, train_size, dev_size)
+
+
+def majority_scores(task: str, dev_file: str) -> dict[str, float]:
+    """The task's scores (percent) of always answering the dev set's most common label (ties: the first of the
+    task's labels), or for SQuAD the empty answer."""
+    if task == "squad":
+        scores = evaluate(load_dataset(dev_file), {qa["id"]: "" for article in load_dataset(dev_file)
+                                                   for paragraph in article["paragraphs"] for qa in paragraph["qas"]})
+        return {"exact_match": scores["exact_match"], "F1": scores["f1"]}
+    labels = GLUE_TASKS[task].labels
+    label_ids = np.array([labels.index(example.label) for example in read_glue_examples(task, dev_file)])
+    majority = np.bincount(label_ids, minlength=len(labels)).argmax()
+    always = np.eye(len(labels))[np.full(len(label_ids), majority)]
+    return {name: 100 * value for name, value in compute_metrics(SCORES[task], label_ids, always).items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Units: one fine-tuning run each
+# ---------------------------------------------------------------------------------------------
+
+
+def unit_argv(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start, folder: Path) -> list[str]:
+    """The run_glue.py or run_squad.py options of one unit."""
+    hyperparameters = HYPERPARAMETERS["squad" if task == "squad" else "glue"]
+    argv = [] if task == "squad" else ["--task-name", task]
+    argv += ["--do-train", "--train-file", data.train_file, "--do-eval", "--predict-file", data.dev_file,
+             "--vocab-file", start.vocab_file, "--bert-model", "custom", "--config-file", start.config_file,
+             *start.weights_flags, "--output-dir", str(folder), "--seed", str(seed), "--epochs", str(plan.epochs),
+             "--log-freq", "50"]
+    for name, value in hyperparameters.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv
+
+
+def reported_values(report: Path, names: Sequence[str], step: object) -> dict:
+    """The last value of each name in the report's records of `step` ("PARAMETER", or [] for the summary);
+    ValueError naming the report if one is missing."""
+    values = {}
+    for record in read_report(report):
+        if record["type"] == "LOG" and record["step"] == step:
+            values.update({name: record["data"][name] for name in names if name in record["data"]})
+    missing = [name for name in names if name not in values]
+    if missing:
+        raise ValueError(f"{report}: no {', '.join(missing)} reported")
+    return values
+
+
+def run_unit(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start, output_dir: Path) -> dict:
+    """One unit's result: its scores (percent), where it started and its seconds; read from <unit>/result.json
+    when an earlier run finished it, otherwise run (in a fresh folder) and written there."""
+    folder = output_dir / "units" / f"{task}-seed{seed}"
+    result_file = folder / "result.json"
+    # As JSON gives it back (lists for tuples), to compare with an earlier run's.
+    setup = json.loads(json.dumps({
+        "plan": dataclasses.asdict(plan), "hyperparameters": HYPERPARAMETERS["squad" if task == "squad" else "glue"],
+        "start": start.identity, "train_file_sha256": sha256_of(data.train_file),
+        "dev_file_sha256": sha256_of(data.dev_file)}))
+    if result_file.is_file():
+        result = json.loads(result_file.read_text(encoding="utf-8"))
+        if result.get("setup") != setup:
+            raise ValueError(f"{result_file}: the result of other weights, data or hyperparameters; give another "
+                             "--output-dir, or delete the folder to run it again")
+        return result
+    shutil.rmtree(folder, ignore_errors=True)  # what a killed unit left
+    began, cpu_began = time.perf_counter(), time.process_time()
+    main = run_squad.main if task == "squad" else run_glue.main
+    main(unit_argv(task, seed, plan, data, start, folder))
+    # CPU seconds beside wall seconds: on a shared machine the wall time says as much about the other jobs.
+    seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
+    report = folder / "report.json"
+    started = reported_values(report, ("init_encoder_tensors", "init_encoder_tensors_loaded",
+                                       "init_encoder_fingerprint"), "PARAMETER")
+    check_start(started, start, str(folder))
+    scale = 1 if task == "squad" else 100  # run_squad.py reports percentages, run_glue.py fractions
+    scores = {name: scale * value for name, value in reported_values(report, SCORES[task], []).items()}
+    for name in (DEFAULT_PREFIX + PARAMS_SUFFIX, DEFAULT_PREFIX + CONFIG_SUFFIX, "nbest_predictions.json"):
+        (folder / name).unlink(missing_ok=True)  # the fine-tuned model and SQuAD's 20 answers per question
+    result = {"task": task, "seed": seed, "scores": scores, "seconds": seconds, "cpu_seconds": cpu_seconds,
+              "started_from": started, "setup": setup}
+    atomic_write_text(result_file, json.dumps(result, indent=2) + "\n")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# The summary
+# ---------------------------------------------------------------------------------------------
+
+
+def summarize(values: Sequence[float]) -> dict:
+    """The median and the spread (max - min; 0 for one seed) of one score over the seeds."""
+    return {"median": statistics.median(values), "spread": max(values) - min(values)}
+
+
+def task_summary(task: str, plan: TaskPlan, data: TaskData, results: Sequence[dict]) -> dict:
+    scores = {}
+    majority = majority_scores(task, data.dev_file)
+    for name in SCORES[task]:
+        by_seed = {str(result["seed"]): result["scores"][name] for result in results}
+        scores[name] = {"seeds": by_seed, **summarize(list(by_seed.values())), "majority": majority[name]}
+    return {"scores": scores, "plan": dataclasses.asdict(plan),
+            "hyperparameters": HYPERPARAMETERS["squad" if task == "squad" else "glue"],
+            "data": dataclasses.asdict(data), "seconds": sum(result["seconds"] for result in results),
+            "cpu_seconds": sum(result["cpu_seconds"] for result in results),
+            "runs": [{name: result[name] for name in ("seed", "scores", "seconds", "cpu_seconds", "started_from")}
+                     for result in results]}
+
+
+def markdown_table(start: Start, tasks: dict, mode: str) -> str:
+    """A header naming each score and its majority figure, and the row of this checkpoint: median (min-max)."""
+    header, row = ["weights", "start"], []
+    if start.fingerprint is None:
+        row += [f"random init of {start.config_file}", "random"]
+    else:
+        row += [start.description["checkpoint"], "sha256 " + start.description["weights_sha256"][:12]]
+    if mode != "standard":
+        row[0] += f" ({mode})"
+    for task, summary in tasks.items():
+        for name, score in summary["scores"].items():
+            header.append(f"{GLUE_FOLDERS.get(task, 'SQuAD')} {LABELS[name]} (majority {score['majority']:.1f})"
+                          if task != "squad" else f"SQuAD {LABELS[name]} (empty {score['majority']:.1f})")
+            values = score["seeds"].values()
+            cell = f"{score['median']:.1f}"
+            row.append(cell if len(values) == 1 else f"{cell} ({min(values):.1f}-{max(values):.1f})")
+    header.append("minutes")
+    row.append(f"{sum(summary['seconds'] for summary in tasks.values()) / 60:.1f}")
+    lines = [header, ["---"] * len(header), row]
+    return "".join("| " + " | ".join(line) + " |\n" for line in lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.random_init == bool(args.checkpoint):
+        parser.error("give a checkpoint or --random-init (with --config-file), not both")
+    output_dir = Path(args.output_dir)
+    folder_lock.hold(output_dir, "--output-dir")
+    start = (random_start(args.config_file, args.vocab_file) if args.random_init
+             else checkpoint_start(args.checkpoint, args.config_file, args.vocab_file, output_dir))
+    check_vocabulary(start)
+    mode = "quick" if args.quick else "standard"
+    plans = {task: PLAN[mode][task] for task in args.tasks}
+    data = {task: task_data(task, plan, Path(args.data_dir), output_dir) for task, plan in plans.items()}
+    tasks = {}
+    for task, plan in plans.items():
+        results = [run_unit(task, seed, plan, data[task], start, output_dir) for seed in plan.seeds]
+        tasks[task] = task_summary(task, plan, data[task], results)
+    table = markdown_table(start, tasks, mode)
+    summary = {"weights": start.description, "mode": mode, "vocab_file": start.vocab_file,
+               "spread": "max - min over the seeds", "tasks": tasks, "markdown_row": table.splitlines()[-1],
+               "seconds": sum(task["seconds"] for task in tasks.values()),
+               "cpu_seconds": sum(task["cpu_seconds"] for task in tasks.values())}
+    atomic_write_text(output_dir / "downstream.json", json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(output_dir / "downstream.md", table)
+    print(table, end="")
+    print(f"Downstream results: {output_dir / 'downstream.json'}, {output_dir / 'downstream.md'}")
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main, "downstream.py"))
