@@ -6,14 +6,15 @@ function of the phase (no test hook in the product code) so that, once inside th
 line on stdout, or a mark file from a pool worker) and then stays there until the signal arrives. The test waits
 for that word with a deadline, checks that the child is still running, and only then signals.
 
-Two halves: what the wrapped child runs (`say`, `pause_forever`, `tokenize_range_then_pause`; a spawned pool
-worker imports this module by name, so it imports nothing of pytest), and what the test runs (`wait_for`,
-`ChildOutput`, `signal_while_running`).
+Two halves: what the wrapped child runs (`say`, `answer_ctrl_c`, `pause_forever`, `tokenize_range_then_pause`; a
+spawned pool worker imports this module by name, so it imports nothing of pytest), and what the test runs
+(`wait_for`, `ChildOutput`, `signal_while_running`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -28,17 +29,24 @@ import preprocess_pipeline
 
 
 def say(line: str) -> None:
-    """Write line to stdout at once: os.write, not print, as it may run in a signal handler's interrupted code, and
-    no buffer holds it back from the test that waits for it."""
+    """Write line to stdout at once, past Python's buffer (block-buffered on a pipe), for the test that waits for
+    it."""
     os.write(1, f"{line}\n".encode())
+
+
+def answer_ctrl_c() -> None:
+    """Give SIGINT Python's KeyboardInterrupt, as a program started from a terminal has it. A program started in the
+    background by a shell without job control (`pytest &` in a script, nohup, some CI runners) inherits SIGINT
+    ignored, and Python then installs no handler of its own: the test's Ctrl-C would do nothing."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pause_forever() -> NoReturn:
     """Block the calling thread until a signal handler raises (Python's KeyboardInterrupt on Ctrl-C, or the second
     Ctrl-C of run_pretraining's StopRequest) or the process is killed. Short sleeps in a loop, not signal.pause() or
-    Event.wait(): the kernel may deliver the signal to any thread of the process (Paddle's, the tokenizers'), which
-    leaves the main thread blocked in those; Python runs the handler in the main thread at its next bytecode, which
-    this loop reaches every 50 ms."""
+    Event.wait(): the kernel may deliver the signal to any thread of the process (Paddle's, the tokenizers'), and a
+    main thread blocked in those would not wake up for it; Python runs the handler in the main thread at its next
+    bytecode, which this loop reaches every 50 ms."""
     while True:
         time.sleep(0.05)
 
@@ -130,7 +138,8 @@ class ChildOutput:
 
     def tail(self) -> str:
         """The last 3000 characters of what the child has written so far, stdout then stderr."""
-        return ("".join(self._lines["stdout"]) + "".join(self._lines["stderr"]))[-3000:]
+        with self._changed:  # an RLock: wait_for_line calls this holding it
+            return ("".join(self._lines["stdout"]) + "".join(self._lines["stderr"]))[-3000:]
 
 
 def signal_while_running(process: subprocess.Popen, signum: int, phase: str, group: bool = False) -> None:

@@ -800,6 +800,7 @@ PAUSED_PREPROCESSING = """
 import os, sys
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]
 import cli, interrupts, lddl_preprocess, preprocess_pipeline
+interrupts.answer_ctrl_c()
 preprocess_pipeline.tokenize_range = interrupts.tokenize_range_then_pause
 sys.exit(cli.run_main(lddl_preprocess.main, "lddl_preprocess.py"))
 """

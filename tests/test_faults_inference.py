@@ -198,6 +198,7 @@ PAUSE_IN_POST_PROCESSING = f"""
 import os, sys
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]
 import cli, interrupts, run_squad, squad_utils
+interrupts.answer_ctrl_c()
 def paused_softmax(scores):
     interrupts.say("{PAUSED_IN_POST_PROCESSING}")
     interrupts.pause_forever()

@@ -14,11 +14,14 @@ from conftest import ROOT
 from interrupts import ChildOutput, signal_while_running
 
 # A child that pauses (interrupts.pause_forever) with SIGINT blocked in its main thread, so that the kernel has to
-# hand a SIGINT to its other thread, as it may hand one to a thread of Paddle's or the tokenizers'.
+# hand a SIGINT to its other thread, as it may hand one to a thread of Paddle's or the tokenizers'. It starts with
+# SIGINT ignored, as a shell's background job does, which interrupts.answer_ctrl_c undoes.
 PAUSED_WITH_A_SECOND_THREAD = """
 import os, signal, sys, threading
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 import interrupts
+interrupts.answer_ctrl_c()
 threading.Thread(target=threading.Event().wait, daemon=True).start()
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 try:  # the handler may run as soon as the line is out, before the pause
@@ -66,6 +69,7 @@ def test_a_job_that_ends_before_the_awaited_line_fails_the_test_with_its_status_
 def test_a_job_that_never_writes_the_awaited_line_fails_the_test_at_the_deadline():
     child, output = start(PAUSED_WITH_A_SECOND_THREAD)
     try:
+        output.wait_for_line("paused", 60, "the pause")
         with pytest.raises(AssertionError, match=r"^timed out after 0.5 s waiting for the resumption:\npaused\n$"):
             output.wait_for_line("resumed", 0.5, "the resumption")
         assert child.poll() is None
