@@ -88,7 +88,8 @@
 # Environment: RESULTS_DIR (default <code_dir>/results) is argument 43's default; VOCAB_FILE
 # (default <code_dir>/vocab/bert-large-uncased-vocab.txt, shipped; for the "sample" corpus a
 # vocab trained on it); BERT_PREP_WORKING_DIR (default <code_dir>/data; the "sample" corpus and its vocab go to
-# its sample/ folder).
+# its sample/ folder); PREPROCESS_ONLY=true makes the data folders (and vocab) as above and stops before training,
+# e.g. to build the shards on a CPU node before a GPU job, or to time preprocessing apart from training.
 set -euo pipefail
 
 (( $# <= 45 )) || { echo "${0##*/}: at most 45 positional arguments, got $#" >&2; exit 1; }
@@ -144,6 +145,7 @@ no_nsp=${41:-false}
 pack_sequences=${42:-false}
 
 RESULTS_DIR=${43:-${RESULTS_DIR:-$CODEDIR/results}}
+preprocess_only=${PREPROCESS_ONLY:-false}
 time_budget=${44:-none}
 eval_interval_minutes=${45:-none}
 num_nodes=1
@@ -159,6 +161,7 @@ require_int num_workers "$num_workers" 0
 require_choice create_logfile "$create_logfile" true false
 require_choice enable_benchmark "$enable_benchmark" true false
 require_choice fuse_mha "$fuse_mha" true false
+require_choice PREPROCESS_ONLY "$preprocess_only" true false
 require_choice phase2_bin_size "$phase2_bin_size" none 32 64 128 256 512
 require_choice optimizer "$optimizer" Lamb Lans AdamW
 require_fraction sample_ratio "$sample_ratio"
@@ -233,6 +236,10 @@ phase2_bin_flags=()
 [[ "$phase2_bin_size" != none ]] && phase2_bin_flags=(--bin-size "$phase2_bin_size")
 (( train_steps_phase2 > 0 )) && preprocess "$DATA_DIR_PHASE2" "${PHASE_SEQ_LENGTH[2]}" "${PHASE_MAX_PREDICTIONS[2]}" \
   "${phase2_bin_flags[@]}"
+if [[ "$preprocess_only" == true ]]; then
+  echo "Data ready (PREPROCESS_ONLY=true, no training): $DATA_DIR_PHASE1$( (( train_steps_phase2 > 0 )) && echo " $DATA_DIR_PHASE2")"
+  exit 0
+fi
 
 # ------------------------------------------------------------------------------------------------
 # Training

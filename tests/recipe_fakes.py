@@ -67,6 +67,9 @@ elif script == "lddl_preprocess.py":
         sys.exit(int(os.environ["FAKE_PREPROCESS_EXIT"]))
     Path(value("--output-dir")).mkdir(parents=True)
     (Path(value("--output-dir")) / "shard-0.parquet").write_text("")
+    if "--holdout-dir" in argv:
+        Path(value("--holdout-dir")).mkdir(parents=True)
+        (Path(value("--holdout-dir")) / "shard-0.parquet").write_text("")
 elif script == "make_sample_corpus.py":
     (Path(value("--output-dir")) / "en").mkdir(parents=True)
     (Path(value("--output-dir")) / "en" / "pydoc_topics.txt").write_text("doc-1 text\\n")

@@ -333,6 +333,34 @@ def test_existing_data_is_not_preprocessed_again(tmp_path, fakes, cpu_tiny_args)
     assert value(run.p1, "--vocab-file") == str(tmp_path / "data" / "sample" / "vocab.txt")
 
 
+def test_preprocess_only_makes_the_data_and_trains_nothing(tmp_path, fakes, cpu_tiny_args):
+    run = run_ok(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path, PREPROCESS_ONLY="true")
+    data = tmp_path / "data" / "sample" / "pretrain"
+    assert [value(args, "--output-dir") for args in run.preprocessing] == [
+        f"{data}/phase1/unbinned/parquet", f"{data}/phase2/bin_size_64/parquet"]
+    assert run.launches == [] and run.pretraining == []
+    assert run.result.stdout.splitlines()[-1] == (
+        f"Data ready (PREPROCESS_ONLY=true, no training): {data}/phase1/unbinned/parquet "
+        f"{data}/phase2/bin_size_64/parquet")
+    bad = run_script(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path, PREPROCESS_ONLY="yes")
+    assert bad.result.returncode == 1 and bad.calls == []
+    assert_one_line(bad.result.stderr, "run_pretraining.sh: ", "PREPROCESS_ONLY", "true false", "'yes'")
+
+
+def test_budget_presets_train_phase_1_to_an_hour_on_the_wikipedia_corpus(tmp_path, fakes):
+    """cpu_budget_<size>: 60 minutes unless TIME_BUDGET_MINUTES says otherwise, validated every 2 minutes of
+    training on 1% of the articles held out, masked by the loader, read from the shared en-2015 corpus."""
+    shared = tmp_path / "shared"
+    env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"),
+                    PADDLEBERT_SHARED_DIR=str(shared))
+    for name, config in (("cpu_budget_tiny", "bert-tiny-uncased.json"), ("cpu_budget_mini", "bert-mini-uncased.json"),
+                         ("cpu_budget_small", "bert-small-uncased.json")):
+        args = preset("pretrain_config.sh", name, env)
+        assert (args[14], args[20], args[26], args[27], args[35], args[43], args[44]) == (
+            "0", f"{shared}/data/wikipedia/en-2015", "dynamic", str(ROOT / "bert_configs" / config), "0.01", "60", "2")
+        assert preset("pretrain_config.sh", name, {**env, "TIME_BUDGET_MINUTES": "20"})[43] == "20"
+
+
 def test_after_each_phase_the_report_is_plotted_and_the_final_checkpoint_named(tmp_path, fakes, cpu_tiny_args):
     run = run_ok(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path)
     results = tmp_path / "results" / "cpu_tiny"
@@ -492,7 +520,8 @@ def test_each_cpu_preset_has_its_own_results_folder(tmp_path, fakes):
     <RESULTS_DIR>/<preset> (argument 43), as each has its own data folder; a rerun of a preset uses the same one.
     The presets run one after the other in one folder, as a newcomer runs them."""
     env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"))
-    assert CPU_PRESETS == ["cpu_demo", "cpu_tiny", "cpu_tiny_beyond", "cpu_tiny_lans"]
+    assert CPU_PRESETS == ["cpu_budget_mini", "cpu_budget_small", "cpu_budget_tiny", "cpu_demo", "cpu_tiny",
+                           "cpu_tiny_beyond", "cpu_tiny_lans"]
     for name in CPU_PRESETS:
         args = preset("pretrain_config.sh", name, env)
         assert preset("pretrain_config.sh", name, env) == args
@@ -502,7 +531,7 @@ def test_each_cpu_preset_has_its_own_results_folder(tmp_path, fakes):
         assert value(run.p1, "--report-file") == f"{results}/dllogger_p1.json"
         assert value(launcher_args(run.launches[0]), "--log_dir") == f"{results}/log/phase1"
         assert run.result.stdout.splitlines()[-1].startswith(f"Final checkpoint: {results}/custom/phase")
-        if name != "cpu_demo":  # phase 2 starts from the preset's own phase 1
+        if name.startswith("cpu_tiny"):  # phase 2 starts from the preset's own phase 1
             assert value(run.p2, "--from-phase1-final-params") == f"{results}/custom/phase1/6"
 
 

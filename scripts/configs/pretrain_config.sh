@@ -280,3 +280,52 @@ cpu_tiny_beyond() (
   _cpu_results cpu_tiny_beyond
   _print_pretrain_args
 )
+
+# Pretraining to a wall-clock budget on real Wikipedia (README, "What an hour of pretraining buys"): phase 1 only,
+# trained for $TIME_BUDGET_MINUTES (default 60) of training time, the learning-rate schedule spanning that time
+# (run_pretraining.py --time-budget). The corpus is ../shared/data/wikipedia/en-2015 (WikiExtractor's xz files as
+# they are; $PADDLEBERT_SHARED_DIR names another shared folder), masked by the loader (a new draw each epoch), 1%
+# of its articles held out and validated every 2 minutes of training. One preset per model size compared in
+# docs/time-to-quality.md; the batch, learning rate and warmup come from the search described there.
+_cpu_budget_recipe() {  # bert_config
+  _bert_large_recipe
+  local prep="${BERT_PREP_WORKING_DIR:-$_PRETRAIN_CONFIG_CODEDIR/data}/wikipedia-en-2015"
+  local shared="${PADDLEBERT_SHARED_DIR:-$_PRETRAIN_CONFIG_CODEDIR/../shared}"
+  precision=fp32
+  learning_rate=2e-3
+  warmup_proportion=0.1
+  train_steps=10000000  # a cap the budget ends long before
+  save_checkpoint_steps=500
+  _batches 1 64 1 4 2
+  DATA_DIR_PHASE1="$prep/pretrain/phase1/unbinned/parquet"
+  DATA_DIR_PHASE2="$prep/pretrain/phase2/bin_size_64/parquet"
+  wikipedia_source="$shared/data/wikipedia/en-2015"
+  num_dask_workers=2
+  num_shards_per_worker=16
+  num_workers=1
+  sample_ratio=1
+  masking=dynamic
+  holdout_fraction=0.01
+  eval_interval_minutes=2
+  num_eval_batches=20
+  BERT_CONFIG="$CODEDIR/bert_configs/$1"
+  _time_budget 60
+}
+
+cpu_budget_mini() (
+  _cpu_budget_recipe bert-mini-uncased.json
+  _cpu_results cpu_budget_mini
+  _print_pretrain_args
+)
+
+cpu_budget_tiny() (
+  _cpu_budget_recipe bert-tiny-uncased.json
+  _cpu_results cpu_budget_tiny
+  _print_pretrain_args
+)
+
+cpu_budget_small() (
+  _cpu_budget_recipe bert-small-uncased.json
+  _cpu_results cpu_budget_small
+  _print_pretrain_args
+)
