@@ -6,7 +6,7 @@ empty-answer) figure on the official dev set.
     python downstream.py NGC_PREFIX --config-file bert_configs/bert-large-uncased.json --output-dir ...
     python downstream.py ../shared/models/all-MiniLM-L6-v2 --output-dir ...          # a Hugging Face folder
     python downstream.py --random-init --config-file bert_configs/bert-mini-uncased.json --output-dir ...
-    python downstream.py CHECKPOINT --quick --output-dir ...                        # smoke test, about a minute
+    python downstream.py CHECKPOINT --quick --output-dir ...          # smoke test: seconds on bert-tiny
 
 The checkpoint is anything run_glue.py's --from-pretrained-params loads (a step folder of run_pretraining.py, a
 .pdparams or .safetensors file, an NGC paddle.static.save prefix), or a Hugging Face BERT folder, converted once
@@ -333,8 +333,9 @@ def majority_scores(task: str, dev_file: str) -> dict[str, float]:
     """The task's scores (percent) of always answering the dev set's most common label (ties: the first of the
     task's labels), or for SQuAD the empty answer."""
     if task == "squad":
-        scores = evaluate(load_dataset(dev_file), {qa["id"]: "" for article in load_dataset(dev_file)
-                                                   for paragraph in article["paragraphs"] for qa in paragraph["qas"]})
+        dataset = load_dataset(dev_file)
+        scores = evaluate(dataset, {qa["id"]: "" for article in dataset for paragraph in article["paragraphs"]
+                                    for qa in paragraph["qas"]})
         return {"exact_match": scores["exact_match"], "F1": scores["f1"]}
     labels = GLUE_TASKS[task].labels
     label_ids = np.array([labels.index(example.label) for example in read_glue_examples(task, dev_file)])
@@ -352,10 +353,10 @@ def unit_argv(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start
     """The run_glue.py or run_squad.py options of one unit."""
     hyperparameters = HYPERPARAMETERS["squad" if task == "squad" else "glue"]
     argv = [] if task == "squad" else ["--task-name", task]
-    argv += ["--do-train", "--train-file", data.train_file, "--do-eval", "--predict-file", data.dev_file,
-             "--vocab-file", start.vocab_file, "--bert-model", "custom", "--config-file", start.config_file,
-             *start.weights_flags, "--output-dir", str(folder), "--seed", str(seed), "--epochs", str(plan.epochs),
-             "--log-freq", "50"]
+    argv += ["--do-train", "--train-file", data.train_file, "--do-predict", "--do-eval",
+             "--predict-file", data.dev_file, "--vocab-file", start.vocab_file, "--bert-model", "custom",
+             "--config-file", start.config_file, *start.weights_flags, "--output-dir", str(folder),
+             "--seed", str(seed), "--epochs", str(plan.epochs), "--log-freq", "50"]
     for name, value in hyperparameters.items():
         argv += [f"--{name.replace('_', '-')}", str(value)]
     return argv

@@ -20,6 +20,7 @@ import downstream
 import finetune
 import run_glue
 import run_squad
+import squad_evaluate
 from bert_config import BertConfig
 from cli import run_main
 from conftest import ROOT, require_shared
@@ -168,9 +169,13 @@ def test_a_hugging_face_folder_is_the_checkpoint_it_was_exported_from(quick_run,
     assert start.vocab_file == str(tmp_path / "hf" / "vocab.txt")
 
 
-def hand_counted_labels(folder: str, column: int, header: bool) -> list[str]:
-    lines = require_shared("data", "glue", folder, "dev.tsv").read_text(encoding="utf-8-sig").splitlines()
+def hand_counted_labels_of(path: Path, column: int, header: bool = True) -> list[str]:
+    lines = path.read_text(encoding="utf-8-sig").splitlines()
     return [line.split("\t")[column] for line in lines[1 if header else 0:]]
+
+
+def hand_counted_labels(folder: str, column: int, header: bool) -> list[str]:
+    return hand_counted_labels_of(require_shared("data", "glue", folder, "dev.tsv"), column, header)
 
 
 def test_majority_baselines_are_those_of_the_dev_files():
@@ -300,3 +305,38 @@ def test_the_fingerprint_is_the_same_in_every_layout_of_the_same_weights(quick_r
         assert encoder_fingerprint(layout, 30522) == (37, fingerprint)
     nudged = {**state, "bert.encoder.1.output.bias": state["bert.encoder.1.output.bias"] + np.float32(1e-6)}
     assert encoder_fingerprint(nudged, 30522)[1] != fingerprint
+
+
+def test_an_ngc_checkpoint_is_the_file_nvidia2paddle_converts_it_to(tmp_path):
+    from fixtures.ngc_static_bert import CONFIG, write_ngc_checkpoints
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**CONFIG, "hidden_act": "gelu"}))
+    written = write_ngc_checkpoints(tmp_path, "pretraining")
+    converted = tmp_path / "converted.pdparams"
+    convert_checkpoint.main(["nvidia2paddle", str(written.prefixes["unfused"]), str(converted)])
+    expected = encoder_fingerprint(paddle.load(str(converted)), CONFIG["vocab_size"])[1]
+    for layout, prefix in written.prefixes.items():  # the same values in NVIDIA's three encoder layouts
+        start = downstream.checkpoint_start(str(prefix), str(config), None, tmp_path / "out")
+        assert start.description["kind"] == "nvidia static graph", layout
+        assert start.description["weights_file"] == f"{prefix}.pdparams"
+        assert start.fingerprint == expected, layout
+
+
+def test_each_score_is_that_of_the_predictions_its_run_left(quick_run):
+    _, output_dir = quick_run
+    summary = json.loads((output_dir / "downstream.json").read_text())
+    mrpc = output_dir / "units" / "mrpc-seed1"
+    predicted = [line.split("\t")[1] for line in (mrpc / "predictions.tsv").read_text().splitlines()[1:]]
+    gold = hand_counted_labels_of(Path(summary["tasks"]["mrpc"]["data"]["dev_file"]), 0)
+    assert len(predicted) == len(gold) == 64
+    accuracy = 100 * sum(p == g for p, g in zip(predicted, gold, strict=True)) / 64
+    assert summary["tasks"]["mrpc"]["scores"]["accuracy"]["seeds"]["1"] == pytest.approx(accuracy)
+    squad = output_dir / "units" / "squad-seed1"
+    answers = json.loads((squad / "predictions.json").read_text())
+    dataset = json.loads(Path(summary["tasks"]["squad"]["data"]["dev_file"]).read_text())["data"]
+    assert len(answers) == 64
+    assert summary["tasks"]["squad"]["scores"]["F1"]["seeds"]["1"] == pytest.approx(
+        squad_evaluate.evaluate(dataset, answers)["f1"])
+    # the fine-tuned weights are gone: nothing reads them, and a standard run would keep 16 models
+    assert not list(output_dir.glob("units/*/*.pdparams")) and not (squad / "nbest_predictions.json").exists()
