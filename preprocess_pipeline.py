@@ -14,7 +14,8 @@ that every worker sees, and this repository must be importable on every worker).
    document is held out for validation when its holdout draw (SplitMix64 applied twice to the key, scaled the same
    way, so unrelated to the sample draw) is below F; held-out documents go to their own partitions and their own
    output folder, so no document is in both sets, and their titles are listed there (HOLDOUT_LIST). The kept
-   documents are split into sentences and tokenized to ids, a batch of about TOKENIZE_BATCH_CHARACTERS at a time;
+   documents are split into sentences and tokenized to ids (through cached_wordpiece's per-word cache, which gives
+   the tokenizer's ids), a batch of about TOKENIZE_BATCH_CHARACTERS at a time;
    a sentence is cut to its first MAX_SENTENCE_TOKENS tokens (the summary counts those cut). The task spills the
    token ids to .npy files in the work folder.
    Then the number of partitions (--num-blocks; by default one per DEFAULT_BLOCK_BYTES of the corpus's text,
@@ -25,7 +26,7 @@ that every worker sees, and this repository must be importable on every worker).
    same partition (as LDDL's dask partitions), or without NSP single-segment samples by
    pretraining_pairs.create_segments_from_document; shuffled; masked statically with masking.mask_batch when asked
    (by single pieces, or with --whole-word-masking by whole words);
-   grouped by length bin (stable). Written as a part file.
+   grouped by length bin (stable). Written as a part file (one .npy per column, which stage 3 memory-maps).
 3. Shards, one task per output file: the rows of a bin are numbered partition after partition and cut into
    num_shards consecutive runs whose sizes differ by at most one (LDDL's balance guarantee); each task writes one
    shard, in the writer's format (parquet or HDF5), to a temporary name that is renamed at the end. The held-out
@@ -68,10 +69,11 @@ from tqdm import tqdm
 
 import folder_lock
 from atomic_io import atomic_write_text
+from cached_wordpiece import CachedWordPiece
 from cli import finite_float
 from corpus import INPUT_FORMATS, RawDocument, document_sentences, find_corpus_files, is_compressed, read_documents
 from masking import continuation_pieces, mask_batch, word_starts
-from pretraining_pairs import bin_id, create_pairs_from_document, create_segments_from_document
+from pretraining_pairs import create_pairs_from_document, create_segments_from_document
 from progress import progress_bar, show_counts
 from shard_formats import ShardRows
 from tokenizer import BertTokenizer, load_vocab
@@ -202,6 +204,12 @@ def load_tokenizer(vocab_file: str, lower_case: bool) -> BertTokenizer:
     return BertTokenizer(vocab_file, do_lower_case=lower_case)
 
 
+@functools.lru_cache(maxsize=4)
+def load_encoder(vocab_file: str, lower_case: bool) -> CachedWordPiece:
+    """One cached WordPiece encoder per process: its word cache serves every stage 1 task of a worker."""
+    return CachedWordPiece(load_tokenizer(vocab_file, lower_case))
+
+
 def _splitmix64(values: np.ndarray) -> np.ndarray:
     """SplitMix64's finalizer (Steele, Lea & Flood 2014), a bijective 64-bit mixer; uint64 arithmetic wraps."""
     values = values + np.uint64(0x9E3779B97F4A7C15)
@@ -280,7 +288,7 @@ class _TokenizedBatch:
 
 
 def _tokenize_documents(documents: list[RawDocument], task: ReadTask, settings: PipelineSettings,
-                        tokenizer: BertTokenizer, token_dtype: type) -> _TokenizedBatch:
+                        encoder: CachedWordPiece, token_dtype: type) -> _TokenizedBatch:
     """Sample, split and tokenize some documents of one read task; documents left without tokens are dropped."""
     offsets = np.fromiter((document.offset for document in documents), dtype=np.int64, count=len(documents))
     keys = document_keys(settings.seed, task.file_index, offsets)
@@ -288,17 +296,16 @@ def _tokenize_documents(documents: list[RawDocument], task: ReadTask, settings: 
         kept = np.flatnonzero(sample_draws(keys) < settings.sample_ratio)
         documents, offsets, keys = [documents[i] for i in kept.tolist()], offsets[kept], keys[kept]
     sentences_per_document = [document_sentences(document) for document in documents]
-    flat_sentences = [sentence for sentences in sentences_per_document for sentence in sentences]
-    encoded = tokenizer.batch_encode_ids(flat_sentences) if flat_sentences else []
-    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    too_long = np.flatnonzero(lengths > MAX_SENTENCE_TOKENS)
-    for index in too_long.tolist():
-        encoded[index] = encoded[index][:MAX_SENTENCE_TOKENS]
+    ids, lengths = encoder.encode([sentence for sentences in sentences_per_document for sentence in sentences])
     document_of_sentence = np.repeat(np.arange(len(documents)), [len(sentences) for sentences in
                                                                   sentences_per_document])
+    too_long = np.flatnonzero(lengths > MAX_SENTENCE_TOKENS)
     first_cut = int(offsets[document_of_sentence[too_long[0]]]) if len(too_long) else None
     tokens_cut = int((lengths[too_long] - MAX_SENTENCE_TOKENS).sum())
-    lengths = np.minimum(lengths, MAX_SENTENCE_TOKENS)
+    if len(too_long):  # keep the first MAX_SENTENCE_TOKENS ids of each sentence
+        sentence_starts = np.cumsum(lengths) - lengths
+        position = np.arange(len(ids)) - np.repeat(sentence_starts, lengths)
+        ids, lengths = ids[position < MAX_SENTENCE_TOKENS], np.minimum(lengths, MAX_SENTENCE_TOKENS)
     nonempty = lengths > 0  # a sentence of characters that tokenize to nothing (controls) is dropped
     num_sentences = np.bincount(document_of_sentence[nonempty], minlength=len(documents)).astype(np.int32)
     with_text = np.flatnonzero(num_sentences > 0)
@@ -311,16 +318,15 @@ def _tokenize_documents(documents: list[RawDocument], task: ReadTask, settings: 
     if settings.holdout_fraction > 0:
         held_out = [(task.file_index, int(offsets[i]), documents[i].title)
                     for i in with_text[holdout_draws(keys[with_text]) < settings.holdout_fraction].tolist()]
-    sentence_lengths = lengths[nonempty].astype(np.int32)
-    tokens = np.fromiter(chain.from_iterable(encoded), dtype=token_dtype, count=int(sentence_lengths.sum()))
-    return _TokenizedBatch(table, sentence_lengths, tokens, held_out, len(too_long), tokens_cut, first_cut)
+    return _TokenizedBatch(table, lengths[nonempty].astype(np.int32), ids.astype(token_dtype), held_out,
+                           len(too_long), tokens_cut, first_cut)
 
 
 def tokenize_range(task: ReadTask, settings: PipelineSettings, work_dir: str) -> dict[str, object]:
     """Stage 1: read, split and tokenize the documents of one read task, a batch of about
     TOKENIZE_BATCH_CHARACTERS at a time; spill them to the work folder; return what the parent needs of them."""
-    tokenizer = load_tokenizer(settings.vocab_file, settings.lower_case)
-    token_dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
+    encoder = load_encoder(settings.vocab_file, settings.lower_case)
+    token_dtype = np.uint16 if encoder.tokenizer.vocab_size <= 2**16 else np.int32
     batches: list[_TokenizedBatch] = []
     pending: list[RawDocument] = []
     pending_characters = 0
@@ -334,10 +340,10 @@ def tokenize_range(task: ReadTask, settings: PipelineSettings, work_dir: str) ->
         pending.append(document)
         pending_characters += sum(len(paragraph) for paragraph in document.paragraphs)
         if pending_characters >= TOKENIZE_BATCH_CHARACTERS:
-            batches.append(_tokenize_documents(pending, task, settings, tokenizer, token_dtype))
+            batches.append(_tokenize_documents(pending, task, settings, encoder, token_dtype))
             pending, pending_characters = [], 0
     if pending or not batches:
-        batches.append(_tokenize_documents(pending, task, settings, tokenizer, token_dtype))
+        batches.append(_tokenize_documents(pending, task, settings, encoder, token_dtype))
 
     table = np.concatenate([batch.table for batch in batches])
     sentence_lengths = np.concatenate([batch.sentence_lengths for batch in batches])
@@ -410,11 +416,18 @@ def build_partition(partition: int, block_indices: Sequence[int], settings: Pipe
     b_lengths = np.fromiter((len(pair.tokens_b) for pair in pairs), dtype=np.int32, count=num_rows)
     num_tokens = a_lengths + 2 + np.where(b_lengths > 0, b_lengths + 1, 0)  # [CLS] A [SEP] (B [SEP])
     is_random_next = np.fromiter((pair.is_random_next for pair in pairs), dtype=bool, count=num_rows)
-    flat = np.fromiter(
-        chain.from_iterable(chain((cls_id,), pair.tokens_a, (sep_id,), pair.tokens_b,
-                                  (sep_id,) if pair.tokens_b else ()) for pair in pairs),
-        dtype=np.int32, count=int(num_tokens.sum()))
     row_starts = np.concatenate([[0], np.cumsum(num_tokens)]).astype(np.int64)
+    # Each row is [CLS] A [SEP] (B [SEP]): the segments' tokens are gathered into place, not chained row by row.
+    flat = np.empty(int(row_starts[-1]), dtype=np.int32)
+    flat[row_starts[:-1]] = cls_id
+    flat[row_starts[:-1] + 1 + a_lengths] = sep_id
+    flat[row_starts[1:][b_lengths > 0] - 1] = sep_id
+    for segment, lengths, offset in (("tokens_a", a_lengths, 1), ("tokens_b", b_lengths, 2 + a_lengths)):
+        total = int(lengths.sum())
+        values = np.fromiter(chain.from_iterable(getattr(pair, segment) for pair in pairs), dtype=np.int32,
+                             count=total)
+        segment_starts = np.cumsum(lengths) - lengths
+        flat[np.repeat(row_starts[:-1] + offset - segment_starts, lengths) + np.arange(total)] = values
 
     if settings.masking:
         flat, masked_counts, masked_positions, masked_ids = _mask_rows(
@@ -423,22 +436,24 @@ def build_partition(partition: int, block_indices: Sequence[int], settings: Pipe
         masked_counts = np.zeros(num_rows, dtype=np.int32)
         masked_positions = masked_ids = np.zeros(0, dtype=np.int32)
 
-    bins = np.array([bin_id(int(n), settings.bin_size, settings.num_bins) for n in num_tokens], dtype=np.int32) \
+    # pretraining_pairs.bin_id's rule, on the whole array
+    bins = np.minimum((num_tokens - 1) // settings.bin_size, settings.num_bins - 1).astype(np.int32) \
         if settings.bin_size else np.zeros(num_rows, dtype=np.int32)
     order = np.argsort(bins, kind="stable")
     masked_starts = np.concatenate([[0], np.cumsum(masked_counts)]).astype(np.int64)
-    part_file = Path(work_dir) / f"part-{partition:06d}.npz"
-    np.savez(
-        part_file,
-        tokens=_gather_ragged(flat, row_starts, order),
-        num_tokens=num_tokens[order],
-        a_lengths=a_lengths[order],
-        is_random_next=is_random_next[order],
-        masked_counts=masked_counts[order],
-        masked_positions=_gather_ragged(masked_positions, masked_starts, order),
-        masked_ids=_gather_ragged(masked_ids, masked_starts, order),
-        bins=bins[order],
-    )
+    part_file = str(Path(work_dir) / f"part-{partition:06d}")
+    arrays = {
+        "tokens": _gather_ragged(flat, row_starts, order),
+        "num_tokens": num_tokens[order],
+        "a_lengths": a_lengths[order],
+        "is_random_next": is_random_next[order],
+        "masked_counts": masked_counts[order],
+        "masked_positions": _gather_ragged(masked_positions, masked_starts, order),
+        "masked_ids": _gather_ragged(masked_ids, masked_starts, order),
+        "bins": bins[order],
+    }
+    for name, values in arrays.items():  # one .npy each, so that a shard task maps and reads only its rows
+        np.save(f"{part_file}-{name}.npy", values)
     return {
         "pid": os.getpid(),
         "partition": partition,
@@ -494,24 +509,26 @@ def _gather_ragged(values: np.ndarray, starts: np.ndarray, order: np.ndarray) ->
 
 
 def read_part_rows(slices: Sequence[tuple[str, int, int]], bin_index: int) -> ShardRows:
-    """Concatenate rows [first, stop) of bin `bin_index` from each part file, in order."""
+    """Concatenate rows [first, stop) of bin `bin_index` from each part file, in order (each part's arrays are
+    memory-mapped: only the rows asked for are read)."""
     token_runs, num_tokens, a_lengths, random_next, counts, position_runs, id_runs = [], [], [], [], [], [], []
     for part_file, first, stop in slices:
-        with np.load(part_file) as part:
-            bins = part["bins"]
-            bin_lo = int(np.searchsorted(bins, bin_index))
-            lo, hi = bin_lo + first, bin_lo + stop
-            part_num_tokens = part["num_tokens"]
-            part_counts = part["masked_counts"]
-            token_starts = np.concatenate([[0], np.cumsum(part_num_tokens)]).astype(np.int64)
-            masked_starts = np.concatenate([[0], np.cumsum(part_counts)]).astype(np.int64)
-            token_runs.append(part["tokens"][token_starts[lo]:token_starts[hi]])
-            position_runs.append(part["masked_positions"][masked_starts[lo]:masked_starts[hi]])
-            id_runs.append(part["masked_ids"][masked_starts[lo]:masked_starts[hi]])
-            num_tokens.append(part_num_tokens[lo:hi])
-            a_lengths.append(part["a_lengths"][lo:hi])
-            random_next.append(part["is_random_next"][lo:hi])
-            counts.append(part_counts[lo:hi])
+        def part(name: str, part_file: str = part_file) -> np.ndarray:
+            return np.load(f"{part_file}-{name}.npy", mmap_mode="r")
+
+        bin_lo = int(np.searchsorted(part("bins"), bin_index))
+        lo, hi = bin_lo + first, bin_lo + stop
+        part_num_tokens = np.asarray(part("num_tokens")[:hi])
+        part_counts = np.asarray(part("masked_counts")[:hi])
+        token_lo, token_hi = int(part_num_tokens[:lo].sum()), int(part_num_tokens.sum())
+        masked_lo, masked_hi = int(part_counts[:lo].sum()), int(part_counts.sum())
+        token_runs.append(np.asarray(part("tokens")[token_lo:token_hi]))
+        position_runs.append(np.asarray(part("masked_positions")[masked_lo:masked_hi]))
+        id_runs.append(np.asarray(part("masked_ids")[masked_lo:masked_hi]))
+        num_tokens.append(part_num_tokens[lo:hi])
+        a_lengths.append(np.asarray(part("a_lengths")[lo:hi]))
+        random_next.append(np.asarray(part("is_random_next")[lo:hi]))
+        counts.append(part_counts[lo:hi])
     num_tokens_all = np.concatenate(num_tokens) if num_tokens else np.zeros(0, np.int32)
     counts_all = np.concatenate(counts) if counts else np.zeros(0, np.int32)
     empty = np.zeros(0, np.int32)
