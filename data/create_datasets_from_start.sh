@@ -4,11 +4,13 @@
 # <repo>/data):
 #   wikipedia/wikicorpus-en.xml.bz2        the English Wikipedia dump (downloaded)
 #   wikipedia/extracted/en/                its text, extracted by WikiExtractor
-#   wikipedia/source/en/<i>.txt            LDDL's source layout: one `wiki-<n> <text>` line per article
+#   wikipedia/source                       the corpus to preprocess: a link to it (to --corpus or to extracted/en),
+#                                          or a folder of links to its files; never a copy
 #   download/squad/v1.1/, v2.0/            SQuAD train and dev sets and the official evaluate-v1.1.py /
 #                                          evaluate-v2.0.py (downloaded, md5 checked as NVIDIA's squad_download.sh)
 #   pretrain/phase1/unbinned/parquet/      seq 128, static masking, NUM_SHARDS balanced shards
 #   pretrain/phase2/bin_size_64/parquet/   seq 512, static masking, binned by 64 tokens, NUM_SHARDS shards per bin
+#                                          (a bin with fewer samples gets fewer files, and preprocessing says so)
 # A step whose output is already there is skipped, so a rerun continues where the last one stopped.
 #
 # From start (no --corpus): downloads and extracts Wikipedia, downloads SQuAD, then preprocesses. --squad-only
@@ -17,7 +19,8 @@
 # from a local folder or another server instead, laid out as squad/v1.1/<file>, squad/v2.0/<file> and
 # wikipedia/enwiki-latest-pages-articles.xml.bz2; --squad-md5sums FILE (md5sum's format, paths as
 # v1.1/train-v1.1.json) checks another copy of SQuAD than NVIDIA's (default data/squad.md5, NVIDIA's sums).
-# With --corpus DIR_OR_FILE: nothing is downloaded; the local corpus (any format lddl_preprocess.py reads; a
+# With --corpus DIR_OR_FILE: nothing is downloaded; the local corpus (any format lddl_preprocess.py reads, e.g. a
+# WikiExtractor folder, its files compressed with xz, bzip2 or gzip or not, which are read as they are; a
 # WikiText folder is read through its wiki.*.raw files only, because its wiki.*.tokens files are the same text
 # with rare words replaced by <unk>) becomes wikipedia/source, then the two sets are made from it.
 # The vocabulary is the shipped vocab/bert-large-uncased-vocab.txt (NVIDIA's recipes' file; the same bytes as
@@ -27,7 +30,7 @@
 # Usage: data/create_datasets_from_start.sh [--corpus PATH | --squad-only] [--mirror DIR_OR_URL]
 #          [--squad-md5sums FILE] [--working-dir DIR] [--vocab-file FILE] [--num-shards N] [--num-workers N]
 #          [--seed N] [--sample-ratio R]
-# Example on this machine: data/create_datasets_from_start.sh --corpus ../shared/data/wikitext-2 --num-shards 4
+# Example on this machine: data/create_datasets_from_start.sh --corpus ../shared/data/wikipedia/en-2015 --num-shards 64
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -65,7 +68,7 @@ while [[ $# -gt 0 ]]; do
     --num-workers) NUM_WORKERS="${2:?--num-workers needs a number}"; shift 2 ;;
     --seed) SEED="${2:?--seed needs a number}"; shift 2 ;;
     --sample-ratio) SAMPLE_RATIO="${2:?--sample-ratio needs a number}"; shift 2 ;;
-    -h|--help) sed -n '2,31p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
@@ -170,21 +173,27 @@ download_wikipedia() {  # the dump, extracted; CORPUS becomes the extracted text
   CORPUS="$extracted"
 }
 
-write_source() {  # the corpus files, as LDDL's source layout in SOURCE_DIR
-  if [[ -d "$SOURCE_DIR/en" ]]; then
+link_source() {  # SOURCE_DIR: the corpus as preprocessing reads it, linked (a corpus is never copied or unpacked)
+  if [[ -e "$SOURCE_DIR" || -L "$SOURCE_DIR" ]]; then
     echo "have $SOURCE_DIR"
     return
   fi
-  local inputs=("$CORPUS")
-  if [[ -d "$CORPUS" ]]; then
-    local raw_files
-    mapfile -t raw_files < <(find "$CORPUS" -maxdepth 1 -name 'wiki.*.raw' | sort)
-    [[ ${#raw_files[@]} -gt 0 ]] && inputs=("${raw_files[@]}")
+  local corpus raw_files=()
+  corpus="$(realpath "$CORPUS")"
+  [[ -d "$corpus" ]] && mapfile -t raw_files < <(find "$corpus" -maxdepth 1 -name 'wiki.*.raw' | sort)
+  mkdir -p "$WIKIPEDIA_DIR"
+  if [[ -d "$corpus" && ${#raw_files[@]} -eq 0 ]]; then
+    echo "corpus: $corpus"
+    ln -s "$corpus" "$SOURCE_DIR"
+    return
   fi
-  echo "corpus: ${inputs[*]}"
+  # A file, or a WikiText folder's .raw files: links to them in a folder, under their own names (a name ending in
+  # .raw or .tokens tells their format)
+  [[ ${#raw_files[@]} -gt 0 ]] || raw_files=("$corpus")
+  echo "corpus: ${raw_files[*]}"
   rm -rf "$SOURCE_DIR.part"
-  "$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import corpus as p
-p.convert_to_lddl_source(sys.argv[3:], sys.argv[2])' "$ROOT" "$SOURCE_DIR.part" "${inputs[@]}"
+  mkdir "$SOURCE_DIR.part"
+  ln -s "${raw_files[@]}" "$SOURCE_DIR.part/"
   mv "$SOURCE_DIR.part" "$SOURCE_DIR"
 }
 
@@ -197,7 +206,17 @@ preprocess() {  # phase_dir lddl_preprocess.py flags...
   fi
   echo "preprocessing $phase_dir"
   rm -rf "$phase_dir.part"
-  "$PYTHON" "$ROOT/lddl_preprocess.py" --input "$SOURCE_DIR" --vocab-file "$VOCAB_FILE" --output-dir "$phase_dir.part" \
+  # The corpus by its own paths, so that a message about one of its files names that file: the folder SOURCE_DIR
+  # links to, or the files its links point to, in the order of their names (C collation, as Python sorts).
+  local inputs=() link LC_ALL=C
+  if [[ -L "$SOURCE_DIR" ]]; then
+    inputs=("$(realpath "$SOURCE_DIR")")
+  else
+    for link in "$SOURCE_DIR"/*; do
+      inputs+=("$(realpath "$link")")
+    done
+  fi
+  "$PYTHON" "$ROOT/lddl_preprocess.py" --input "${inputs[@]}" --vocab-file "$VOCAB_FILE" --output-dir "$phase_dir.part" \
     --num-shards "$NUM_SHARDS" --num-workers "$NUM_WORKERS" --seed "$SEED" --sample-ratio "$SAMPLE_RATIO" --masking "$@"
   rm -rf "$phase_dir"
   mv "$phase_dir.part" "$phase_dir"
@@ -217,7 +236,7 @@ else
   [[ -e "$CORPUS" ]] || die "--corpus $CORPUS: not found"
 fi
 echo "vocab: $VOCAB_FILE"
-write_source
+link_source
 preprocess "$PHASE1_DIR" --max-seq-length 128
 preprocess "$PHASE2_DIR" --max-seq-length 512 --bin-size 64
 echo "done: $PHASE1_DIR $PHASE2_DIR"

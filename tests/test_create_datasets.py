@@ -6,7 +6,9 @@ from __future__ import annotations
 import bz2
 import hashlib
 import json
+import lzma
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,14 +16,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from conftest import ROOT, require_shared
-from data_fixtures import documents_kept
+from data_fixtures import document_draws, tag_offsets
 from messages import assert_one_line
 
 SCRIPT = ROOT / "data" / "create_datasets_from_start.sh"
 # NVIDIA's layout under BERT_PREP_WORKING_DIR, as scripts/run_pretraining.sh and run.sub read it.
 PHASE1 = Path("pretrain", "phase1", "unbinned", "parquet")
 PHASE2 = Path("pretrain", "phase2", "bin_size_64", "parquet")
-SOURCE = Path("wikipedia", "source", "en", "0.txt")
+SOURCE = Path("wikipedia", "source")
+WIKITEXT_TITLE = re.compile(rb" = [^=].* = \n")  # an article's first line in WikiText (wiki.test.raw has no \r)
 
 
 SQUAD_FILES = ("v1.1/train-v1.1.json", "v1.1/dev-v1.1.json", "v1.1/evaluate-v1.1.py", "v2.0/train-v2.0.json",
@@ -42,26 +45,41 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
     return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
+def kept_articles(files: list[Path], starts: bytes | re.Pattern, seed: int, sample_ratio: float) -> int:
+    """How many articles of these corpus files (in corpus order) --sample-ratio keeps (data_fixtures.document_draws);
+    an article starts at a line that begins with `starts` (WikiExtractor's <doc) or matches it (a WikiText title)."""
+    kept = 0
+    for file_index, path in enumerate(files):
+        text = path.read_bytes()
+        if isinstance(starts, bytes):
+            offsets = tag_offsets(text, starts)
+        else:
+            offsets = [match.start() for match in starts.finditer(text) if match.start() == 0
+                       or text[match.start() - 1] == ord("\n")]
+        kept += sum(document_draws(seed, file_index, offset)[0] < sample_ratio for offset in offsets)
+    return kept
+
+
 def test_builds_nvidias_layout_from_wikitext(tmp_path):
     wikitext = require_shared("data", "wikitext-2")
     vocab = require_shared("vocab", "bert-uncased-vocab.txt")
-    lddl_source = require_shared("data", "lddl-sample", "wikitext2-test-source", "en", "0.txt")
     working = tmp_path / "prep"
     flags = ["--corpus", str(wikitext), "--vocab-file", str(vocab), "--num-shards", "2", "--num-workers", "1"]
     result = run_script("--working-dir", str(working), *flags)
     assert result.returncode == 0, result.stderr
-    # A WikiText folder is read through its .raw file only (the .tokens files repeat the text with <unk>), and
-    # becomes LDDL's source layout exactly as the LDDL sample's input was made.
-    assert f"corpus: {wikitext / 'wiki.test.raw'}\n" in result.stdout
+    # A WikiText folder is read through its .raw file only (the .tokens files repeat the text with <unk>), which
+    # wikipedia/source links to: no copy of the corpus is made.
+    raw = Path(os.path.realpath(wikitext / "wiki.test.raw"))
+    assert f"corpus: {raw}\n" in result.stdout
     assert f"vocab: {vocab}\n" in result.stdout
-    assert (working / SOURCE).read_bytes() == lddl_source.read_bytes()
-    assert sorted(p.name for p in (working / "wikipedia" / "source" / "en").iterdir()) == ["0.txt"]
+    links = sorted((working / SOURCE).iterdir())
+    assert [(link.name, link.is_symlink(), link.resolve()) for link in links] == [("wiki.test.raw", True, raw)]
 
     # Both sets keep the articles that the recipes' defaults keep: --sample-ratio 0.9 drawn from --seed 12439.
     runs = summaries(result)
     assert [s["engine"] for s in runs] == ["in-process", "in-process"]  # --num-workers 1
-    assert [s["documents"] for s in runs] == [len(documents_kept(lddl_source, 12439, 0.9))] * 2
-    assert runs[0]["documents"] < 62  # the source's article count: the sample ratio really drops some
+    assert [s["documents"] for s in runs] == [kept_articles([raw], WIKITEXT_TITLE, 12439, 0.9)] * 2
+    assert runs[0]["documents"] < 62  # the split's article count: the sample ratio really drops some
     phase1, phase2 = working / PHASE1, working / PHASE2
     assert sorted(p.name for p in phase1.iterdir()) == [".num_samples.json", "shard-0.parquet", "shard-1.parquet"]
     lengths = pq.read_table(phase1 / "shard-0.parquet", columns=["num_tokens"])["num_tokens"].to_pylist()
@@ -76,7 +94,7 @@ def test_builds_nvidias_layout_from_wikitext(tmp_path):
     before = folder_bytes(working)
     rerun = run_script("--working-dir", str(working), *flags)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"have {working / 'wikipedia' / 'source'}\n" in rerun.stdout and summaries(rerun) == []
+    assert f"have {working / SOURCE}\n" in rerun.stdout and summaries(rerun) == []
     assert f"have {phase1}\n" in rerun.stdout and f"have {phase2}\n" in rerun.stdout
     assert folder_bytes(working) == before
 
@@ -92,9 +110,9 @@ def test_seed_sample_ratio_and_the_working_dir_variable(tmp_path):
                         "--num-workers", "1", "--seed", "3", "--sample-ratio", "0.5",
                         BERT_PREP_WORKING_DIR=str(working))
     assert result.returncode == 0, result.stderr
-    kept = documents_kept(working / SOURCE, 3, 0.5)
-    assert len(kept) != len(documents_kept(working / SOURCE, 12439, 0.9))
-    assert [s["documents"] for s in summaries(result)] == [len(kept)]
+    kept = kept_articles([wikitext / "wiki.test.raw"], WIKITEXT_TITLE, 3, 0.5)
+    assert kept != kept_articles([wikitext / "wiki.test.raw"], WIKITEXT_TITLE, 12439, 0.9)
+    assert [s["documents"] for s in summaries(result)] == [kept]
     assert sorted(p.name for p in (working / PHASE1).iterdir())[1:] == ["shard-0.parquet", "shard-1.parquet"]
     assert [p.name for p in (working / PHASE2).iterdir()] == ["kept.txt"]
 
@@ -115,6 +133,91 @@ def test_bad_options_give_one_line_errors(tmp_path):
         assert result.returncode == 1
         assert_one_line(result.stderr, "create_datasets_from_start.sh: ", *named)
     assert not os.listdir(tmp_path)
+
+
+def wikiextractor_file(first_article: int, articles: int) -> str:
+    """WikiExtractor output: articles of a few paragraphs, sentences of every length, titles "Article <n>"."""
+    text = []
+    for article in range(first_article, first_article + articles):
+        paragraphs = "\n".join(" ".join(f"The {'long ' * ((article * 7 + j * 3) % 40)}river {j} of article {article} "
+                                         f"flows past town {j}." for j in range(paragraph, paragraph + 6))
+                               for paragraph in range(0, 18, 6))
+        text.append(f'<doc id="{article}" url="https://en.wikipedia.org/wiki?curid={article}" '
+                    f'title="Article {article}">\nArticle {article}\n\n{paragraphs}\n</doc>\n')
+    return "".join(text)
+
+
+def test_an_xz_wikiextractor_folder_builds_both_phases_and_sparse_bins_are_said(tmp_path):
+    """A WikiExtractor folder of .xz files (a SHA256SUMS beside them) is read as it is; wikipedia/source links to it.
+    The corpus is too small to fill all of phase 2's length bins with --num-shards 40 each: phase 2 is written
+    anyway, a bin with fewer samples in fewer files, and each such bin is named in one line (it used to fail after
+    phase 1)."""
+    corpus = tmp_path / "wiki"
+    (corpus / "AA").mkdir(parents=True)
+    plain = [wikiextractor_file(index * 10, 10) for index in range(3)]
+    for index, text in enumerate(plain):
+        (corpus / "AA" / f"wiki_{index:02d}.xz").write_bytes(lzma.compress(text.encode()))
+    (corpus / "SHA256SUMS").write_text("".join(f"{'0' * 64}  AA/wiki_{index:02d}.xz\n" for index in range(3)))
+    working = tmp_path / "prep"
+    result = run_script("--corpus", str(corpus), "--working-dir", str(working), "--num-shards", "40",
+                        "--num-workers", "2", "--sample-ratio", "1")
+    assert result.returncode == 0, result.stderr
+    assert (working / SOURCE).is_symlink() and (working / SOURCE).resolve() == corpus.resolve()
+    assert not list(working.rglob("wiki_00"))  # nothing decompressed to disk
+    phase1, phase2 = summaries(result)
+    assert phase1["documents"] == phase2["documents"] == 30
+    counts = json.loads((working / PHASE2 / ".num_samples.json").read_text())
+    samples = [sum(rows for name, rows in counts.items() if name.endswith(f"_{b}")) for b in range(8)]
+    assert sum(samples) == phase2["samples"] and phase1["files"] == 40
+    sparse = [b for b, count in enumerate(samples) if count < 40]
+    assert 0 < len(sparse) < 8
+    notes = [line for line in result.stderr.splitlines() if line.startswith("lddl_preprocess.py: note: ")]
+    assert len(notes) == len(sparse) == len(result.stderr.splitlines())
+    for bin_index in sparse:
+        assert sum(f"bin {bin_index} has {samples[bin_index]} samples, fewer than --num-shards 40" in note
+                   for note in notes) == 1
+        assert sorted(name for name in counts if name.endswith(f"_{bin_index}")) == sorted(
+            f"shard-{i}.parquet_{bin_index}" for i in range(samples[bin_index]))
+
+
+def run_corpus(tmp_path: Path, corpus: Path) -> subprocess.CompletedProcess:
+    return run_script("--corpus", str(corpus), "--working-dir", str(tmp_path / "prep"), "--num-shards", "1",
+                      "--num-workers", "2")
+
+
+def test_an_empty_corpus_folder_is_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = run_corpus(tmp_path, tmp_path / "empty")
+    assert result.returncode == 1
+    assert_one_line(result.stderr, "lddl_preprocess.py: ", tmp_path / "empty", "corpus has no non-empty files")
+
+
+def test_a_binary_corpus_file_is_one_line_naming_its_first_bad_byte(tmp_path):
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"PK\x03\x04" + bytes(range(256)))
+    result = run_corpus(tmp_path, binary)
+    assert result.returncode == 1
+    assert_one_line(result.stderr, "lddl_preprocess.py: ", binary, "line 1, byte 4", "NUL byte", "binary")
+
+
+def test_a_latin1_corpus_file_is_one_line_naming_the_bad_byte_and_its_line(tmp_path):
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("A first line.\nThe café is open.\n".encode("latin-1"))  # é: byte 14 + 7 = 21, line 2
+    result = run_corpus(tmp_path, latin1)
+    assert result.returncode == 1
+    assert_one_line(result.stderr, "lddl_preprocess.py: ", latin1, "line 2, byte 21", "not UTF-8", "0xe9")
+
+
+def test_a_doc_without_its_end_is_one_line_naming_the_file_and_line(tmp_path):
+    corpus = tmp_path / "wiki" / "AA"
+    corpus.mkdir(parents=True)
+    text = wikiextractor_file(0, 3)
+    cut = text.index("</doc>", text.index("Article 1")) # the second article loses its end tag
+    (corpus / "wiki_00").write_text(text[:cut] + text[cut + len("</doc>\n"):])
+    line = text[:text.index('<doc id="1"')].count("\n") + 1
+    result = run_corpus(tmp_path, tmp_path / "wiki")
+    assert result.returncode == 1
+    assert_one_line(result.stderr, "lddl_preprocess.py: ", corpus / "wiki_00", f"line {line}:", "<doc> without </doc>")
 
 
 def md5(path: Path) -> str:
@@ -215,9 +318,13 @@ def test_from_start_runs_offline_against_a_mirror_with_the_shipped_vocab(tmp_pat
                         str(working), "--num-shards", "1", "--num-workers", "1")
     assert result.returncode == 0, result.stderr
     assert f"vocab: {ROOT / 'vocab' / 'bert-large-uncased-vocab.txt'}\n" in result.stdout
-    source = (working / SOURCE).read_text().splitlines()
-    assert len(source) == 6 and all("tells of the river and the town" in line for line in source)
-    assert [s["documents"] for s in summaries(result)] == [len(documents_kept(working / SOURCE, 12439, 0.9))]
+    # wikipedia/source links to WikiExtractor's output, which preprocessing reads as it is.
+    extracted = working / "wikipedia" / "extracted" / "en"
+    assert (working / SOURCE).is_symlink() and (working / SOURCE).resolve() == extracted.resolve()
+    files = sorted(path for path in extracted.rglob("*") if path.is_file())
+    text = b"".join(path.read_bytes() for path in files).decode()
+    assert text.count("<doc ") == 6 and text.count("tells of the river and the town") == 6 * 40
+    assert [s["documents"] for s in summaries(result)] == [kept_articles(files, b"<doc", 12439, 0.9)]
     assert (working / PHASE1 / "shard-0.parquet").is_file()
     assert (working / "download" / "squad" / "v2.0" / "evaluate-v2.0.py").is_file()
 
