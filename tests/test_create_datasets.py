@@ -179,6 +179,16 @@ def test_an_xz_wikiextractor_folder_builds_both_phases_and_sparse_bins_are_said(
         assert sorted(name for name in counts if name.endswith(f"_{bin_index}")) == sorted(
             f"shard-{i}.parquet_{bin_index}" for i in range(samples[bin_index]))
 
+    # One .xz file on its own is read the same way (phase 2's folder is taken, so phase 1 alone is made).
+    single = tmp_path / "single"
+    (single / PHASE2).mkdir(parents=True)
+    (single / PHASE2 / "kept.txt").write_text("mine")
+    result = run_script("--corpus", str(corpus / "AA" / "wiki_01.xz"), "--working-dir", str(single),
+                        "--num-shards", "1", "--num-workers", "1", "--sample-ratio", "1")
+    assert result.returncode == 0, result.stderr
+    assert [link.name for link in (single / SOURCE).iterdir()] == ["wiki_01.xz"]
+    assert [s["documents"] for s in summaries(result)] == [10]
+
 
 def run_corpus(tmp_path: Path, corpus: Path) -> subprocess.CompletedProcess:
     return run_script("--corpus", str(corpus), "--working-dir", str(tmp_path / "prep"), "--num-shards", "1",
