@@ -13,7 +13,8 @@ uint16 array of positions in `[CLS] A [SEP] B [SEP]`) and masked_lm_labels (the 
 and when binned bin_id (int64); pandas metadata as pandas/dask wrote it; one row group, Snappy. The output files
 are `shard-<i>.parquet` (binned: `shard-<i>.parquet_<bin>`), equal in rows within a bin up to one, and
 `.num_samples.json` maps each file name to its row count. With --holdout-fraction the held-out documents' samples
-are written the same way to --holdout-dir (default `<output-dir>_holdout`). The writer and the counts file:
+are written the same way to --holdout-dir (default `<output-dir>_holdout`), with `held_out_documents.tsv` listing
+those documents (file, offset, title). The writer and the counts file:
 shard_formats.py; pairs, masking and parallelism: preprocess_pipeline.py.
 Format: docs/data-format.md#lddl-parquet-shards, #single-segment-samples, #shard-file-names-and-sample-counts and
 #held-out-documents.

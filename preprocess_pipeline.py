@@ -78,7 +78,7 @@ from progress import progress_bar, show_counts
 from shard_formats import ShardRows
 from tokenizer import BertTokenizer, load_vocab
 
-DEFAULT_BLOCK_BYTES = 16 * 2**20  # default partition size: --num-blocks = ceil(corpus bytes / this)
+DEFAULT_BLOCK_BYTES = 16 * 2**20  # default partition size: --num-blocks = ceil(corpus text bytes / this)
 MIN_RANGE_BYTES = 2**20  # read ranges are at least this long (they are cut finer only to feed idle workers)
 MAX_RANGE_BYTES = 64 * 2**20
 MASKING_CHUNK_ROWS = 4096  # rows masked per mask_batch call: bounds the padded [rows, max_seq_length] arrays
@@ -969,12 +969,13 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, masked_lm_aliases: S
     parser.add_argument("--holdout-fraction", type=finite_float, default=0.0,
                         help="hold out this fraction of the documents for validation, each one independently, drawn "
                              "from --seed and where it is in the corpus; their samples go to --holdout-dir, never "
-                             "to --output-dir; default: 0 (none)")
+                             f"to --output-dir, with {HOLDOUT_LIST} listing them by title; default: 0 (none)")
     parser.add_argument("--holdout-dir", default=None,
                         help="folder for the held-out shards (empty or absent); default: <output-dir>_holdout")
     parser.add_argument("--num-blocks", type=int, default=None,
                         help="number of document partitions; random next segments come from the same partition "
-                             f"(as LDDL's --num-blocks); default: one per {DEFAULT_BLOCK_BYTES // 2**20} MiB of input")
+                             f"(as LDDL's --num-blocks); default: one per {DEFAULT_BLOCK_BYTES // 2**20} MiB of the "
+                             "corpus's text (decompressed)")
     parser.add_argument("--num-shards", type=int, required=True, help="number of output files (per bin)")
     parser.add_argument("--num-workers", type=int, default=os.cpu_count() or 1,
                         help="worker processes (1 = run in this process); default: all cores")
