@@ -3,7 +3,8 @@
 #
 #   DIR/paddlenlp   paddlenlp 2.8.1 on paddlepaddle (the version requirements.txt pins), for
 #                   bench_pretraining.py and bench_squad_inference.py (--paddlenlp-python)
-#   DIR/torch       transformers on torch, for the same two benchmarks (--torch-python)
+#   DIR/torch       transformers on torch, for the same two benchmarks (--torch-python), and with our shard
+#                   loader's packages for hf_pretraining_peer.py (the time-to-quality yardstick's peer)
 #
 #   benchmarks/setup_peers.sh [--python PY] [--torch-wheel PATH] [--find-links DIR] DIR
 #   export PADDLEBERT_PEERS_DIR=DIR      # the benchmarks then find both environments by themselves
@@ -150,7 +151,12 @@ build_torch() {
   "$peers_dir/torch/bin/python" -c "import torch; print(f'torch=={torch.__version__}')" >>"$constraints" 2>>"$peers_dir/torch.log" \
     || fail "torch was installed in $peers_dir/torch but does not import (log: $peers_dir/torch.log)"
   install torch "$constraints" "transformers==$TRANSFORMERS_VERSION"
-  check_imports torch torch transformers
+  # benchmarks/hf_pretraining_peer.py reads our shards with our loader: its packages at requirements.txt's pins.
+  local package
+  while read -r package; do
+    install torch "$constraints" "$package"
+  done < <(grep -E '^(numpy|pyarrow|h5py|tokenizers)==' "$(dirname "$0")/../requirements.txt")
+  check_imports torch torch transformers pyarrow h5py tokenizers
 }
 
 # peer NAME BUILD MODULE...: build DIR/NAME unless its modules already import; say which it was.
@@ -167,5 +173,5 @@ peer() {
 }
 
 peer paddlenlp build_paddlenlp paddle paddlenlp
-peer torch build_torch torch transformers
+peer torch build_torch torch transformers pyarrow h5py tokenizers
 echo "export PADDLEBERT_PEERS_DIR=$peers_dir"

@@ -1,0 +1,496 @@
+"""Time to quality: what minutes of pretraining on real Wikipedia buy downstream, on this machine.
+
+    python benchmarks/time_to_quality.py                 # the whole yardstick (docs/time-to-quality.md)
+    python benchmarks/time_to_quality.py --quick         # the miniature CI runs: a slice, a tiny model, seconds
+
+Stages, in the order they run; each writes WORK/stages/<stage>.json atomically when it ends, and a rerun skips
+every stage whose file is there (a stage's settings are in its file: a rerun with other settings stops with one
+line naming the file, so nothing measured under other settings is mixed in):
+1. data: the preset's shards of the corpus (scripts/run_pretraining.sh builds them from its wikipedia_source,
+   here ../shared/data/wikipedia/en-2015, when its data folder is empty), with whole articles held out for
+   validation, listed by title beside the held-out shards.
+2. pretrain/<run>: each run of RUNS trains the preset (scripts/configs/pretrain_config.sh, --preset) to its time
+   budget through scripts/run_pretraining.sh, validating masked-LM loss and accuracy on the held-out articles
+   every eval_interval_minutes of training time. The transformers run is benchmarks/hf_pretraining_peer.py on
+   torch with the same batches, objective, optimizer, schedule and budget, imported into ours with
+   convert_checkpoint.py hf2paddle.
+3. downstream/<run>: scripts/run_downstream.sh fine-tunes the run's final checkpoint (the random run: the
+   preset's config from random weights) on SST-2, MRPC, RTE, CoLA and SQuAD v1.1 with fixed hyperparameters.
+4. report: WORK/time_to_quality.json; in --report-dir (default docs/) time-to-quality.json, .png and .md.
+
+Elapsed training time is run_pretraining.py's (time_budget.py): the training loop alone, without start-up,
+validation and checkpoint writing, for ours and the peer alike. Nothing else may run on the machine meanwhile: the
+budget is wall-clock time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import machine  # noqa: E402  (benchmarks/ is on the path as this script's folder)
+import peers  # noqa: E402
+
+from atomic_io import atomic_write, atomic_write_text  # noqa: E402
+from dllog import LOG, read_report, training_step  # noqa: E402
+
+SCRIPT = "time_to_quality.py"
+PRESET_FILE = ROOT / "scripts" / "configs" / "pretrain_config.sh"
+DEFAULT_PRESET = "cpu_budget_mini"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pretraining run of the yardstick: its name, engine, budget (minutes; 0 = random init) and optimizer
+    with its peak learning rate (None: the preset's)."""
+
+    name: str
+    engine: str  # "ours", "transformers" or "random"
+    budget: float
+    optimizer: str = "Lamb"
+    learning_rate: str | None = None
+
+
+# The whole yardstick. Random init fine-tunes the untrained model; ours at 20 and 60 minutes; the transformers
+# peer at 20; LANS and AdamW at 20 beside LAMB's ours-20 (the optimizers' learning rates: LANS's paper peak is
+# LAMB's, AdamW's the usual BERT one for a batch this size).
+RUNS = (
+    Run("random", "random", 0.0),
+    Run("ours-20", "ours", 20.0),
+    Run("transformers-20", "transformers", 20.0),
+    Run("ours-60", "ours", 60.0),
+    Run("ours-20-lans", "ours", 20.0, "Lans"),
+    Run("ours-20-adamw", "ours", 20.0, "AdamW", "1e-3"),
+)
+# --quick: the same chain on a corpus slice with the tiny preset, each budget a few seconds; no peer (CI has
+# no torch).
+QUICK_RUNS = (
+    Run("random", "random", 0.0),
+    Run("ours-quick", "ours", 0.3),
+)
+
+
+def preset_argument_names() -> list[str]:
+    """The names of run_pretraining.sh's positional arguments, in the order presets print them: the variables
+    of _print_pretrain_args in scripts/configs/pretrain_config.sh."""
+    text = PRESET_FILE.read_text(encoding="utf-8")
+    body = re.search(r"_print_pretrain_args\(\) \{\n(.*?)\n\}", text, re.S)
+    if body is None:
+        raise SystemExit(f"{SCRIPT}: {PRESET_FILE}: no _print_pretrain_args function")
+    return re.findall(r'"\$(\w+)"', body.group(1))
+
+
+def preset_arguments(preset: str, environment: dict[str, str]) -> dict[str, str]:
+    """The preset's arguments by name, as `bash scripts/run_pretraining.sh $(source ... && PRESET)` gets them."""
+    printed = subprocess.run(["bash", "-c", f"source {shlex.quote(str(PRESET_FILE))} && {shlex.quote(preset)}"],
+                             capture_output=True, text=True, env=environment, cwd=ROOT)
+    if printed.returncode != 0:
+        raise SystemExit(f"{SCRIPT}: --preset {preset}: {printed.stderr.strip() or 'no such preset'}")
+    values, names = printed.stdout.split(), preset_argument_names()
+    if len(values) != len(names):
+        raise SystemExit(f"{SCRIPT}: --preset {preset} printed {len(values)} arguments, expected {len(names)}")
+    return dict(zip(names, values, strict=True))
+
+
+class Stages:
+    """The stage files under WORK/stages: a stage runs once, and its file is its result."""
+
+    def __init__(self, work_dir: Path):
+        self.folder = work_dir / "stages"
+
+    def path(self, stage: str) -> Path:
+        return self.folder / (stage.replace("/", "--") + ".json")
+
+    def done(self, stage: str, settings: dict) -> dict | None:
+        """The stage's result when it has run with these settings; None when it has not run."""
+        path = self.path(stage)
+        if not path.exists():
+            return None
+        result = json.loads(path.read_text(encoding="utf-8"))
+        if result.get("settings") != settings:
+            raise SystemExit(f"{SCRIPT}: {path} was measured with other settings ({result.get('settings')}, now "
+                             f"{settings}); use another --work-dir or remove the file")
+        print(f"{stage}: done ({path})", flush=True)
+        return result
+
+    def save(self, stage: str, settings: dict, result: dict) -> dict:
+        record = {"settings": settings, **result}
+        self.folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path(stage), json.dumps(record, indent=1) + "\n")
+        return record
+
+
+def run_logged(command: list[str], log_file: Path, environment: dict[str, str]) -> str:
+    """Run a command with its output in log_file (and returned); a failure exits with one line naming the log."""
+    print("+ " + shlex.join(command), flush=True)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "w", encoding="utf-8") as log:
+        status = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=ROOT).returncode
+    output = log_file.read_text(encoding="utf-8", errors="replace")
+    if status != 0:
+        last = [line for line in output.splitlines() if line.strip()][-1:] or ["(no output)"]
+        raise SystemExit(f"{SCRIPT}: {command[0]} {command[1] if len(command) > 1 else ''} failed with status "
+                         f"{status}: {last[0]} (log: {log_file})")
+    return output
+
+
+def validation_curve(report_file: Path) -> list[dict]:
+    """[{step, minutes, mlm_loss, mlm_accuracy}] of a run_pretraining.py report's validation records."""
+    curve = {}
+    for record in read_report(report_file):
+        data = record.get("data", {})
+        if record["type"] == LOG and "eval_mlm_accuracy" in data and "elapsed_training_minutes" in data:
+            step = training_step(record["step"])
+            curve[step] = {"step": step, "minutes": data["elapsed_training_minutes"],
+                           "mlm_loss": data["eval_mlm_loss"], "mlm_accuracy": data["eval_mlm_accuracy"]}
+    return [curve[step] for step in sorted(curve)]
+
+
+def training_totals(report_file: Path) -> dict:
+    """Steps, sequences and minutes of training of a run_pretraining.py report (its last --log-freq record)."""
+    last = {}
+    for record in read_report(report_file):
+        data = record.get("data", {})
+        if record["type"] == LOG and training_step(record["step"]) is not None and "elapsed_training_minutes" in data:
+            last = {"steps": training_step(record["step"]), "minutes": data["elapsed_training_minutes"]}
+    return last
+
+
+def final_checkpoint(output: str) -> str:
+    """The path run_pretraining.sh names in its last line, "Final checkpoint: PATH"."""
+    lines = [line for line in output.splitlines() if line.startswith("Final checkpoint: ")]
+    if not lines:
+        raise SystemExit(f"{SCRIPT}: run_pretraining.sh did not name its final checkpoint")
+    return lines[-1].removeprefix("Final checkpoint: ").strip()
+
+
+def run_parameters(report_file: Path) -> dict:
+    """The PARAMETER record of a run_pretraining.py report: every option the run was given."""
+    for record in read_report(report_file):
+        if record["type"] == LOG and record["step"] == "PARAMETER":
+            return record["data"]
+    raise SystemExit(f"{SCRIPT}: {report_file}: no PARAMETER record")
+
+
+class Yardstick:
+    """The stages of one yardstick in one work folder (the module docstring)."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.quick = args.quick
+        self.work_dir = Path(args.work_dir).resolve()
+        self.preset = args.preset or ("cpu_budget_tiny" if self.quick else DEFAULT_PRESET)
+        self.stages = Stages(self.work_dir)
+        self.environment = {**os.environ, "BERT_PREP_WORKING_DIR": str(self.work_dir / "data"),
+                            "PADDLEBERT_SHARED_DIR": str(shared_dir())}
+        self.preset_args = preset_arguments(self.preset, self.environment)
+        if self.quick:
+            # The miniature: a slice of the corpus and a model that trains in seconds, validated every few
+            # seconds on a few batches.
+            self.preset_args.update(wikipedia_source=str(self.corpus_slice()), train_batch_size="8",
+                                    eval_interval_minutes="0.1", num_eval_batches="2", save_checkpoint_steps="20",
+                                    holdout_fraction="0.05")
+        self.torch_python = args.torch_python if not self.quick else None
+        self.args = args
+
+    def corpus_slice(self) -> Path:
+        """--quick's corpus: the first QUICK_CORPUS_FILES files of the shared Wikipedia folder, linked."""
+        source = Path(shared_dir(), "data", "wikipedia", "en-2015")
+        folder = self.work_dir / "corpus-slice"
+        for file in sorted(source.rglob("wiki_*"))[:QUICK_CORPUS_FILES]:
+            link = folder / file.relative_to(source)
+            if not link.exists():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(file)
+        return folder
+
+    def pretraining_command(self, run: Run) -> tuple[list[str], dict[str, str]]:
+        """run_pretraining.sh with the preset's arguments, the run's budget, optimizer, learning rate and results
+        folder in place of the preset's, and its environment."""
+        arguments = dict(self.preset_args, optimizer=run.optimizer,
+                         results_dir=str(self.work_dir / "runs" / run.name))
+        if run.learning_rate is not None:
+            arguments["learning_rate"] = run.learning_rate
+        if run.budget > 0:
+            arguments["time_budget"] = f"{run.budget:g}"
+        return ["bash", str(ROOT / "scripts" / "run_pretraining.sh"), *arguments.values()], self.environment
+
+    def data(self) -> dict:
+        """The preset's shards, built by run_pretraining.sh with PREPROCESS_ONLY=true."""
+        settings = {"preset": self.preset, "corpus": self.preset_args["wikipedia_source"]}
+        done = self.stages.done("data", settings)
+        if done:
+            return done
+        command, environment = self.pretraining_command(Run("data", "ours", 0.0))
+        began = time.perf_counter()
+        output = run_logged(command, self.work_dir / "logs" / "data.log", {**environment, "PREPROCESS_ONLY": "true"})
+        seconds = time.perf_counter() - began
+        summaries = [json.loads(line) for line in output.splitlines() if line.startswith('{"output_dir"')]
+        return self.stages.save("data", settings, {
+            "seconds": round(seconds, 1),
+            "pipeline": summaries[0] if summaries else "the data folder was there already: nothing was built"})
+
+    def pretrain(self, run: Run) -> dict:
+        settings = {"preset": self.preset, **asdict(run)}
+        done = self.stages.done(f"pretrain/{run.name}", settings)
+        if done:
+            return done
+        if run.engine == "random":
+            result = {"checkpoint": None, "validation": [], "steps": 0, "sequences": 0, "minutes": 0.0}
+        elif run.engine == "ours":
+            result = self.pretrain_ours(run)
+        else:
+            result = self.pretrain_peer(run)
+        return self.stages.save(f"pretrain/{run.name}", settings, result)
+
+    def pretrain_ours(self, run: Run) -> dict:
+        command, environment = self.pretraining_command(run)
+        output = run_logged(command, self.work_dir / "logs" / f"pretrain-{run.name}.log", environment)
+        report = Path(command[2 + preset_argument_names().index("results_dir")]) / "dllogger_p1.json"
+        totals = training_totals(report)
+        batch = int(run_parameters(report)["batch_size"])
+        return {"engine": "ours (PaddleBERT run_pretraining.py)", "checkpoint": final_checkpoint(output),
+                "report": str(report), "validation": validation_curve(report), **totals,
+                "sequences": totals.get("steps", 0) * batch}
+
+    def pretrain_peer(self, run: Run) -> dict:
+        """The transformers peer with the options of ours at the same budget, read from that run's report."""
+        from pretraining_eval import EVAL_SEED
+
+        ours = self.stages.done(f"pretrain/ours-{run.budget:g}", {"preset": self.preset,
+                                                                   **asdict(Run(f"ours-{run.budget:g}", "ours",
+                                                                                run.budget))})
+        if ours is None:
+            raise SystemExit(f"{SCRIPT}: {run.name} copies the options of ours-{run.budget:g}, which has not run")
+        options = run_parameters(Path(ours["report"]))
+        output_dir = self.work_dir / "runs" / run.name
+        command = [peers.peer_python(self.args, "transformers", SCRIPT), str(ROOT / "benchmarks" /
+                                                                               "hf_pretraining_peer.py")]
+        for name in ("input_dir", "eval_dir", "vocab_file", "config_file", "batch_size", "max_seq_length",
+                     "max_predictions_per_seq", "masked_lm_ratio", "learning_rate", "warmup_proportion",
+                     "eval_interval_minutes", "num_eval_batches", "seed"):
+            command += ["--" + name.replace("_", "-"), str(options[name])]
+        command += ["--time-budget", f"{run.budget:g}", "--eval-seed", str(EVAL_SEED), "--output-dir", str(output_dir)]
+        run_logged(command, self.work_dir / "logs" / f"pretrain-{run.name}.log", self.environment)
+        log = json.loads((output_dir / "peer_log.json").read_text(encoding="utf-8"))
+        return {"engine": log["engine"], "checkpoint": str(output_dir), "steps": log["steps"],
+                "sequences": log["sequences"], "minutes": log["training_minutes"],
+                "validation": [{"step": record["step"], "minutes": record["elapsed_minutes"],
+                                "mlm_loss": record["eval_mlm_loss"], "mlm_accuracy": record["eval_mlm_accuracy"]}
+                               for record in log["validation"]]}
+
+    def downstream(self, run: Run, pretrained: dict) -> dict:
+        settings = {"preset": self.preset, **asdict(run), "checkpoint": pretrained["checkpoint"],
+                    "quick": self.quick}
+        done = self.stages.done(f"downstream/{run.name}", settings)
+        if done:
+            return done
+        output_dir = self.work_dir / "downstream" / run.name
+        command = [sys.executable, str(ROOT / "downstream.py"), "--output-dir", str(output_dir)]
+        if run.engine == "random":
+            command += ["--random-init", "--config-file", self.preset_args["BERT_CONFIG"]]
+        else:
+            command.append(pretrained["checkpoint"])
+        if self.quick:
+            command.append("--quick")
+        run_logged(command, self.work_dir / "logs" / f"downstream-{run.name}.log", self.environment)
+        result = json.loads((output_dir / "downstream.json").read_text(encoding="utf-8"))
+        return self.stages.save(f"downstream/{run.name}", settings, {"downstream": result})
+
+
+def shared_dir() -> Path:
+    """../shared beside the project, or $PADDLEBERT_SHARED_DIR."""
+    return Path(os.environ.get("PADDLEBERT_SHARED_DIR", ROOT.parent / "shared")).resolve()
+
+
+QUICK_CORPUS_FILES = 2
+# The score of each task that enters the averages: GLUE's convention (MRPC: the mean of accuracy and F1), SQuAD's F1.
+MAIN_SCORES = {"sst-2": ("accuracy",), "mrpc": ("accuracy", "f1"), "rte": ("accuracy",), "cola": ("mcc",),
+               "squad": ("F1",)}
+GLUE_TASKS = ("sst-2", "mrpc", "rte", "cola")
+
+
+def task_score(downstream: dict, task: str) -> float:
+    """A task's median score (MRPC: the mean of its accuracy and F1 medians)."""
+    scores = downstream["tasks"][task]["scores"]
+    return statistics.fmean(scores[name]["median"] for name in MAIN_SCORES[task])
+
+
+def averages(downstream: dict) -> dict:
+    """The GLUE average (four tasks) and the downstream average (those and SQuAD F1) of a run's medians."""
+    return {"glue_average": statistics.fmean(task_score(downstream, task) for task in GLUE_TASKS),
+            "downstream_average": statistics.fmean(task_score(downstream, task) for task in MAIN_SCORES)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work-dir", default=str(ROOT / "results" / "time_to_quality"),
+                        help="where data, checkpoints and stage results go; a rerun continues there")
+    parser.add_argument("--preset", default=None,
+                        help=f"pretraining preset of scripts/configs/pretrain_config.sh (default {DEFAULT_PRESET}; "
+                             "with --quick cpu_budget_tiny)")
+    parser.add_argument("--report-dir", default=str(ROOT / "docs"),
+                        help="folder for time-to-quality.{json,png,md}")
+    parser.add_argument("--quick", action="store_true",
+                        help="the miniature: a slice of the corpus, a tiny model, budgets of seconds, --quick "
+                             "fine-tuning, no transformers peer")
+    peers.add_contender_flags(parser, ("ours", "transformers"), "transformers")
+    args = parser.parse_args(argv)
+    machine.print_header()
+    yardstick = Yardstick(args)
+    data = yardstick.data()
+    results = {}
+    for run in QUICK_RUNS if args.quick else RUNS:
+        pretrained = yardstick.pretrain(run)
+        results[run.name] = {"run": asdict(run), "pretraining": pretrained,
+                             **yardstick.downstream(run, pretrained)}
+    write_report(args, data, results)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The report
+
+
+def targets(results: dict) -> list[dict]:
+    """The issue's must-hold targets and aims, each with its figures and whether it holds; a target whose runs are
+    missing (--quick has no 60-minute run and no peer) is left out."""
+    checks = []
+    random, ours60, ours20, peer20 = (results.get(name) for name in ("random", "ours-60", "ours-20",
+                                                                         "transformers-20"))
+    if random and ours60:
+        for task in MAIN_SCORES:
+            for name in MAIN_SCORES[task]:
+                ours_score = ours60["downstream"]["tasks"][task]["scores"][name]
+                random_score = random["downstream"]["tasks"][task]["scores"][name]
+                margin = ours_score["median"] - random_score["median"]
+                spread = max(ours_score["spread"], random_score["spread"])
+                need = max(2 * spread, 10.0) if task == "squad" else 2 * spread
+                checks.append({"target": f"60 min beats random init on {task} {name} by more than "
+                                         + ("10 points and " if task == "squad" else "") + "twice the spread",
+                               "kind": "must", "value": margin, "needed": need, "holds": margin > need})
+    if ours60:
+        curve = ours60["pretraining"]["validation"]
+        if curve:
+            rise = curve[-1]["mlm_accuracy"] - curve[0]["mlm_accuracy"]
+            checks.append({"target": "validation MLM accuracy rises over the 60-minute run", "kind": "must",
+                           "value": rise, "needed": 0.0, "holds": rise > 0})
+        aims = (("sst-2", "accuracy", 83.0), ("mrpc", "accuracy", 72.0), ("cola", "mcc", 10.0), ("squad", "F1", 40.0))
+        for task, name, aim in aims:
+            value = ours60["downstream"]["tasks"][task]["scores"][name]["median"]
+            checks.append({"target": f"aim: {task} {name} at 60 min", "kind": "aim", "value": value, "needed": aim,
+                           "holds": value >= aim})
+    if ours20 and peer20:
+        ours_accuracy = ours20["pretraining"]["validation"][-1]["mlm_accuracy"]
+        peer_accuracy = peer20["pretraining"]["validation"][-1]["mlm_accuracy"]
+        checks.append({"target": "20 min: ours at or above transformers on validation MLM accuracy", "kind": "must",
+                       "value": ours_accuracy - peer_accuracy, "needed": 0.0,
+                       "holds": ours_accuracy >= peer_accuracy})
+        difference = (averages(ours20["downstream"])["downstream_average"]
+                      - averages(peer20["downstream"])["downstream_average"])
+        checks.append({"target": "20 min: ours at or above transformers on the downstream average", "kind": "must",
+                       "value": difference, "needed": 0.0, "holds": difference >= 0})
+    return checks
+
+
+def markdown(header: str, data: dict, results: dict, checks: list[dict], command: str) -> str:
+    """docs/time-to-quality.md's tables: one row per run, the majority row, and the targets."""
+    any_run = next(iter(results.values()))["downstream"]
+    score_names = [(task, name) for task in MAIN_SCORES for name in any_run["tasks"][task]["scores"]]
+    head = ["run", "pretraining min", "steps", "sequences", "val MLM acc"]
+    head += [f"{task} {name}" for task, name in score_names] + ["GLUE avg", "avg"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, result in results.items():
+        pretraining, downstream = result["pretraining"], result["downstream"]
+        accuracy = f"{pretraining['validation'][-1]['mlm_accuracy'] * 100:.1f}" if pretraining["validation"] else "-"
+        cells = [name, f"{pretraining.get('minutes', 0.0):.1f}", str(pretraining.get("steps", 0)),
+                 str(pretraining.get("sequences", 0)), accuracy]
+        for task, score in score_names:
+            entry = downstream["tasks"][task]["scores"][score]
+            cells.append(f"{entry['median']:.1f} ± {entry['spread']:.1f}" if len(entry["seeds"]) > 1
+                         else f"{entry['median']:.1f}")
+        mean = averages(downstream)
+        cells += [f"{mean['glue_average']:.1f}", f"{mean['downstream_average']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    majority = ["majority / empty answer", "-", "-", "-", "-"]
+    majority += [f"{any_run['tasks'][task]['scores'][score]['majority']:.1f}" for task, score in score_names]
+    lines.append("| " + " | ".join(majority + ["-", "-"]) + " |")
+    target_lines = ["| target | kind | value | needed | holds |", "|---|---|---|---|---|"]
+    target_lines += [f"| {check['target']} | {check['kind']} | {check['value']:.2f} | {check['needed']:.2f} | "
+                     f"{'yes' if check['holds'] else '**no**'} |" for check in checks]
+    pipeline = data["pipeline"]
+    data_line = (f"{pipeline['documents']} training articles, {pipeline['tokens']} tokens, {pipeline['samples']} "
+                 f"samples ({pipeline['padding_fraction'] * 100:.1f}% padding); "
+                 f"{pipeline['holdout']['documents']} articles held out; {data['seconds']:.0f} s"
+                 if isinstance(pipeline, dict) else pipeline)
+    return "\n".join([
+        "# Time to quality", "", f"`{header}`", "", f"Command: `{command}`", "",
+        f"Data: {data_line}.", "",
+        "Scores are medians over the seeds ± their spread (max - min) on the official dev sets; SQuAD v1.1 F1 "
+        "and EM, CoLA Matthews correlation x 100, the rest accuracy or F1 in percent. GLUE avg: SST-2, MRPC "
+        "(mean of accuracy and F1), RTE, CoLA; avg: those and SQuAD F1.", "", *lines, "", "## Targets", "",
+        *target_lines, ""])
+
+
+def plot(results: dict, path: Path) -> None:
+    """A PNG: validation MLM accuracy against pretraining minutes, and each downstream score against the
+    pretraining minutes of its checkpoint (ours, transformers, random init at 0)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = [(task, name) for task in MAIN_SCORES for name in MAIN_SCORES[task]]
+    figure, axes = plt.subplots(1, len(tasks) + 1, figsize=(3.2 * (len(tasks) + 1), 3.2))
+    for name, result in results.items():
+        curve = result["pretraining"]["validation"]
+        if curve:
+            axes[0].plot([point["minutes"] for point in curve], [point["mlm_accuracy"] * 100 for point in curve],
+                         marker=".", label=name)
+    axes[0].set(title="validation MLM accuracy", xlabel="pretraining minutes", ylabel="%")
+    axes[0].legend(fontsize=7)
+    for axis, (task, score) in zip(axes[1:], tasks, strict=True):
+        for name, result in results.items():
+            entry = result["downstream"]["tasks"][task]["scores"][score]
+            marker = "o" if result["run"]["engine"] != "transformers" else "s"
+            axis.errorbar([result["run"]["budget"]], [entry["median"]], yerr=[[entry["median"] - min(
+                entry["seeds"].values())], [max(entry["seeds"].values()) - entry["median"]]], fmt=marker, label=name)
+        majority = next(iter(results.values()))["downstream"]["tasks"][task]["scores"][score]["majority"]
+        axis.axhline(majority, color="gray", linestyle=":", linewidth=1)
+        axis.set(title=f"{task} {score}", xlabel="pretraining minutes")
+    figure.tight_layout()
+    atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=80))
+    plt.close(figure)
+
+
+def write_report(args: argparse.Namespace, data: dict, results: dict) -> None:
+    """WORK/time_to_quality.json, and the JSON, PNG and markdown in --report-dir."""
+    header = machine.header_line()
+    checks = targets(results)
+    command = "python benchmarks/time_to_quality.py" + (" --quick" if args.quick else "")
+    report = {"machine": header, "command": command, "data": data, "runs": results, "targets": checks}
+    text = json.dumps(report, indent=1) + "\n"
+    atomic_write_text(Path(args.work_dir) / "time_to_quality.json", text)
+    report_dir = Path(args.report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(report_dir / "time-to-quality.json", text)
+    plot(results, report_dir / "time-to-quality.png")
+    atomic_write_text(report_dir / "time-to-quality.md", markdown(header, data, results, checks, command))
+    for check in checks:
+        print(f"{'holds' if check['holds'] else 'MISSED'}: {check['target']}: {check['value']:.2f} "
+              f"(needed {check['needed']:.2f})")
+    print(f"Report: {report_dir / 'time-to-quality.md'}")
+
+
+if __name__ == "__main__":
+    main()

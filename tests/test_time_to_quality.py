@@ -1,0 +1,175 @@
+"""The time-to-quality yardstick (benchmarks/time_to_quality.py): its miniature end to end on a slice of the real
+Wikipedia corpus, and the parts the full run depends on (the peer's schedule, the preset's argument names, the
+stage files, the targets)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import ROOT, require_shared
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import hf_pretraining_peer  # noqa: E402
+import time_to_quality  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def miniature(tmp_path_factory) -> Path:
+    """The --quick yardstick, run once: a slice of en-2015, bert-tiny for 0.3 minutes, --quick fine-tuning."""
+    require_shared("data", "wikipedia", "en-2015")
+    work = tmp_path_factory.mktemp("ttq")
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "time_to_quality.py"), "--quick", "--work-dir",
+                          str(work), "--report-dir", str(work / "report")], capture_output=True, text=True,
+                         cwd=ROOT, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return work
+
+
+def test_every_score_comes_from_the_checkpoint_that_its_row_names(miniature):
+    from weights import encoder_fingerprint, read_weights
+
+    report = json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))
+    ours = report["runs"]["ours-quick"]
+    checkpoint = Path(ours["pretraining"]["checkpoint"])
+    # The checkpoint is the last one of that run's own folder, at the step its report ends on.
+    assert checkpoint.parent == miniature / "runs" / "ours-quick" / "custom" / "phase1"
+    assert int(checkpoint.name) == ours["pretraining"]["steps"] > 0
+    weights = checkpoint / "bert_paddle.pdparams"
+    assert ours["downstream"]["weights"]["weights_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
+    config = json.loads((checkpoint / "bert_paddle_config.json").read_text(encoding="utf-8"))
+    tensors, fingerprint = encoder_fingerprint(read_weights(weights), config["vocab_size"])
+    for task in time_to_quality.MAIN_SCORES:
+        for unit in ours["downstream"]["tasks"][task]["runs"]:
+            assert unit["started_from"] == {"init_encoder_tensors": tensors, "init_encoder_tensors_loaded": tensors,
+                                            "init_encoder_fingerprint": fingerprint}
+    for task in time_to_quality.MAIN_SCORES:
+        for unit in report["runs"]["random"]["downstream"]["tasks"][task]["runs"]:
+            assert unit["started_from"]["init_encoder_tensors_loaded"] == 0
+
+
+def test_the_table_shows_the_medians_of_the_runs(miniature):
+    report = json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))
+    table = (miniature / "report" / "time-to-quality.md").read_text(encoding="utf-8")
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
+    for name, result in report["runs"].items():
+        cells = rows[name].strip("| ").split(" | ")
+        scores = result["downstream"]["tasks"]
+        assert cells[5] == f"{scores['sst-2']['scores']['accuracy']['median']:.1f}"
+        assert cells[-3] == f"{scores['squad']['scores']['F1']['median']:.1f}"
+        mrpc = (scores["mrpc"]["scores"]["accuracy"]["median"] + scores["mrpc"]["scores"]["f1"]["median"]) / 2
+        glue = np.mean([scores["sst-2"]["scores"]["accuracy"]["median"], mrpc,
+                        scores["rte"]["scores"]["accuracy"]["median"], scores["cola"]["scores"]["mcc"]["median"]])
+        assert cells[-2] == f"{glue:.1f}"
+    assert (miniature / "report" / "time-to-quality.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_no_held_out_article_is_in_the_training_shards(miniature):
+    """The held-out titles name whole articles: none of their sentences is in a training sample, and they are in
+    the validation samples."""
+    from corpus import document_sentences, find_corpus_files, read_documents
+    from tokenizer import BertTokenizer
+
+    data = miniature / "data" / "wikipedia-en-2015" / "pretrain" / "phase1" / "unbinned"
+    listed = [line.split("\t") for line in (data / "parquet_holdout" / "held_out_documents.tsv").read_text(
+        encoding="utf-8").splitlines()[1:]]
+    assert listed
+    tokenizer = BertTokenizer(str(ROOT / "vocab" / "bert-large-uncased-vocab.txt"))
+    files = [path for path, _ in find_corpus_files(miniature / "corpus-slice", "auto")]
+    held_out_documents = {(file_name, int(offset)) for file_name, offset, _title in listed}
+    held_out, others = set(), set()
+    for file_index, file in enumerate(files):
+        for document in read_documents(file, file_index, "wikiextractor"):
+            sentences = {" ".join(tokenizer.tokenize(s)) for s in document_sentences(document) if len(s.split()) >= 8}
+            (held_out if (str(file), document.offset) in held_out_documents else others).update(sentences)
+    # Sentences of a held-out article alone: boilerplate ("This article incorporates ...") is in others too.
+    held_out_sentences = sorted(held_out - others)
+    assert held_out_sentences
+
+    def samples(folder: Path) -> str:
+        tables = [pq.read_table(path) for path in sorted(folder.glob("*.parquet*"))]
+        return "\n".join(a + " " + b for table in tables for a, b in zip(table.column("A").to_pylist(),
+                                                                           table.column("B").to_pylist(),
+                                                                           strict=True))
+
+    training, validation = samples(data / "parquet"), samples(data / "parquet_holdout")
+    assert not [sentence for sentence in held_out_sentences if sentence in training]
+    assert [sentence for sentence in held_out_sentences if sentence in validation]
+
+
+def test_a_rerun_skips_every_stage_that_is_done(miniature):
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "time_to_quality.py"), "--quick", "--work-dir",
+                          str(miniature), "--report-dir", str(miniature / "report-again")], capture_output=True,
+                         text=True, cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr
+    done = [line for line in run.stdout.splitlines() if line.endswith(".json)") and ": done (" in line]
+    assert len(done) == 1 + 2 * len(time_to_quality.QUICK_RUNS)  # data, then pretraining and downstream per run
+    assert not [line for line in run.stdout.splitlines() if line.startswith("+ ")]  # nothing was run again
+    assert (json.loads((miniature / "report-again" / "time-to-quality.json").read_text(encoding="utf-8"))["runs"]
+            == json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))["runs"])
+
+
+def test_a_stage_measured_with_other_settings_is_refused_in_one_line(tmp_path):
+    stages = time_to_quality.Stages(tmp_path)
+    stages.save("pretrain/ours-20", {"budget": 20.0}, {"steps": 3})
+    assert stages.done("pretrain/ours-20", {"budget": 20.0})["steps"] == 3
+    with pytest.raises(SystemExit) as stop:
+        stages.done("pretrain/ours-20", {"budget": 60.0})
+    assert str(stop.value).startswith(f"time_to_quality.py: {stages.path('pretrain/ours-20')} was measured with")
+    assert "\n" not in str(stop.value)
+
+
+def test_the_preset_argument_names_are_the_scripts_positional_arguments():
+    """The names come from _print_pretrain_args; run_pretraining.sh's comment numbers the same arguments."""
+    names = time_to_quality.preset_argument_names()
+    header = (ROOT / "scripts" / "run_pretraining.sh").read_text(encoding="utf-8")
+    numbered = dict(re.findall(r"^# {1,4}(\d+) (\w+) \(", header, re.M))
+    assert [numbered[str(position)] for position in range(1, len(names) + 1)] == names
+    arguments = time_to_quality.preset_arguments("cpu_budget_mini", {"PATH": "/usr/bin:/bin"})
+    assert arguments["BERT_CONFIG"].endswith("bert_configs/bert-mini-uncased.json")
+    assert arguments["time_budget"] == "60" and arguments["optimizer"] == "Lamb"
+
+
+@pytest.mark.parametrize("warmup", [0.0, 0.1, 0.3])
+def test_the_peers_schedule_is_ours(warmup):
+    """hf_pretraining_peer.lr_at_fraction is run_pretraining.py --time-budget's schedule (no hold, power 1)."""
+    from lr_scheduler import warmup_hold_decay
+
+    for fraction in np.linspace(0.0, 1.2, 49):
+        expected = warmup_hold_decay(fraction, warmup, warmup, 1.0, 2e-3, 0.0, 1.0)
+        assert hf_pretraining_peer.lr_at_fraction(fraction, 2e-3, warmup) == pytest.approx(expected, abs=1e-15)
+    assert hf_pretraining_peer.lr_at_fraction(0.55, 2e-3, 0.1) == pytest.approx(2e-3 * 0.5)  # by hand
+
+
+def test_the_targets_read_the_runs_as_the_issue_states_them():
+    def run(budget, engine, medians, spread, curve):
+        tasks = {task: {"scores": {name: {"median": medians[task], "spread": spread, "majority": 0.0,
+                                          "seeds": {"1": medians[task]}}
+                                   for name in time_to_quality.MAIN_SCORES[task]}}
+                 for task in time_to_quality.MAIN_SCORES}
+        return {"run": {"budget": budget, "engine": engine}, "downstream": {"tasks": tasks},
+                "pretraining": {"validation": [{"mlm_accuracy": value} for value in curve]}}
+
+    base = dict.fromkeys(time_to_quality.MAIN_SCORES, 50.0)
+    results = {"random": run(0, "random", base, 1.0, []),
+               "ours-60": run(60, "ours", {**base, "sst-2": 52.5, "squad": 59.0}, 1.0, [0.1, 0.3]),
+               "ours-20": run(20, "ours", base, 0.0, [0.2]),
+               "transformers-20": run(20, "transformers", base, 0.0, [0.25])}
+    checks = {check["target"]: check for check in time_to_quality.targets(results)}
+    sst2 = checks["60 min beats random init on sst-2 accuracy by more than twice the spread"]
+    assert (sst2["value"], sst2["needed"], sst2["holds"]) == (2.5, 2.0, True)
+    squad = checks["60 min beats random init on squad F1 by more than 10 points and twice the spread"]
+    assert (squad["value"], squad["needed"], squad["holds"]) == (9.0, 10.0, False)
+    assert not checks["60 min beats random init on rte accuracy by more than twice the spread"]["holds"]
+    assert checks["validation MLM accuracy rises over the 60-minute run"]["holds"]
+    peer = checks["20 min: ours at or above transformers on validation MLM accuracy"]
+    assert peer["value"] == pytest.approx(-0.05) and not peer["holds"]
+    assert checks["20 min: ours at or above transformers on the downstream average"]["holds"]
