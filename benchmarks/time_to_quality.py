@@ -53,14 +53,15 @@ DEFAULT_PRESET = "cpu_budget_mini"
 
 @dataclass(frozen=True)
 class Run:
-    """One pretraining run of the yardstick: its name, engine, budget (minutes; 0 = random init) and optimizer
-    with its peak learning rate (None: the preset's)."""
+    """One pretraining run of the yardstick: its name, engine, budget (minutes; 0 = random init), optimizer with
+    its peak learning rate (None: the preset's), and the preset it trains (None: --preset)."""
 
     name: str
     engine: str  # "ours", "transformers" or "random"
     budget: float
     optimizer: str = "Lamb"
     learning_rate: str | None = None
+    preset: str | None = None
 
 
 # The whole yardstick. Random init fine-tunes the untrained model; ours at 20 and 60 minutes; the transformers
@@ -80,6 +81,10 @@ QUICK_RUNS = (
     Run("random", "random", 0.0),
     Run("ours-quick", "ours", 0.3),
 )
+# --compare-sizes: the model size comparison that chose --preset's default, validation masked-LM accuracy after
+# SIZE_BUDGET minutes of each size (all three budget presets read the same shards); pretraining only.
+SIZE_BUDGET = 10.0
+SIZES = ("tiny", "mini", "small")
 
 
 def preset_argument_names() -> list[str]:
@@ -194,15 +199,23 @@ class Yardstick:
         self.stages = Stages(self.work_dir)
         self.environment = {**os.environ, "BERT_PREP_WORKING_DIR": str(self.work_dir / "data"),
                             "PADDLEBERT_SHARED_DIR": str(shared_dir())}
-        self.preset_args = preset_arguments(self.preset, self.environment)
-        if self.quick:
-            # The miniature: a slice of the corpus and a model that trains in seconds, validated every few
-            # seconds on a few batches.
-            self.preset_args.update(wikipedia_source=str(self.corpus_slice()), train_batch_size="8",
-                                    eval_interval_minutes="0.1", num_eval_batches="2", save_checkpoint_steps="20",
-                                    holdout_fraction="0.05")
+        self.preset_args = self.arguments_of(self.preset)
         self.torch_python = args.torch_python if not self.quick else None
         self.args = args
+
+    def arguments_of(self, preset: str) -> dict[str, str]:
+        """A preset's arguments; under --quick those of the miniature: a slice of the corpus and a model that
+        trains in seconds, validated every few seconds on a few batches."""
+        arguments = preset_arguments(preset, self.environment)
+        if self.quick:
+            arguments.update(wikipedia_source=str(self.corpus_slice()), train_batch_size="8",
+                             eval_interval_minutes="0.1", num_eval_batches="2", save_checkpoint_steps="20",
+                             holdout_fraction="0.05")
+        return arguments
+
+    def size_runs(self) -> tuple[Run, ...]:
+        budget = 0.1 if self.quick else SIZE_BUDGET
+        return tuple(Run(f"{size}-{budget:g}", "ours", budget, preset=f"cpu_budget_{size}") for size in SIZES)
 
     def corpus_slice(self) -> Path:
         """--quick's corpus: the first QUICK_CORPUS_FILES files of the shared Wikipedia folder, linked."""
@@ -218,7 +231,7 @@ class Yardstick:
     def pretraining_command(self, run: Run) -> tuple[list[str], dict[str, str]]:
         """run_pretraining.sh with the preset's arguments, the run's budget, optimizer, learning rate and results
         folder in place of the preset's, and its environment."""
-        arguments = dict(self.preset_args, optimizer=run.optimizer,
+        arguments = dict(self.arguments_of(run.preset) if run.preset else self.preset_args, optimizer=run.optimizer,
                          results_dir=str(self.work_dir / "runs" / run.name))
         if run.learning_rate is not None:
             arguments["learning_rate"] = run.learning_rate
@@ -345,11 +358,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="the miniature: a slice of the corpus, a tiny model, budgets of seconds, --quick "
                              "fine-tuning, no transformers peer")
-    peers.add_contender_flags(parser, ("ours", "transformers"), "transformers")
+    parser.add_argument("--compare-sizes", action="store_true",
+                        help=f"instead: pretrain each of the {', '.join(SIZES)} budget presets for {SIZE_BUDGET:g} "
+                             "minutes and write time-to-quality-sizes.{json,md} (validation MLM accuracy by size)")
+    flag, venv, holds = peers.PEER_ENVIRONMENTS["transformers"]
+    peers_dir = os.environ.get(peers.PEERS_DIR_VARIABLE)
+    parser.add_argument(flag, default=os.path.join(peers_dir, venv, "bin", "python") if peers_dir else None,
+                        help=f"a Python with {holds} for the peer "
+                             f"(default ${peers.PEERS_DIR_VARIABLE}/{venv}/bin/python)")
     args = parser.parse_args(argv)
     machine.print_header()
     yardstick = Yardstick(args)
     data = yardstick.data()
+    if args.compare_sizes:
+        write_size_report(args, {run.name: yardstick.pretrain(run) for run in yardstick.size_runs()})
+        return
     results = {}
     for run in QUICK_RUNS if args.quick else RUNS:
         pretrained = yardstick.pretrain(run)
@@ -471,6 +494,24 @@ def plot(results: dict, path: Path) -> None:
     figure.tight_layout()
     atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=80))
     plt.close(figure)
+
+
+def write_size_report(args: argparse.Namespace, runs: dict) -> None:
+    """time-to-quality-sizes.{json,md}: each size's validation MLM accuracy against its training minutes."""
+    lines = ["# Model size at equal time", "", f"`{machine.header_line()}`", "",
+             "Command: `python benchmarks/time_to_quality.py --compare-sizes`" + (" (--quick)" if args.quick else ""),
+             "", "| run | config | minutes | steps | sequences | validation MLM accuracy (%) at each evaluation |",
+             "|---|---|---|---|---|---|"]
+    for name, result in runs.items():
+        curve = ", ".join(f"{point['mlm_accuracy'] * 100:.1f}" for point in result["validation"])
+        config = Path(run_parameters(Path(result["report"]))["config_file"]).name
+        lines.append(f"| {name} | {config} | {result['minutes']:.1f} | {result['steps']} | {result['sequences']} | "
+                     f"{curve} |")
+    report_dir = Path(args.report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(report_dir / "time-to-quality-sizes.json", json.dumps(runs, indent=1) + "\n")
+    atomic_write_text(report_dir / "time-to-quality-sizes.md", "\n".join(lines) + "\n")
+    print(f"Report: {report_dir / 'time-to-quality-sizes.md'}")
 
 
 def write_report(args: argparse.Namespace, data: dict, results: dict) -> None:

@@ -173,3 +173,22 @@ def test_the_targets_read_the_runs_as_the_issue_states_them():
     peer = checks["20 min: ours at or above transformers on validation MLM accuracy"]
     assert peer["value"] == pytest.approx(-0.05) and not peer["holds"]
     assert checks["20 min: ours at or above transformers on the downstream average"]["holds"]
+
+
+def test_compare_sizes_trains_each_budget_preset_on_the_same_shards(miniature):
+    from dllog import read_report
+
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "time_to_quality.py"), "--quick",
+                          "--compare-sizes", "--work-dir", str(miniature), "--report-dir", str(miniature / "sizes")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    runs = json.loads((miniature / "sizes" / "time-to-quality-sizes.json").read_text(encoding="utf-8"))
+    assert list(runs) == ["tiny-0.1", "mini-0.1", "small-0.1"]
+    table = (miniature / "sizes" / "time-to-quality-sizes.md").read_text(encoding="utf-8")
+    for size, result in zip(("tiny", "mini", "small"), runs.values(), strict=True):
+        [parameters] = [r["data"] for r in read_report(result["report"]) if r["step"] == "PARAMETER"]
+        assert Path(parameters["config_file"]).name == f"bert-{size}-uncased.json"
+        assert parameters["input_dir"] == str(miniature / "data" / "wikipedia-en-2015" / "pretrain" / "phase1" /
+                                              "unbinned" / "parquet")
+        assert parameters["time_budget"] == 0.1 and result["steps"] > 0 and result["validation"]
+        assert f"| {size}-0.1 | bert-{size}-uncased.json | " in table
