@@ -13,9 +13,11 @@ The checkpoint is anything run_glue.py's --from-pretrained-params loads (a step 
 into <output-dir>/init/ as convert_checkpoint.py hf2paddle does. --random-init fine-tunes a random initialisation
 of --config-file instead, and every output says so.
 
-Each (task, seed) is one unit: run_glue.main or run_squad.main, in this process, in <output-dir>/units/<task>-seed<s>/
-(its report.json and predictions; the fine-tuned weights are deleted, nothing reads them). A unit's result.json is
-written last; a rerun skips every unit that has one, so a killed run resumes where it stopped. The fixed plan
+Each (task, seed) is one unit: run_glue.main or run_squad.main in <output-dir>/units/<task>-seed<s>/ (its log.txt,
+report.json and predictions; the fine-tuned weights are deleted, nothing reads them), --jobs at a time in as many
+processes that share the CPUs (two one-thread processes get 1.2 times the work of one two-thread process done on 2
+cores), or with --jobs 1 one after another in this process. A unit's result.json is written last; a rerun skips
+every unit that has one, so a killed run resumes where it stopped. The fixed plan
 (PLAN, HYPERPARAMETERS) is the same for every checkpoint; nothing is chosen on the dev sets.
 
 Provenance: every run reports how many embedding and encoder tensors it loaded and the fingerprint of the weights it
@@ -34,14 +36,17 @@ from __future__ import annotations
 
 import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
+import multiprocessing
+import os
 import shutil
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +57,7 @@ import run_squad
 from atomic_io import atomic_write_text
 from bert_config import BertConfig
 from checkpoint import CONFIG_SUFFIX, DEFAULT_PREFIX, PARAMS_SUFFIX
-from cli import DefaultsHelpFormatter, run_main
+from cli import DefaultsHelpFormatter, positive_int, run_main
 from convert_checkpoint import hf_to_paddle, read_hf_checkpoint
 from dllog import read_report
 from glue_data import GLUE_TASKS, read_glue_examples
@@ -163,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", required=True,
                         help="where the units, downstream.json and downstream.md go; a rerun skips finished units")
     parser.add_argument("--tasks", type=task_list, default=TASKS, help="comma-separated, of " + ",".join(TASKS))
+    parser.add_argument("--jobs", type=positive_int, default=2,
+                        help="fine-tuning runs at a time, each in a process of its own with 1/jobs of the CPUs' "
+                             "threads; 1: one after another in this process")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: 64 training and 64 dev examples (questions) per task, one seed")
     return parser
@@ -375,40 +383,122 @@ def reported_values(report: Path, names: Sequence[str], step: object) -> dict:
     return values
 
 
-def run_unit(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start, output_dir: Path) -> dict:
-    """One unit's result: its scores (percent), where it started and its seconds; read from <unit>/result.json
-    when an earlier run finished it, otherwise run (in a fresh folder) and written there."""
-    folder = output_dir / "units" / f"{task}-seed{seed}"
-    result_file = folder / "result.json"
-    # As JSON gives it back (lists for tuples), to compare with an earlier run's.
-    setup = json.loads(json.dumps({
-        "plan": dataclasses.asdict(plan), "hyperparameters": HYPERPARAMETERS["squad" if task == "squad" else "glue"],
-        "start": start.identity, "train_file_sha256": sha256_of(data.train_file),
-        "dev_file_sha256": sha256_of(data.dev_file)}))
-    if result_file.is_file():
-        result = json.loads(result_file.read_text(encoding="utf-8"))
-        if result.get("setup") != setup:
-            raise ValueError(f"{result_file}: the result of other weights, data or hyperparameters; give another "
-                             "--output-dir, or delete the folder to run it again")
-        return result
-    shutil.rmtree(folder, ignore_errors=True)  # what a killed unit left
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """One fine-tuning run: a task, a seed, and everything that decides its result (setup: the plan, the
+    hyperparameters, the weights and the data files' sha256, as JSON gives them back)."""
+
+    task: str
+    seed: int
+    plan: TaskPlan
+    data: TaskData
+    start: Start
+    folder: Path
+    setup: dict
+
+
+def make_unit(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start, output_dir: Path) -> Unit:
+    setup = {"plan": dataclasses.asdict(plan), "hyperparameters": HYPERPARAMETERS["squad" if task == "squad" else
+                                                                                   "glue"],
+             "start": start.identity, "train_file_sha256": sha256_of(data.train_file),
+             "dev_file_sha256": sha256_of(data.dev_file)}
+    return Unit(task, seed, plan, data, start, output_dir / "units" / f"{task}-seed{seed}",
+                json.loads(json.dumps(setup)))
+
+
+def finished_result(unit: Unit) -> dict | None:
+    """The result an earlier run wrote for the unit, or None; ValueError if it belongs to another setup."""
+    result_file = unit.folder / "result.json"
+    if not result_file.is_file():
+        return None
+    result = json.loads(result_file.read_text(encoding="utf-8"))
+    if result.get("setup") != unit.setup:
+        raise ValueError(f"{result_file}: the result of other weights, data or hyperparameters; give another "
+                         "--output-dir, or delete the folder to run it again")
+    return result
+
+
+@contextlib.contextmanager
+def output_to(log_file: Path) -> Iterator[None]:
+    """This process's stdout and stderr, Paddle's C++ output too, appended to log_file meanwhile."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(log_file, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for descriptor, copy in ((1, saved[0]), (2, saved[1])):
+            os.dup2(copy, descriptor)
+            os.close(copy)
+
+
+def run_unit(unit: Unit) -> dict:
+    """Fine-tune the unit in a fresh folder (its output in <folder>/log.txt), check that it started from the
+    named weights, and write its result: the scores (percent), where it started, its seconds."""
+    shutil.rmtree(unit.folder, ignore_errors=True)  # what a killed unit left
+    unit.folder.mkdir(parents=True)
     began, cpu_began = time.perf_counter(), time.process_time()
-    main = run_squad.main if task == "squad" else run_glue.main
-    main(unit_argv(task, seed, plan, data, start, folder))
+    main = run_squad.main if unit.task == "squad" else run_glue.main
+    with output_to(unit.folder / "log.txt"):
+        main(unit_argv(unit.task, unit.seed, unit.plan, unit.data, unit.start, unit.folder))
     # CPU seconds beside wall seconds: on a shared machine the wall time says as much about the other jobs.
     seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
-    report = folder / "report.json"
+    report = unit.folder / "report.json"
     started = reported_values(report, ("init_encoder_tensors", "init_encoder_tensors_loaded",
                                        "init_encoder_fingerprint"), "PARAMETER")
-    check_start(started, start, str(folder))
-    scale = 1 if task == "squad" else 100  # run_squad.py reports percentages, run_glue.py fractions
-    scores = {name: scale * value for name, value in reported_values(report, SCORES[task], []).items()}
+    check_start(started, unit.start, str(unit.folder))
+    scale = 1 if unit.task == "squad" else 100  # run_squad.py reports percentages, run_glue.py fractions
+    scores = {name: scale * value for name, value in reported_values(report, SCORES[unit.task], []).items()}
     for name in (DEFAULT_PREFIX + PARAMS_SUFFIX, DEFAULT_PREFIX + CONFIG_SUFFIX, "nbest_predictions.json"):
-        (folder / name).unlink(missing_ok=True)  # the fine-tuned model and SQuAD's 20 answers per question
-    result = {"task": task, "seed": seed, "scores": scores, "seconds": seconds, "cpu_seconds": cpu_seconds,
-              "started_from": started, "setup": setup}
-    atomic_write_text(result_file, json.dumps(result, indent=2) + "\n")
+        (unit.folder / name).unlink(missing_ok=True)  # the fine-tuned model and SQuAD's 20 answers per question
+    result = {"task": unit.task, "seed": unit.seed, "scores": scores, "seconds": seconds,
+              "cpu_seconds": cpu_seconds, "started_from": started, "setup": unit.setup}
+    atomic_write_text(unit.folder / "result.json", json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _use_threads(threads: int) -> None:
+    """A worker process's initializer: Paddle's CPU threads in each unit it runs (runtime.configure_cpu_threads)."""
+    os.environ["PADDLEBERT_NUM_THREADS"] = str(threads)
+
+
+def _run_numbered(numbered: tuple[int, Unit]) -> tuple[int, dict]:
+    return numbered[0], run_unit(numbered[1])
+
+
+def run_units(units: Sequence[Unit], jobs: int) -> list[dict]:
+    """The results of the units, in order: run one after another in this process, or `jobs` at a time in as many
+    worker processes, which share the CPUs between them. Each result is printed in one line as it comes; the
+    first error stops every unit still running (a rerun runs them again)."""
+    results: list = [None] * len(units)
+
+    def report(number: int, result: dict) -> None:
+        scores = ", ".join(f"{name} {value:.1f}" for name, value in result["scores"].items())
+        print(f"{result['task']} seed {result['seed']}: {scores} ({result['seconds']:.0f} s)", flush=True)
+        results[number] = result
+
+    if jobs == 1:
+        for number, unit in enumerate(units):
+            report(number, run_unit(unit))
+        return results
+    threads = max(1, len(os.sched_getaffinity(0)) // jobs)
+    # spawn: a forked copy of this process would share Paddle's thread pools and state
+    pool = multiprocessing.get_context("spawn").Pool(jobs, _use_threads, (threads,))
+    try:
+        for number, result in pool.imap_unordered(_run_numbered, enumerate(units)):
+            report(number, result)
+        pool.close()  # the workers exit when they are done, where terminate() would kill them
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+    return results
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,15 +560,27 @@ def main(argv: list[str] | None = None) -> None:
     mode = "quick" if args.quick else "standard"
     plans = {task: PLAN[mode][task] for task in args.tasks}
     data = {task: task_data(task, plan, Path(args.data_dir), output_dir) for task, plan in plans.items()}
-    tasks = {}
-    for task, plan in plans.items():
-        results = [run_unit(task, seed, plan, data[task], start, output_dir) for seed in plan.seeds]
-        tasks[task] = task_summary(task, plan, data[task], results)
+    units = [make_unit(task, seed, plan, data[task], start, output_dir)
+             for task, plan in plans.items() for seed in plan.seeds]
+    results = [finished_result(unit) for unit in units]
+    # The longest first (SQuAD), so that the other processes fill the time it takes.
+    pending = sorted((number for number, result in enumerate(results) if result is None),
+                     key=lambda number: units[number].task != "squad")
+    print(f"downstream.py: {len(units) - len(pending)} of {len(units)} fine-tuning runs done before; running "
+          f"{len(pending)}, {args.jobs} at a time, each with its output in {output_dir / 'units'}/<task>-seed<s>/"
+          "log.txt", flush=True)
+    began = time.perf_counter()
+    for number, result in zip(pending, run_units([units[number] for number in pending], args.jobs), strict=True):
+        results[number] = result
+    tasks = {task: task_summary(task, plan, data[task], [result for unit, result in zip(units, results, strict=True)
+                                                         if unit.task == task])
+             for task, plan in plans.items()}
     table = markdown_table(start, tasks, mode)
     summary = {"weights": start.description, "mode": mode, "vocab_file": start.vocab_file,
                "spread": "max - min over the seeds", "tasks": tasks, "markdown_row": table.splitlines()[-1],
                "seconds": sum(task["seconds"] for task in tasks.values()),
-               "cpu_seconds": sum(task["cpu_seconds"] for task in tasks.values())}
+               "cpu_seconds": sum(task["cpu_seconds"] for task in tasks.values()),
+               "jobs": args.jobs, "wall_seconds_of_this_invocation": time.perf_counter() - began}
     atomic_write_text(output_dir / "downstream.json", json.dumps(summary, indent=2) + "\n")
     atomic_write_text(output_dir / "downstream.md", table)
     print(table, end="")

@@ -47,9 +47,11 @@ def write_step_folder(folder: Path, seed: int = 1234) -> Path:
 
 
 def quick_argv(checkpoint: Path | None, output_dir: Path, *extra: str) -> list[str]:
+    """--quick's options; the units run in this process (--jobs 1), where a test's monkeypatches act, unless extra
+    says otherwise."""
     weights = [str(checkpoint)] if checkpoint else []
     return [*weights, "--quick", "--output-dir", str(output_dir), "--data-dir", str(require_shared("data")),
-            "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")), *extra]
+            "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")), "--jobs", "1", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +133,10 @@ def test_a_rerun_skips_finished_units_and_writes_the_same_results(quick_run, mon
     monkeypatch.setattr(run_glue, "main", refuse)
     monkeypatch.setattr(run_squad, "main", refuse)
     downstream.main(quick_argv(checkpoint, output_dir))
-    assert json.loads((output_dir / "downstream.json").read_text()) == before
+    after = json.loads((output_dir / "downstream.json").read_text())
+    after.pop("wall_seconds_of_this_invocation")
+    before.pop("wall_seconds_of_this_invocation")
+    assert after == before
 
 
 def test_results_of_other_weights_are_not_taken(quick_run, monkeypatch):
@@ -340,3 +345,17 @@ def test_each_score_is_that_of_the_predictions_its_run_left(quick_run):
         squad_evaluate.evaluate(dataset, answers)["f1"])
     # the fine-tuned weights are gone: nothing reads them, and a standard run would keep 16 models
     assert not list(output_dir.glob("units/*/*.pdparams")) and not (squad / "nbest_predictions.json").exists()
+
+
+def test_units_in_worker_processes_score_as_in_this_one(quick_run, tmp_path):
+    checkpoint, output_dir = quick_run
+    downstream.main(quick_argv(checkpoint, tmp_path, "--tasks", "mrpc,squad,cola", "--jobs", "2"))
+    in_workers = json.loads((tmp_path / "downstream.json").read_text())
+    in_process = json.loads((output_dir / "downstream.json").read_text())
+    assert in_workers["jobs"] == 2 and in_process["jobs"] == 1
+    for task in ("mrpc", "squad", "cola"):
+        # one thread per process instead of two: the same sums here, to the last bit
+        assert in_workers["tasks"][task]["scores"] == in_process["tasks"][task]["scores"]
+        assert in_workers["tasks"][task]["runs"][0]["started_from"] == in_process["tasks"][task]["runs"][0][
+            "started_from"]
+    assert (tmp_path / "units" / "squad-seed1" / "log.txt").read_text().count("exact_match") >= 1
