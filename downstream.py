@@ -109,12 +109,13 @@ HYPERPARAMETERS = {
     "squad": {"max_seq_length": 256, "doc_stride": 128, "max_query_length": 64, "train_batch_size": 32,
               "learning_rate": 1e-4, "warmup_proportion": 0.1, "predict_batch_size": 8},
 }
-# The standard mode is to take at most 15 minutes for bert-mini on 2 cores: three seeds of every GLUE task, SST-2
-# on 8,000 of its 67,349 training phrases, SQuAD once on 4,000 of its 87,599 questions and scored on all 10,570 dev
-# questions (their prediction alone is a third of the budget).
+# The standard mode is to take at most 15 minutes for bert-mini on 2 cores: three seeds of every GLUE task, one epoch
+# each, SST-2 on 4,000 of its 67,349 training phrases, SQuAD once on 4,000 of its 87,599 questions and scored on all
+# 10,570 dev questions. With 8,000 SST-2 phrases bert-mini's fine-tuning took 2,190 CPU-seconds, 15 minutes of both
+# cores even with --jobs 2.
 PLAN = {
     "standard": {
-        "sst-2": TaskPlan(seeds=(1, 2, 3), epochs=1, train_subset=8000),
+        "sst-2": TaskPlan(seeds=(1, 2, 3), epochs=1, train_subset=4000),
         "mrpc": TaskPlan(seeds=(1, 2, 3), epochs=1),
         "rte": TaskPlan(seeds=(1, 2, 3), epochs=1),
         "cola": TaskPlan(seeds=(1, 2, 3), epochs=1),

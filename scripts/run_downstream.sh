@@ -37,8 +37,8 @@ if [[ "$checkpoint" == random ]]; then
   name="random-$(basename "$config_file" .json)"
 else
   flags+=("$checkpoint")
-  name=${checkpoint%/}
-  name=${name#"$results"/}
+  name=$(realpath -m "$checkpoint")
+  name=${name#"$(realpath -m "$results")"/}
   name=${name//\//-}
   name=${name#-}
 fi

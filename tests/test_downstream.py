@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -359,3 +360,45 @@ def test_units_in_worker_processes_score_as_in_this_one(quick_run, tmp_path):
         assert in_workers["tasks"][task]["runs"][0]["started_from"] == in_process["tasks"][task]["runs"][0][
             "started_from"]
     assert (tmp_path / "units" / "squad-seed1" / "log.txt").read_text().count("exact_match") >= 1
+
+
+@pytest.fixture
+def recorded_script(tmp_path):
+    """Run scripts/run_downstream.sh with a `python` that writes its arguments, one per line, instead of running."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$RECORDED_ARGS"\n')
+    (bin_dir / "python").chmod(0o755)
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess:
+        environment = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                       "RECORDED_ARGS": str(tmp_path / "args.txt"), **env}
+        return subprocess.run(["bash", str(ROOT / "scripts" / "run_downstream.sh"), *args], env=environment,
+                              capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    return run
+
+
+def test_the_script_names_the_output_folder_after_the_checkpoint(recorded_script, tmp_path):
+    results = tmp_path / "results"
+    assert recorded_script("results/bert-mini/custom/phase1/1200/", RESULTS_DIR=str(results)).returncode == 0
+    assert (tmp_path / "args.txt").read_text().splitlines() == [
+        str(ROOT / "downstream.py"), "results/bert-mini/custom/phase1/1200/",
+        "--output-dir", f"{results}/downstream/bert-mini-custom-phase1-1200",
+        "--data-dir", str(ROOT.parent / "shared" / "data")]
+    assert (results / "downstream" / "bert-mini-custom-phase1-1200" / "logfile").is_file()
+
+
+def test_every_argument_of_the_script_takes_effect(recorded_script, tmp_path):
+    config = ROOT / "bert_configs" / "bert-tiny-uncased.json"
+    result = recorded_script("random", str(tmp_path / "out"), str(config), "quick", VOCAB_FILE="v.txt",
+                             DATA_DIR="/data")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "args.txt").read_text().splitlines() == [
+        str(ROOT / "downstream.py"), "--random-init", "--output-dir", str(tmp_path / "out"), "--config-file",
+        str(config), "--quick", "--vocab-file", "v.txt", "--data-dir", "/data"]
+    assert recorded_script("random", "", str(config), RESULTS_DIR=str(tmp_path / "r")).returncode == 0
+    assert f"{tmp_path}/r/downstream/random-bert-tiny-uncased" in (tmp_path / "args.txt").read_text().splitlines()
+    for args, named in ((("ckpt", "", "None", "fast"), "mode"), (("random",), "config_file"), ((), "checkpoint")):
+        failed = recorded_script(*args)
+        assert failed.returncode == 1
+        assert_one_line(failed.stderr, "run_downstream.sh: ", named)
