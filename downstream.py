@@ -9,16 +9,16 @@ empty-answer) figure on the official dev set.
     python downstream.py CHECKPOINT --quick --output-dir ...          # smoke test: seconds on bert-tiny
 
 The checkpoint is anything run_glue.py's --from-pretrained-params loads (a step folder of run_pretraining.py, a
-.pdparams or .safetensors file, an NGC paddle.static.save prefix), or a Hugging Face BERT folder, converted once
-into <output-dir>/init/ as convert_checkpoint.py hf2paddle does. --random-init fine-tunes a random initialisation
-of --config-file instead, and every output says so.
+.pdparams or .safetensors file, an NGC paddle.static.save prefix), or a Hugging Face BERT folder, converted into
+<output-dir>/init/ as convert_checkpoint.py hf2paddle does. --random-init fine-tunes a random initialisation of
+--config-file instead, and every output says so.
 
 Each (task, seed) is one unit: run_glue.main or run_squad.main in <output-dir>/units/<task>-seed<s>/ (its log.txt,
 report.json and predictions; the fine-tuned weights are deleted, nothing reads them), --jobs at a time in as many
-processes that share the CPUs (two one-thread processes get 1.2 times the work of one two-thread process done on 2
-cores), or with --jobs 1 one after another in this process. A unit's result.json is written last; a rerun skips
-every unit that has one, so a killed run resumes where it stopped. The fixed plan
-(PLAN, HYPERPARAMETERS) is the same for every checkpoint; nothing is chosen on the dev sets.
+processes that share the CPUs (with fewer threads each, which small models use better), or with --jobs 1 one after
+another in this process. A unit's result.json is written last; a rerun skips every unit that has one, so a killed
+run resumes where it stopped. The fixed plan (PLAN, HYPERPARAMETERS) is the same for every checkpoint; nothing is
+chosen on the dev sets.
 
 Provenance: every run reports how many embedding and encoder tensors it loaded and the fingerprint of the weights it
 starts from (finetune.build_model, weights.encoder_fingerprint). A unit is accepted only if it loaded all of them
@@ -27,9 +27,10 @@ otherwise the run stops with one line, so a score can never come from weights ot
 
 Outputs, written atomically in --output-dir: downstream.json (the checkpoint with the sha256 of its weights file and
 its fingerprint; per task every seed's scores and start, the median, the spread (max - min over the seeds), the
-majority-class or empty-answer score, the hyperparameters, the data files and subsets, the seconds) and
-downstream.md (a table header and one row). Scores are percentages: accuracy, F1 of MRPC's positive class,
-Matthews correlation x 100 (CoLA), SQuAD exact match and F1 by the official v1.1 rules.
+majority-class or empty-answer score, the hyperparameters, the data files and subsets, and its runs' wall and CPU
+seconds added up; the wall seconds of this invocation) and downstream.md (a table header and one row). Scores are
+percentages: accuracy, F1 of MRPC's positive class, Matthews correlation x 100 (CoLA), SQuAD exact match and F1 by
+the official v1.1 rules.
 """
 
 from __future__ import annotations
@@ -111,8 +112,8 @@ HYPERPARAMETERS = {
 }
 # The standard mode is to take at most 15 minutes for bert-mini on 2 cores: three seeds of every GLUE task, one epoch
 # each, SST-2 on 4,000 of its 67,349 training phrases, SQuAD once on 4,000 of its 87,599 questions and scored on all
-# 10,570 dev questions. With 8,000 SST-2 phrases bert-mini's fine-tuning took 2,190 CPU-seconds, 15 minutes of both
-# cores even with --jobs 2.
+# 10,570 dev questions. A run's cost is mostly its steps: SST-2's 8,000 short phrases cost bert-mini more than
+# MRPC's 3,668 pairs (148 and 110 CPU-seconds a seed), and took the whole run past 15 minutes.
 PLAN = {
     "standard": {
         "sst-2": TaskPlan(seeds=(1, 2, 3), epochs=1, train_subset=4000),
@@ -168,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
                              f"{SQUAD_FOLDER}/{SQUAD_DEV} with {' or '.join(SQUAD_TRAIN)}")
     parser.add_argument("--output-dir", required=True,
                         help="where the units, downstream.json and downstream.md go; a rerun skips finished units")
-    parser.add_argument("--tasks", type=task_list, default=TASKS, help="comma-separated, of " + ",".join(TASKS))
+    parser.add_argument("--tasks", type=task_list, default=",".join(TASKS), help="the tasks to run, comma-separated")
     parser.add_argument("--jobs", type=positive_int, default=2,
                         help="fine-tuning runs at a time, each in a process of its own with 1/jobs of the CPUs' "
                              "threads; 1: one after another in this process")
@@ -542,8 +543,6 @@ def markdown_table(start: Start, tasks: dict, mode: str) -> str:
             values = score["seeds"].values()
             cell = f"{score['median']:.1f}"
             row.append(cell if len(values) == 1 else f"{cell} ({min(values):.1f}-{max(values):.1f})")
-    header.append("minutes")
-    row.append(f"{sum(summary['seconds'] for summary in tasks.values()) / 60:.1f}")
     lines = [header, ["---"] * len(header), row]
     return "".join("| " + " | ".join(line) + " |\n" for line in lines)
 

@@ -89,7 +89,7 @@ def test_quick_run_writes_every_score_with_its_baseline_and_the_weights_it_start
     header, rule, row = (output_dir / "downstream.md").read_text().splitlines()
     assert summary["markdown_row"] == row
     cells = row.strip("|").split(" | ")
-    assert len(cells) == len(header.strip("|").split(" | ")) == len(rule.strip("|").split(" | ")) == 2 + 7 + 1
+    assert len(cells) == len(header.strip("|").split(" | ")) == len(rule.strip("|").split(" | ")) == 2 + 7
     assert cells[0].strip() == f"{checkpoint} (quick)"
     assert cells[1] == "sha256 " + summary["weights"]["weights_sha256"][:12]
     assert cells[3] == f"{summary['tasks']['mrpc']['scores']['accuracy']['median']:.1f}"
@@ -235,7 +235,7 @@ def test_median_and_spread_are_those_of_the_seeds():
     assert (summary["seconds"], summary["cpu_seconds"]) == (180.0, 300.0)
     start = downstream.Start({"checkpoint": "ckpt", "weights_sha256": "ab" * 32}, "", (), "", "", "f")
     table = downstream.markdown_table(start, {"mrpc": summary}, "standard")
-    assert table.splitlines()[-1] == f"| ckpt | sha256 {'ab' * 6} | 72.0 (70.0-75.0) | 81.0 (80.0-84.0) | 3.0 |"
+    assert table.splitlines()[-1] == f"| ckpt | sha256 {'ab' * 6} | 72.0 (70.0-75.0) | 81.0 (80.0-84.0) |"
 
 
 def test_subsets_are_fixed_rows_of_the_file_with_its_header(tmp_path):
