@@ -44,10 +44,12 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 import numpy as np
@@ -464,13 +466,41 @@ def run_unit(unit: Unit) -> dict:
     return result
 
 
-def _use_threads(threads: int) -> None:
-    """A worker process's initializer: Paddle's CPU threads in each unit it runs (runtime.configure_cpu_threads)."""
+def _worker(connection: Connection, threads: int) -> None:
+    """A worker process: runs each unit it receives and sends back (True, result) or (False, the error), until it
+    receives None. Paddle's CPU threads per unit: `threads` (runtime.configure_cpu_threads). SIGTERM, with which the
+    main process stops the workers, ends it without Paddle's handler, which would print a page of C++ error
+    summary for it."""
     os.environ["PADDLEBERT_NUM_THREADS"] = str(threads)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    while (unit := connection.recv()) is not None:
+        try:
+            connection.send((True, run_unit(unit)))
+        except (OSError, ValueError) as error:  # the project's one-line errors (cli.run_main)
+            connection.send((False, error))
 
 
-def _run_numbered(numbered: tuple[int, Unit]) -> tuple[int, dict]:
-    return numbered[0], run_unit(numbered[1])
+def _start_workers(count: int, threads: int) -> list[tuple[multiprocessing.Process, Connection]]:
+    """`count` worker processes, each with its own pipe: no lock is shared, so stopping one mid-unit blocks no
+    other (a multiprocessing.Pool's terminate() can wait forever for the queue lock a worker holds)."""
+    context = multiprocessing.get_context("spawn")  # a forked copy would share Paddle's thread pools and state
+    # A worker stopped mid-unit leaves tqdm's lock registered with the resource tracker, the process the workers
+    # share, which would warn about it at exit; it starts with this process's -W options.
+    sys.warnoptions.append("ignore::UserWarning:multiprocessing.resource_tracker")
+    # Ctrl-C is this process's to handle (it stops the workers): the workers ignore SIGINT from their start, as an
+    # ignored signal stays ignored through exec, so that none prints a traceback of its own.
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    workers = []
+    try:
+        for _ in range(count):
+            connection, worker_end = context.Pipe()
+            process = context.Process(target=_worker, args=(worker_end, threads), daemon=True)
+            process.start()
+            worker_end.close()
+            workers.append((process, connection))
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    return workers
 
 
 def run_units(units: Sequence[Unit], jobs: int) -> list[dict]:
@@ -488,18 +518,38 @@ def run_units(units: Sequence[Unit], jobs: int) -> list[dict]:
         for number, unit in enumerate(units):
             report(number, run_unit(unit))
         return results
-    threads = max(1, len(os.sched_getaffinity(0)) // jobs)
-    # spawn: a forked copy of this process would share Paddle's thread pools and state
-    pool = multiprocessing.get_context("spawn").Pool(jobs, _use_threads, (threads,))
+    workers = _start_workers(min(jobs, len(units)), max(1, len(os.sched_getaffinity(0)) // jobs))
+    waiting = list(enumerate(units))
+    running: dict[Connection, int] = {}
     try:
-        for number, result in pool.imap_unordered(_run_numbered, enumerate(units)):
-            report(number, result)
-        pool.close()  # the workers exit when they are done, where terminate() would kill them
+        for _, connection in workers:
+            if waiting:
+                number, unit = waiting.pop(0)
+                connection.send(unit)
+                running[connection] = number
+        while running:
+            for connection in wait(list(running)):
+                number = running.pop(connection)
+                try:
+                    succeeded, outcome = connection.recv()
+                except EOFError:
+                    raise ValueError(f"{units[number].folder}: the process running it died; its log.txt may "
+                                     "say why") from None
+                if not succeeded:
+                    raise outcome
+                report(number, outcome)
+                if waiting:
+                    number, unit = waiting.pop(0)
+                    connection.send(unit)
+                    running[connection] = number
+        for process, connection in workers:
+            connection.send(None)
+            process.join()
     except BaseException:
-        pool.terminate()
+        for process, _ in workers:
+            process.terminate()
+            process.join()
         raise
-    finally:
-        pool.join()
     return results
 
 

@@ -9,7 +9,11 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -402,3 +406,36 @@ def test_every_argument_of_the_script_takes_effect(recorded_script, tmp_path):
         failed = recorded_script(*args)
         assert failed.returncode == 1
         assert_one_line(failed.stderr, "run_downstream.sh: ", named)
+
+
+def test_ctrl_c_stops_the_workers_in_one_line_and_a_rerun_goes_on(quick_run, tmp_path):
+    checkpoint, _ = quick_run
+    argv = [sys.executable, str(ROOT / "downstream.py"), *quick_argv(checkpoint, tmp_path, "--jobs", "2",
+                                                                     "--tasks", "mrpc,squad")]
+    # a terminal's Ctrl-C: SIGINT to the whole process group, once SQuAD's run has begun
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                               start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    log = tmp_path / "units" / "squad-seed1" / "log.txt"
+    while not log.exists() and process.poll() is None:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert_one_line(stderr, "downstream.py: ", "interrupted")
+    assert not (tmp_path / "units" / "squad-seed1" / "result.json").exists()
+    downstream.main(quick_argv(checkpoint, tmp_path, "--tasks", "mrpc,squad"))
+    assert (tmp_path / "units" / "squad-seed1" / "result.json").is_file()
+
+
+def test_an_error_in_a_worker_is_the_runs_one_line(quick_run, tmp_path):
+    checkpoint, _ = quick_run
+    mrpc = tmp_path / "data" / "glue" / "MRPC"
+    mrpc.mkdir(parents=True)
+    shutil.copy(require_shared("data", "glue", "MRPC", "train.tsv"), mrpc / "train.tsv")
+    header = require_shared("data", "glue", "MRPC", "dev.tsv").read_text(encoding="utf-8").splitlines()[0]
+    (mrpc / "dev.tsv").write_text(header + "\n" + "1\tonly three\tfields\n" * 100)  # run_glue.py reads it first
+    argv = quick_argv(checkpoint, tmp_path / "out", "--tasks", "mrpc", "--jobs", "2",
+                      "--data-dir", str(tmp_path / "data"))
+    with pytest.raises(ValueError) as failure:
+        downstream.main(argv)
+    assert_one_line(str(failure.value), str(tmp_path / "out" / "data" / "mrpc-dev.tsv"), "expected 5", "found 3")
