@@ -416,10 +416,14 @@ def test_ctrl_c_stops_the_workers_in_one_line_and_a_rerun_goes_on(quick_run, tmp
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     log = tmp_path / "units" / "squad-seed1" / "log.txt"
-    while not log.exists() and process.poll() is None:
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
+    try:
+        while not log.exists() and process.poll() is None:
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:  # a run that hangs (as a multiprocessing.Pool's could) leaves no process behind
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 130
     assert_one_line(stderr, "downstream.py: ", "interrupted")
     assert not (tmp_path / "units" / "squad-seed1" / "result.json").exists()
