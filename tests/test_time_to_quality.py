@@ -56,11 +56,26 @@ def test_every_score_comes_from_the_checkpoint_that_its_row_names(miniature):
             assert unit["started_from"]["init_encoder_tensors_loaded"] == 0
 
 
+def test_a_run_trains_its_own_optimizer_and_learning_rate(miniature):
+    from dllog import read_report
+
+    report = json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))
+    lans = report["runs"]["lans-quick"]
+    [parameters] = [r["data"] for r in read_report(lans["pretraining"]["report"]) if r.get("step") == "PARAMETER"]
+    assert (parameters["optimizer"], parameters["learning_rate"], parameters["time_budget"]) == ("Lans", 1e-3, 0.1)
+    assert "downstream" not in lans and lans["pretraining"]["validation"]
+    row = next(line for line in (miniature / "report" / "time-to-quality.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| lans-quick |"))
+    assert row.endswith("| - | - |")
+
+
 def test_the_table_shows_the_medians_of_the_runs(miniature):
     report = json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))
     table = (miniature / "report" / "time-to-quality.md").read_text(encoding="utf-8")
     rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
     for name, result in report["runs"].items():
+        if "downstream" not in result:
+            continue
         cells = rows[name].strip("| ").split(" | ")
         scores = result["downstream"]["tasks"]
         assert cells[5] == f"{scores['sst-2']['scores']['accuracy']['median']:.1f}"
@@ -111,7 +126,8 @@ def test_a_rerun_skips_every_stage_that_is_done(miniature):
                          text=True, cwd=ROOT, timeout=300)
     assert run.returncode == 0, run.stderr
     done = [line for line in run.stdout.splitlines() if line.endswith(".json)") and ": done (" in line]
-    assert len(done) == 1 + 2 * len(time_to_quality.QUICK_RUNS)  # data, then pretraining and downstream per run
+    # data, then each run's pretraining and (but for the optimizer comparison's) its downstream scores
+    assert len(done) == 1 + sum(1 + run.downstream for run in time_to_quality.QUICK_RUNS) == 6
     assert not [line for line in run.stdout.splitlines() if line.startswith("+ ")]  # nothing was run again
     assert (json.loads((miniature / "report-again" / "time-to-quality.json").read_text(encoding="utf-8"))["runs"]
             == json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))["runs"])
@@ -186,9 +202,18 @@ def test_compare_sizes_trains_each_budget_preset_on_the_same_shards(miniature):
     assert list(runs) == ["tiny-0.1", "mini-0.1", "small-0.1"]
     table = (miniature / "sizes" / "time-to-quality-sizes.md").read_text(encoding="utf-8")
     for size, result in zip(("tiny", "mini", "small"), runs.values(), strict=True):
-        [parameters] = [r["data"] for r in read_report(result["report"]) if r["step"] == "PARAMETER"]
+        [parameters] = [r["data"] for r in read_report(result["report"]) if r.get("step") == "PARAMETER"]
         assert Path(parameters["config_file"]).name == f"bert-{size}-uncased.json"
         assert parameters["input_dir"] == str(miniature / "data" / "wikipedia-en-2015" / "pretrain" / "phase1" /
                                               "unbinned" / "parquet")
         assert parameters["time_budget"] == 0.1 and result["steps"] > 0 and result["validation"]
         assert f"| {size}-0.1 | bert-{size}-uncased.json | " in table
+
+
+def test_a_run_stopped_before_its_budget_is_not_a_result():
+    run = time_to_quality.Run("ours-20", "ours", 20.0)
+    time_to_quality.check_budget_spent(run, {"steps": 900, "minutes": 20.01})
+    with pytest.raises(SystemExit) as stop:
+        time_to_quality.check_budget_spent(run, {"steps": 300, "minutes": 6.5})
+    assert str(stop.value) == ("time_to_quality.py: ours-20 stopped after 6.50 of its 20 minutes (interrupted?); "
+                               "run the same command again to continue it")
