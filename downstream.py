@@ -468,9 +468,8 @@ def run_unit(unit: Unit) -> dict:
 
 def _worker(connection: Connection, threads: int) -> None:
     """A worker process: runs each unit it receives and sends back (True, result) or (False, the error), until it
-    receives None. Paddle's CPU threads per unit: `threads` (runtime.configure_cpu_threads). SIGTERM, with which the
-    main process stops the workers, ends it without Paddle's handler, which would print a page of C++ error
-    summary for it."""
+    receives None. Paddle's CPU threads per unit: `threads` (runtime.configure_cpu_threads). A SIGTERM (a scheduler's,
+    to the whole process group) ends it without Paddle's handler, which would print a page of C++ error summary."""
     os.environ["PADDLEBERT_NUM_THREADS"] = str(threads)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     while (unit := connection.recv()) is not None:
@@ -546,8 +545,10 @@ def run_units(units: Sequence[Unit], jobs: int) -> list[dict]:
             connection.send(None)
             process.join()
     except BaseException:
+        # SIGKILL: a worker may still be importing Paddle, whose SIGTERM handler, caught there, once hung the run
+        # (the units are run again from the start anyway)
         for process, _ in workers:
-            process.terminate()
+            process.kill()
             process.join()
         raise
     return results
