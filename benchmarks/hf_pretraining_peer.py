@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from atomic_io import atomic_write_text  # noqa: E402  (after the path insert: the peer's venv has no package)
+from cli import finite_float  # noqa: E402
 from pretraining_dataset import PretrainingDataLoader  # noqa: E402
 
 WEIGHT_DECAY = 0.01
@@ -155,11 +156,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--max-seq-length", type=int, required=True)
     parser.add_argument("--max-predictions-per-seq", type=int, required=True)
-    parser.add_argument("--masked-lm-ratio", type=float, default=0.15)
-    parser.add_argument("--learning-rate", type=float, required=True)
-    parser.add_argument("--warmup-proportion", type=float, required=True)
-    parser.add_argument("--time-budget", type=float, required=True, help="minutes of training")
-    parser.add_argument("--eval-interval-minutes", type=float, required=True)
+    parser.add_argument("--masked-lm-ratio", type=finite_float, default=0.15)
+    parser.add_argument("--learning-rate", type=finite_float, required=True)
+    parser.add_argument("--warmup-proportion", type=finite_float, required=True)
+    parser.add_argument("--time-budget", type=finite_float, required=True, help="minutes of training")
+    parser.add_argument("--eval-interval-minutes", type=finite_float, required=True)
     parser.add_argument("--num-eval-batches", type=int, default=100)
     parser.add_argument("--eval-seed", type=int, required=True)
     parser.add_argument("--seed", type=int, default=42)

@@ -580,7 +580,7 @@ def test_setup_peers_leaves_importing_venvs_alone(fake_python, tmp_path):
     peers = tmp_path / "peers"
     assert result.stdout.splitlines() == [
         f"paddlenlp: {peers}/paddlenlp/bin/python (paddle paddlenlp 1.0) already there",
-        f"torch: {peers}/torch/bin/python (torch transformers 1.0) already there",
+        f"torch: {peers}/torch/bin/python (torch transformers pyarrow h5py tokenizers 1.0) already there",
         f"export PADDLEBERT_PEERS_DIR={peers}"]
     assert not record.exists()
 
@@ -616,7 +616,11 @@ def test_setup_peers_installs_the_given_torch_wheel_then_transformers_pinned_to_
     assert result.returncode == 1  # the fake torch never imports
     assert result.stderr.splitlines()[-1].startswith(f"setup_peers.sh: torch was installed in {peers / 'torch'}")
     installs = [line.split()[-1] for line in record.read_text().splitlines()]
-    assert installs == ["pip", str(wheel), "transformers==5.24.0"]
+    # then the packages of our shard loader (hf_pretraining_peer.py reads our shards), at requirements.txt's pins
+    loader_pins = [line for line in (ROOT / "requirements.txt").read_text().splitlines()
+                   if line.split("==")[0] in ("numpy", "pyarrow", "h5py", "tokenizers")]
+    assert len(loader_pins) == 6  # numpy and pyarrow have a pin per Python version
+    assert installs == ["pip", str(wheel), "transformers==5.24.0", *[pin.split()[-1] for pin in loader_pins]]
     assert all(f"--find-links {tmp_path}" in line for line in record.read_text().splitlines())
     assert (peers / "torch-constraints.txt").read_text().splitlines() == ["transformers==5.24.0", "torch==2.13.0+cpu"]
 

@@ -256,7 +256,8 @@ def test_bad_values_are_named_before_anything_runs(position, text, named, tmp_pa
 def test_the_other_presets_keep_the_features_off(name, fakes):
     args = preset("pretrain_config.sh", name, fakes.env())
     assert args[WHOLE_WORD_MASKING - 1:PACK_SEQUENCES] == ["false", "0.15", "false", "false"]
-    assert args[43:] == ["none", "none"]  # no time budget, validation (if any) by steps
+    # no time budget and validation (if any) by steps, but in the budget presets: 60 minutes, validated every 2
+    assert args[43:] == (["60", "2"] if name.startswith("cpu_budget_") else ["none", "none"])
 
 
 def test_cpu_tiny_beyond_turns_on_all_four_features(tmp_path, fakes):
