@@ -10,11 +10,12 @@ and PADDLEBERT_DEBUG=1 brings the traceback back. (A SystemExit with a message a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -149,3 +150,23 @@ def run_main(main: Callable[[], int | None], script: str) -> int:
             traceback.print_exc()
         print(f"{script}: {str(interrupt) or 'interrupted (Ctrl-C)'}", file=sys.stderr)
         return INTERRUPTED_STATUS
+
+
+@contextlib.contextmanager
+def output_to(log_file: str | os.PathLike, mode: str = "wb") -> Iterator[None]:
+    """This process's stdout and stderr, C++ output too (a compiler's, Paddle's), into log_file meanwhile ("wb":
+    a new file, "ab": appended), then back where they were."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(log_file, mode) as target:
+            os.dup2(target.fileno(), 1)
+            os.dup2(target.fileno(), 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for descriptor, saved_descriptor in zip((1, 2), saved, strict=True):
+            os.dup2(saved_descriptor, descriptor)
+            os.close(saved_descriptor)

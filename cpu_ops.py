@@ -25,7 +25,6 @@ import shutil
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import paddle
@@ -33,6 +32,7 @@ from paddle import _C_ops
 from paddle.utils import cpp_extension
 
 from atomic_io import atomic_write_text
+from cli import output_to
 
 NAME = "paddlebert_cpu_ops"
 SOURCE = Path(__file__).resolve().parent / "csrc" / "cpu_ops.cc"
@@ -104,7 +104,7 @@ def _build(directory: Path) -> None:
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
     try:
-        with _output_to(staging / "build.log"):
+        with output_to(staging / "build.log"):
             cpp_extension.load(name=NAME, sources=[str(SOURCE)], extra_cxx_cflags=CXX_FLAGS,
                                extra_ldflags=LD_FLAGS, build_directory=str(staging))
         try:
@@ -135,25 +135,6 @@ def compiler_identity() -> list:
 def failure_record(directory: Path) -> Path:
     """`<hash>.failed` beside the cache directory: a failed build of this source, flags, Paddle and Python."""
     return directory.with_name(directory.name + ".failed")
-
-
-@contextlib.contextmanager
-def _output_to(log: Path) -> Iterator[None]:
-    """The compiler's output (it writes to this process's stdout and stderr) into log, not onto the terminal."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with open(log, "wb") as target:
-        os.dup2(target.fileno(), 1)
-        os.dup2(target.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            for descriptor, saved_descriptor in zip((1, 2), saved, strict=True):
-                os.dup2(saved_descriptor, descriptor)
-                os.close(saved_descriptor)
 
 
 @functools.cache

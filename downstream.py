@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -48,7 +47,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
@@ -60,7 +59,7 @@ import run_squad
 from atomic_io import atomic_write_text
 from bert_config import BertConfig
 from checkpoint import CONFIG_SUFFIX, DEFAULT_PREFIX, PARAMS_SUFFIX
-from cli import DefaultsHelpFormatter, positive_int, run_main
+from cli import DefaultsHelpFormatter, output_to, positive_int, run_main
 from convert_checkpoint import hf_to_paddle, read_hf_checkpoint
 from dllog import read_report
 from glue_data import GLUE_TASKS, read_glue_examples
@@ -422,25 +421,6 @@ def finished_result(unit: Unit) -> dict | None:
     return result
 
 
-@contextlib.contextmanager
-def output_to(log_file: Path) -> Iterator[None]:
-    """This process's stdout and stderr, Paddle's C++ output too, appended to log_file meanwhile."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with open(log_file, "ab") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for descriptor, copy in ((1, saved[0]), (2, saved[1])):
-            os.dup2(copy, descriptor)
-            os.close(copy)
-
-
 def run_unit(unit: Unit) -> dict:
     """Fine-tune the unit in a fresh folder (its output in <folder>/log.txt), check that it started from the
     named weights, and write its result: the scores (percent), where it started, its seconds."""
@@ -448,7 +428,7 @@ def run_unit(unit: Unit) -> dict:
     unit.folder.mkdir(parents=True)
     began, cpu_began = time.perf_counter(), time.process_time()
     main = run_squad.main if unit.task == "squad" else run_glue.main
-    with output_to(unit.folder / "log.txt"):
+    with output_to(unit.folder / "log.txt", "ab"):
         main(unit_argv(unit.task, unit.seed, unit.plan, unit.data, unit.start, unit.folder))
     # CPU seconds beside wall seconds: on a shared machine the wall time says as much about the other jobs.
     seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
