@@ -9,14 +9,18 @@ line naming the file, so nothing measured under other settings is mixed in):
 1. data: the preset's shards of the corpus (scripts/run_pretraining.sh builds them from its wikipedia_source,
    here ../shared/data/wikipedia/en-2015, when its data folder is empty), with whole articles held out for
    validation, listed by title beside the held-out shards.
-2. pretrain/<run>: each run of RUNS trains the preset (scripts/configs/pretrain_config.sh, --preset) to its time
-   budget through scripts/run_pretraining.sh, validating masked-LM loss and accuracy on the held-out articles
-   every eval_interval_minutes of training time. The transformers run is benchmarks/hf_pretraining_peer.py on
-   torch with the same batches, objective, optimizer, schedule and budget, imported into ours with
-   convert_checkpoint.py hf2paddle.
+2. pretrain/<run>: each run of RUNS in turn (the hour first, so that the result that matters most lands first),
+   followed by its fine-tuning (3) where it is scored downstream. Each run trains the preset
+   (scripts/configs/pretrain_config.sh, --preset) to its time budget through scripts/run_pretraining.sh,
+   validating masked-LM loss and accuracy on the held-out articles every eval_interval_minutes of training time.
+   The transformers run is benchmarks/hf_pretraining_peer.py on torch with the same batches, objective,
+   optimizer, schedule and budget, imported into ours with convert_checkpoint.py hf2paddle. A run's settings name
+   the CPU: minutes on another CPU are not the same budget, so a rerun on another machine stops with one line
+   instead of mixing the two.
 3. downstream/<run>: scripts/run_downstream.sh fine-tunes the run's final checkpoint (the random run: the
    preset's config from random weights) on SST-2, MRPC, RTE, CoLA and SQuAD v1.1 with fixed hyperparameters.
-4. report: WORK/time_to_quality.json; in --report-dir (default docs/) time-to-quality.json, .png and .md.
+4. report: WORK/time_to_quality.json; in --report-dir (default docs/) time-to-quality.json, .png and .md, with
+   every stage's wall time and their sum (what the whole yardstick took).
 
 Ctrl-C stops it in one line (status 130); the finished stages are kept, and the interrupted pretraining run
 continues from its last checkpoint when the command is run again.
@@ -52,7 +56,10 @@ from dllog import LOG, read_report, training_step  # noqa: E402
 
 SCRIPT = "time_to_quality.py"
 PRESET_FILE = ROOT / "scripts" / "configs" / "pretrain_config.sh"
-DEFAULT_PRESET = "cpu_budget_mini"
+# bert-tiny: its fine-tuning takes 2 to 3 minutes a checkpoint where mini's takes 13, which would put the yardstick
+# past 150 minutes; and in 5 minutes at the first-guess learning rate 2e-3 it reached 7.0% validation masked-LM
+# accuracy to mini's 5.9% (--compare-sizes at the searched rate is still to be run).
+DEFAULT_PRESET = "cpu_budget_tiny"
 
 
 @dataclass(frozen=True)
@@ -68,31 +75,41 @@ class Run:
     learning_rate: str | None = None
     preset: str | None = None
     downstream: bool = True
+    accumulation: int | None = None  # micro-batches per optimizer step (None: the preset's)
 
 
-# The whole yardstick. Random init fine-tunes the untrained model; ours at 20 and 60 minutes; the transformers
-# peer at 20; then LAMB, LANS and AdamW for 10 minutes each, compared on validation masked-LM accuracy (LANS's
-# paper peak learning rate is LAMB's; AdamW's is the usual BERT one for a batch this size).
+# The whole yardstick. Random init fine-tunes the untrained model; ours at 60 and 20 minutes; the transformers
+# peer at 20; then LAMB, LANS and AdamW for 5 minutes each at a 4x larger batch through gradient merge (the large
+# batch of LANS's claim, Zheng et al. 2020), compared on validation masked-LM accuracy: LAMB and LANS at the
+# preset's learning rate (LANS's paper uses LAMB's), AdamW at the best of --search's.
 RUNS = (
     Run("random", "random", 0.0),
+    Run("ours-60", "ours", 60.0),
     Run("ours-20", "ours", 20.0),
     Run("transformers-20", "transformers", 20.0),
-    Run("ours-60", "ours", 60.0),
-    Run("lamb-10", "ours", 10.0, downstream=False),
-    Run("lans-10", "ours", 10.0, "Lans", downstream=False),
-    Run("adamw-10", "ours", 10.0, "AdamW", "1e-3", downstream=False),
+    Run("lamb-5", "ours", 5.0, downstream=False, accumulation=4),
+    Run("lans-5", "ours", 5.0, "Lans", downstream=False, accumulation=4),
+    Run("adamw-5", "ours", 5.0, "AdamW", "1e-3", downstream=False, accumulation=4),
 )
 # --quick: the same chain on a corpus slice with the tiny preset, each budget a few seconds; no peer (CI has
 # no torch).
 QUICK_RUNS = (
     Run("random", "random", 0.0),
     Run("ours-quick", "ours", 0.3),
-    Run("lans-quick", "ours", 0.1, "Lans", "1e-3", downstream=False),
+    Run("lans-quick", "ours", 0.1, "Lans", "1e-3", downstream=False, accumulation=2),
 )
 # --compare-sizes: the model size comparison that chose --preset's default, validation masked-LM accuracy after
-# SIZE_BUDGET minutes of each size (all three budget presets read the same shards); pretraining only.
-SIZE_BUDGET = 5.0
+# TRIAL_BUDGET minutes of each size (all three budget presets read the same shards); pretraining only.
+TRIAL_BUDGET = 5.0
 SIZES = ("tiny", "mini", "small")
+# --search: the optimizers and peak learning rates tried for the budget presets, TRIAL_BUDGET minutes each on
+# bert-tiny (the fastest size, so the most trials per minute), at the preset's batch and warmup.
+SEARCH = (
+    ("Lamb", "2e-3"),
+    ("Lamb", "1e-2"),
+    ("AdamW", "1e-3"),
+    ("Lamb", "3e-2"),
+)
 
 
 def preset_argument_names() -> list[str]:
@@ -138,8 +155,9 @@ class Stages:
         print(f"{stage}: done ({path})", flush=True)
         return result
 
-    def save(self, stage: str, settings: dict, result: dict) -> dict:
-        record = {"settings": settings, **result}
+    def save(self, stage: str, settings: dict, result: dict, began: float) -> dict:
+        """Write the stage's file: its settings, its result, and its wall seconds since `began` (perf_counter)."""
+        record = {"settings": settings, **result, "wall_seconds": round(time.perf_counter() - began, 1)}
         self.folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path(stage), json.dumps(record, indent=1) + "\n")
         return record
@@ -214,6 +232,8 @@ class Yardstick:
         self.work_dir = Path(args.work_dir).resolve()
         self.preset = args.preset or ("cpu_budget_tiny" if self.quick else DEFAULT_PRESET)
         self.stages = Stages(self.work_dir)
+        model, _ = machine.cpu_model_and_cores()
+        self.cpu = f"{model}; flags: {' '.join(machine.kernel_flags())}"
         self.environment = {**os.environ, "BERT_PREP_WORKING_DIR": str(self.work_dir / "data"),
                             "PADDLEBERT_SHARED_DIR": str(shared_dir())}
         self.preset_args = self.arguments_of(self.preset)
@@ -231,8 +251,21 @@ class Yardstick:
         return arguments
 
     def size_runs(self) -> tuple[Run, ...]:
-        budget = 0.1 if self.quick else SIZE_BUDGET
+        budget = 0.1 if self.quick else TRIAL_BUDGET
         return tuple(Run(f"{size}-{budget:g}", "ours", budget, preset=f"cpu_budget_{size}") for size in SIZES)
+
+    def search_runs(self) -> tuple[Run, ...]:
+        budget = 0.1 if self.quick else TRIAL_BUDGET
+        return tuple(Run(f"tiny-{budget:g}-{optimizer.lower()}-{rate}", "ours", budget, optimizer, rate,
+                         preset="cpu_budget_tiny") for optimizer, rate in SEARCH)
+
+    def settings(self, run: Run) -> dict:
+        """What a pretraining stage's result depends on: the run, its preset and the preset's arguments (an edited
+        preset is another run), and the CPU whose minutes it spent."""
+        preset = run.preset or self.preset
+        arguments = {name: value.replace(str(ROOT), "<code>").replace(str(self.work_dir), "<work>")
+                     for name, value in self.arguments_of(preset).items()}  # the same in any clone and work folder
+        return {**asdict(run), "preset": preset, "arguments": arguments, "cpu": self.cpu}
 
     def corpus_slice(self) -> Path:
         """--quick's corpus: the first QUICK_CORPUS_FILES files of the shared Wikipedia folder, linked."""
@@ -252,6 +285,8 @@ class Yardstick:
                          results_dir=str(self.work_dir / "runs" / run.name))
         if run.learning_rate is not None:
             arguments["learning_rate"] = run.learning_rate
+        if run.accumulation is not None:
+            arguments["gradient_accumulation_steps"] = str(run.accumulation)
         if run.budget > 0:
             arguments["time_budget"] = f"{run.budget:g}"
         return ["bash", str(ROOT / "scripts" / "run_pretraining.sh"), *arguments.values()], self.environment
@@ -265,24 +300,24 @@ class Yardstick:
         command, environment = self.pretraining_command(Run("data", "ours", 0.0))
         began = time.perf_counter()
         output = run_logged(command, self.work_dir / "logs" / "data.log", {**environment, "PREPROCESS_ONLY": "true"})
-        seconds = time.perf_counter() - began
         summaries = [json.loads(line) for line in output.splitlines() if line.startswith('{"output_dir"')]
         return self.stages.save("data", settings, {
-            "seconds": round(seconds, 1),
-            "pipeline": summaries[0] if summaries else "the data folder was there already: nothing was built"})
+            "pipeline": summaries[0] if summaries else "the data folder was there already: nothing was built"},
+            began)
 
     def pretrain(self, run: Run) -> dict:
-        settings = {"preset": self.preset, **asdict(run)}
+        settings = self.settings(run)
         done = self.stages.done(f"pretrain/{run.name}", settings)
         if done:
             return done
+        began = time.perf_counter()
         if run.engine == "random":
             result = {"checkpoint": None, "validation": [], "steps": 0, "sequences": 0, "minutes": 0.0}
         elif run.engine == "ours":
             result = self.pretrain_ours(run)
         else:
             result = self.pretrain_peer(run)
-        return self.stages.save(f"pretrain/{run.name}", settings, result)
+        return self.stages.save(f"pretrain/{run.name}", settings, result, began)
 
     def pretrain_ours(self, run: Run) -> dict:
         command, environment = self.pretraining_command(run)
@@ -299,12 +334,14 @@ class Yardstick:
         """The transformers peer with the options of ours at the same budget, read from that run's report."""
         from pretraining_eval import EVAL_SEED
 
-        ours = self.stages.done(f"pretrain/ours-{run.budget:g}", {"preset": self.preset,
-                                                                   **asdict(Run(f"ours-{run.budget:g}", "ours",
-                                                                                run.budget))})
+        ours = self.stages.done(f"pretrain/ours-{run.budget:g}",
+                                self.settings(Run(f"ours-{run.budget:g}", "ours", run.budget)))
         if ours is None:
             raise SystemExit(f"{SCRIPT}: {run.name} copies the options of ours-{run.budget:g}, which has not run")
         options = run_parameters(Path(ours["report"]))
+        if options["gradient_merge_steps"] != 1:  # the peer updates after every batch
+            raise SystemExit(f"{SCRIPT}: {run.name}: the peer has no gradient merge, and ours-{run.budget:g} "
+                             f"merged {options['gradient_merge_steps']} batches a step")
         output_dir = self.work_dir / "runs" / run.name
         command = [peers.peer_python(self.args, "transformers", SCRIPT), str(ROOT / "benchmarks" /
                                                                                "hf_pretraining_peer.py")]
@@ -322,11 +359,12 @@ class Yardstick:
                                for record in log["validation"]]}
 
     def downstream(self, run: Run, pretrained: dict) -> dict:
-        settings = {"preset": self.preset, **asdict(run), "checkpoint": pretrained["checkpoint"],
+        settings = {**asdict(run), "preset": run.preset or self.preset, "checkpoint": pretrained["checkpoint"],
                     "quick": self.quick}
         done = self.stages.done(f"downstream/{run.name}", settings)
         if done:
             return done
+        began = time.perf_counter()
         output_dir = self.work_dir / "downstream" / run.name
         command = [sys.executable, str(ROOT / "downstream.py"), "--output-dir", str(output_dir)]
         if run.engine == "random":
@@ -337,7 +375,7 @@ class Yardstick:
             command.append("--quick")
         run_logged(command, self.work_dir / "logs" / f"downstream-{run.name}.log", self.environment)
         result = json.loads((output_dir / "downstream.json").read_text(encoding="utf-8"))
-        return self.stages.save(f"downstream/{run.name}", settings, {"downstream": result})
+        return self.stages.save(f"downstream/{run.name}", settings, {"downstream": result}, began)
 
 
 def shared_dir() -> Path:
@@ -364,7 +402,7 @@ def averages(downstream: dict) -> dict:
             "downstream_average": statistics.fmean(task_score(downstream, task) for task in MAIN_SCORES)}
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work-dir", default=str(ROOT / "results" / "time_to_quality"),
                         help="where data, checkpoints and stage results go; a rerun continues there")
@@ -377,25 +415,34 @@ def main(argv: list[str] | None = None) -> None:
                         help="the miniature: a slice of the corpus, a tiny model, budgets of seconds, --quick "
                              "fine-tuning, no transformers peer")
     parser.add_argument("--compare-sizes", action="store_true",
-                        help=f"instead: pretrain each of the {', '.join(SIZES)} budget presets for {SIZE_BUDGET:g} "
+                        help=f"instead: pretrain each of the {', '.join(SIZES)} budget presets for {TRIAL_BUDGET:g} "
                              "minutes and write time-to-quality-sizes.{json,md} (validation MLM accuracy by size)")
+    parser.add_argument("--search", action="store_true",
+                        help=f"instead: pretrain bert-tiny for {TRIAL_BUDGET:g} minutes with each optimizer and "
+                             "learning rate of SEARCH and write time-to-quality-search.{json,md}")
     flag, venv, holds = peers.PEER_ENVIRONMENTS["transformers"]
     peers_dir = os.environ.get(peers.PEERS_DIR_VARIABLE)
     parser.add_argument(flag, default=os.path.join(peers_dir, venv, "bin", "python") if peers_dir else None,
                         help=f"a Python with {holds} for the peer "
                              f"(default ${peers.PEERS_DIR_VARIABLE}/{venv}/bin/python)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     machine.print_header()
     yardstick = Yardstick(args)
     data = yardstick.data()
-    if args.compare_sizes:
-        write_size_report(args, {run.name: yardstick.pretrain(run) for run in yardstick.size_runs()})
+    if args.compare_sizes or args.search:
+        kind, runs = ("sizes", yardstick.size_runs()) if args.compare_sizes else ("search", yardstick.search_runs())
+        write_trials_report(args, kind, {run.name: yardstick.pretrain(run) for run in runs})
         return
     results = {}
     for run in QUICK_RUNS if args.quick else RUNS:
-        pretrained = yardstick.pretrain(run)
-        results[run.name] = {"run": asdict(run), "pretraining": pretrained,
-                             **(yardstick.downstream(run, pretrained) if run.downstream else {})}
+        results[run.name] = {"run": asdict(run), "pretraining": yardstick.pretrain(run)}
+        if run.downstream:
+            stage = yardstick.downstream(run, results[run.name]["pretraining"])
+            results[run.name].update(downstream=stage["downstream"], downstream_wall_seconds=stage["wall_seconds"])
     write_report(args, data, results)
 
 
@@ -476,11 +523,18 @@ def markdown(header: str, data: dict, results: dict, checks: list[dict], command
     pipeline = data["pipeline"]
     data_line = (f"{pipeline['documents']} training articles, {pipeline['tokens']} tokens, {pipeline['samples']} "
                  f"samples ({pipeline['padding_fraction'] * 100:.1f}% padding); "
-                 f"{pipeline['holdout']['documents']} articles held out; {data['seconds']:.0f} s"
+                 f"{pipeline['holdout']['documents']} articles held out; {data['wall_seconds']:.0f} s"
                  if isinstance(pipeline, dict) else pipeline)
+    stage_minutes = {"data": data["wall_seconds"] / 60,
+                     "pretraining": sum(result["pretraining"].get("wall_seconds", 0.0) for result in results.values())
+                     / 60,
+                     "fine-tuning": sum(result.get("downstream_wall_seconds", 0.0) for result in results.values()) / 60}
+    wall_line = ("Wall time of the stages: " + ", ".join(f"{name} {minutes:.1f} min" for name, minutes in
+                                                         stage_minutes.items())
+                 + f"; the whole yardstick {sum(stage_minutes.values()):.1f} min.")
     return "\n".join([
         "# Time to quality", "", f"`{header}`", "", f"Command: `{command}`", "",
-        f"Data: {data_line}.", "",
+        f"Data: {data_line}.", "", wall_line, "",
         "Scores are medians over the seeds ± their spread (max - min) on the official dev sets; SQuAD v1.1 F1 "
         "and EM, CoLA Matthews correlation x 100, the rest accuracy or F1 in percent. GLUE avg: SST-2, MRPC "
         "(mean of accuracy and F1), RTE, CoLA; avg: those and SQuAD F1.", "", *lines, "", "## Targets", "",
@@ -519,22 +573,27 @@ def plot(results: dict, path: Path) -> None:
     plt.close(figure)
 
 
-def write_size_report(args: argparse.Namespace, runs: dict) -> None:
-    """time-to-quality-sizes.{json,md}: each size's validation MLM accuracy against its training minutes."""
-    lines = ["# Model size at equal time", "", f"`{machine.header_line()}`", "",
-             "Command: `python benchmarks/time_to_quality.py --compare-sizes`" + (" (--quick)" if args.quick else ""),
-             "", "| run | config | minutes | steps | sequences | validation MLM accuracy (%) at each evaluation |",
-             "|---|---|---|---|---|---|"]
+def write_trials_report(args: argparse.Namespace, kind: str, runs: dict) -> None:
+    """time-to-quality-<kind>.{json,md} (kind "sizes" or "search"): each trial's model, optimizer and validation
+    MLM accuracy against its training minutes."""
+    title = {"sizes": "Model size at equal time", "search": "Optimizer and learning rate at equal time"}[kind]
+    flag = {"sizes": "--compare-sizes", "search": "--search"}[kind]
+    lines = [f"# {title}", "", f"`{machine.header_line()}`", "",
+             f"Command: `python benchmarks/time_to_quality.py {flag}`" + (" (--quick)" if args.quick else ""), "",
+             "| run | config | optimizer | learning rate | batch | minutes | steps | sequences | "
+             "validation MLM accuracy (%) at each evaluation |", "|---|---|---|---|---|---|---|---|---|"]
     for name, result in runs.items():
         curve = ", ".join(f"{point['mlm_accuracy'] * 100:.1f}" for point in result["validation"])
-        config = Path(run_parameters(Path(result["report"]))["config_file"]).name
-        lines.append(f"| {name} | {config} | {result['minutes']:.1f} | {result['steps']} | {result['sequences']} | "
-                     f"{curve} |")
+        parameters = run_parameters(Path(result["report"]))
+        batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])
+        lines.append(f"| {name} | {Path(parameters['config_file']).name} | {parameters['optimizer']} | "
+                     f"{parameters['learning_rate']:g} | {batch} | {result['minutes']:.1f} | {result['steps']} | "
+                     f"{result['sequences']} | {curve} |")
     report_dir = Path(args.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(report_dir / "time-to-quality-sizes.json", json.dumps(runs, indent=1) + "\n")
-    atomic_write_text(report_dir / "time-to-quality-sizes.md", "\n".join(lines) + "\n")
-    print(f"Report: {report_dir / 'time-to-quality-sizes.md'}")
+    atomic_write_text(report_dir / f"time-to-quality-{kind}.json", json.dumps(runs, indent=1) + "\n")
+    atomic_write_text(report_dir / f"time-to-quality-{kind}.md", "\n".join(lines) + "\n")
+    print(f"Report: {report_dir / f'time-to-quality-{kind}.md'}")
 
 
 def write_report(args: argparse.Namespace, data: dict, results: dict) -> None:

@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,7 @@ def test_a_run_trains_its_own_optimizer_and_learning_rate(miniature):
     lans = report["runs"]["lans-quick"]
     [parameters] = [r["data"] for r in read_report(lans["pretraining"]["report"]) if r.get("step") == "PARAMETER"]
     assert (parameters["optimizer"], parameters["learning_rate"], parameters["time_budget"]) == ("Lans", 1e-3, 0.1)
+    assert parameters["gradient_merge_steps"] == 2 and parameters["batch_size"] == 8
     assert "downstream" not in lans and lans["pretraining"]["validation"]
     row = next(line for line in (miniature / "report" / "time-to-quality.md").read_text(encoding="utf-8").splitlines()
                if line.startswith("| lans-quick |"))
@@ -135,12 +137,58 @@ def test_a_rerun_skips_every_stage_that_is_done(miniature):
 
 def test_a_stage_measured_with_other_settings_is_refused_in_one_line(tmp_path):
     stages = time_to_quality.Stages(tmp_path)
-    stages.save("pretrain/ours-20", {"budget": 20.0}, {"steps": 3})
-    assert stages.done("pretrain/ours-20", {"budget": 20.0})["steps"] == 3
+    began = time.perf_counter()
+    stages.save("pretrain/ours-20", {"budget": 20.0}, {"steps": 3}, began)
+    done = stages.done("pretrain/ours-20", {"budget": 20.0})
+    assert done["steps"] == 3 and 0 <= done["wall_seconds"] <= round(time.perf_counter() - began, 1)
     with pytest.raises(SystemExit) as stop:
         stages.done("pretrain/ours-20", {"budget": 60.0})
     assert str(stop.value).startswith(f"time_to_quality.py: {stages.path('pretrain/ours-20')} was measured with")
     assert "\n" not in str(stop.value)
+
+
+def yardstick(work_dir: Path, *flags: str) -> time_to_quality.Yardstick:
+    parser_args = ["--work-dir", str(work_dir), *flags]
+    return time_to_quality.Yardstick(time_to_quality.parse_args(parser_args))
+
+
+def test_minutes_measured_on_another_cpu_are_refused(tmp_path):
+    """A pretraining stage's settings name the CPU: a rerun on another machine does not mix its minutes in."""
+    here = yardstick(tmp_path)
+    run = time_to_quality.Run("ours-20", "ours", 20.0)
+    here.stages.save("pretrain/ours-20", here.settings(run), {"steps": 3}, time.perf_counter())
+    assert here.pretrain(run)["steps"] == 3
+    elsewhere = yardstick(tmp_path)
+    elsewhere.cpu = "Intel(R) Xeon(R) Processor (family 6, model 143); flags: avx2 fma avx512f amx_tile"
+    with pytest.raises(SystemExit, match="was measured with other settings"):
+        elsewhere.pretrain(run)
+
+
+def test_each_search_trial_trains_its_optimizer_and_learning_rate(tmp_path):
+    """--search's runs pass their optimizer and learning rate to run_pretraining.sh in the preset's slots."""
+    names = time_to_quality.preset_argument_names()
+    search = yardstick(tmp_path)
+    trials = search.search_runs()
+    assert len(trials) == len(time_to_quality.SEARCH) == len({trial.name for trial in trials})
+    tiny = time_to_quality.preset_arguments("cpu_budget_tiny", search.environment)
+    for trial, (optimizer, rate) in zip(trials, time_to_quality.SEARCH, strict=True):
+        command, _ = search.pretraining_command(trial)
+        arguments = dict(zip(names, command[2:], strict=True))
+        assert (arguments["optimizer"], arguments["learning_rate"]) == (optimizer, rate)
+        assert arguments["BERT_CONFIG"] == tiny["BERT_CONFIG"] and arguments["time_budget"] == "5"
+
+
+def test_an_edited_preset_is_another_run(tmp_path, monkeypatch):
+    """The preset's arguments are part of a run's settings: a stage trained before the preset's learning rate
+    changed is not taken for the new one."""
+    before = yardstick(tmp_path)
+    run = time_to_quality.Run("ours-20", "ours", 20.0)
+    before.stages.save("pretrain/ours-20", before.settings(run), {"steps": 3}, time.perf_counter())
+    after = yardstick(tmp_path)
+    edited = dict(after.preset_args, learning_rate="5e-2")
+    monkeypatch.setattr(after, "arguments_of", lambda preset: edited)
+    with pytest.raises(SystemExit, match="was measured with other settings"):
+        after.pretrain(run)
 
 
 def test_the_preset_argument_names_are_the_scripts_positional_arguments():
