@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -124,13 +125,19 @@ def read_glue_examples(task_name: str, path: str | Path) -> list[ClassificationE
         if tuple(header) != task.header:
             raise ValueError(f"{path}:{line}: header {header} is not the {task.name} header {list(task.header)} "
                              "(test files have other columns; read them with named columns)")
-    examples = []
+    examples, empty_lines = [], []
     for row, (line, fields) in enumerate(records):
         _check_width(path, line, fields, task.num_fields)
         guid = "-".join(fields[column] for column in task.id_columns) if task.id_columns else str(row)
         text_b = fields[task.text_b] if task.text_b is not None else None
         label = _check_label(path, line, fields[task.label], task.labels)
+        if not fields[task.text_a].strip() or (text_b is not None and not text_b.strip()):
+            empty_lines.append(line)
         examples.append(ClassificationExample(guid, fields[task.text_a], text_b, label))
+    if empty_lines:
+        # Odd but not wrong: the row still has its label, and the model sees [CLS] [SEP] where the sentence was.
+        print(f"{path}:{empty_lines[0]}: warning: an empty sentence ({len(empty_lines)} row(s) of the file have one; "
+              "they are kept)", file=sys.stderr)
     return examples
 
 

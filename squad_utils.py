@@ -26,6 +26,7 @@ tokens directly, and a predicted token span maps back to a slice of the original
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -74,7 +75,7 @@ def read_squad_examples(path: str, is_training: bool, version_2_with_negative: b
     question marked "is_impossible"; anything else is a ValueError naming the file and the question.
     """
     data = load_squad_json(path)["data"] if version_2_with_negative else load_dataset(path)
-    examples = []
+    examples, first_seen, repeated = [], {}, []
     context_index = 0
     for article_index, article in enumerate(data):
         paragraphs = require_field(article, "paragraphs", path, f"article {article_index}")
@@ -83,10 +84,21 @@ def read_squad_examples(path: str, is_training: bool, version_2_with_negative: b
             context = require_field(paragraph, "context", path, where)
             if not isinstance(context, str):
                 raise ValueError(f"{path}: {where} has a context that is not a string")
+            if not context.strip():
+                raise ValueError(f"{path}: {where} has an empty context: no question on it can be answered")
             for qa in require_field(paragraph, "qas", path, where):
                 qas_id = require_field(qa, "id", path, where)
                 question_where = f"question {qas_id}"
                 question = require_field(qa, "question", path, question_where)
+                if not isinstance(question, str) or not question.strip():
+                    raise ValueError(f"{path}: {question_where} ({where}) has an empty question")
+                if str(qas_id) in first_seen:
+                    if not is_training:  # predictions.json maps ids to answers: one would replace the other
+                        raise ValueError(f"{path}: question {qas_id} ({where}) has the id of the question in "
+                                         f"{first_seen[str(qas_id)]}; predictions are keyed by id, so one answer "
+                                         "would replace the other")
+                    repeated.append(str(qas_id))
+                first_seen.setdefault(str(qas_id), where)
                 example = SquadExample(str(qas_id), question, context, context_index)
                 if version_2_with_negative:
                     example.is_impossible = qa.get("is_impossible", False)
@@ -100,6 +112,9 @@ def read_squad_examples(path: str, is_training: bool, version_2_with_negative: b
                     example.answer_text, example.answer_start = _first_answer(qa, context, path, question_where)
                 examples.append(example)
             context_index += 1
+    if repeated:  # training keys nothing by id, so the questions still train
+        print(f"{path}: warning: question id {repeated[0]} ({first_seen[repeated[0]]}) is used again "
+              f"({len(repeated)} repeated id(s) in the file; every question is kept)", file=sys.stderr)
     return examples
 
 

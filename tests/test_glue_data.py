@@ -106,6 +106,18 @@ def test_malformed_rows_name_the_file_and_line(tmp_path, content, message):
     assert "\n" not in str(error.value)
 
 
+def test_an_empty_sentence_is_kept_with_one_warning_naming_the_file_and_line(tmp_path, capsys):
+    path = tmp_path / "train.tsv"
+    path.write_text(QQP_HEADER + "1\t2\t3\tq1\tq2\t0\n4\t5\t6\t \tq4\t1\n7\t8\t9\tq5\t\t1\n", encoding="utf-8")
+    examples = read_glue_examples("qqp", path)
+    assert [example.guid for example in examples] == ["1", "4", "7"]
+    assert capsys.readouterr().err == (f"{path}:3: warning: an empty sentence (2 row(s) of the file have one; "
+                                       "they are kept)\n")
+    path.write_text(QQP_HEADER + "1\t2\t3\tq1\tq2\t0\n", encoding="utf-8")
+    read_glue_examples("qqp", path)
+    assert capsys.readouterr().err == ""
+
+
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.tsv: file not found"):
         read_glue_examples("sst-2", tmp_path / "missing.tsv")

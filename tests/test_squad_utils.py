@@ -242,6 +242,38 @@ def _write_squad(path, qa_changes=None, drop=None, raw=None):
     return str(path)
 
 
+def _write_paragraphs(path, paragraphs):
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
+    return str(path)
+
+
+def test_a_repeated_question_id_is_refused_for_prediction_and_warned_about_in_training(tmp_path, capsys):
+    """predictions.json maps an id to one answer: with two questions under one id, one answer would be lost."""
+    answer = [{"text": "Ann", "answer_start": 0}]
+    path = _write_paragraphs(tmp_path / "twice.json", [
+        {"context": "Ann met Bob.", "qas": [{"id": "q-1", "question": "Who met Bob?", "answers": answer}]},
+        {"context": "Ann saw Eve.", "qas": [{"id": "q-2", "question": "Who saw?", "answers": answer},
+                                            {"id": "q-1", "question": "Who saw Eve?", "answers": answer}]}])
+    with pytest.raises(ValueError) as error:
+        read_squad_examples(path, is_training=False)
+    assert str(error.value) == (f"{path}: question q-1 (article 0 paragraph 1) has the id of the question in article 0 "
+                                "paragraph 0; predictions are keyed by id, so one answer would replace the other")
+    assert [example.question_text for example in read_squad_examples(path, is_training=True)] == [
+        "Who met Bob?", "Who saw?", "Who saw Eve?"]
+    assert capsys.readouterr().err == (f"{path}: warning: question id q-1 (article 0 paragraph 0) is used again (1 "
+                                       "repeated id(s) in the file; every question is kept)\n")
+
+
+@pytest.mark.parametrize("is_training", [True, False])
+def test_an_empty_question_or_context_is_refused(tmp_path, is_training):
+    question = _write_squad(tmp_path / "question.json", {"question": "  "})
+    with pytest.raises(ValueError, match=rf"^{question}: question q-7 \(article 0 paragraph 0\) has an empty question"):
+        read_squad_examples(question, is_training=is_training)
+    context = _write_paragraphs(tmp_path / "context.json", [{"context": "", "qas": [{"id": "q-9", "question": "?"}]}])
+    with pytest.raises(ValueError, match=rf"^{context}: article 0 paragraph 0 has an empty context"):
+        read_squad_examples(context, is_training=is_training)
+
+
 def test_bad_files_give_one_line_errors_naming_file_and_record(tmp_path):
     malformed = _write_squad(tmp_path / "malformed.json", raw='{"data": [')
     with pytest.raises(ValueError, match=rf"^{malformed}: not valid JSON"):
