@@ -1,10 +1,10 @@
 """Convert BERT checkpoints between Hugging Face's format and PaddleBERT's Paddle parameters.
 
     python convert_checkpoint.py hf2paddle HF_DIR OUT.pdparams|OUT.safetensors [--config-out CONFIG.json]
-                                                              [--require-heads HEAD [HEAD ...]]
-    python convert_checkpoint.py paddle2hf PADDLE.pdparams CONFIG.json OUT_DIR
+                                                              [--require-heads HEAD [HEAD ...]] [--overwrite]
+    python convert_checkpoint.py paddle2hf PADDLE.pdparams CONFIG.json OUT_DIR [--overwrite]
     python convert_checkpoint.py nvidia2paddle NGC_PREFIX_OR_FILE OUT.pdparams|OUT.safetensors [--config CONFIG.json
-                                                                                            [--config-out OUT.json]]
+                                                                                [--config-out OUT.json]] [--overwrite]
 
 hf2paddle reads HF_DIR/config.json and HF_DIR/model.safetensors, else HF_DIR/pytorch_model.bin, which
 paddle_files.read_torch_bin reads without torch and without running code. OUT.pdparams is a paddle.save'd
@@ -32,6 +32,8 @@ FusedTransformerEncoderLayer) by itself. weights.load_pretrained does the same i
 takes such a file as it is. --config-out writes the --config with NVIDIA's LayerNorm epsilons (encoder 1e-5,
 embeddings and masked-LM head 1e-12): with it our model computes NVIDIA's function, which our configs' 1e-12
 everywhere changes slightly.
+
+No command writes onto a file it reads, and none replaces an existing output file unless --overwrite is given.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -348,8 +350,29 @@ def write_weights(path: str | os.PathLike, state: Mapping[str, np.ndarray]) -> N
     print(f"wrote {len(state)} parameters to {path}")
 
 
+def check_outputs(outputs: Sequence[Path], inputs: Sequence[Path], overwrite: bool) -> None:
+    """Before anything is written: refuse an output that is one of the command's inputs (even with --overwrite:
+    a conversion that destroys its source cannot be undone), and an existing output unless overwrite is set."""
+    read = {path.resolve() for path in inputs}
+    for output in outputs:
+        if output.resolve() in read:
+            raise ValueError(f"{output} is what this command reads; write the output elsewhere")
+        if output.is_dir():
+            raise ValueError(f"{output} is a folder, not a file")
+        if output.exists() and not overwrite:
+            raise ValueError(f"{output} exists; pass --overwrite to replace it")
+
+
 def run_hf2paddle(args: argparse.Namespace) -> None:
     config, hf_state, weights_path = read_hf_checkpoint(args.hf_dir)
+    config_paths = [config_beside(args.out_weights)]
+    if args.config_out and Path(args.config_out).resolve() != config_paths[0].resolve():
+        config_paths.append(Path(args.config_out))
+    # A config that already says what this one says is no work to lose (an OUT.pdparams and OUT.safetensors share it).
+    changed = [path for path in config_paths
+               if not (path.is_file() and path.read_text(encoding="utf-8") == config.to_json_string())]
+    check_outputs([Path(args.out_weights), *changed], [weights_path, Path(args.hf_dir, "config.json")],
+                  args.overwrite)
     conversion = hf_to_paddle(hf_state, config, str(weights_path))
     print(f"read {len(hf_state)} tensors from {weights_path} ({config.num_hidden_layers} layers, "
           f"hidden {config.hidden_size})")
@@ -363,9 +386,6 @@ def run_hf2paddle(args: argparse.Namespace) -> None:
                          + ", ".join(f"{head} ({hf_head_prefixes()[head]}.*)" for head in absent))
     write_weights(args.out_weights, conversion.state)
     # The config beside the weights travels with them: --from-pretrained-params OUT builds its model from it.
-    config_paths = [config_beside(args.out_weights)]
-    if args.config_out and Path(args.config_out).resolve() != config_paths[0].resolve():
-        config_paths.append(Path(args.config_out))
     for config_path in config_paths:
         atomic_write_text(config_path, config.to_json_string())
         print(f"wrote PaddleBERT config to {config_path}")
@@ -380,8 +400,15 @@ def run_paddle2hf(args: argparse.Namespace) -> None:
         # transformers' BertConfig has one layer_norm_eps for every LayerNorm.
         print(f"note: transformers has one layer_norm_eps; config.json gets {config.layer_norm_eps}, so the encoder's "
               f"{config.encoder_eps} is not kept and outputs change slightly")
-    hf_state, heads = paddle_to_hf(read_weights(args.pdparams), config, args.pdparams)
     out_dir = Path(args.out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"{out_dir} is a file; paddle2hf writes a folder")
+    outputs = [out_dir / "model.safetensors", out_dir / "config.json"]
+    check_outputs(outputs, [Path(args.pdparams), Path(args.config)], args.overwrite)
+    hf_state, heads = paddle_to_hf(read_weights(args.pdparams), config, args.pdparams)
+    others = sorted(path.name for path in out_dir.iterdir() if path not in outputs) if out_dir.is_dir() else []
+    if others:  # a tokenizer left there belongs to whatever model the folder held before
+        print(f"note: {out_dir} also holds {', '.join(others)}, which this command neither wrote nor checked")
     # transformers refuses safetensors files without format metadata.
     atomic_write(out_dir / "model.safetensors",
                       lambda temp_path: save_file(hf_state, temp_path, metadata={"format": "pt"}))
@@ -396,6 +423,8 @@ def run_nvidia2paddle(args: argparse.Namespace) -> None:
     if args.config_out and not args.config:
         raise ValueError("--config-out needs --config (the architecture, which a checkpoint does not fully name)")
     ngc_state, file = read_ngc_checkpoint(args.ngc_checkpoint)
+    check_outputs([Path(args.out_weights), *([Path(args.config_out)] if args.config_out else [])],
+                  [file, *([Path(args.config)] if args.config else [])], args.overwrite)
     conversion = nvidia_to_paddle(ngc_state, str(file))
     state = conversion.state
     if args.config:
@@ -421,6 +450,11 @@ def add_out_weights(command: argparse.ArgumentParser) -> None:
                          help="weights file to write: OUT.pdparams, or OUT.safetensors (the format to share)")
 
 
+def add_overwrite(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--overwrite", action="store_true",
+                         help="replace output files that exist (never a file the command reads)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -431,11 +465,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "beside OUT as <OUT name>_config.json)")
     hf2paddle.add_argument("--require-heads", nargs="+", default=[], choices=sorted(HEAD_GROUPS),
                            help="fail unless these heads are in the source; pretraining = pooler mlm nsp")
+    add_overwrite(hf2paddle)
     hf2paddle.set_defaults(run=run_hf2paddle)
     paddle2hf = commands.add_parser("paddle2hf", help="Paddle .pdparams -> Hugging Face folder")
     paddle2hf.add_argument("pdparams", help="Paddle parameter file (paddle.save of a state dict)")
     paddle2hf.add_argument("config", help="PaddleBERT config JSON the parameters were trained with")
     paddle2hf.add_argument("out_dir", help="folder to write model.safetensors and config.json into")
+    add_overwrite(paddle2hf)
     paddle2hf.set_defaults(run=run_paddle2hf)
     nvidia2paddle = commands.add_parser("nvidia2paddle", help="NVIDIA's static-graph (NGC) checkpoint -> ours")
     nvidia2paddle.add_argument("ngc_checkpoint", help="the checkpoint's .pdparams, or its prefix (without .pdparams)")
@@ -444,6 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "(NVIDIA's bert_configs/*.json, or ours)")
     nvidia2paddle.add_argument("--config-out", help="also write --config here with NVIDIA's LayerNorm epsilons, "
                                                     "for outputs equal to NVIDIA's")
+    add_overwrite(nvidia2paddle)
     nvidia2paddle.set_defaults(run=run_nvidia2paddle)
     return parser
 
@@ -452,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         args.run(args)
-    except (FileNotFoundError, ValueError) as error:
+    except (OSError, ValueError) as error:  # OSError: a full or read-only disk, named by the error's filename
         raise SystemExit(f"convert_checkpoint.py {args.command}: {error}") from None
 
 

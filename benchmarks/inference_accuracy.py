@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     machine.print_header()
     args.work_dir.mkdir(parents=True, exist_ok=True)
     convert_checkpoint.main(["hf2paddle", str(args.model_dir), str(args.work_dir / "minilm.pdparams"),
-                             "--config-out", str(args.work_dir / "minilm.json")])
+                             "--config-out", str(args.work_dir / "minilm.json"), "--overwrite"])  # a rerun redoes it
     common = ["--vocab-file", str(args.model_dir / "vocab.txt"), "--bert-model", "custom", "--config-file",
               str(args.work_dir / "minilm.json"), "--train-batch-size", "32", "--predict-batch-size", "32"]
     lines = ["| task | backend | precision | int8 quantization | score | minus " + args.predictors[0] + " |",

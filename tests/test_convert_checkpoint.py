@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
+import hashlib
 import io
 import json
 import os
 import pickle
 import runpy
+import shutil
 import sys
 import zipfile
 from pathlib import Path
@@ -670,3 +673,72 @@ def test_nvidia2paddle_input_errors_name_the_file(ngc_checkpoints, tmp_path):
     message = cli_error("nvidia2paddle", str(unfused_prefix), out, "--config-out", str(tmp_path / "c.json"))
     assert "--config-out needs --config" in message
     assert not (tmp_path / "out.pdparams").exists()
+
+
+def sha256_of(*paths: Path) -> list[str]:
+    return [hashlib.sha256(path.read_bytes()).hexdigest() for path in paths]
+
+
+def test_no_conversion_writes_onto_its_source_even_with_overwrite(tmp_path, capsys):
+    """hf2paddle SRC SRC/model.safetensors would replace the file it reads; paddle2hf into the folder of its own
+    inputs, and nvidia2paddle --config-out onto --config, likewise."""
+    source = tmp_path / "hf"
+    shutil.copytree(TF5_DIR, source)
+    before = sha256_of(source / "model.safetensors", source / "config.json")
+    for flags in ([], ["--overwrite"]):
+        message = cli_error("hf2paddle", str(source), str(source / "model.safetensors"), *flags)
+        assert message == (f"convert_checkpoint.py hf2paddle: {source / 'model.safetensors'} is what this command "
+                           "reads; write the output elsewhere")
+        message = cli_error("hf2paddle", str(source), str(tmp_path / "out.pdparams"), "--config-out",
+                            str(source / "config.json"), *flags)
+        assert message.endswith(f"{source / 'config.json'} is what this command reads; write the output elsewhere")
+    assert sha256_of(source / "model.safetensors", source / "config.json") == before
+    assert not (tmp_path / "out.pdparams").exists()
+    convert(capsys, "hf2paddle", str(source), str(tmp_path / "out.pdparams"))
+    message = cli_error("paddle2hf", str(tmp_path / "out.pdparams"), str(source / "config.json"), str(source),
+                        "--overwrite")
+    assert message.endswith(f"{source / 'config.json'} is what this command reads; write the output elsewhere")
+    assert sha256_of(source / "model.safetensors", source / "config.json") == before
+
+
+def test_an_existing_output_is_replaced_only_with_overwrite(tmp_path, capsys):
+    """hf2paddle onto another model's weights, paddle2hf into a folder that holds a model: refused unless
+    --overwrite, which replaces them and names what else the folder holds."""
+    convert(capsys, "hf2paddle", str(TF5_DIR), str(tmp_path / "tf5.pdparams"))
+    other = tmp_path / "other.pdparams"
+    convert(capsys, "hf2paddle", str(TINY_DIR), str(other))
+    kept = sha256_of(other, tmp_path / "other_config.json")
+    message = cli_error("hf2paddle", str(TF5_DIR), str(other))
+    assert message == f"convert_checkpoint.py hf2paddle: {other} exists; pass --overwrite to replace it"
+    assert sha256_of(other, tmp_path / "other_config.json") == kept
+    convert(capsys, "hf2paddle", str(TF5_DIR), str(other), "--overwrite")
+    assert sha256_of(other) == sha256_of(tmp_path / "tf5.pdparams")
+    assert sha256_of(tmp_path / "other_config.json") == sha256_of(tmp_path / "tf5_config.json")
+
+    hf = tmp_path / "hf"
+    convert(capsys, "paddle2hf", str(tmp_path / "tf5.pdparams"), str(tmp_path / "tf5_config.json"), str(hf))
+    (hf / "vocab.txt").write_text("[PAD]\n")
+    first = sha256_of(hf / "model.safetensors", hf / "config.json")
+    message = cli_error("paddle2hf", str(other), str(tmp_path / "other_config.json"), str(hf))
+    assert message == (f"convert_checkpoint.py paddle2hf: {hf / 'model.safetensors'} exists; pass --overwrite to "
+                       "replace it")
+    assert sha256_of(hf / "model.safetensors", hf / "config.json") == first
+    out = convert(capsys, "paddle2hf", str(other), str(tmp_path / "other_config.json"), str(hf), "--overwrite")
+    assert f"note: {hf} also holds vocab.txt, which this command neither wrote nor checked" in out
+
+
+def test_an_out_dir_that_is_a_file_and_a_full_disk_are_one_line(tmp_path, capsys, monkeypatch):
+    convert(capsys, "hf2paddle", str(TF5_DIR), str(tmp_path / "tf5.pdparams"))
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    message = cli_error("paddle2hf", str(tmp_path / "tf5.pdparams"), str(tmp_path / "tf5_config.json"), str(taken))
+    assert message == f"convert_checkpoint.py paddle2hf: {taken} is a file; paddle2hf writes a folder"
+
+    def full_disk(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(convert_checkpoint, "atomic_write", full_disk)
+    message = cli_error("paddle2hf", str(tmp_path / "tf5.pdparams"), str(tmp_path / "tf5_config.json"),
+                        str(tmp_path / "hf"))
+    assert message == (f"convert_checkpoint.py paddle2hf: [Errno {errno.ENOSPC}] No space left on device: "
+                       f"'{tmp_path / 'hf' / 'model.safetensors'}'")
