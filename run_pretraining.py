@@ -104,6 +104,9 @@ DEFAULT_MASKED_LM_RATIO = 0.15
 # The reference pads the vocabulary to a multiple of 8 for tensor cores; weights.load_pretrained and load_state
 # fit a table of either size (weights.fit_vocab_rows).
 VOCAB_PAD_MULTIPLE = 8
+# NVIDIA's default model, and the fields in which --bert-model's network and --config-file's may not differ.
+DEFAULT_BERT_MODEL = "bert-large-uncased"
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,9 +149,11 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Model")
-    group.add_argument("--bert-model", default="bert-large-uncased", choices=BERT_MODELS,
+    group.add_argument("--bert-model", default=DEFAULT_BERT_MODEL, choices=BERT_MODELS,
                        help="Model size; its config is bert_configs/<bert-model>.json unless --config-file is "
-                       "given (required for custom).")
+                       "given (required for custom), and it names the checkpoint folder. Not given with "
+                       "--config-file, it is that file's name where that is one of the choices, else custom; "
+                       "given, it must have the shape of --config-file.")
     group.add_argument("--config-file", default=None, help="BERT config JSON (overrides --bert-model's).")
     group.add_argument("--fuse-mha", action="store_true",
                        help="One [H, 3H] projection for Q, K and V (weights load into either layout).")
@@ -305,20 +310,41 @@ def _check_data_options(parser: argparse.ArgumentParser, args: argparse.Namespac
 
 
 def _check_model_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--config-file: --bert-model's unless given, and it exists."""
+    """--config-file: --bert-model's unless given, and it exists. --bert-model names the checkpoint folder, so it
+    must not name another network than the one trained: unless typed (None here) it follows --config-file (the
+    file's name where that is a model of BERT_MODELS, as run_pretraining.sh's set_bert_model decides, else custom);
+    typed beside --config-file, the two must agree on shape."""
+    typed = args.bert_model is not None
+    if not typed:
+        stem = Path(args.config_file).stem if args.config_file is not None else DEFAULT_BERT_MODEL
+        args.bert_model = stem if stem in BERT_MODELS else "custom"
+    config_given = args.config_file is not None
     try:
         args.config_file = config_file_for(args.bert_model, args.config_file)
     except ValueError as error:
         parser.error(str(error))
     if not Path(args.config_file).is_file():
         parser.error(f"--config-file {args.config_file}: no such file")
+    if typed and config_given and args.bert_model != "custom":
+        try:
+            named = BertConfig.from_json_file(config_file_for(args.bert_model, None))
+            given = BertConfig.from_json_file(args.config_file)
+        except ValueError as error:
+            parser.error(str(error))
+        differences = [f"{field} {getattr(named, field)} and {getattr(given, field)}" for field in SHAPE_FIELDS
+                       if getattr(named, field) != getattr(given, field)]
+        if differences:
+            parser.error(f"--bert-model {args.bert_model} and --config-file {args.config_file} disagree on "
+                         f"{', '.join(differences)}; the checkpoints would be filed under {args.bert_model}/: drop "
+                         "--bert-model (the file's network names the folder) or pass --bert-model custom")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse and check the command line; invalid input exits with a one-line error naming the flag (the ranges of
     single options are checked by their argparse types, cli.py)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # bert_model None: --bert-model was not typed (argparse fills in defaults only for names the namespace lacks).
+    args = parser.parse_args(argv, namespace=argparse.Namespace(bert_model=None))
     for check in (_check_schedule_options, _check_starting_weights, check_amp_arguments, check_eval_arguments,
                   _check_data_options, _check_model_options):
         check(parser, args)
@@ -708,12 +734,18 @@ def agreed_elapsed(stopwatch: TrainingStopwatch, world_size: int) -> float:
 
 
 def build_loader(args: argparse.Namespace, rank: int, world_size: int) -> PretrainingDataLoader:
-    return PretrainingDataLoader(
+    """The rank's loader; a --batch-size beyond the samples the rank reads in an epoch is refused before any batch
+    is assembled (the loader would cut it to one batch of everything, which may not fit in memory)."""
+    loader = PretrainingDataLoader(
         args.input_dir, args.vocab_file, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
         max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, rank=rank, world_size=world_size,
         num_workers=args.num_workers, masked_lm_ratio=args.masked_lm_ratio,
         whole_word_masking=args.whole_word_masking, nsp=not args.no_nsp,
     )
+    if args.batch_size > loader.num_samples:
+        raise ValueError(f"--batch-size {args.batch_size} is more than the {loader.num_samples} samples of "
+                         f"--input-dir {args.input_dir} that rank {rank} of {world_size} reads in an epoch")
+    return loader
 
 
 def check_vocab_fits(args: argparse.Namespace, config: BertConfig, loader: PretrainingDataLoader) -> None:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 import checkpoint
@@ -294,6 +295,18 @@ def test_a_vocab_that_misses_tokens_is_one_line_naming_it(tmp_path, capsys, keep
     assert status == 1
     one_line_error(output, "run_pretraining.py: ", str(vocab), named)
     assert snapshot(vocab) == before
+
+
+def test_a_batch_larger_than_the_data_is_one_line_before_any_batch_is_built(tmp_path, capsys):
+    """Issue 46: --batch-size 1000000000 grew to gigabytes assembling one batch of every sample."""
+    status, output = run_entry(pretraining_argv(tmp_path, "--batch-size", "1000000000"), capsys)
+    assert status == 1
+    line = one_line_error(output, "run_pretraining.py: ", "--batch-size 1000000000 is more than the ",
+                          f"samples of --input-dir {require_shared(*UNBINNED)} that rank 0 of 1 reads in an epoch")
+    samples = int(line.split("more than the ")[1].split()[0])
+    assert samples == sum(pq.ParquetFile(path).metadata.num_rows
+                          for path in Path(require_shared(*UNBINNED)).glob("*.parquet*"))
+    assert not any(phase1(tmp_path).iterdir())
 
 
 def test_a_config_vocab_size_below_the_vocab_file_is_one_line_naming_both(tmp_path, capsys):

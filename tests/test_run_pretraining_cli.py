@@ -109,6 +109,39 @@ def test_bert_model_selects_its_config_file(tmp_path):
     assert run_pretraining.load_bert_config(args).vocab_size == 28996  # the cased vocabulary
 
 
+def model_argv(tmp_path: Path, *model_flags: str) -> list[str]:
+    """pretraining_argv with these model flags in place of its --bert-model custom --config-file."""
+    argv = pretraining_argv(tmp_path)
+    at = argv.index("--bert-model")
+    del argv[at:at + 4]
+    return argv + list(model_flags)
+
+
+@pytest.mark.parametrize(("flags", "folder"), [
+    ((), "bert-large-uncased"),  # NVIDIA's default model
+    (("--config-file", str(ROOT / "bert_configs" / "bert-mini-uncased.json")), "custom"),  # issue 45: not bert-large
+    (("--config-file", str(ROOT / "bert_configs" / "bert-base-cased.json")), "bert-base-cased"),
+    (("--bert-model", "bert-base-uncased", "--config-file", str(ROOT / "bert_configs" / "bert-base-uncased.json")),
+     "bert-base-uncased"),
+])
+def test_the_checkpoint_folder_is_named_after_the_network_trained(tmp_path, flags, folder):
+    args = run_pretraining.parse_args(model_argv(tmp_path, *flags))
+    assert args.bert_model == folder
+    config = json.loads(Path(args.config_file).read_text(encoding="utf-8"))
+    expected = json.loads((ROOT / "bert_configs" / f"{folder if folder != 'custom' else 'bert-mini-uncased'}.json")
+                          .read_text(encoding="utf-8"))
+    assert config["hidden_size"] == expected["hidden_size"]
+
+
+def test_a_bert_model_of_another_shape_than_the_config_file_is_refused(tmp_path, capsys):
+    mini = ROOT / "bert_configs" / "bert-mini-uncased.json"
+    line = parse_error(model_argv(tmp_path, "--bert-model", "bert-large-uncased", "--config-file", str(mini)), capsys)
+    assert line.endswith(f"--bert-model bert-large-uncased and --config-file {mini} disagree on hidden_size 1024 "
+                         "and 256, num_hidden_layers 24 and 4, num_attention_heads 16 and 4, intermediate_size 4096 "
+                         "and 1024; the checkpoints would be filed under bert-large-uncased/: drop --bert-model (the "
+                         "file's network names the folder) or pass --bert-model custom")
+
+
 def test_max_seq_length_beyond_position_embeddings_is_an_error(tmp_path):
     args = run_pretraining.parse_args(pretraining_argv(tmp_path, "--max-seq-length", "256"))
     with pytest.raises(ValueError, match="--max-seq-length 256 exceeds max_position_embeddings 128"):
