@@ -1105,3 +1105,8 @@ def print_summary(output_dir: str | Path, result: PipelineResult) -> None:
         "samples_per_second": round(training.num_samples / result.seconds, 2),
         **holdout,
     }))
+
+
+if __name__ == "__main__":  # a library: run as a script, it would do nothing and say nothing
+    sys.exit("preprocess_pipeline.py is the library behind the preprocessing commands and takes no arguments: run "
+             "lddl_preprocess.py (LDDL's shards) or create_pretraining_data.py (NVIDIA's HDF5 files) instead")

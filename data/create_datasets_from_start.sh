@@ -173,23 +173,45 @@ download_wikipedia() {  # the dump, extracted; CORPUS becomes the extracted text
   CORPUS="$extracted"
 }
 
+corpus_inputs() {  # what SOURCE_DIR is to link for $CORPUS, a path a line: a folder, or a WikiText folder's .raw files
+  local corpus
+  corpus="$(realpath "$CORPUS")"
+  if [[ -d "$corpus" && -n "$(find "$corpus" -maxdepth 1 -name 'wiki.*.raw' -print -quit)" ]]; then
+    find "$corpus" -maxdepth 1 -name 'wiki.*.raw' | LC_ALL=C sort
+  else
+    echo "$corpus"
+  fi
+}
+
+linked_inputs() {  # what an existing SOURCE_DIR links, in corpus_inputs' form
+  local link
+  if [[ -L "$SOURCE_DIR" ]]; then
+    realpath "$SOURCE_DIR"
+  else
+    for link in "$SOURCE_DIR"/*; do realpath "$link"; done | LC_ALL=C sort
+  fi
+}
+
 link_source() {  # SOURCE_DIR: the corpus as preprocessing reads it, linked (a corpus is never copied or unpacked)
+  local inputs=()
+  mapfile -t inputs < <(corpus_inputs)
   if [[ -e "$SOURCE_DIR" || -L "$SOURCE_DIR" ]]; then
+    # A rerun continues the same corpus; the shards of another one are not this corpus's, whatever they hold.
+    [[ "$(linked_inputs)" == "$(printf '%s\n' "${inputs[@]}")" ]] ||
+      die "--corpus $CORPUS: $WORKING_DIR was made from $(linked_inputs | paste -sd ' ') instead; use another" \
+        "--working-dir, or remove $SOURCE_DIR and $WORKING_DIR/pretrain to start again"
     echo "have $SOURCE_DIR"
     return
   fi
-  local corpus raw_files=()
-  corpus="$(realpath "$CORPUS")"
-  [[ -d "$corpus" ]] && mapfile -t raw_files < <(find "$corpus" -maxdepth 1 -name 'wiki.*.raw' | sort)
   mkdir -p "$WIKIPEDIA_DIR"
-  if [[ -d "$corpus" && ${#raw_files[@]} -eq 0 ]]; then
-    echo "corpus: $corpus"
-    ln -s "$corpus" "$SOURCE_DIR"
+  if [[ ${#inputs[@]} -eq 1 && -d "${inputs[0]}" ]]; then
+    echo "corpus: ${inputs[0]}"
+    ln -s "${inputs[0]}" "$SOURCE_DIR"
     return
   fi
   # A file, or a WikiText folder's .raw files: links to them in a folder, under their own names (a name ending in
   # .raw or .tokens tells their format)
-  [[ ${#raw_files[@]} -gt 0 ]] || raw_files=("$corpus")
+  local raw_files=("${inputs[@]}")
   echo "corpus: ${raw_files[*]}"
   rm -rf "$SOURCE_DIR.part"
   mkdir "$SOURCE_DIR.part"

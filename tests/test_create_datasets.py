@@ -195,6 +195,23 @@ def run_corpus(tmp_path: Path, corpus: Path) -> subprocess.CompletedProcess:
                       "--num-workers", "2")
 
 
+def test_a_rerun_with_another_corpus_is_refused_and_the_shards_are_kept(tmp_path):
+    """Issue 46: a rerun into a finished folder with a different --corpus kept the old data and said "done"."""
+    first, second = tmp_path / "first" / "AA", tmp_path / "second" / "AA"
+    for folder, start in ((first, 0), (second, 50)):
+        folder.mkdir(parents=True)
+        (folder / "wiki_00").write_text(wikiextractor_file(start, 4))
+    assert run_corpus(tmp_path, first.parent).returncode == 0
+    built = folder_bytes(tmp_path / "prep" / PHASE1)
+    again = run_corpus(tmp_path, first.parent)  # the same corpus: nothing to do
+    assert again.returncode == 0 and f"have {tmp_path / 'prep' / SOURCE}" in again.stdout
+    other = run_corpus(tmp_path, second.parent)
+    assert other.returncode == 1
+    assert_one_line(other.stderr, "create_datasets_from_start.sh: ", f"--corpus {second.parent}:",
+                    f"was made from {first.parent.resolve()} instead", "--working-dir")
+    assert folder_bytes(tmp_path / "prep" / PHASE1) == built and "done:" not in other.stdout
+
+
 def test_an_empty_corpus_folder_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     result = run_corpus(tmp_path, tmp_path / "empty")

@@ -11,6 +11,8 @@ import functools
 import io
 import json
 import random
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -260,6 +262,16 @@ def test_flag_holdout_fraction_sets_the_seeded_documents_aside(corpus, tmp_path)
     hdf5 = run_cli(create_pretraining_data, corpus, tmp_path / "h5", "--holdout-fraction", "0.3")
     assert (hdf5["documents"], hdf5["holdout"]["documents"]) == (NUM_DOCUMENTS - len(expected), len(expected))
     assert sorted(p.name for p in (tmp_path / "h5_holdout").iterdir()) == ["held_out_documents.tsv", "shard-0.hdf5"]
+
+
+def test_the_library_run_as_a_script_says_which_commands_to_run(tmp_path):
+    """Issue 46: `python preprocess_pipeline.py --input ...` did nothing and exited 0."""
+    result = subprocess.run([sys.executable, preprocess_pipeline.__file__, "--input", str(tmp_path), "--output-dir",
+                             str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and not (tmp_path / "out").exists()
+    assert result.stderr == ("preprocess_pipeline.py is the library behind the preprocessing commands and takes no "
+                             "arguments: run lddl_preprocess.py (LDDL's shards) or create_pretraining_data.py "
+                             "(NVIDIA's HDF5 files) instead\n")
 
 
 def test_bad_holdout_flags_name_the_flag(corpus, tmp_path, capsys):
