@@ -229,6 +229,7 @@ class Yardstick:
 
     def __init__(self, args: argparse.Namespace):
         self.quick = args.quick
+        self.report_only = args.report_only
         self.work_dir = Path(args.work_dir).resolve()
         self.preset = args.preset or ("cpu_budget_tiny" if self.quick else DEFAULT_PRESET)
         self.stages = Stages(self.work_dir)
@@ -263,9 +264,12 @@ class Yardstick:
         """What a pretraining stage's result depends on: the run, its preset and the preset's arguments (an edited
         preset is another run), and the CPU whose minutes it spent."""
         preset = run.preset or self.preset
-        arguments = {name: value.replace(str(ROOT), "<code>").replace(str(self.work_dir), "<work>")
-                     for name, value in self.arguments_of(preset).items()}  # the same in any clone and work folder
+        arguments = {name: self.portable(value) for name, value in self.arguments_of(preset).items()}
         return {**asdict(run), "preset": preset, "arguments": arguments, "cpu": self.cpu}
+
+    def portable(self, value: str) -> str:
+        """A setting as it reads in any clone and work folder: their paths replaced by <code> and <work>."""
+        return value.replace(str(ROOT), "<code>").replace(str(self.work_dir), "<work>")
 
     def corpus_slice(self) -> Path:
         """--quick's corpus: the first QUICK_CORPUS_FILES files of the shared Wikipedia folder, linked."""
@@ -293,10 +297,12 @@ class Yardstick:
 
     def data(self) -> dict:
         """The preset's shards, built by run_pretraining.sh with PREPROCESS_ONLY=true."""
-        settings = {"preset": self.preset, "corpus": self.preset_args["wikipedia_source"]}
+        settings = {"preset": self.preset, "corpus": self.portable(self.preset_args["wikipedia_source"])}
         done = self.stages.done("data", settings)
         if done:
             return done
+        if self.report_only:
+            raise SystemExit(f"{SCRIPT}: --report-only: {self.stages.path('data')}: the data stage has not run")
         command, environment = self.pretraining_command(Run("data", "ours", 0.0))
         began = time.perf_counter()
         output = run_logged(command, self.work_dir / "logs" / "data.log", {**environment, "PREPROCESS_ONLY": "true"})
@@ -305,10 +311,11 @@ class Yardstick:
             "pipeline": summaries[0] if summaries else "the data folder was there already: nothing was built"},
             began)
 
-    def pretrain(self, run: Run) -> dict:
+    def pretrain(self, run: Run) -> dict | None:
+        """The run's pretraining stage, run now unless it is done; None under --report-only when it is not."""
         settings = self.settings(run)
         done = self.stages.done(f"pretrain/{run.name}", settings)
-        if done:
+        if done or self.report_only:
             return done
         began = time.perf_counter()
         if run.engine == "random":
@@ -362,7 +369,7 @@ class Yardstick:
         settings = {**asdict(run), "preset": run.preset or self.preset, "checkpoint": pretrained["checkpoint"],
                     "quick": self.quick}
         done = self.stages.done(f"downstream/{run.name}", settings)
-        if done:
+        if done or self.report_only:
             return done
         began = time.perf_counter()
         output_dir = self.work_dir / "downstream" / run.name
@@ -417,6 +424,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compare-sizes", action="store_true",
                         help=f"instead: pretrain each of the {', '.join(SIZES)} budget presets for {TRIAL_BUDGET:g} "
                              "minutes and write time-to-quality-sizes.{json,md} (validation MLM accuracy by size)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: write the report of the runs whose stages are done, naming the others")
     parser.add_argument("--search", action="store_true",
                         help=f"instead: pretrain bert-tiny for {TRIAL_BUDGET:g} minutes with each optimizer and "
                              "learning rate of SEARCH and write time-to-quality-search.{json,md}")
@@ -437,13 +446,17 @@ def main(argv: list[str] | None = None) -> None:
         kind, runs = ("sizes", yardstick.size_runs()) if args.compare_sizes else ("search", yardstick.search_runs())
         write_trials_report(args, kind, {run.name: yardstick.pretrain(run) for run in runs})
         return
-    results = {}
+    results, missing = {}, []
     for run in QUICK_RUNS if args.quick else RUNS:
-        results[run.name] = {"run": asdict(run), "pretraining": yardstick.pretrain(run)}
-        if run.downstream:
-            stage = yardstick.downstream(run, results[run.name]["pretraining"])
+        pretrained = yardstick.pretrain(run)
+        stage = yardstick.downstream(run, pretrained) if run.downstream and pretrained else None
+        if pretrained is None or (run.downstream and stage is None):  # --report-only: not finished yet
+            missing.append(run.name)
+            continue
+        results[run.name] = {"run": asdict(run), "pretraining": pretrained}
+        if stage:
             results[run.name].update(downstream=stage["downstream"], downstream_wall_seconds=stage["wall_seconds"])
-    write_report(args, data, results)
+    write_report(args, data, results, missing)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -491,8 +504,9 @@ def targets(results: dict) -> list[dict]:
     return checks
 
 
-def markdown(header: str, data: dict, results: dict, checks: list[dict], command: str) -> str:
-    """docs/time-to-quality.md's tables: one row per run, the majority row, and the targets."""
+def markdown(header: str, data: dict, results: dict, checks: list[dict], command: str, missing: list[str]) -> str:
+    """docs/time-to-quality.md's tables: one row per run, the majority row, and the targets; what has not run yet,
+    and the CPUs the pretraining ran on."""
     scored = {name: result for name, result in results.items() if "downstream" in result}
     any_run = next(iter(scored.values()))["downstream"]
     score_names = [(task, name) for task in MAIN_SCORES for name in any_run["tasks"][task]["scores"]]
@@ -532,9 +546,13 @@ def markdown(header: str, data: dict, results: dict, checks: list[dict], command
     wall_line = ("Wall time of the stages: " + ", ".join(f"{name} {minutes:.1f} min" for name, minutes in
                                                          stage_minutes.items())
                  + f"; the whole yardstick {sum(stage_minutes.values()):.1f} min.")
+    if missing:
+        wall_line = wall_line.replace("the whole yardstick", "the finished stages") + (
+            f" **Not run yet: {', '.join(missing)}**; this report covers the finished runs (--report-only).")
+    cpus = sorted({result["pretraining"]["settings"]["cpu"] for result in results.values()})
     return "\n".join([
         "# Time to quality", "", f"`{header}`", "", f"Command: `{command}`", "",
-        f"Data: {data_line}.", "", wall_line, "",
+        f"Pretraining ran on: {'; and '.join(cpus)}.", "", f"Data: {data_line}.", "", wall_line, "",
         "Scores are medians over the seeds ± their spread (max - min) on the official dev sets; SQuAD v1.1 F1 "
         "and EM, CoLA Matthews correlation x 100, the rest accuracy or F1 in percent. GLUE avg: SST-2, MRPC "
         "(mean of accuracy and F1), RTE, CoLA; avg: those and SQuAD F1.", "", *lines, "", "## Targets", "",
@@ -596,19 +614,23 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict) -> None
     print(f"Report: {report_dir / f'time-to-quality-{kind}.md'}")
 
 
-def write_report(args: argparse.Namespace, data: dict, results: dict) -> None:
-    """WORK/time_to_quality.json, and the JSON, PNG and markdown in --report-dir."""
+def write_report(args: argparse.Namespace, data: dict, results: dict, missing: list[str]) -> None:
+    """WORK/time_to_quality.json, and the JSON, PNG and markdown in --report-dir; `missing` names the runs not
+    finished yet (--report-only)."""
+    if not any("downstream" in result for result in results.values()):
+        raise SystemExit(f"{SCRIPT}: no run has been scored downstream yet: nothing to report")
     header = machine.header_line()
     checks = targets(results)
     command = "python benchmarks/time_to_quality.py" + (" --quick" if args.quick else "")
-    report = {"machine": header, "command": command, "data": data, "runs": results, "targets": checks}
+    report = {"machine": header, "command": command, "data": data, "runs": results, "missing": missing,
+              "targets": checks}
     text = json.dumps(report, indent=1) + "\n"
     atomic_write_text(Path(args.work_dir) / "time_to_quality.json", text)
     report_dir = Path(args.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(report_dir / "time-to-quality.json", text)
     plot(results, report_dir / "time-to-quality.png")
-    atomic_write_text(report_dir / "time-to-quality.md", markdown(header, data, results, checks, command))
+    atomic_write_text(report_dir / "time-to-quality.md", markdown(header, data, results, checks, command, missing))
     for check in checks:
         print(f"{'holds' if check['holds'] else 'MISSED'}: {check['target']}: {check['value']:.2f} "
               f"(needed {check['needed']:.2f})")

@@ -135,6 +135,29 @@ def test_a_rerun_skips_every_stage_that_is_done(miniature):
             == json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))["runs"])
 
 
+def test_report_only_reports_the_finished_runs_and_names_the_others(miniature, tmp_path, capsys):
+    """--report-only runs nothing: with the optimizer run's pretraining and the 0.3-minute run's fine-tuning not
+    done, the report has the random init's row as the full report has it, and names the two others as not run."""
+    import shutil
+
+    shutil.copytree(miniature / "stages", tmp_path / "stages")
+    (tmp_path / "stages" / "pretrain--lans-quick.json").unlink()
+    (tmp_path / "stages" / "downstream--ours-quick.json").unlink()
+    time_to_quality.main(["--quick", "--report-only", "--work-dir", str(tmp_path), "--report-dir",
+                          str(tmp_path / "report")])
+    assert "\n+ " not in capsys.readouterr().out  # no command was run
+    partial = json.loads((tmp_path / "report" / "time-to-quality.json").read_text(encoding="utf-8"))
+    full = json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))
+    assert list(partial["runs"]) == ["random"] and partial["missing"] == ["ours-quick", "lans-quick"]
+    assert partial["runs"]["random"] == full["runs"]["random"]
+    table = (tmp_path / "report" / "time-to-quality.md").read_text(encoding="utf-8")
+    assert "**Not run yet: ours-quick, lans-quick**" in table
+    assert [line for line in table.splitlines() if line.startswith("| random |")] == [
+        line for line in (miniature / "report" / "time-to-quality.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("| random |")]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_stage_measured_with_other_settings_is_refused_in_one_line(tmp_path):
     stages = time_to_quality.Stages(tmp_path)
     began = time.perf_counter()
