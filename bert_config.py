@@ -25,6 +25,8 @@ from pathlib import Path
 BERT_MODELS = ("bert-base-uncased", "bert-base-cased", "bert-large-uncased", "bert-large-cased", "custom")
 CONFIG_DIR = Path(__file__).resolve().parent / "bert_configs"
 ACTIVATIONS = ("gelu", "gelu_new", "relu")  # modeling.ACTIVATIONS implements each
+# The budget-recipe fields, each with the value of Devlin et al.'s BERT (BertConfig says what they do).
+RECIPE_FIELDS = {"pre_layer_norm": False, "linear_bias": True, "gated_feed_forward": False}
 
 # Hugging Face values that change the network transformers builds, with the value our model corresponds to
 # (the converter writes them, so that any transformers version builds our network).
@@ -64,6 +66,16 @@ class BertConfig:
     pad_vocab_size_multiple: int = 1
     # Project Q, K and V with one [H, 3H] matrix instead of three [H, H] ones.
     fuse_mha: bool = False
+    # Budget-recipe options (run_pretraining.py's --pre-layer-norm, --no-linear-bias, --gated-feed-forward); the
+    # defaults build Devlin et al.'s BERT, the only network transformers' BertModel and NGC's checkpoints hold.
+    # Pre-LayerNorm residual blocks, x + f(LN(x)), with one more LayerNorm after the last layer (Xiong et al. 2020,
+    # "On Layer Normalization in the Transformer Architecture", arXiv:2002.04745; Cramming trains so).
+    pre_layer_norm: bool = False
+    # Biases in the encoder's linear layers (Q, K, V, attention output, feed-forward); Cramming drops them.
+    linear_bias: bool = True
+    # Gated feed-forward, act(x W_gate) * (x W_up) (Shazeer 2020, "GLU Variants Improve Transformer",
+    # arXiv:2002.05202): the intermediate layer projects to 2 x intermediate_size, gate columns first.
+    gated_feed_forward: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -75,8 +87,9 @@ class BertConfig:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"
             )
-        if not isinstance(self.fuse_mha, bool):
-            raise ValueError(f"fuse_mha must be true or false, got {self.fuse_mha!r}")
+        for name in ("fuse_mha", *RECIPE_FIELDS):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"hidden_act {self.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
         for name in ("layer_norm_eps", "encoder_layer_norm_eps"):
@@ -161,7 +174,8 @@ def _build(values: dict, source: str) -> BertConfig:
 # the same weights: dropout and initializer_range only shape training, and the layout fields (_LAYOUT_FIELDS) are
 # converted when the weights load.
 _FUNCTION_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                    "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "encoder_eps")
+                    "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "encoder_eps",
+                    *RECIPE_FIELDS)
 
 
 def first_difference(config: BertConfig, other: BertConfig) -> tuple[str, object, object] | None:
@@ -171,6 +185,15 @@ def first_difference(config: BertConfig, other: BertConfig) -> tuple[str, object
         if getattr(config, name) != getattr(other, name):
             return name, getattr(config, name), getattr(other, name)
     return None
+
+
+def check_plain_bert(config: BertConfig, source: str, target: str) -> None:
+    """ValueError naming `source` and the first budget-recipe option it uses, for a `target` (transformers'
+    BertModel, an NGC layout) that only holds Devlin et al.'s BERT."""
+    for name, plain in RECIPE_FIELDS.items():
+        if getattr(config, name) != plain:
+            raise ValueError(f"{source}: {name} {getattr(config, name)!r} (a budget-recipe option) cannot be "
+                             f"expressed in {target}, which only holds BERT's own architecture")
 
 
 def config_file_for(bert_model: str, config_file: str | None) -> str:
@@ -189,15 +212,18 @@ def build_config(
     fuse_mha: bool = False,
     pad_vocab_size_multiple: int | None = None,
     max_seq_length: int | None = None,
+    recipe: Mapping[str, bool] | None = None,
 ) -> BertConfig:
     """The config a run builds its model from: the JSON of --config-file (or --bert-model's), with the flags.
 
+    recipe holds the budget-recipe fields (RECIPE_FIELDS) that flags set, over the file's values.
     pad_vocab_size_multiple replaces the file's value when the file leaves it at 1 (no padding). A
     --max-seq-length longer than the position table, and a type_vocab_size below 2, are refused, naming the file.
     """
     path = config_file_for(bert_model, config_file)
     values = config_values(_read_json(path), path)
     values["fuse_mha"] = fuse_mha
+    values.update(recipe or {})
     if pad_vocab_size_multiple is not None and values.get("pad_vocab_size_multiple", 1) == 1:
         values["pad_vocab_size_multiple"] = pad_vocab_size_multiple
     config = _build(values, path)

@@ -135,9 +135,17 @@ def default_report_file(args: argparse.Namespace) -> None:
 INTERRUPTED_STATUS = 130
 
 
+def escape_unencodable_output() -> None:
+    """Print a path whose name is not UTF-8 (Linux keeps such bytes as surrogates) with those bytes escaped, as
+    stderr already does, instead of failing the print with a UnicodeEncodeError about the codec."""
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
 def run_main(main: Callable[[], int | None], script: str) -> int:
     """Run an entry script's main(); the project's errors become `<script>: <message>` on stderr, exit 1, and a
     Ctrl-C (KeyboardInterrupt, whose message, if any, says what was lost) one such line, exit 130."""
+    escape_unencodable_output()
     try:
         return main() or 0
     except (OSError, ValueError) as error:

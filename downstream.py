@@ -8,10 +8,10 @@ empty-answer) figure on the official dev set.
     python downstream.py --random-init --config-file bert_configs/bert-mini-uncased.json --output-dir ...
     python downstream.py CHECKPOINT --quick --output-dir ...          # smoke test: seconds on bert-tiny
 
-The checkpoint is anything run_glue.py's --from-pretrained-params loads (a step folder of run_pretraining.py, a
-.pdparams or .safetensors file, an NGC paddle.static.save prefix), or a Hugging Face BERT folder, converted into
-<output-dir>/init/ as convert_checkpoint.py hf2paddle does. --random-init fine-tunes a random initialisation of
---config-file instead, and every output says so.
+The checkpoint is anything run_glue.py's --from-pretrained-params loads: a step folder of run_pretraining.py, a
+.pdparams or .safetensors file, an NGC paddle.static.save prefix or a Hugging Face BERT folder (the last two
+converted in memory). --random-init fine-tunes a random initialisation of --config-file instead, and every output
+says so.
 
 Each (task, seed) is one unit: run_glue.main or run_squad.main in <output-dir>/units/<task>-seed<s>/ (its log.txt,
 report.json and predictions; the fine-tuned weights are deleted, nothing reads them), --jobs at a time in as many
@@ -60,19 +60,18 @@ from atomic_io import atomic_write_text
 from bert_config import BertConfig
 from checkpoint import CONFIG_SUFFIX, DEFAULT_PREFIX, PARAMS_SUFFIX
 from cli import DefaultsHelpFormatter, output_to, positive_int, run_main
-from convert_checkpoint import hf_to_paddle, read_hf_checkpoint
 from dllog import read_report
 from glue_data import GLUE_TASKS, read_glue_examples
 from glue_metrics import compute_metrics
 from squad_evaluate import evaluate, load_dataset, load_squad_json
 from tokenizer import load_vocab
 from weights import (
+    HUGGING_FACE,
     config_beside,
     encoder_fingerprint,
     model_config_file,
     read_pretrained_state,
     resolve_weights_file,
-    write_safetensors_weights,
 )
 
 ROOT = Path(__file__).resolve().parent
@@ -201,11 +200,6 @@ def sha256_of(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def is_hugging_face_folder(path: Path) -> bool:
-    return (path / "config.json").is_file() and any((path / name).is_file()
-                                                    for name in ("model.safetensors", "pytorch_model.bin"))
-
-
 def random_start(config_file: str | None, vocab_file: str | None) -> Start:
     if config_file is None:
         raise ValueError("--random-init needs --config-file, the network to initialise")
@@ -216,34 +210,24 @@ def random_start(config_file: str | None, vocab_file: str | None) -> Start:
                  vocab_file or str(ROOT / "vocab" / "bert-base-uncased-vocab.txt"), None)
 
 
-def checkpoint_start(checkpoint: str, config_file: str | None, vocab_file: str | None, output_dir: Path) -> Start:
-    """The checkpoint's weights file (a Hugging Face folder converted into <output_dir>/init), its config and
-    the fingerprint of its embeddings and encoder."""
-    path, kind, source = Path(checkpoint), "paddlebert", None
-    if path.is_dir() and not (path / (DEFAULT_PREFIX + PARAMS_SUFFIX)).exists() and is_hugging_face_folder(path):
-        config, hf_state, source = read_hf_checkpoint(path)
-        if config_file is not None:
-            raise ValueError(f"--config-file: {checkpoint} is a Hugging Face folder, whose config.json is the config")
-        weights_file = output_dir / "init" / "hf_model.safetensors"
-        write_safetensors_weights(weights_file, hf_to_paddle(hf_state, config, str(source)).state)
-        atomic_write_text(config_beside(weights_file), config.to_json_string())
-        kind, vocab_file = "hugging face", vocab_file or str(path / "vocab.txt")
-    else:
-        weights_file = resolve_weights_file(checkpoint, DEFAULT_PREFIX, "checkpoint")
-        if config_file is None and not config_beside(weights_file).is_file():
-            raise ValueError(f"{weights_file}: no {config_beside(weights_file).name} beside it (an NGC file?); "
-                             "give its --config-file")
+def checkpoint_start(checkpoint: str, config_file: str | None, vocab_file: str | None) -> Start:
+    """The checkpoint's weights file (a Hugging Face folder's or an NGC file is converted in memory, by this
+    command and by the fine-tuning scripts alike), its config and the fingerprint of its embeddings and encoder."""
+    weights_file = resolve_weights_file(checkpoint, DEFAULT_PREFIX, "checkpoint")
+    if config_file is None and not config_beside(weights_file).is_file():
+        raise ValueError(f"{weights_file}: no {config_beside(weights_file).name} beside it (an NGC file?); "
+                         "give its --config-file")
     config_file = model_config_file("custom", config_file, str(weights_file), flag="checkpoint",
                                     model_prefix=DEFAULT_PREFIX)
     config = BertConfig.from_json_file(config_file)
     state, converted_from = read_pretrained_state(weights_file, "checkpoint")
     tensors, fingerprint = encoder_fingerprint(state, config.vocab_size)
-    named = Path(source or weights_file)
-    description = {"kind": "nvidia static graph" if converted_from else kind, "checkpoint": checkpoint,
-                   "weights_file": str(named), "weights_sha256": sha256_of(named), "config_file": config_file,
+    kind = {None: "paddlebert", HUGGING_FACE: "hugging face"}.get(converted_from, "nvidia static graph")
+    if converted_from == HUGGING_FACE and vocab_file is None:
+        vocab_file = str(weights_file.parent / "vocab.txt")  # a Hugging Face folder brings its tokenizer's
+    description = {"kind": kind, "checkpoint": checkpoint, "weights_file": str(weights_file),
+                   "weights_sha256": sha256_of(weights_file), "config_file": config_file,
                    "encoder_tensors": tensors, "encoder_fingerprint": fingerprint}
-    if source is not None:
-        description["converted_file"] = str(weights_file)
     return Start(description, description["weights_sha256"], ("--from-pretrained-params", str(weights_file)),
                  config_file, vocab_file or str(ROOT / "vocab" / "bert-base-uncased-vocab.txt"), fingerprint)
 
@@ -586,7 +570,7 @@ def main(argv: list[str] | None = None) -> None:
     output_dir = Path(args.output_dir)
     folder_lock.hold(output_dir, "--output-dir")
     start = (random_start(args.config_file, args.vocab_file) if args.random_init
-             else checkpoint_start(args.checkpoint, args.config_file, args.vocab_file, output_dir))
+             else checkpoint_start(args.checkpoint, args.config_file, args.vocab_file))
     check_vocabulary(start)
     mode = "quick" if args.quick else "standard"
     plans = {task: PLAN[mode][task] for task in args.tasks}

@@ -99,7 +99,27 @@ def add_shared_data_arguments(group: argparse._ArgumentGroup, *, max_seq_length:
     group.add_argument("--report-file", help="DLLogger JSON report; default <output-dir>/report.json")
     group.add_argument("--model-prefix", type=file_name, default="bert_paddle",
                        help="file name prefix of saved models (a name, not a path)")
+    group.add_argument("--overwrite", action="store_true",
+                       help="replace the fine-tuned model that --do-train would save over in --output-dir, and the "
+                            "export in --export-dir; otherwise either is refused before anything runs")
     group.add_argument("--max-seq-length", type=positive_int, default=max_seq_length, help=max_seq_length_help)
+
+
+class _RecordWeightsFlag(argparse.Action):
+    """Store the initial weights and which of the flag's two names was typed (args.weights_flag), so that every
+    message about them names the flag as the user wrote it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.weights_flag = option_string
+
+
+def weights_flag(args: argparse.Namespace) -> str:
+    """The flag the initial weights came from, as typed: --from-pretrained-params, --init-checkpoint or
+    --from-checkpoint."""
+    if args.from_pretrained_params:
+        return getattr(args, "weights_flag", None) or "--from-pretrained-params"
+    return "--from-checkpoint"
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -114,8 +134,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                             "step folder's, or convert_checkpoint.py hf2paddle's), if there is one; a --config-file "
                             "that builds another network than that one is refused")
     model.add_argument("--from-pretrained-params", "--init-checkpoint", dest="from_pretrained_params",
+                       action=_RecordWeightsFlag,
                        help="initial weights: a .pdparams or .safetensors file (pretraining, converted Hugging Face "
-                            "or fine-tuned) or a folder holding <model-prefix>.pdparams or <model-prefix>.safetensors")
+                            "or fine-tuned), a folder holding <model-prefix>.pdparams or <model-prefix>.safetensors, "
+                            "a Hugging Face BERT folder (config.json with model.safetensors or pytorch_model.bin) "
+                            "or an NGC file, the last two converted in memory")
     model.add_argument("--from-checkpoint", help="initial weights from run_pretraining.py's checkpoints: one step "
                        "folder, or with --last-step-of-checkpoint the phase folder holding the <step>/ folders (their "
                        "optimizer state and progress are not used)")
@@ -177,6 +200,10 @@ def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         parser.error(f"nothing to do: give {', '.join(flags[:-1])} and/or {flags[-1]}")
     if args.do_train and not args.train_file:
         parser.error("--do-train needs --train-file")
+    saved_model = os.path.join(args.output_dir, args.model_prefix + PARAMS_SUFFIX)
+    if args.do_train and not getattr(args, "benchmark", False) and os.path.isfile(saved_model) and not args.overwrite:
+        parser.error(f"--output-dir {args.output_dir} holds a fine-tuned model ({saved_model}) that --do-train would "
+                     "replace; give another --output-dir, or --overwrite to replace it")
     if args.save_safetensors and (not args.do_train or getattr(args, "benchmark", False)):
         parser.error("--save-safetensors writes the fine-tuned model, which only --do-train without --benchmark saves")
     if (args.do_predict or args.do_eval) and not args.predict_file:
@@ -191,8 +218,7 @@ def check_shared_arguments(parser: argparse.ArgumentParser, args: argparse.Names
     try:
         args.config_file = model_config_file(
             args.bert_model, args.config_file, args.from_pretrained_params or args.from_checkpoint,
-            flag="--from-pretrained-params" if args.from_pretrained_params else "--from-checkpoint",
-            model_prefix=args.model_prefix)
+            flag=weights_flag(args), model_prefix=args.model_prefix)
     except (FileNotFoundError, ValueError) as error:
         parser.error(str(error))
     default_report_file(args)
@@ -311,8 +337,8 @@ def build_model(args: argparse.Namespace, make: Callable[[BertConfig], paddle.nn
     encoder_names = [name for name, _ in model.named_parameters() if part_of(name) in REQUIRED_PARTS]
     loaded = []
     if source:
-        flag = "--from-pretrained-params" if args.from_pretrained_params else "--from-checkpoint"
-        report = load_pretrained(model, source, required=REQUIRED_PARTS, flag=flag, model_prefix=args.model_prefix)
+        report = load_pretrained(model, source, required=REQUIRED_PARTS, flag=weights_flag(args),
+                                 model_prefix=args.model_prefix)
         print(report.describe(), flush=True)
         session.logger.log("PARAMETER", {"init_params": report.path, "newly_initialized": report.missing,
                                          "unused_params": report.unused})

@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
+import shutil
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
@@ -113,6 +115,9 @@ def check_inference_arguments(parser: argparse.ArgumentParser, args: argparse.Na
                      "--from-pretrained-params or --from-checkpoint")
     if args.export_onnx and not args.export_dir:
         parser.error("--export-onnx converts the model that --export-dir exports; give --export-dir")
+    if args.export_dir and os.path.isdir(args.export_dir) and os.listdir(args.export_dir) and not args.overwrite:
+        parser.error(f"--export-dir {args.export_dir} holds an export already; give another --export-dir, or "
+                     "--overwrite to replace it (as a whole: the folder holds the old export or the new one)")
     if not args.inference_model_dir and (args.inference_backend != "paddle" or args.inference_precision != "fp32"):
         parser.error("--inference-backend and --inference-precision are only used with --inference-model-dir")
     if args.inference_precision == "int8" and args.inference_backend != "onnxruntime":
@@ -162,6 +167,35 @@ def export_record_file(prefix: str) -> str:
     return prefix + ".export.json"
 
 
+def export_files(prefix: str) -> list[str]:
+    """The files of the export at prefix that a predictor reads: the program, its weights, the ONNX model and the
+    calibration inputs, those that are there."""
+    candidates = [prefix + suffix for suffix in (*PROGRAM_SUFFIXES, ".pdiparams")]
+    candidates += [onnx_backend.onnx_file(prefix), onnx_backend.calibration_file(prefix)]
+    return [path for path in candidates if os.path.isfile(path)]
+
+
+def sha256_of_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as reader:
+        for block in iter(lambda: reader.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_export_record(prefix: str, model: paddle.nn.Layer, *extra_files: str) -> None:
+    """The record of what the export of `model` at prefix is: its head, its position table and the SHA-256 of
+    every file of it, the program and its weights and extra_files, which check_exported_model verifies before a
+    predictor reads them."""
+    head = head_of(model)
+    record = {"head": head.kind, "max_position_embeddings": model.config.max_position_embeddings}
+    if head.kind == CLASSIFIER:
+        record["num_labels"] = head.num_labels
+    files = [exported_program_file(prefix), prefix + ".pdiparams", *extra_files]
+    record["files"] = {os.path.basename(path): sha256_of_file(path) for path in files}
+    atomic_write_text(export_record_file(prefix), json.dumps(record, indent=2) + "\n")
+
+
 def read_export_record(prefix: str) -> tuple[Head, int] | None:
     """(head, max_position_embeddings) from the record that export_inference_model wrote at prefix; None when
     there is none. ValueError in one line naming the file when it is not such a record."""
@@ -188,7 +222,32 @@ def read_export_record(prefix: str) -> tuple[Head, int] | None:
         value = record.get(key, 1)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise damaged(f"{key} {value!r} is not a positive integer")
+    files = record.get("files")  # records from before the checksums have none
+    if files is not None and (not isinstance(files, dict)
+                              or not all(isinstance(value, str) for value in files.values())):
+        raise damaged("files is not an object of file names and SHA-256 digests")
+    check_export_files(prefix, files)
     return Head(record["head"], record.get("num_labels", 0)), record["max_position_embeddings"]
+
+
+def check_export_files(prefix: str, files: Mapping[str, str] | None) -> None:
+    """ValueError in one line naming the file when the export at prefix is not the one its record describes: a
+    recorded file missing or changed, or a model file beside it that the record does not name (left there by
+    another export). None: a record from before the checksums, not checked."""
+    if files is None:
+        return
+    folder, record = os.path.dirname(prefix), export_record_file(prefix)
+    for name, digest in files.items():
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            raise ValueError(f"{path}: missing, but {record} lists it (export the model again with --export-dir)")
+        if sha256_of_file(path) != digest:
+            raise ValueError(f"{path}: not the file that {record} describes (changed since the export; export the "
+                             "model again with --export-dir)")
+    for path in export_files(prefix):
+        if os.path.basename(path) not in files:
+            raise ValueError(f"{path}: not part of the export that {record} describes (left by another export?); "
+                             "export the model again with --export-dir")
 
 
 def check_exported_model(model_dir: str, model_prefix: str, head: Head, max_seq_length: int) -> str | None:
@@ -236,7 +295,7 @@ def export_inference_model(model: paddle.nn.Layer, export_dir: str, model_prefix
     between bf16 ops with a conversion on either side (BERT-base: 1.09x faster in bf16, 1.01x in fp32 without
     them, on an AMD EPYC Zen 4).
     """
-    head = head_of(model)
+    head_of(model)  # a model without a task head is refused before anything is written
     model.eval()
     input_spec = [paddle.static.InputSpec([None, None], "int64", name) for name in INPUT_NAMES]
     prefix = os.path.join(export_dir, model_prefix)
@@ -246,20 +305,61 @@ def export_inference_model(model: paddle.nn.Layer, export_dir: str, model_prefix
         os.remove(export_record_file(prefix))
     with runtime.stderr_without(lines=TRACING_NOISE_LINES, warnings=(TRACING_NOISE_WARNING,)):
         paddle.jit.save(standard_copy(model, dropout=False), prefix, input_spec=input_spec)
-    record = {"head": head.kind, "max_position_embeddings": model.config.max_position_embeddings}
-    if head.kind == CLASSIFIER:
-        record["num_labels"] = head.num_labels
-    atomic_write_text(export_record_file(prefix), json.dumps(record, indent=2) + "\n")
+    write_export_record(prefix, model)
     return prefix
 
 
 def export_onnx_model(model: paddle.nn.Layer, prefix: str) -> str:
-    """Convert the program that export_inference_model wrote at prefix to <prefix>.onnx; returns its path."""
+    """Convert the program that export_inference_model wrote at prefix to <prefix>.onnx, and add it to the
+    record; returns its path."""
     path = onnx_backend.onnx_file(prefix)
     onnx_backend.export_onnx(exported_program_file(prefix), prefix + ".pdiparams", path, INPUT_NAMES,
                              {"num_attention_heads": model.config.num_attention_heads,
                               "hidden_size": model.config.hidden_size})
+    write_export_record(prefix, model, path)
     return path
+
+
+def export_folder(model: paddle.nn.Layer, export_dir: str, model_prefix: str, onnx: bool,
+                  calibration_inputs: Mapping[str, np.ndarray] | None) -> str:
+    """The whole export of --export-dir (the Paddle program, with onnx the ONNX model, and the calibration inputs
+    when given), written into a staging folder beside export_dir and then put in its place: export_dir holds the
+    earlier export or this one, never a part of each, whatever stops the run (Ctrl-C, a full disk). Returns the
+    prefix of the export in export_dir."""
+    target = os.path.abspath(export_dir)
+    staging = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.partial")
+    shutil.rmtree(staging, ignore_errors=True)  # what an interrupted export left
+    try:
+        prefix = export_inference_model(model, staging, model_prefix)
+        if onnx:
+            export_onnx_model(model, prefix)
+        if calibration_inputs is not None:
+            onnx_backend.save_calibration(onnx_backend.calibration_file(prefix), calibration_inputs)
+            write_export_record(prefix, model, onnx_backend.onnx_file(prefix), onnx_backend.calibration_file(prefix))
+        replace_folder(staging, target)
+    except (OSError, KeyboardInterrupt) as error:  # a full disk, Ctrl-C: nothing of this export stays
+        shutil.rmtree(staging, ignore_errors=True)
+        kept = "the export there before is unchanged" if os.path.isdir(target) else "nothing was written there"
+        if isinstance(error, KeyboardInterrupt):
+            raise KeyboardInterrupt(f"interrupted while exporting to --export-dir {export_dir}; {kept}") from None
+        reason = error.strerror or str(error)
+        raise OSError(error.errno, f"--export-dir {export_dir}: not exported ({reason}); {kept}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return os.path.join(export_dir, model_prefix)
+
+
+def replace_folder(new: str, target: str) -> None:
+    """Put the finished folder `new` in the place of target (a sibling): two renames, the earlier folder moved
+    aside first and deleted last, so that a stop between them leaves both whole (target's as
+    .<name>.replaced), and target never holds a mix."""
+    replaced = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.replaced")
+    shutil.rmtree(replaced, ignore_errors=True)
+    if os.path.exists(target):
+        os.rename(target, replaced)
+    os.rename(new, target)
+    shutil.rmtree(replaced, ignore_errors=True)
 
 
 def exported_program_file(prefix: str) -> str:
@@ -449,6 +549,23 @@ def predictor_for(args: argparse.Namespace, num_threads: int) -> BatchPredictor:
                                  device, num_threads)
 
 
+def with_checked_outputs(run: BatchPredictor, head: Head, source: str) -> BatchPredictor:
+    """run, whose outputs are checked at every call to be those of `head` (SQuAD's two [B, S] logits, or one
+    [B, num_labels]): ValueError in one line naming source otherwise. An export without a record (from before the
+    record existed) may hold the other task's model, which would fail inside the task's post-processing."""
+    def checked(input_ids: np.ndarray, token_type_ids: np.ndarray, attention_mask: np.ndarray
+                ) -> tuple[np.ndarray, ...]:
+        outputs = run(input_ids, token_type_ids, attention_mask)
+        batch, seq = input_ids.shape
+        expected = [(batch, seq)] * 2 if head.kind == SPAN else [(batch, head.num_labels)]
+        shapes = [tuple(output.shape) for output in outputs]
+        if shapes != expected:
+            raise ValueError(f"{source}: the model's outputs have shapes {shapes}, not those of {head}: {expected}")
+        return outputs
+
+    return checked
+
+
 def dygraph_predictor(model: paddle.nn.Layer, policy: AmpPolicy) -> BatchPredictor:
     """The model itself in eval mode under the AMP policy, called like an exported predictor."""
     model.eval()
@@ -471,17 +588,18 @@ def export_and_predict(model: paddle.nn.Layer | None, args: argparse.Namespace, 
     exported predictor of --inference-model-dir, checked to be a model of the task's `head` that takes
     --max-seq-length, or else with the model itself (a finetune.Session)."""
     if args.export_dir:
-        prefix = export_inference_model(model, args.export_dir, args.model_prefix)
+        calibration = (calibration_inputs() if args.export_onnx and args.do_train and calibration_inputs is not None
+                       else None)
+        prefix = export_folder(model, args.export_dir, args.model_prefix, args.export_onnx, calibration)
         session.logger.log("PARAMETER", {"exported_model": prefix})
         if args.export_onnx:
-            session.logger.log("PARAMETER", {"exported_onnx_model": export_onnx_model(model, prefix)})
-            if args.do_train and calibration_inputs is not None:
-                onnx_backend.save_calibration(onnx_backend.calibration_file(prefix), calibration_inputs())
+            session.logger.log("PARAMETER", {"exported_onnx_model": onnx_backend.onnx_file(prefix)})
     if predicting:
         if args.inference_model_dir:
             _print_notices([check_exported_model(args.inference_model_dir, args.model_prefix, head,
                                                  args.max_seq_length)])
-            run = predictor_for(args, session.num_threads)
+            run = with_checked_outputs(predictor_for(args, session.num_threads), head,
+                                       f"--inference-model-dir {args.inference_model_dir}")
         else:
             run = dygraph_predictor(model, session.policy)
         predict(run)

@@ -8,7 +8,8 @@ One sample's way through the model:
 and then a head: BertPretrainingHeads (masked-LM + next-sentence, or masked-LM alone without the pooler),
 a span head for SQuAD, or a classifier for GLUE. The architecture follows Devlin et al. 2019 (arXiv:1810.04805) and
 Google's reference implementation: post-LayerNorm residual blocks, exact (erf) GELU, weights
-drawn from N(0, initializer_range).
+drawn from N(0, initializer_range). BertConfig's budget-recipe fields (pre_layer_norm, linear_bias,
+gated_feed_forward) change the encoder layers, as run_pretraining.py's flags of the same names ask.
 
 A packed batch (packing.py) holds several samples per row: then position_ids restart for each sample, attention
 is block-diagonal over `sample_ids`, and the pooler reads each sample's [CLS] at `cls_positions`, so pooled_output
@@ -103,14 +104,15 @@ class BertSelfAttention(nn.Layer):
         self.num_heads = config.num_attention_heads
         self.head_dim = hidden // self.num_heads
         self.fuse_mha = config.fuse_mha
+        bias = None if config.linear_bias else False  # Paddle's bias_attr: None = a bias, False = none
         if self.fuse_mha:
             # Columns are [query | key | value]: the unfused matrices side by side, which is what
             # convert_qkv_layout relies on.
-            self.qkv = Linear(hidden, 3 * hidden)
+            self.qkv = Linear(hidden, 3 * hidden, bias_attr=bias)
         else:
-            self.query = Linear(hidden, hidden)
-            self.key = Linear(hidden, hidden)
-            self.value = Linear(hidden, hidden)
+            self.query = Linear(hidden, hidden, bias_attr=bias)
+            self.key = Linear(hidden, hidden, bias_attr=bias)
+            self.value = Linear(hidden, hidden, bias_attr=bias)
         self.dropout_prob = config.attention_probs_dropout_prob
 
     def forward(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | UnpaddedTokens | None
@@ -146,26 +148,42 @@ class BertSelfAttention(nn.Layer):
 
 
 class BertLayer(nn.Layer):
-    """One post-LayerNorm transformer block: attention, add & norm, feed-forward, add & norm."""
+    """One transformer block: attention, add & norm, feed-forward, add & norm (post-LayerNorm, Devlin et al.), or
+    with config.pre_layer_norm x + f(LN(x)) for each of the two (the model then normalises the last output)."""
 
     def __init__(self, config: BertConfig, use_cpu_kernels: bool):
         super().__init__()
         Linear, LayerNorm, Dropout = layer_classes(use_cpu_kernels)
+        bias = None if config.linear_bias else False  # Paddle's bias_attr: None = a bias, False = none
+        self.pre_layer_norm = config.pre_layer_norm
+        self.gated_feed_forward = config.gated_feed_forward
         self.attention = BertSelfAttention(config, use_cpu_kernels)
-        self.attention_output = Linear(config.hidden_size, config.hidden_size)
+        self.attention_output = Linear(config.hidden_size, config.hidden_size, bias_attr=bias)
         self.attention_layer_norm = LayerNorm(config.hidden_size, epsilon=config.encoder_eps)
-        self.intermediate = Linear(config.hidden_size, config.intermediate_size)
-        self.output = Linear(config.intermediate_size, config.hidden_size)
+        intermediate_columns = config.intermediate_size * (2 if config.gated_feed_forward else 1)
+        self.intermediate = Linear(config.hidden_size, intermediate_columns, bias_attr=bias)
+        self.output = Linear(config.intermediate_size, config.hidden_size, bias_attr=bias)
         self.output_layer_norm = LayerNorm(config.hidden_size, epsilon=config.encoder_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.activation = activation(config.hidden_act, use_cpu_kernels)
 
     def forward(self, hidden_states: paddle.Tensor, attention_mask: paddle.Tensor | UnpaddedTokens | None
                 ) -> paddle.Tensor:
+        if self.pre_layer_norm:
+            attention = self.attention_output(self.attention(self.attention_layer_norm(hidden_states), attention_mask))
+            hidden_states = hidden_states + self.dropout(attention)
+            return hidden_states + self.dropout(self._feed_forward(self.output_layer_norm(hidden_states)))
         attention = self.attention_output(self.attention(hidden_states, attention_mask))
         hidden_states = self.attention_layer_norm(hidden_states + self.dropout(attention))
-        feed_forward = self.output(self.activation(self.intermediate(hidden_states)))
-        return self.output_layer_norm(hidden_states + self.dropout(feed_forward))
+        return self.output_layer_norm(hidden_states + self.dropout(self._feed_forward(hidden_states)))
+
+    def _feed_forward(self, hidden_states: paddle.Tensor) -> paddle.Tensor:
+        """[B, S, H] -> [B, S, H]: act(x W1) W2, or gated act(x W_gate) * (x W_up) W2."""
+        intermediate = self.intermediate(hidden_states)  # [B, S, I], gated [B, S, 2I]
+        if self.gated_feed_forward:
+            gate, up = intermediate.chunk(2, axis=-1)  # each [B, S, I]
+            return self.output(self.activation(gate) * up)
+        return self.output(self.activation(intermediate))
 
 
 class BertPooler(nn.Layer):
@@ -297,6 +315,9 @@ class BertModel(nn.Layer):
         self.cuda_attention = not self.use_cpu_kernels and paddle.is_compiled_with_cuda()
         self.embeddings = BertEmbeddings(config, self.use_cpu_kernels)
         self.encoder = nn.LayerList([BertLayer(config, self.use_cpu_kernels) for _ in range(config.num_hidden_layers)])
+        # Pre-LayerNorm blocks add to the residual stream unnormalised: the stream is normalised once at the end.
+        self.final_layer_norm = (layer_classes(self.use_cpu_kernels)[1](config.hidden_size, epsilon=config.encoder_eps)
+                                 if config.pre_layer_norm else None)
         self.pooler = BertPooler(config)
         init_bert_weights(self, config.initializer_range)
 
@@ -325,6 +346,8 @@ class BertModel(nn.Layer):
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids)
         for layer in self.encoder:
             hidden_states = layer(hidden_states, mask)
+        if self.final_layer_norm is not None:
+            hidden_states = self.final_layer_norm(hidden_states)
         return hidden_states, None if self.pooler is None else self.pooler(hidden_states, cls_positions)
 
     def _attention_input(self, attention_mask: paddle.Tensor | None, sample_ids: paddle.Tensor | None

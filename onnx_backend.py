@@ -138,6 +138,24 @@ def load_calibration(path: str) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 
 
+def check_calibration_ids(stored: Mapping[str, np.ndarray], model: onnx.ModelProto, calibration: str) -> None:
+    """ValueError in one line naming the calibration file when an input holds ids outside the table that the model
+    looks it up in (a Gather of an initializer), which ONNX Runtime would read out of bounds while calibrating."""
+    tables = {initializer.name: initializer.dims[0] for initializer in model.graph.initializer if initializer.dims}
+    for node in model.graph.node:  # paddle2onnx writes the weights as Constant nodes
+        if node.op_type == "Constant":
+            value = next((attribute.t for attribute in node.attribute if attribute.name == "value"), None)
+            if value is not None and value.dims:
+                tables[node.output[0]] = value.dims[0]
+    for node in model.graph.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in stored and node.input[0] in tables:
+            values, rows = stored[node.input[1]], tables[node.input[0]]
+            if not np.issubdtype(values.dtype, np.integer) or values.min() < 0 or values.max() >= rows:
+                raise ValueError(f"{calibration}: calibration input {node.input[1]!r} holds ids outside the model's "
+                                 f"table of {rows} rows (from {values.min()} to {values.max()}); export again with "
+                                 "--do-train --export-onnx")
+
+
 def load_checked(path: str, input_names: tuple[str, ...]) -> onnx.ModelProto:
     """The ONNX model at path; FileNotFoundError or ValueError in one line naming the file when it is missing,
     is not an ONNX model, or does not take input_names."""
@@ -483,7 +501,7 @@ def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: 
                    mask_input: str, *, skip_layer_norm: bool) -> str:
     """The path of the model an ONNX Runtime session runs in `precision` (module docstring), prepared in work_dir
     from the checked export at onnx_path; skip_layer_norm as fused takes it."""
-    load_checked(onnx_path, input_names)
+    model = load_checked(onnx_path, input_names)
     calibration = calibration_file(os.path.splitext(onnx_path)[0])
     stored = None  # the calibration inputs, read once here for the choices that need them
     if precision == "int8" and needs_calibration(quantization):
@@ -495,6 +513,7 @@ def prepared_model(onnx_path: str, work_dir: str, precision: str, quantization: 
         missing = [name for name in input_names if name not in stored]
         if missing:  # checked here, before minutes of graph preparation
             raise ValueError(f"{calibration}: no calibration input {missing[0]!r} (it has {sorted(stored)})")
+        check_calibration_ids(stored, model, calibration)
     if precision == "int8" and is_static(quantization):
         # ORT's static quantizer cannot see through the fused com.microsoft ops (their outputs have no types for
         # its calibration), so it quantizes the graph of standard ops; the session's own fusions run after.

@@ -54,7 +54,7 @@ import re
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import paddle
@@ -325,6 +325,16 @@ def read_torch_bin(path: str | os.PathLike) -> dict[str, np.ndarray]:
 _SAFETENSORS_DTYPES = ("F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL")
 
 
+def _rust_path(path: Path, handle: BinaryIO) -> str | Path:
+    """A name under which safetensors (Rust, which takes UTF-8 paths only) opens the file: path itself, or for a path
+    that is not UTF-8 (Linux keeps such bytes as surrogates) the /proc/self/fd entry of the open handle."""
+    try:
+        str(path).encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return f"/proc/self/fd/{handle.fileno()}"
+
+
 def read_safetensors_state(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Every tensor of a .safetensors file as a NumPy array, bfloat16 widened exactly to float32.
 
@@ -336,7 +346,7 @@ def read_safetensors_state(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise FileNotFoundError(f"{path}: no such file")
     state = {}
     try:
-        with safetensors.safe_open(path, framework="paddle") as file:
+        with open(path, "rb") as handle, safetensors.safe_open(_rust_path(path, handle), framework="paddle") as file:
             for name in file.keys():
                 dtype = file.get_slice(name).get_dtype()
                 if dtype not in _SAFETENSORS_DTYPES:

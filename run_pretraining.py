@@ -94,6 +94,7 @@ from time_budget import TrainingStopwatch
 from visualdl_log import open_run_log
 from weights import (
     SAFETENSORS_SUFFIX,
+    check_same_network,
     load_pretrained,
     load_state,
     resolve_weights_file,
@@ -161,6 +162,19 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="Masked LM alone (RoBERTa): no next-sentence head, loss or pooler, so fine-tuning starts "
                        "the pooler from random initialisation; the report then has no nsp_loss. For shards made with "
                        "lddl_preprocess.py --no-nsp, or any others (their NSP labels are ignored).")
+    # The budget-recipe options (issue 43; Cramming, Geiping & Goldstein 2022, arXiv:2212.14034). Each is off in
+    # NVIDIA's presets; the architecture ones are saved in the checkpoint's config, so fine-tuning, export and
+    # resuming build the same network, and converters to transformers' or NGC's layout refuse them.
+    group.add_argument("--pre-layer-norm", action="store_true",
+                       help="Pre-LayerNorm blocks, x + f(LN(x)), and a LayerNorm after the last layer (BertConfig "
+                       "pre_layer_norm).")
+    group.add_argument("--no-linear-bias", action="store_true",
+                       help="No biases in the encoder's linear layers (BertConfig linear_bias false).")
+    group.add_argument("--gated-feed-forward", action="store_true",
+                       help="Gated-GELU feed-forward, act(x W_gate) * (x W_up) (BertConfig gated_feed_forward).")
+    group.add_argument("--no-dropout", action="store_true",
+                       help="Train with dropout 0. The checkpoint's config keeps the config file's dropout, which "
+                       "fine-tuning then uses.")
 
 
 def _add_schedule_options(parser: argparse.ArgumentParser) -> None:
@@ -357,8 +371,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def load_bert_config(args: argparse.Namespace) -> BertConfig:
+    """The config the checkpoints record: --config-file (or --bert-model's) with the architecture flags."""
+    recipe = {name: True for name in ("pre_layer_norm", "gated_feed_forward") if getattr(args, name)}
+    if args.no_linear_bias:
+        recipe["linear_bias"] = False
     return build_config(args.bert_model, args.config_file, fuse_mha=args.fuse_mha,
-                        pad_vocab_size_multiple=VOCAB_PAD_MULTIPLE, max_seq_length=args.max_seq_length)
+                        pad_vocab_size_multiple=VOCAB_PAD_MULTIPLE, max_seq_length=args.max_seq_length,
+                        recipe=recipe)
 
 
 @dataclasses.dataclass
@@ -387,7 +406,9 @@ class Trainer:
         self.config = load_bert_config(args)
         paddle.seed(args.seed)
         np.random.seed(args.seed)
-        self.model = BertForPretraining(self.config, nsp=not args.no_nsp)
+        trained = (dataclasses.replace(self.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+                   if args.no_dropout else self.config)
+        self.model = BertForPretraining(trained, nsp=not args.no_nsp)
         self.criterion = BertPretrainingCriterion()
         if args.time_budget is not None:
             self.scheduler = TimeBudgetDecay(
@@ -496,9 +517,11 @@ def gather_from_ranks(value, world_size: int) -> list:
     return gathered
 
 
-def load_weights_only(model: paddle.nn.Layer, folder: str, prefix: str, flag: str) -> None:
+def load_weights_only(model: paddle.nn.Layer, config: BertConfig, folder: str, prefix: str, flag: str) -> None:
     """Start from the weights in <folder>/<prefix>.pdparams. Pre-training heads the file lacks (an encoder-only
-    model) start from their initialisation; a missing embedding or encoder weight is an error."""
+    model) start from their initialisation; a missing embedding or encoder weight is an error, and so is a config
+    beside the weights that builds another network than the run's `config`."""
+    check_same_network(config, resolve_weights_file(folder, prefix, flag), flag)
     report = load_pretrained(model, folder, required=("embeddings", "encoder"), flag=flag, model_prefix=prefix)
     print(f"{flag} {report.describe()}", flush=True)
 
@@ -582,13 +605,14 @@ class RunCheckpoints:
             if args.last_step_of_checkpoint == "auto":
                 say("No checkpoint to resume from; starting at step 1", flush=True)
             if args.from_phase1_final_params is not None:
-                load_weights_only(trainer.model, args.from_phase1_final_params, args.model_prefix,
+                load_weights_only(trainer.model, trainer.config, args.from_phase1_final_params, args.model_prefix,
                                   "--from-phase1-final-params")
             elif args.from_pretrained_params is not None:
-                load_weights_only(trainer.model, args.from_pretrained_params, args.model_prefix,
+                load_weights_only(trainer.model, trainer.config, args.from_pretrained_params, args.model_prefix,
                                   "--from-pretrained-params")
             return {}
         self._check_compatible(resume, trainer.policy.master_weights)
+        check_same_network(trainer.config, resume.folder / f"{args.model_prefix}.pdparams", "resuming from")
         load_state(trainer.model, resume.model_state, str(resume.folder))
         checkpoint.load_optimizer_state(trainer.model, trainer.optimizer, resume.optimizer_state, str(resume.folder))
         if trainer.scaler and resume.progress.get("loss_scaler"):
@@ -748,6 +772,42 @@ def build_loader(args: argparse.Namespace, rank: int, world_size: int) -> Pretra
     return loader
 
 
+def activation_bytes(config: BertConfig, batch_size: int, seq_length: int, masked_per_seq: int) -> int:
+    """The memory one micro-batch's forward pass keeps for the backward pass, in fp32: per encoder layer
+    s*b*h*(34 + 5*a*s/h) bytes at 16 bits (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+    Transformer Models", arXiv:2205.05198, section 4.1), twice that in fp32, and the masked-LM head's [M, V] scores
+    with their softmax and gradient (three fp32 copies)."""
+    s, b, h, a = seq_length, batch_size, config.hidden_size, config.num_attention_heads
+    per_layer = s * b * h * (34 + 5 * a * s / h)
+    head = 3 * 4 * b * masked_per_seq * config.padded_vocab_size
+    return int(2 * config.num_hidden_layers * per_layer + head)
+
+
+def available_memory_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """MemAvailable of the kernel (what can be allocated without swapping), or None where there is no such file."""
+    try:
+        with open(meminfo, encoding="ascii") as reader:
+            for line in reader:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_batch_fits_in_memory(args: argparse.Namespace, config: BertConfig, available: int | None) -> None:
+    """On a CPU, a --batch-size whose activations alone exceed the memory available now is refused before any batch
+    is assembled: the run would otherwise swap or be killed after minutes of building it (a GPU's memory is its own,
+    and Paddle says so at the first step)."""
+    if paddle.get_device() != "cpu" or available is None:
+        return
+    needed = activation_bytes(config, args.batch_size, args.max_seq_length, args.max_predictions_per_seq)
+    if needed > available:
+        raise ValueError(f"--batch-size {args.batch_size}: its activations alone need about {needed / 2**30:.1f} GiB "
+                         f"at --max-seq-length {args.max_seq_length}, and {available / 2**30:.1f} GiB of memory is "
+                         "available; give a smaller --batch-size (with --gradient-merge-steps for the same batch)")
+
+
 def check_vocab_fits(args: argparse.Namespace, config: BertConfig, loader: PretrainingDataLoader) -> None:
     """Every id of --vocab-file must have an embedding row (else the embedding kernel fails on the first batch)."""
     vocab_size = max(loader.ids_to_tokens) + 1
@@ -803,6 +863,7 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
     announce(args, logger, say, rank, world_size, process_info)
     trainer = Trainer(args, rank, world_size)
     loader = build_loader(args, rank, world_size)
+    check_batch_fits_in_memory(args, trainer.config, available_memory_bytes())
     check_vocab_fits(args, trainer.config, loader)
     if args.pack_sequences:
         check_packable(loader.shards.sample_lengths(), args.max_seq_length, args.batch_size, args.input_dir)

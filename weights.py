@@ -32,13 +32,16 @@ import paddle.nn as nn
 from atomic_io import atomic_write
 from bert_config import BertConfig, config_file_for, first_difference
 from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, SAFETENSORS_SUFFIX
+from hf_names import HF_CONFIG_FILE, HF_WEIGHT_FILES, is_hf_state, rename_hf_state
 from ngc_weights import STATIC_LAYOUT_EXAMPLE, is_static_graph_state, nvidia_to_paddle
-from paddle_files import read_paddle_file, read_safetensors_state, write_safetensors_state
+from paddle_files import read_paddle_file, read_safetensors_state, read_torch_bin, write_safetensors_state
 
+# read_pretrained_state's name for a Hugging Face file it converted.
+HUGGING_FACE = "Hugging Face"
 # Each part, and the parameter-name prefixes that make it up.
 PARTS: dict[str, tuple[str, ...]] = {
     "embeddings": ("bert.embeddings.",),
-    "encoder": ("bert.encoder.",),
+    "encoder": ("bert.encoder.", "bert.final_layer_norm."),
     "pooler": ("bert.pooler.",),
     "mlm": ("cls.transform.", "cls.transform_layer_norm.", "cls.decoder_bias"),
     "nsp": ("cls.seq_relationship.",),
@@ -56,7 +59,7 @@ VOCAB_ROWS = ("bert.embeddings.word_embeddings.weight", "cls.decoder_bias")
 _OWN_NAME = re.compile(
     r"(bert\.)?(embeddings\.(word|position|token_type)_embeddings\.weight|embeddings\.layer_norm\.(weight|bias)"
     r"|encoder\.\d+\.(attention\.(query|key|value|qkv)|attention_output|attention_layer_norm|intermediate|output"
-    r"|output_layer_norm)\.(weight|bias)|pooler\.dense\.(weight|bias))"
+    r"|output_layer_norm)\.(weight|bias)|final_layer_norm\.(weight|bias)|pooler\.dense\.(weight|bias))"
     r"|cls\.(transform|transform_layer_norm|seq_relationship)\.(weight|bias)|cls\.decoder_bias"
     r"|(qa_outputs|classifier)\.(weight|bias)")
 NVIDIA_VOCAB_MULTIPLE = 8  # NVIDIA's run_squad.py and run_pretraining.py round vocab_size up to a multiple of 8
@@ -111,27 +114,46 @@ def check_parts(expected: Iterable[str], provided: Collection[str], *, required:
 
 
 def resolve_weights_file(path: str | os.PathLike, model_prefix: str, flag: str) -> Path:
-    """A weights file itself, the <model_prefix>.pdparams or <model_prefix>.safetensors of a folder (the Paddle
-    file first, as in a checkpoint folder that holds both), or a prefix <path>.pdparams as paddle.static.save
-    writes (NVIDIA's recipe takes those); FileNotFoundError names the flag and path."""
+    """A weights file itself; in a folder, its <model_prefix>.pdparams or <model_prefix>.safetensors (the Paddle
+    file first, as in a checkpoint folder that holds both), else the model.safetensors or pytorch_model.bin of a
+    Hugging Face folder (one with a config.json); or a prefix <path>.pdparams as paddle.static.save writes
+    (NVIDIA's recipe takes those). FileNotFoundError names the flag and path, and for a folder what it holds."""
     path = Path(path)
     prefixed = path.with_name(path.name + PARAMS_SUFFIX)
     if not path.exists() and prefixed.is_file():
         path = prefixed
     if path.is_dir():
-        candidates = [path / (model_prefix + suffix) for suffix in (PARAMS_SUFFIX, SAFETENSORS_SUFFIX)]
-        path = next((candidate for candidate in candidates if candidate.is_file()), candidates[0])
+        ours = [path / (model_prefix + suffix) for suffix in (PARAMS_SUFFIX, SAFETENSORS_SUFFIX)]
+        hugging_face = [path / name for name in HF_WEIGHT_FILES] if (path / HF_CONFIG_FILE).is_file() else []
+        found = next((candidate for candidate in ours + hugging_face if candidate.is_file()), None)
+        if found is None:
+            raise FileNotFoundError(f"{flag} {path}: no weights in this folder: neither {ours[0].name} nor "
+                                    f"{ours[1].name}, nor a Hugging Face {HF_CONFIG_FILE} with "
+                                    f"{' or '.join(HF_WEIGHT_FILES)}; it holds {_folder_contents(path)}")
+        return found
     if not path.is_file():
         raise FileNotFoundError(f"{flag} {path}: weights file not found")
     return path
 
 
+def _folder_contents(folder: Path, shown: int = 5) -> str:
+    """The first few names in a folder, for a message."""
+    names = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in folder.iterdir())
+    if not names:
+        return "nothing"
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def config_beside(weights_file: str | os.PathLike) -> Path:
     """The config that travels with a weights file: <name>_config.json beside <name>.pdparams or
     <name>.safetensors, as a step folder holds bert_paddle_config.json, the fine-tuning scripts write it beside
-    their model and convert_checkpoint.py hf2paddle beside its output."""
+    their model and convert_checkpoint.py hf2paddle beside its output; for a Hugging Face weights file without
+    one, its folder's config.json."""
     path = Path(weights_file)
-    return path.with_name(path.stem + CONFIG_SUFFIX)
+    ours = path.with_name(path.stem + CONFIG_SUFFIX)
+    if not ours.is_file() and path.name in HF_WEIGHT_FILES and (path.parent / HF_CONFIG_FILE).is_file():
+        return path.parent / HF_CONFIG_FILE
+    return ours
 
 
 def model_config_file(bert_model: str, config_file: str | None, weights: str | None, *, flag: str,
@@ -160,6 +182,20 @@ def model_config_file(bert_model: str, config_file: str | None, weights: str | N
     return config_file
 
 
+def check_same_network(config: BertConfig, weights_file: str | os.PathLike, flag: str) -> None:
+    """ValueError when the config that travels with weights_file (config_beside; none: nothing to check) builds
+    another network than `config`, naming the flag, the file and the first field that differs. Weights of the
+    same shapes load into a network with another function (post- or pre-LayerNorm) without any error."""
+    travelling = config_beside(weights_file)
+    if not travelling.is_file():
+        return
+    difference = first_difference(config, BertConfig.from_json_file(travelling))
+    if difference:
+        name, ours, saved = difference
+        raise ValueError(f"{flag} {weights_file}: its config {travelling} has {name} {saved!r}, this run builds "
+                         f"{ours!r}; train with the same model settings (config file and architecture flags)")
+
+
 def read_weights(path: str | os.PathLike) -> dict:
     """The state dict stored in a .pdparams or .safetensors file, read without running any code from it
     (paddle_files.py); errors name the file."""
@@ -167,6 +203,8 @@ def read_weights(path: str | os.PathLike) -> dict:
         raise FileNotFoundError(f"{path}: Paddle parameter file not found")
     if str(path).endswith(SAFETENSORS_SUFFIX):
         return read_safetensors_state(path)
+    if Path(path).name == HF_WEIGHT_FILES[1]:  # torch's pickle, read without torch and without running code
+        return read_torch_bin(path)
     state = read_paddle_file(path)
     if not isinstance(state, Mapping):
         raise ValueError(f"{path}: holds a {type(state).__name__}, not a dict of parameters")
@@ -304,11 +342,14 @@ class LoadReport:
     initialised: list[str]
     missing: list[str]
     unused: int
-    converted_from: str | None = None  # the layout of an NVIDIA static-graph file converted in memory
+    # What read_pretrained_state converted the file from: HUGGING_FACE, or an NVIDIA static-graph encoder layout.
+    converted_from: str | None = None
 
     def describe(self) -> str:
         text = f"{self.path}: "
-        if self.converted_from:
+        if self.converted_from == HUGGING_FACE:
+            text += "Hugging Face checkpoint, converted in memory as convert_checkpoint.py hf2paddle does; "
+        elif self.converted_from:
             text += (f"NVIDIA static-graph checkpoint ({self.converted_from} encoder), converted in memory as "
                      "convert_checkpoint.py nvidia2paddle does; ")
         text += f"loaded {', '.join(self.loaded) or 'nothing'}"
@@ -320,13 +361,18 @@ class LoadReport:
 
 
 def read_pretrained_state(file: str | os.PathLike, flag: str) -> tuple[dict, str | None]:
-    """(the state dict of a resolved weights file, the layout of an NVIDIA static-graph file it was converted
-    from or None): the state that load_pretrained puts into a model."""
+    """(the state dict of a resolved weights file, what it was converted from or None): the state that
+    load_pretrained puts into a model. Converted in memory are NVIDIA's static-graph files (the layout of
+    their encoder is returned) and Hugging Face's with their config.json beside them (HUGGING_FACE is returned;
+    the model, built from that config, checks every tensor as it loads)."""
     state = read_weights(file)
-    if not is_static_graph_state(state):
+    if is_static_graph_state(state):
+        conversion = nvidia_to_paddle({name: as_numpy(value) for name, value in state.items()}, f"{flag} {file}")
+        return conversion.state, conversion.layout
+    if not is_hf_state(state) or not config_beside(file).is_file():  # without a config: load_pretrained's error
         return state, None
-    conversion = nvidia_to_paddle({name: as_numpy(value) for name, value in state.items()}, f"{flag} {file}")
-    return conversion.state, conversion.layout
+    hf_state = {name: as_numpy(value) for name, value in state.items()}
+    return rename_hf_state(hf_state, f"{flag} {file}").state, HUGGING_FACE
 
 
 def encoder_fingerprint(state: Mapping, vocab_size: int) -> tuple[int, str]:

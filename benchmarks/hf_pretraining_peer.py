@@ -25,8 +25,9 @@ pretraining engine differs:
   --eval-seed (pretraining_eval.EVAL_SEED, passed in by the yardstick), every --eval-interval-minutes of
   training time and at the end, masked-LM loss and accuracy over all their masked tokens.
 
-Writes OUT/config.json and OUT/model.safetensors (transformers' save_pretrained: convert_checkpoint.py hf2paddle
-imports them) and OUT/peer_log.json: the validation records and the run's totals, written atomically.
+Writes OUT/config.json and OUT/model.safetensors (transformers' save_pretrained: every PaddleBERT script loads the
+folder as it is), OUT/vocab.txt (the --vocab-file it trained with, the folder's tokenizer, which downstream.py
+fine-tunes with) and OUT/peer_log.json: the validation records and the run's totals, written atomically.
 """
 
 from __future__ import annotations
@@ -213,12 +214,19 @@ def main(argv: list[str] | None = None) -> None:
             while next_eval <= elapsed:
                 next_eval += args.eval_interval_minutes * 60.0
     output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(output_dir, safe_serialization=True)
+    save_checkpoint(model, output_dir, args.vocab_file)
     atomic_write_text(output_dir / "peer_log.json", json.dumps({
         "engine": f"transformers {__import__('transformers').__version__} on torch {torch.__version__}",
         "steps": step, "sequences": sequences, "tokens": tokens, "training_minutes": round(elapsed / 60.0, 4),
         "validation": records}, indent=1) + "\n")
+
+
+def save_checkpoint(model, output_dir: Path, vocab_file: str) -> None:
+    """The trained model as a Hugging Face folder: transformers' save_pretrained (config.json, model.safetensors)
+    and the vocabulary it was trained with as the folder's vocab.txt, which its fine-tuning tokenizes with."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output_dir, safe_serialization=True)
+    atomic_write_text(output_dir / "vocab.txt", Path(vocab_file).read_text(encoding="utf-8"))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python benchmarks/time_to_quality.py                 # the whole yardstick (docs/time-to-quality.md)
     python benchmarks/time_to_quality.py --quick         # the miniature CI runs: a slice, a tiny model, seconds
+    python benchmarks/time_to_quality.py --recipe-trials cpu_budget_tiny_prenorm   # a budget-recipe preset at 20 min
 
 Stages, in the order they run; each writes WORK/stages/<stage>.json atomically when it ends, and a rerun skips
 every stage whose file is there (a stage's settings are in its file: a rerun with other settings stops with one
@@ -60,6 +61,19 @@ PRESET_FILE = ROOT / "scripts" / "configs" / "pretrain_config.sh"
 # past 150 minutes; and in 5 minutes at the first-guess learning rate 2e-3 it reached 7.0% validation masked-LM
 # accuracy to mini's 5.9% (--compare-sizes at the searched rate is still to be run).
 DEFAULT_PRESET = "cpu_budget_tiny"
+# run_pretraining.py's budget-recipe flags, which the transformers peer cannot follow.
+RECIPE_FLAGS = ("pre_layer_norm", "no_linear_bias", "gated_feed_forward", "no_dropout")
+
+
+def peer_mismatch(options: dict) -> str | None:
+    """Why the transformers peer cannot train as ours did with these run_pretraining.py options (its report's
+    PARAMETER record), or None when it can."""
+    if options["gradient_merge_steps"] != 1:  # the peer updates after every batch
+        return f"the peer has no gradient merge, and ours merged {options['gradient_merge_steps']} batches a step"
+    recipe = [name for name in RECIPE_FLAGS if options.get(name)]  # reports from before the flags have none
+    if recipe:  # the peer builds transformers' BertForPreTraining: Devlin et al.'s architecture, with dropout
+        return f"the peer trains BERT as transformers builds it, and ours trained with --{recipe[0].replace('_', '-')}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -102,6 +116,9 @@ QUICK_RUNS = (
 # TRIAL_BUDGET minutes of each size (all three budget presets read the same shards); pretraining only.
 TRIAL_BUDGET = 5.0
 SIZES = ("tiny", "mini", "small")
+# --recipe-trials: the budget of each trial of a budget-recipe preset (issue 43), scored downstream against the
+# yardstick's ours-20 run (--preset at the same budget): a recipe option stays out of the presets unless it gains.
+RECIPE_TRIAL_BUDGET = 20.0
 # --search: the optimizers and peak learning rates tried for the budget presets, TRIAL_BUDGET minutes each on
 # bert-tiny (the fastest size, so the most trials per minute), at the preset's batch and warmup.
 SEARCH = (
@@ -251,19 +268,36 @@ class Yardstick:
                              holdout_fraction="0.05")
         return arguments
 
+    @property
+    def trial_budget(self) -> float:
+        """The minutes of each --compare-sizes and --search trial (a few seconds under --quick)."""
+        return 0.1 if self.quick else TRIAL_BUDGET
+
     def size_runs(self) -> tuple[Run, ...]:
-        budget = 0.1 if self.quick else TRIAL_BUDGET
+        budget = self.trial_budget
         return tuple(Run(f"{size}-{budget:g}", "ours", budget, preset=f"cpu_budget_{size}") for size in SIZES)
 
     def search_runs(self) -> tuple[Run, ...]:
-        budget = 0.1 if self.quick else TRIAL_BUDGET
+        budget = self.trial_budget
         return tuple(Run(f"tiny-{budget:g}-{optimizer.lower()}-{rate}", "ours", budget, optimizer, rate,
                          preset="cpu_budget_tiny") for optimizer, rate in SEARCH)
+
+    def recipe_runs(self, presets: list[str]) -> tuple[Run, ...]:
+        """--recipe-trials: the yardstick's own ours run at RECIPE_TRIAL_BUDGET (under --quick: the miniature's), the
+        baseline, then each preset's run at its budget."""
+        baseline = next(run for run in (QUICK_RUNS if self.quick else RUNS) if run.engine == "ours" and run.downstream
+                        and (self.quick or run.budget == RECIPE_TRIAL_BUDGET))
+        return (baseline, *(Run(f"{preset}-{baseline.budget:g}", "ours", baseline.budget, preset=preset)
+                            for preset in presets))
+
+    def preset_of(self, run: Run) -> str:
+        """The preset a run trains: its own, else --preset."""
+        return run.preset or self.preset
 
     def settings(self, run: Run) -> dict:
         """What a pretraining stage's result depends on: the run, its preset and the preset's arguments (an edited
         preset is another run), and the CPU whose minutes it spent."""
-        preset = run.preset or self.preset
+        preset = self.preset_of(run)
         arguments = {name: self.portable(value) for name, value in self.arguments_of(preset).items()}
         return {**asdict(run), "preset": preset, "arguments": arguments, "cpu": self.cpu}
 
@@ -346,9 +380,9 @@ class Yardstick:
         if ours is None:
             raise SystemExit(f"{SCRIPT}: {run.name} copies the options of ours-{run.budget:g}, which has not run")
         options = run_parameters(Path(ours["report"]))
-        if options["gradient_merge_steps"] != 1:  # the peer updates after every batch
-            raise SystemExit(f"{SCRIPT}: {run.name}: the peer has no gradient merge, and ours-{run.budget:g} "
-                             f"merged {options['gradient_merge_steps']} batches a step")
+        mismatch = peer_mismatch(options)
+        if mismatch:
+            raise SystemExit(f"{SCRIPT}: {run.name} cannot copy ours-{run.budget:g}: {mismatch}")
         output_dir = self.work_dir / "runs" / run.name
         command = [peers.peer_python(self.args, "transformers", SCRIPT), str(ROOT / "benchmarks" /
                                                                                "hf_pretraining_peer.py")]
@@ -366,7 +400,7 @@ class Yardstick:
                                for record in log["validation"]]}
 
     def downstream(self, run: Run, pretrained: dict) -> dict:
-        settings = {**asdict(run), "preset": run.preset or self.preset, "checkpoint": pretrained["checkpoint"],
+        settings = {**asdict(run), "preset": self.preset_of(run), "checkpoint": pretrained["checkpoint"],
                     "quick": self.quick}
         done = self.stages.done(f"downstream/{run.name}", settings)
         if done or self.report_only:
@@ -426,6 +460,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "minutes and write time-to-quality-sizes.{json,md} (validation MLM accuracy by size)")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: write the report of the runs whose stages are done, naming the others")
+    parser.add_argument("--recipe-trials", nargs="+", metavar="PRESET", default=None,
+                        help=f"instead: pretrain --preset and each PRESET (a budget-recipe variant) for "
+                             f"{RECIPE_TRIAL_BUDGET:g} minutes, score each downstream, and write "
+                             "time-to-quality-recipes.{json,md}")
     parser.add_argument("--search", action="store_true",
                         help=f"instead: pretrain bert-tiny for {TRIAL_BUDGET:g} minutes with each optimizer and "
                              "learning rate of SEARCH and write time-to-quality-search.{json,md}")
@@ -445,6 +483,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.compare_sizes or args.search:
         kind, runs = ("sizes", yardstick.size_runs()) if args.compare_sizes else ("search", yardstick.search_runs())
         write_trials_report(args, kind, {run.name: yardstick.pretrain(run) for run in runs})
+        return
+    if args.recipe_trials:
+        trials = {}
+        for run in yardstick.recipe_runs(args.recipe_trials):
+            pretrained = yardstick.pretrain(run)
+            stage = yardstick.downstream(run, pretrained) if pretrained else None
+            if stage:  # None only under --report-only, for a trial not finished yet
+                trials[run.name] = {**pretrained, "downstream": stage["downstream"]}
+        write_trials_report(args, "recipes", trials)
         return
     results, missing = {}, []
     for run in QUICK_RUNS if args.quick else RUNS:
@@ -504,6 +551,37 @@ def targets(results: dict) -> list[dict]:
     return checks
 
 
+# The summary table's rows (README, "What an hour of pretraining buys"): run name -> label.
+SUMMARY_LABELS = {"random": "random init", "ours-60": "ours, 60 min", "ours-20": "ours, 20 min",
+                  "transformers-20": "HF transformers, 20 min"}
+
+
+def score_cell(entry: dict) -> str:
+    """A score as the tables show it: the median, and ± the spread where there are several seeds."""
+    return f"{entry['median']:.1f} ± {entry['spread']:.1f}" if len(entry["seeds"]) > 1 else f"{entry['median']:.1f}"
+
+
+def summary_table(results: dict) -> str:
+    """The short table of the scored runs that the README shows: validation MLM accuracy and each main score."""
+    lines = ["| run | val MLM acc | SST-2 acc | MRPC acc / F1 | RTE acc | CoLA MCC | SQuAD EM / F1 |",
+             "|---|---|---|---|---|---|---|"]
+    for name, result in results.items():
+        downstream = result.get("downstream")
+        if downstream is None:
+            continue
+        curve = result["pretraining"]["validation"]
+        scores = {(task, score): score_cell(downstream["tasks"][task]["scores"][score])
+                  for task, score in (("sst-2", "accuracy"), ("mrpc", "accuracy"), ("mrpc", "f1"),
+                                      ("rte", "accuracy"), ("cola", "mcc"), ("squad", "exact_match"),
+                                      ("squad", "F1"))}
+        accuracy = f"{curve[-1]['mlm_accuracy'] * 100:.1f}%" if curve else "-"
+        lines.append(f"| {SUMMARY_LABELS.get(name, name)} | {accuracy} | "
+                     f"{scores['sst-2', 'accuracy']} | {scores['mrpc', 'accuracy']} / {scores['mrpc', 'f1']} | "
+                     f"{scores['rte', 'accuracy']} | {scores['cola', 'mcc']} | "
+                     f"{scores['squad', 'exact_match']} / {scores['squad', 'F1']} |")
+    return "\n".join(lines)
+
+
 def markdown(header: str, data: dict, results: dict, checks: list[dict], command: str, missing: list[str]) -> str:
     """docs/time-to-quality.md's tables: one row per run, the majority row, and the targets; what has not run yet,
     and the CPUs the pretraining ran on."""
@@ -521,10 +599,7 @@ def markdown(header: str, data: dict, results: dict, checks: list[dict], command
         if downstream is None:  # the optimizer comparison: pretraining alone
             lines.append("| " + " | ".join(cells + ["-"] * (len(head) - len(cells))) + " |")
             continue
-        for task, score in score_names:
-            entry = downstream["tasks"][task]["scores"][score]
-            cells.append(f"{entry['median']:.1f} ± {entry['spread']:.1f}" if len(entry["seeds"]) > 1
-                         else f"{entry['median']:.1f}")
+        cells += [score_cell(downstream["tasks"][task]["scores"][score]) for task, score in score_names]
         mean = averages(downstream)
         cells += [f"{mean['glue_average']:.1f}", f"{mean['downstream_average']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -556,7 +631,7 @@ def markdown(header: str, data: dict, results: dict, checks: list[dict], command
         "Scores are medians over the seeds ± their spread (max - min) on the official dev sets; SQuAD v1.1 F1 "
         "and EM, CoLA Matthews correlation x 100, the rest accuracy or F1 in percent. GLUE avg: SST-2, MRPC "
         "(mean of accuracy and F1), RTE, CoLA; avg: those and SQuAD F1.", "", *lines, "", "## Targets", "",
-        *target_lines, ""])
+        *target_lines, "", "## Summary (the README's table)", "", summary_table(results), ""])
 
 
 def plot(results: dict, path: Path) -> None:
@@ -592,21 +667,30 @@ def plot(results: dict, path: Path) -> None:
 
 
 def write_trials_report(args: argparse.Namespace, kind: str, runs: dict) -> None:
-    """time-to-quality-<kind>.{json,md} (kind "sizes" or "search"): each trial's model, optimizer and validation
-    MLM accuracy against its training minutes."""
-    title = {"sizes": "Model size at equal time", "search": "Optimizer and learning rate at equal time"}[kind]
-    flag = {"sizes": "--compare-sizes", "search": "--search"}[kind]
+    """time-to-quality-<kind>.{json,md} (kind "sizes", "search" or "recipes"): each trial's model, options,
+    optimizer and validation MLM accuracy against its training minutes; for "recipes" its downstream averages."""
+    title = {"sizes": "Model size at equal time", "search": "Optimizer and learning rate at equal time",
+             "recipes": "Budget-recipe options at equal time"}[kind]
+    flag = {"sizes": "--compare-sizes", "search": "--search",
+            "recipes": "--recipe-trials " + " ".join(args.recipe_trials or [])}[kind]
+    scored = kind == "recipes"
     lines = [f"# {title}", "", f"`{machine.header_line()}`", "",
              f"Command: `python benchmarks/time_to_quality.py {flag}`" + (" (--quick)" if args.quick else ""), "",
-             "| run | config | optimizer | learning rate | batch | minutes | steps | sequences | "
-             "validation MLM accuracy (%) at each evaluation |", "|---|---|---|---|---|---|---|---|---|"]
+             "| run | config | options | optimizer | learning rate | batch | minutes | steps | sequences | "
+             "validation MLM accuracy (%) at each evaluation |" + (" GLUE avg | avg |" if scored else ""),
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if scored else "")]
     for name, result in runs.items():
         curve = ", ".join(f"{point['mlm_accuracy'] * 100:.1f}" for point in result["validation"])
         parameters = run_parameters(Path(result["report"]))
         batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])
-        lines.append(f"| {name} | {Path(parameters['config_file']).name} | {parameters['optimizer']} | "
-                     f"{parameters['learning_rate']:g} | {batch} | {result['minutes']:.1f} | {result['steps']} | "
-                     f"{result['sequences']} | {curve} |")
+        options = " ".join(f"--{flag.replace('_', '-')}" for flag in RECIPE_FLAGS if parameters.get(flag)) or "-"
+        line = (f"| {name} | {Path(parameters['config_file']).name} | {options} | {parameters['optimizer']} | "
+                f"{parameters['learning_rate']:g} | {batch} | {result['minutes']:.1f} | {result['steps']} | "
+                f"{result['sequences']} | {curve} |")
+        if scored:
+            mean = averages(result["downstream"])
+            line += f" {mean['glue_average']:.1f} | {mean['downstream_average']:.1f} |"
+        lines.append(line)
     report_dir = Path(args.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(report_dir / f"time-to-quality-{kind}.json", json.dumps(runs, indent=1) + "\n")

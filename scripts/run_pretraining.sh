@@ -2,8 +2,8 @@
 # BERT pre-training on one node: phase 1 (sequence length 128), then phase 2 (512) from phase 1's final weights.
 # NVIDIA's positional interface: the same 32 arguments in the same order with the same defaults, plus three
 # optional ones for LANS, three for validation, four for whole-word masking, the masked fraction, MLM-only
-# training and packing (README, "Beyond NVIDIA's recipe"), one for the results folder, and two for training to a
-# time budget. Presets print them:
+# training and packing (README, "Beyond NVIDIA's recipe"), one for the results folder, two for training to a
+# time budget and four for the budget-recipe model options. Presets print them:
 #
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && dgxa100-80g_8gpu_amp)
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && cpu_tiny)
@@ -83,6 +83,12 @@
 #   45 eval_interval_minutes (none)      with holdout_fraction > 0: evaluate each time the training time crosses
 #                                         a multiple of this many minutes (--eval-interval-minutes), instead of
 #                                         every eval_freq (37) steps; none: every eval_freq steps
+#   46 pre_layer_norm (false)            true: pre-LayerNorm blocks (run_pretraining.py --pre-layer-norm)
+#   47 linear_bias (true)                false: no biases in the encoder's linear layers (--no-linear-bias)
+#   48 gated_feed_forward (false)        true: gated-GELU feed-forward (--gated-feed-forward)
+#   49 dropout (true)                    false: pretrain without dropout (--no-dropout); fine-tuning keeps the
+#                                         config's. 46-48 go into the checkpoints' config, so transformers and NGC
+#                                         cannot hold the model (convert_checkpoint.py paddle2hf refuses it)
 # A data folder is preprocessed only when it is empty: after changing argument 27, 39, 40 or 41, remove the data
 # folders or name new ones (arguments 17 and 18).
 # Environment: RESULTS_DIR (default <code_dir>/results) is argument 43's default; VOCAB_FILE
@@ -92,7 +98,7 @@
 # e.g. to build the shards on a CPU node before a GPU job, or to time preprocessing apart from training.
 set -euo pipefail
 
-(( $# <= 45 )) || { echo "${0##*/}: at most 45 positional arguments, got $#" >&2; exit 1; }
+(( $# <= 49 )) || { echo "${0##*/}: at most 49 positional arguments, got $#" >&2; exit 1; }
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/common.sh
 source "$SCRIPT_DIR/common.sh"
@@ -148,6 +154,10 @@ RESULTS_DIR=${43:-${RESULTS_DIR:-$CODEDIR/results}}
 preprocess_only=${PREPROCESS_ONLY:-false}
 time_budget=${44:-none}
 eval_interval_minutes=${45:-none}
+pre_layer_norm=${46:-false}
+linear_bias=${47:-true}
+gated_feed_forward=${48:-false}
+dropout=${49:-true}
 num_nodes=1
 
 for name in train_batch_size num_gpus train_steps save_checkpoint_steps gradient_accumulation_steps \
@@ -161,6 +171,9 @@ require_int num_workers "$num_workers" 0
 require_choice create_logfile "$create_logfile" true false
 require_choice enable_benchmark "$enable_benchmark" true false
 require_choice fuse_mha "$fuse_mha" true false
+for name in pre_layer_norm linear_bias gated_feed_forward dropout; do
+  require_choice "$name" "${!name}" true false
+done
 require_choice PREPROCESS_ONLY "$preprocess_only" true false
 require_choice phase2_bin_size "$phase2_bin_size" none 32 64 128 256 512
 require_choice optimizer "$optimizer" Lamb Lans AdamW
@@ -248,6 +261,10 @@ common_flags=(--vocab-file "$VOCAB_FILE" --output-dir "$RESULTS_DIR" "${BERT_MOD
   --num-steps-per-checkpoint "$save_checkpoint_steps" --seed "$seed" --log-freq 1 --optimizer "$optimizer"
   --num-workers "$num_workers" --last-step-of-checkpoint auto "${PRECISION_FLAGS[@]}")
 [[ "$fuse_mha" == true ]] && common_flags+=(--fuse-mha)
+[[ "$pre_layer_norm" == true ]] && common_flags+=(--pre-layer-norm)
+[[ "$linear_bias" == false ]] && common_flags+=(--no-linear-bias)
+[[ "$gated_feed_forward" == true ]] && common_flags+=(--gated-feed-forward)
+[[ "$dropout" == false ]] && common_flags+=(--no-dropout)
 common_flags+=("${TRAIN_FEATURE_FLAGS[@]}")
 [[ "$enable_benchmark" == true ]] && common_flags+=(--benchmark --benchmark-steps "$benchmark_steps"
   --benchmark-warmup-steps "$benchmark_warmup_steps")

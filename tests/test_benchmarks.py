@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import datetime
 import importlib
+import math
 import os
 import re
 import shlex
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import modeling
 from messages import assert_one_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -446,7 +448,8 @@ def test_pretraining_report_gives_ours_to_each_peer_ratio(bench, capsys, monkeyp
     pauses = []
     monkeypatch.setattr(bench("workers").time, "sleep", pauses.append)
     pool = {"matmul": FakeTrainer(1.0), "ours": FakeTrainer(2.0), "transformers": FakeTrainer(3.0)}
-    bench("bench_pretraining").report(pool, ["ours", "transformers"], rounds=2, steps=1, layers=1)
+    pretraining = bench("bench_pretraining")
+    pretraining.report(pool, ["ours", "transformers"], rounds=2, steps=1, shape=pretraining.Shape("base", 1, 8))
     out = capsys.readouterr().out
     assert "ours / transformers: 1.50x by wall time (per round: 1.50, 1.50); 1.50x by CPU time" in out
     assert pauses == [0.3] * 6  # before each of 3 workers' turns in 2 rounds
@@ -455,7 +458,8 @@ def test_pretraining_report_gives_ours_to_each_peer_ratio(bench, capsys, monkeyp
 def test_pretraining_report_without_ours_has_no_ratios(bench, capsys, monkeypatch):
     monkeypatch.setattr(bench("workers").time, "sleep", lambda seconds: None)
     pool = {"matmul": FakeTrainer(1.0), "transformers": FakeTrainer(3.0)}
-    bench("bench_pretraining").report(pool, ["transformers"], rounds=1, steps=1, layers=1)
+    pretraining = bench("bench_pretraining")
+    pretraining.report(pool, ["transformers"], rounds=1, steps=1, shape=pretraining.Shape("base", 1, 8))
     out = capsys.readouterr().out
     assert "transformers:   2.67 seq/s" in out and "ours" not in out
 
@@ -667,3 +671,40 @@ def test_setup_peers_without_dir_prints_usage():
     result = run_setup()
     assert result.returncode == 2
     assert "benchmarks/setup_peers.sh [--python PY] [--torch-wheel PATH] [--find-links DIR] DIR" in result.stderr
+
+
+def test_pretraining_smoke_run_at_a_budget_size():
+    result = run_script("bench_pretraining.py", "--only", "ours", "--config", "tiny", "--rounds", "1", "--steps", "1",
+                        "--warmup", "0", "--threads", "1", "--batch-size", "2", "--profile", "1",
+                        env={"PADDLEBERT_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "bert-tiny, 2 layers, batch 2," in result.stdout
+    assert re.search(r"\n +ours: +[\d.]+ seq/s, MFU +\d+%", result.stdout), result.stdout
+    profile = result.stdout.split("where ours spends its step")[1].splitlines()[1:5]
+    assert [line.split(":")[0].strip() for line in profile] == ["encoder", "heads and loss", "optimizer", "other"]
+    assert all("matrix products" in line for line in profile[:2])
+
+
+@pytest.mark.parametrize("size", ["tiny", "mini", "small", "base"])
+def test_pretraining_flops_count_every_gemm_of_the_model(bench, size):
+    """train_flops from the weights of the model itself: 2 FLOPs per multiply-add of each encoder matrix over all
+    tokens, the two attention products, the MLM transform and tied decoder on the masked tokens, pooler and NSP
+    on [CLS]; backward twice forward."""
+    pretraining = bench("bench_pretraining")
+    shape = pretraining.parse_args(["--config", size]).shape
+    config = modeling.BertConfig(**shape.architecture)
+    model = modeling.BertForPretraining(config)
+    encoder_matrices = sum(math.prod(p.shape) for name, p in model.named_parameters()
+                           if name.startswith("bert.encoder.") and name.endswith("weight") and len(p.shape) == 2)
+    tokens, masked, hidden = shape.batch * 128, shape.batch * 20, config.hidden_size
+    forward = (2 * tokens * encoder_matrices + config.num_hidden_layers * 2 * 2 * shape.batch * 128 * 128 * hidden
+               + 2 * masked * math.prod(model.cls.transform.weight.shape) + 2 * masked * hidden * config.vocab_size
+               + 2 * shape.batch * (math.prod(model.bert.pooler.dense.weight.shape)
+                                    + math.prod(model.cls.seq_relationship.weight.shape)))
+    assert shape.train_flops() == pytest.approx(3 * forward)
+    assert shape.batch == (8 if size == "base" else 64)
+
+
+def test_pretraining_compile_contender_needs_a_warmup_step(bench):
+    with pytest.raises(SystemExit):
+        bench("bench_pretraining").parse_args(["--only", "transformers-compile", "--warmup", "0"])

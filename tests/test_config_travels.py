@@ -156,3 +156,72 @@ def test_first_difference_compares_what_the_weights_compute():
                                                                                              1e-5)
     assert first_difference(base, dataclasses.replace(base, num_hidden_layers=3, hidden_act="relu")) == (
         "num_hidden_layers", 12, 3)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A Hugging Face folder is initial weights as it is (issue 45 §1): converted in memory, its config.json the config
+# ------------------------------------------------------------------------------------------------------------
+
+TINY_HF = ROOT / "tests" / "fixtures" / "tiny_bert_torch"  # config.json and a pytorch_model.bin
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", sorted(SCRIPTS))
+@pytest.mark.parametrize("flag", ["--from-pretrained-params", "--init-checkpoint"])
+def test_a_hugging_face_folder_loads_as_the_file_hf2paddle_converts_it_to(task, flag, data_files, tmp_path, capsys):
+    minilm = require_shared("models", "all-MiniLM-L6-v2")
+    converted = tmp_path / "minilm.pdparams"
+    convert_checkpoint.main(["hf2paddle", str(minilm), str(converted)])
+    models = {}
+    for name, weights in (("folder", minilm), ("converted", converted)):
+        argv = task_argv(task, data_files, tmp_path / name, flag, weights)
+        argv[argv.index("--vocab-file") + 1] = str(minilm / "vocab.txt")
+        script, _ = SCRIPTS[task]
+        assert script.parse_args(argv).config_file == str(minilm / "config.json" if name == "folder" else
+                                                          tmp_path / "minilm_config.json")
+        capsys.readouterr()
+        models[name] = build(task, argv)
+        if name == "folder":
+            assert (f"{minilm / 'model.safetensors'}: Hugging Face checkpoint, converted in memory"
+                    in capsys.readouterr().out)
+    assert (models["folder"].config.num_hidden_layers, models["folder"].config.hidden_size) == (6, 384)
+    for name, value in models["converted"].state_dict().items():
+        if name.startswith("bert."):  # the head is the task's own, from --seed
+            np.testing.assert_array_equal(models["folder"].state_dict()[name].numpy(), value.numpy(), err_msg=name)
+
+
+def test_a_folder_with_a_pytorch_bin_loads_its_heads(data_files, tmp_path, capsys):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(22))]) + "\n")
+    argv = task_argv("squad", data_files, tmp_path / "out", "--init-checkpoint", TINY_HF)
+    argv[argv.index("--vocab-file") + 1] = str(vocab)
+    argv[argv.index("--max-seq-length") + 1] = "16"  # the fixture's position table
+    argv += ["--max-query-length", "4", "--doc-stride", "4"]
+    model = build("squad", argv)
+    assert "loaded embeddings, encoder, pooler, qa;" in capsys.readouterr().out  # nothing from random init
+    reference = np.load(TINY_HF / "reference.npz")
+    np.testing.assert_array_equal(model.state_dict()["qa_outputs.weight"].numpy(),
+                                  reference["tensor/qa_outputs.weight"].T)
+
+
+@pytest.mark.parametrize("flag", ["--from-pretrained-params", "--init-checkpoint"])
+def test_a_folder_without_weights_is_one_line_naming_the_flag_as_typed_and_what_it_holds(flag, data_files, tmp_path,
+                                                                                        capsys):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "tokenizer.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        run_glue.parse_args(task_argv("glue", data_files, tmp_path / "out", flag, folder))
+    last_line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"error: {flag} {folder}: no weights in this folder" in last_line
+    assert "model.safetensors or pytorch_model.bin" in last_line and "it holds config.json, tokenizer.json" in last_line
+
+
+def test_a_config_file_unlike_the_folders_config_json_is_refused(data_files, tmp_path, capsys):
+    other = CONFIG_DIR / "bert-tiny-uncased.json"
+    argv = task_argv("squad", data_files, tmp_path / "out", "--init-checkpoint", TINY_HF, "--config-file", other)
+    with pytest.raises(SystemExit):
+        run_squad.parse_args(argv)
+    last_line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{TINY_HF / 'config.json'}, the config that comes with --init-checkpoint {TINY_HF}" in last_line

@@ -675,6 +675,16 @@ def test_nvidia2paddle_input_errors_name_the_file(ngc_checkpoints, tmp_path):
     assert not (tmp_path / "out.pdparams").exists()
 
 
+def test_nvidia2paddle_given_a_paddlebert_file_says_it_needs_no_conversion(ngc_checkpoints, tmp_path):
+    ours = tmp_path / "ours.pdparams"
+    convert_checkpoint.main(["nvidia2paddle", str(ngc_checkpoints["squad"].prefixes["unfused"]), str(ours)])
+    before = sha256_of(ours)
+    message = cli_error("nvidia2paddle", str(ours), str(tmp_path / "again.pdparams"))
+    assert_one_line(message, "convert_checkpoint.py nvidia2paddle: ", str(ours), "PaddleBERT's own parameter names",
+                    "needs no conversion", "--from-pretrained-params")
+    assert sha256_of(ours) == before and not (tmp_path / "again.pdparams").exists()
+
+
 def sha256_of(*paths: Path) -> list[str]:
     return [hashlib.sha256(path.read_bytes()).hexdigest() for path in paths]
 
@@ -742,3 +752,20 @@ def test_an_out_dir_that_is_a_file_and_a_full_disk_are_one_line(tmp_path, capsys
                         str(tmp_path / "hf"))
     assert message == (f"convert_checkpoint.py paddle2hf: [Errno {errno.ENOSPC}] No space left on device: "
                        f"'{tmp_path / 'hf' / 'model.safetensors'}'")
+
+
+def test_a_hugging_face_folder_whose_name_is_not_utf8_converts_and_is_named_with_its_bytes_escaped(tmp_path):
+    """Linux names are bytes: a folder named b"model-\\xff" reaches Python as a surrogate, which safetensors (Rust)
+    cannot open and a UTF-8 stdout cannot print."""
+    import subprocess
+
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/model-\xff"))
+    shutil.copytree(TF5_DIR, folder)
+    out = tmp_path / "tiny.pdparams"
+    result = subprocess.run([sys.executable, str(ROOT / "convert_checkpoint.py"), "hf2paddle", os.fsencode(folder),
+                             str(out)], capture_output=True, cwd=ROOT, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
+    assert b"model-\\udcff" in result.stdout  # the byte as Python names it, escaped (stderr writes it so too)
+    expected = read_safetensors_state(TF5_DIR / "model.safetensors")
+    assert read_safetensors_state(folder / "model.safetensors").keys() == expected.keys()
+    assert paddle.load(str(out)).keys()

@@ -169,13 +169,13 @@ def test_a_hugging_face_folder_is_the_checkpoint_it_was_exported_from(quick_run,
     weights = checkpoint / "bert_paddle.pdparams"
     convert_checkpoint.main(["paddle2hf", str(weights), str(checkpoint / "bert_paddle_config.json"),
                              str(tmp_path / "hf")])
-    start = downstream.checkpoint_start(str(tmp_path / "hf"), None, None, tmp_path / "out")
+    start = downstream.checkpoint_start(str(tmp_path / "hf"), None, None)
     assert start.description["kind"] == "hugging face"
     assert start.description["weights_sha256"] == hashlib.sha256((tmp_path / "hf" / "model.safetensors")
                                                                  .read_bytes()).hexdigest()
     assert start.fingerprint == json.loads((output_dir / "downstream.json").read_text())["weights"][
         "encoder_fingerprint"]
-    assert start.weights_flags == ("--from-pretrained-params", str(tmp_path / "out" / "init" / "hf_model.safetensors"))
+    assert start.weights_flags == ("--from-pretrained-params", str(tmp_path / "hf" / "model.safetensors"))
     assert start.vocab_file == str(tmp_path / "hf" / "vocab.txt")
 
 
@@ -327,7 +327,7 @@ def test_an_ngc_checkpoint_is_the_file_nvidia2paddle_converts_it_to(tmp_path):
     convert_checkpoint.main(["nvidia2paddle", str(written.prefixes["unfused"]), str(converted)])
     expected = encoder_fingerprint(paddle.load(str(converted)), CONFIG["vocab_size"])[1]
     for layout, prefix in written.prefixes.items():  # the same values in NVIDIA's three encoder layouts
-        start = downstream.checkpoint_start(str(prefix), str(config), None, tmp_path / "out")
+        start = downstream.checkpoint_start(str(prefix), str(config), None)
         assert start.description["kind"] == "nvidia static graph", layout
         assert start.description["weights_file"] == f"{prefix}.pdparams"
         assert start.fingerprint == expected, layout

@@ -30,6 +30,7 @@ import plot_report
 import run_pretraining
 import squad_evaluate
 from atomic_io import TEMP_PREFIX
+from bert_config import BertConfig
 from conftest import ROOT, require_shared
 from interrupts import MARKS_VARIABLE, ChildOutput, signal_while_running, wait_for
 from messages import assert_one_line
@@ -307,6 +308,32 @@ def test_a_batch_larger_than_the_data_is_one_line_before_any_batch_is_built(tmp_
     assert samples == sum(pq.ParquetFile(path).metadata.num_rows
                           for path in Path(require_shared(*UNBINNED)).glob("*.parquet*"))
     assert not any(phase1(tmp_path).iterdir())
+
+
+def test_a_batch_whose_activations_exceed_the_free_memory_is_one_line_before_any_batch_is_built(tmp_path, capsys,
+                                                                                                 monkeypatch):
+    """Issue 46 §3: the memory check. 1 GiB available; the test model (1 layer, hidden 32, 2 heads, 30528 padded
+    rows) at batch 256: by Korthikanti et al.'s s*b*h*(34 + 5*a*s/h) bytes per layer at 16 bits, doubled for fp32,
+    plus three fp32 copies of the [256 * 20, 30528] scores: 1.89 GiB."""
+    monkeypatch.setattr(run_pretraining, "available_memory_bytes", lambda: 2**30)
+    expected = 2 * (128 * 256 * 32 * (34 + 5 * 2 * 128 / 32)) + 3 * 4 * 256 * 20 * 30528
+    assert f"{expected / 2**30:.2f}" == "1.89"
+    status, output = run_entry(pretraining_argv(tmp_path, "--batch-size", "256"), capsys)
+    assert status == 1
+    one_line_error(output, "run_pretraining.py: ", "--batch-size 256: its activations alone need about 1.9 GiB",
+                   "1.0 GiB of memory is available", "--gradient-merge-steps")
+    assert not any(phase1(tmp_path).iterdir())
+
+
+def test_activation_bytes_by_hand_and_available_memory_from_meminfo(tmp_path):
+    # s=2, b=1, h=4, a=2, one layer: 2*1*4*(34 + 5*2*2/4) = 312 bytes at 16 bits, 624 in fp32; the head's scores
+    # [1 * 1, 8 rows] in three fp32 copies: 96 bytes.
+    config = BertConfig(vocab_size=8, hidden_size=4, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
+    assert run_pretraining.activation_bytes(config, batch_size=1, seq_length=2, masked_per_seq=1) == 720
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n")
+    assert run_pretraining.available_memory_bytes(str(meminfo)) == 20000000 * 1024
+    assert run_pretraining.available_memory_bytes(str(tmp_path / "absent")) is None
 
 
 def test_a_config_vocab_size_below_the_vocab_file_is_one_line_naming_both(tmp_path, capsys):
@@ -665,7 +692,8 @@ def test_a_fine_tuning_run_into_a_folder_in_use_stops_naming_the_holder(tmp_path
     try:
         assert holder.stdout.readline() == "held\n"
         before = snapshot(out)
-        status, output = run_entry(glue_job, capsys, run_glue.main, "run_glue.py")
+        # --overwrite: the earlier model may be replaced, but not while another run holds the folder.
+        status, output = run_entry([*glue_job, "--overwrite"], capsys, run_glue.main, "run_glue.py")
         assert status == 1
         one_line_error(output, "run_glue.py: ", f"--output-dir {out}: in use by another run (PID {holder.pid} on "
                        f"host {hostname()}")
@@ -673,7 +701,7 @@ def test_a_fine_tuning_run_into_a_folder_in_use_stops_naming_the_holder(tmp_path
     finally:
         holder.kill()
         holder.wait()
-    assert run_entry(glue_job, capsys, run_glue.main, "run_glue.py")[0] == 0  # free once the holder is gone
+    assert run_entry([*glue_job, "--overwrite"], capsys, run_glue.main, "run_glue.py")[0] == 0  # free once gone
 
 
 def test_a_file_system_that_cannot_lock_is_one_warning_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
@@ -902,7 +930,7 @@ def test_a_rerun_without_save_safetensors_leaves_no_stale_twin_beside_the_new_mo
 
     assert run_entry([*glue_job, "--save-safetensors"], capsys, run_glue.main, "run_glue.py")[0] == 0
     assert (tmp_path / "out" / "bert_paddle.safetensors").is_file()
-    assert run_entry([*glue_job, "--seed", "3"], capsys, run_glue.main, "run_glue.py")[0] == 0
+    assert run_entry([*glue_job, "--seed", "3", "--overwrite"], capsys, run_glue.main, "run_glue.py")[0] == 0
     assert not (tmp_path / "out" / "bert_paddle.safetensors").exists()
     assert (tmp_path / "out" / "bert_paddle.pdparams").is_file()
 

@@ -1,7 +1,8 @@
 """Fault cases of predicting through an exported model (issue 24), in the manner of tests/test_faults.py: an export
 of the other task and a --max-seq-length beyond the exported position table on both backends, a classifier of
-other labels, an export without (or with a damaged) record of what it is; and a Ctrl-C during SQuAD
-post-processing of a real run_squad.py process, held there until the signal comes.
+other labels, an export without (or with a damaged) record of what it is; a Ctrl-C during SQuAD
+post-processing of a real run_squad.py process, held there until the signal comes; and exports replaced whole
+or not at all, checked file by file against their record, and no model saved over without --overwrite (issue 46).
 
 Each refusal asserts the exit status, one message line naming the folder or file at fault, and that the export and
 the earlier predictions in the output folder are intact by checksum.
@@ -235,3 +236,127 @@ def test_ctrl_c_in_squad_post_processing_is_one_line_status_130_and_keeps_the_ea
     assert "e2e_inference_time" in predicted and "e2e_inference_time" not in interrupted  # no second summary
     assert_kept(before)
     assert not [path for path in output_dir.iterdir() if path.name.startswith(TEMP_PREFIX)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# An export is replaced whole or not at all, and its record names every file's checksum (issue 46 §1, §2)
+
+
+def export_argv(workspace: Path, output_dir: Path, export: Path, *extra: str) -> list[str]:
+    """run_glue.py training the tiny classifier for one step on the 16 dev pairs and exporting it with ONNX."""
+    return ["--task-name", "mrpc", *common_argv(workspace, output_dir), "--do-train", "--train-file",
+            str(workspace / "dev.tsv"), "--max-steps", "1", "--export-dir", str(export),
+            "--export-onnx", *extra]
+
+
+@pytest.fixture
+def exported(workspace, tmp_path, capsys) -> Path:
+    """A fresh export of a trained classifier, with its ONNX model and calibration inputs."""
+    export = tmp_path / "export"
+    status, output = run_entry(export_argv(workspace, tmp_path / "first", export), capsys, run_glue.main,
+                               "run_glue.py")
+    assert status == 0, output[-3000:]
+    return export
+
+
+def test_the_record_names_the_checksum_of_every_file_of_the_export(exported):
+    record = json.loads((exported / "bert_paddle.export.json").read_text())
+    files = sorted(path.name for path in exported.iterdir() if path.name != "bert_paddle.export.json")
+    assert sorted(record["files"]) == files == ["bert_paddle.calibration.npz", "bert_paddle.json",
+                                                "bert_paddle.onnx", "bert_paddle.pdiparams"]
+    for name, digest in record["files"].items():
+        assert digest == snapshot(exported / name)[str(exported / name)]
+    assert [path.name for path in exported.parent.iterdir() if path.name.startswith(".")] == []  # no staging left
+
+
+def test_an_export_into_an_earlier_one_is_refused_without_overwrite_before_training(workspace, exported, tmp_path,
+                                                                                   capsys):
+    before = snapshot(exported)
+    status, output = run_entry(export_argv(workspace, tmp_path / "second", exported), capsys, run_glue.main,
+                               "run_glue.py")
+    assert status == 2
+    one_line_error(output, f"{Path(sys.argv[0]).name}: error: ", f"--export-dir {exported} holds an export already",
+                   "--overwrite")
+    assert_kept(before)
+    assert not (tmp_path / "second").exists()  # refused before the run started
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, lambda: OSError(28, "No space left on device")])
+def test_a_re_export_stopped_during_the_onnx_conversion_keeps_the_whole_earlier_export(workspace, exported, tmp_path,
+                                                                                      capsys, monkeypatch, failure):
+    before = snapshot(exported)
+
+    def stopped(*args, **kwargs):
+        raise failure()
+
+    monkeypatch.setattr(inference.onnx_backend, "export_onnx", stopped)
+    status, output = run_entry(export_argv(workspace, tmp_path / "second", exported, "--overwrite"), capsys,
+                               run_glue.main, "run_glue.py")
+    assert status == (130 if failure is KeyboardInterrupt else 1), output[-3000:]
+    one_line_error(output, "run_glue.py: ", f"--export-dir {exported}", "the export there before is unchanged")
+    assert_kept(before)
+    assert sorted(path.name for path in exported.iterdir()) == sorted(Path(path).name for path in before)
+    assert [path.name for path in exported.parent.iterdir() if path.name.startswith(".")] == []
+
+
+def test_a_re_export_with_overwrite_replaces_every_file(workspace, exported, tmp_path, capsys):
+    before = snapshot(exported)
+    status, output = run_entry(export_argv(workspace, tmp_path / "second", exported, "--overwrite", "--seed", "7"),
+                               capsys, run_glue.main, "run_glue.py")
+    assert status == 0, output[-3000:]
+    after = snapshot(exported)
+    assert sorted(after) == sorted(before)
+    assert after[str(exported / "bert_paddle.pdiparams")] != before[str(exported / "bert_paddle.pdiparams")]
+    record = json.loads((exported / "bert_paddle.export.json").read_text())
+    assert {str(exported / name): digest for name, digest in record["files"].items()} == {
+        path: digest for path, digest in after.items() if not path.endswith(".export.json")}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_file_changed_after_the_export_is_one_line_naming_it(workspace, exported, tmp_path, capsys, backend):
+    onnx = exported / "bert_paddle.onnx"
+    onnx.write_bytes(onnx.read_bytes() + b"\0")  # another model's file in its place would do the same
+    line = refused(glue_argv(workspace, exported, tmp_path / "out", "--inference-backend", backend), capsys,
+                   "run_glue.py", exported, tmp_path / "out", GLUE_FILES, str(onnx))
+    assert "not the file that" in line and "export the model again" in line
+
+
+def test_a_model_file_the_record_does_not_name_is_one_line_naming_it(workspace, tmp_path, capsys):
+    export = tmp_path / "export"
+    shutil.copytree(workspace / "glue_export", export)
+    record = json.loads((export / "bert_paddle.export.json").read_text())
+    del record["files"]["bert_paddle.onnx"]  # as a record of the Paddle program alone, beside an older .onnx
+    (export / "bert_paddle.export.json").write_text(json.dumps(record))
+    line = refused(glue_argv(workspace, export, tmp_path / "out"), capsys, "run_glue.py", export, tmp_path / "out",
+                   GLUE_FILES, str(export / "bert_paddle.onnx"))
+    assert "not part of the export" in line
+
+
+def test_training_into_a_folder_with_a_fine_tuned_model_is_refused_without_overwrite(workspace, exported, tmp_path,
+                                                                                    capsys):
+    folder = tmp_path / "first"  # the exported fixture's run saved its model there
+    before = snapshot(folder / "bert_paddle.pdparams", folder / "bert_paddle_config.json")
+    argv = ["--task-name", "mrpc", *common_argv(workspace, folder), "--do-train", "--train-file",
+            str(workspace / "dev.tsv"), "--max-steps", "1"]
+    status, output = run_entry(argv, capsys, run_glue.main, "run_glue.py")
+    assert status == 2
+    one_line_error(output, f"{Path(sys.argv[0]).name}: error: ", f"--output-dir {folder} holds a fine-tuned model",
+                   str(folder / "bert_paddle.pdparams"), "--overwrite")
+    assert_kept(before)
+    status, output = run_entry([*argv, "--overwrite", "--seed", "7"], capsys, run_glue.main, "run_glue.py")
+    assert status == 0, output[-3000:]
+    assert snapshot(folder / "bert_paddle.pdparams") != {
+        key: value for key, value in before.items() if key.endswith(".pdparams")}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_export_without_a_record_of_the_other_task_is_one_line_naming_the_folder(workspace, tmp_path, capsys,
+                                                                                   backend):
+    export = tmp_path / "export"  # a GLUE export from before the record existed, given to SQuAD
+    shutil.copytree(workspace / "glue_export", export)
+    Path(inference.export_record_file(str(export / "bert_paddle"))).unlink()
+    argv = squad_argv(workspace, export, tmp_path / "out", "--inference-backend", backend, "--max-seq-length",
+                      str(POSITIONS))  # without a record, nothing checks the length against the position table
+    line = refused(argv, capsys, "run_squad.py", export, tmp_path / "out", SQUAD_FILES,
+                   f"--inference-model-dir {export}")
+    assert "not those of a SQuAD (span) model" in line

@@ -148,20 +148,6 @@ def test_gpu_presets_split_nvidias_global_batch_into_micro_batches_that_fit(reco
                                                          "fp16", "2", "train,eval"]
 
 
-def test_cpu_preset_is_the_minilm_experiment(tmp_path):
-    converted = tmp_path / "minilm" / "minilm.pdparams"  # there already: the preset converts nothing
-    converted.parent.mkdir()
-    converted.write_bytes(b"")
-    result = subprocess.run(["bash", "-c", "source scripts/configs/glue_config.sh && mrpc_cpu_minilm"], cwd=ROOT,
-                            env={**os.environ, "RESULTS_DIR": str(tmp_path)}, capture_output=True, text=True,
-                            timeout=60)
-    shared = ROOT.parent / "shared"
-    assert result.stdout.split() == [
-        str(converted), f"{shared}/data/glue/MRPC", f"{shared}/models/all-MiniLM-L6-v2/vocab.txt",
-        str(tmp_path / "minilm" / "minilm_config.json"), str(tmp_path / "mrpc_cpu_minilm"), "mrpc", "1", "32", "1",
-        "1e-4", "0.1", "2", "-1", "fp32", "42", "train,eval,prediction"]
-
-
 def test_shellcheck_finds_nothing():
     if shutil.which("shellcheck") is None:
         pytest.fail("shellcheck is missing: pip install -r requirements-dev.txt")

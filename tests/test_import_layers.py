@@ -13,13 +13,13 @@ from conftest import ROOT
 # core, the task cores, the entry scripts a user runs, and the suites that run several of them.
 LAYERS = {
     "leaves": {"atomic_io", "bert_config", "cached_wordpiece", "cli", "corpus", "cpu_ops", "dllog", "feature_batching",
-               "folder_lock", "glue_metrics", "loss", "lr_scheduler", "masking", "ngc_weights", "onnx_backend",
-               "paddle_files", "paddle_private", "pretraining_pairs", "progress", "squad_evaluate", "time_budget",
-               "tokenizer", "visualdl_log"},
+               "folder_lock", "glue_metrics", "hf_names", "loss", "lr_scheduler", "masking", "ngc_weights",
+               "onnx_backend", "paddle_files", "paddle_private", "pretraining_pairs", "progress", "squad_evaluate",
+               "time_budget", "tokenizer", "visualdl_log"},
     "data": {"glue_data", "packing", "preprocess_pipeline", "pretraining_dataset", "shard_formats",
              "squad_utils"},
-    "core": {"amp", "checkpoint", "cpu_kernels", "gradient_merge", "modeling", "optimizer", "pretraining_eval",
-             "pretraining_report", "runtime", "weights"},
+    "core": {"amp", "checkpoint", "cpu_kernels", "gradient_merge", "hf_weights", "modeling", "optimizer",
+             "pretraining_eval", "pretraining_report", "runtime", "weights"},
     "tasks": {"finetune", "inference"},
     "entry": {"convert_checkpoint", "create_pretraining_data", "lddl_preprocess", "plot_report", "run_glue",
               "run_pretraining", "run_squad"},

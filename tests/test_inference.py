@@ -6,6 +6,7 @@ they test.)"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -248,10 +249,16 @@ def test_the_export_records_its_head_and_position_table_and_replaces_an_earlier_
     config = BertConfig.from_dict(values)
     record = tmp_path / "model.export.json"
     inference.export_inference_model(BertForSequenceClassification(config, 5), str(tmp_path), "model")
-    assert json.loads(record.read_text()) == {"head": "classifier", "max_position_embeddings": 96, "num_labels": 5}
+
+    def checksums() -> dict[str, str]:  # of the program and its weights, which the record names
+        return {name: hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+                for name in ("model.json", "model.pdiparams")}
+
+    assert json.loads(record.read_text()) == {"head": "classifier", "max_position_embeddings": 96, "num_labels": 5,
+                                              "files": checksums()}
     assert inference.read_export_record(str(tmp_path / "model")) == (inference.classifier_head(5), 96)
     inference.export_inference_model(BertForQuestionAnswering(config), str(tmp_path), "model")  # over it
-    assert json.loads(record.read_text()) == {"head": "span", "max_position_embeddings": 96}
+    assert json.loads(record.read_text()) == {"head": "span", "max_position_embeddings": 96, "files": checksums()}
     assert inference.read_export_record(str(tmp_path / "model")) == (inference.SPAN_HEAD, 96)
     assert inference.check_exported_model(str(tmp_path), "model", inference.SPAN_HEAD, 96) is None
     assert sorted(path.name for path in tmp_path.iterdir()) == ["model.export.json", "model.json", "model.pdiparams"]

@@ -432,8 +432,9 @@ def test_wrong_inputs_and_missing_calibration_are_refused(workspace, tmp_path):
 
 
 def test_broken_calibration_file_is_a_one_line_error(workspace, tmp_path):
-    """A truncated calibration file, one without an input the model takes, one whose inputs disagree in shape and
-    one with no features each stop in one line naming the file, before any graph is prepared."""
+    """A truncated calibration file, one without an input the model takes, one whose inputs disagree in shape, one
+    with no features and one with ids past the vocabulary each stop in one line naming the file, before any graph
+    is prepared."""
     exported = workspace / "export" / "bert_paddle.calibration.npz"
     good = onnx_backend.load_calibration(str(exported))
     cases = {
@@ -443,11 +444,15 @@ def test_broken_calibration_file_is_a_one_line_error(workspace, tmp_path):
         "ragged": lambda path: onnx_backend.save_calibration(
             str(path), {**good, "attention_mask": good["attention_mask"][:, :-1]}),
         "empty": lambda path: onnx_backend.save_calibration(str(path), {name: good[name][:0] for name in good}),
+        # Issue 46 §5: ids past the vocabulary, which ONNX Runtime would look up out of bounds while calibrating.
+        "unknown_ids": lambda path: onnx_backend.save_calibration(
+            str(path), {**good, "input_ids": good["input_ids"] + 10**6}),
     }
     expected = {"truncated": "not a readable calibration file (",
                 "no_mask": "no calibration input 'attention_mask' (it has ['input_ids', 'token_type_ids'])",
                 "ragged": "the calibration inputs do not all start with the same nonempty [features, sequence] ({",
-                "empty": "the calibration inputs do not all start with the same nonempty [features, sequence] ({"}
+                "empty": "the calibration inputs do not all start with the same nonempty [features, sequence] ({",
+                "unknown_ids": "calibration input 'input_ids' holds ids outside the model's table of "}
     for name, write in cases.items():
         folder = tmp_path / name
         folder.mkdir()

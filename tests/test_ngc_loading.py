@@ -78,7 +78,7 @@ def test_phase2_from_phase1_final_params_takes_an_ngc_checkpoint(ngc, capsys):
     config = BertConfig.from_json_file(ngc["config"])
     prefix = ngc["checkpoints"]["pretraining"].prefixes["fused_qkv"]
     model = BertForPretraining(config)
-    run_pretraining.load_weights_only(model, str(prefix.parent), "bert_paddle", "--from-phase1-final-params")
+    run_pretraining.load_weights_only(model, config, str(prefix.parent), "bert_paddle", "--from-phase1-final-params")
     assert "--from-phase1-final-params" in capsys.readouterr().out
     expected = BertForPretraining(config)
     load_pretrained(expected, ngc["converted"]["pretraining", "fused_qkv"], required=ENCODER_PARTS, flag="x")

@@ -177,11 +177,13 @@ def test_the_defaults_leave_the_38_argument_command_lines_as_they_were(tmp_path,
         assert not set(NEW_FLAGS) & set(args), args
 
 
-def test_the_time_budget_arguments_left_none_leave_the_43_argument_command_lines_as_they_were(tmp_path, fakes):
-    """Arguments 44 (time_budget) and 45 (eval_interval_minutes) as every preset prints them, none, pass nothing:
-    the command lines are those of the same preset's first 43 arguments."""
+def test_the_arguments_after_43_left_at_their_defaults_leave_the_43_argument_command_lines_as_they_were(
+        tmp_path, fakes):
+    """Arguments 44 (time_budget) and 45 (eval_interval_minutes) as every preset prints them, none, and 46-49 (the
+    budget-recipe model options) at NVIDIA's model pass nothing: the command lines are those of the same preset's
+    first 43 arguments."""
     full_args, short_args = cpu_tiny(fakes, tmp_path / "45"), cpu_tiny(fakes, tmp_path / "43")[:43]
-    assert full_args[43:] == ["none", "none"]
+    assert full_args[43:] == ["none", "none", "false", "true", "false", "true"]
     full = record_ok(full_args, fakes, tmp_path / "45")
     short = record_ok(short_args, fakes, tmp_path / "43")
     assert [call["argv"] for call in full.calls] == [
@@ -233,7 +235,7 @@ def test_nvidias_defaults_pass_none_of_the_new_flags(tmp_path, fakes):
     (MASKED_LM_RATIO, "15%", ("masked_lm_ratio", "(0, 1)", "'15%'")),
     (NO_NSP, "1", ("no_nsp", "true false", "'1'")),
     (PACK_SEQUENCES, "on", ("pack_sequences", "true false", "'on'")),
-    (46, "extra", ("at most 45", "got 46")),
+    (50, "extra", ("at most 49", "got 50")),
 ])
 def test_bad_values_are_named_before_anything_runs(position, text, named, tmp_path, fakes):
     args = cpu_tiny(fakes, tmp_path)
@@ -257,7 +259,10 @@ def test_the_other_presets_keep_the_features_off(name, fakes):
     args = preset("pretrain_config.sh", name, fakes.env())
     assert args[WHOLE_WORD_MASKING - 1:PACK_SEQUENCES] == ["false", "0.15", "false", "false"]
     # no time budget and validation (if any) by steps, but in the budget presets: 60 minutes, validated every 2
-    assert args[43:] == (["60", "2"] if name.startswith("cpu_budget_") else ["none", "none"])
+    assert args[43:45] == (["60", "2"] if name.startswith("cpu_budget_") else ["none", "none"])
+    # NVIDIA's model (46-49), but in the budget-recipe trial: pre-LayerNorm without dropout
+    assert args[45:] == (["true", "true", "false", "false"] if name == "cpu_budget_tiny_prenorm"
+                         else ["false", "true", "false", "true"])
 
 
 def test_cpu_tiny_beyond_turns_on_all_four_features(tmp_path, fakes):

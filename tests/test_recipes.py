@@ -248,6 +248,10 @@ POSITIONAL_CASES = {
                                                                       _phase_values("--eval-freq")(run),
                                                                       _phase_values("--num-eval-batches")(run)),
                                 (("2.5", "2.5"), (None, None), ("100", "100"))),
+    "46 pre_layer_norm": ({46: "true"}, _has_flag("--pre-layer-norm"), (True, True)),
+    "47 linear_bias": ({47: "false"}, _has_flag("--no-linear-bias"), (True, True)),
+    "48 gated_feed_forward": ({48: "true"}, _has_flag("--gated-feed-forward"), (True, True)),
+    "49 dropout": ({49: "false"}, _has_flag("--no-dropout"), (True, True)),
 }
 
 
@@ -403,7 +407,9 @@ def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     (15, "-1", ("train_steps_phase2", ">= 0", "'-1'")),
     (36, "1", ("holdout_fraction", "[0, 1)", "'1'")),
     (37, "0", ("eval_freq", ">= 1", "'0'")),
-    (46, "extra", ("at most 45", "got 46")),
+    (50, "extra", ("at most 49", "got 50")),
+    (46, "yes", ("pre_layer_norm", "true false", "'yes'")),
+    (49, "0", ("dropout", "true false", "'0'")),
     (44, "0", ("time_budget", "(0, inf) or none", "'0'")),
     (44, "30", ("time_budget 30 is for phase 1 alone", "train_steps_phase2 to 0")),
     (45, "nan", ("eval_interval_minutes", "(0, inf) or none", "'nan'")),
@@ -467,7 +473,7 @@ PRETRAIN_POSITIONS = {"batch": 0, "lr": 1, "precision": 2, "gpus": 3, "warmup": 
 
 def _preset_values(name: str, env: dict[str, str]) -> dict[str, str]:
     args = preset("pretrain_config.sh", name, env)
-    assert len(args) == 45, args
+    assert len(args) == 49, args
     return {key: args[position] for key, position in PRETRAIN_POSITIONS.items()}
 
 
@@ -520,8 +526,8 @@ def test_each_cpu_preset_has_its_own_results_folder(tmp_path, fakes):
     <RESULTS_DIR>/<preset> (argument 43), as each has its own data folder; a rerun of a preset uses the same one.
     The presets run one after the other in one folder, as a newcomer runs them."""
     env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"))
-    assert CPU_PRESETS == ["cpu_budget_mini", "cpu_budget_small", "cpu_budget_tiny", "cpu_demo", "cpu_tiny",
-                           "cpu_tiny_beyond", "cpu_tiny_lans"]
+    assert CPU_PRESETS == ["cpu_budget_mini", "cpu_budget_small", "cpu_budget_tiny", "cpu_budget_tiny_prenorm",
+                           "cpu_demo", "cpu_tiny", "cpu_tiny_beyond", "cpu_tiny_lans"]
     for name in CPU_PRESETS:
         args = preset("pretrain_config.sh", name, env)
         assert preset("pretrain_config.sh", name, env) == args

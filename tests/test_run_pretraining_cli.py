@@ -23,6 +23,7 @@ from amp import LossScaler
 from conftest import ROOT, require_shared
 from data_fixtures import partly_masked_words
 from dllog import DLLogger, read_report
+from messages import assert_one_line
 from modeling import BertConfig, BertForPretraining
 from optimizer import create_optimizer
 from pretraining_dataset import PretrainingDataLoader
@@ -627,3 +628,21 @@ def test_rerunning_a_finished_run_says_it_is_complete_and_reports_nothing(tmp_pa
     assert "Training phase 1 from step" not in output
     log_records = [r for r in read_report(tmp_path / "report.json") if r["type"] == "LOG"]
     assert log_records == [r for r in records if r["type"] == "LOG"]
+
+
+@pytest.mark.slow
+def test_pretraining_starts_from_a_hugging_face_folder_as_it_is(tmp_path, capsys):
+    minilm = require_shared("models", "all-MiniLM-L6-v2")
+    argv = pretraining_argv(tmp_path, "--max-steps", "1", "--from-pretrained-params", str(minilm))
+    argv[argv.index("--config-file") + 1] = str(minilm / "config.json")
+    assert run_pretraining.main(argv) == 0
+    out = capsys.readouterr().out
+    assert (f"--from-pretrained-params {minilm / 'model.safetensors'}: Hugging Face checkpoint, converted in memory"
+            in out)
+    assert "loaded embeddings, encoder, pooler" in out
+    # A run of another network refuses the folder, naming the config.json that comes with it.
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(ValueError) as raised:
+        run_pretraining.main(pretraining_argv(other, "--max-steps", "1", "--from-pretrained-params", str(minilm)))
+    assert_one_line(str(raised.value), "--from-pretrained-params", minilm / "config.json", "hidden_size")

@@ -73,7 +73,7 @@ def test_a_run_trains_its_own_optimizer_and_learning_rate(miniature):
 
 def test_the_table_shows_the_medians_of_the_runs(miniature):
     report = json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))
-    table = (miniature / "report" / "time-to-quality.md").read_text(encoding="utf-8")
+    table = (miniature / "report" / "time-to-quality.md").read_text(encoding="utf-8").split("## Targets")[0]
     rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
     for name, result in report["runs"].items():
         if "downstream" not in result:
@@ -288,3 +288,56 @@ def test_a_run_stopped_before_its_budget_is_not_a_result():
         time_to_quality.check_budget_spent(run, {"steps": 300, "minutes": 6.5})
     assert str(stop.value) == ("time_to_quality.py: ours-20 stopped after 6.50 of its 20 minutes (interrupted?); "
                                "run the same command again to continue it")
+
+
+def test_the_readme_table_is_the_committed_reports_summary():
+    """The README's results are the committed docs/time-to-quality.json as the report writer puts them, so that a
+    new run's report and the README cannot disagree."""
+    report = json.loads((ROOT / "docs" / "time-to-quality.json").read_text(encoding="utf-8"))
+    table = time_to_quality.summary_table(report["runs"])
+    assert table.count("\n") >= 3  # the header, its rule and at least two scored runs
+    assert table in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert table in (ROOT / "docs" / "time-to-quality.md").read_text(encoding="utf-8")
+
+
+def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(miniature):
+    """--recipe-trials: the baseline is the miniature's own ours run (not trained again), and the trial preset's
+    options reach its checkpoint, its report and the table; its scores come from its own checkpoint."""
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "time_to_quality.py"), "--quick", "--work-dir",
+                          str(miniature), "--report-dir", str(miniature / "report"), "--recipe-trials",
+                          "cpu_budget_tiny_prenorm"], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "pretrain/ours-quick: done" in run.stdout
+    trials = json.loads((miniature / "report" / "time-to-quality-recipes.json").read_text(encoding="utf-8"))
+    assert list(trials) == ["ours-quick", "cpu_budget_tiny_prenorm-0.3"]
+    configs = {name: json.loads((Path(trial["checkpoint"]) / "bert_paddle_config.json").read_text(encoding="utf-8"))
+               for name, trial in trials.items()}
+    assert (configs["ours-quick"]["pre_layer_norm"], configs["cpu_budget_tiny_prenorm-0.3"]["pre_layer_norm"]) == (
+        False, True)
+    assert configs["cpu_budget_tiny_prenorm-0.3"]["hidden_dropout_prob"] == 0.1  # fine-tuning's, kept
+    parameters = time_to_quality.run_parameters(Path(trials["cpu_budget_tiny_prenorm-0.3"]["report"]))
+    assert parameters["pre_layer_norm"] and parameters["no_dropout"] and not parameters["gated_feed_forward"]
+    trial = trials["cpu_budget_tiny_prenorm-0.3"]
+    weights = Path(trial["checkpoint"]) / "bert_paddle.pdparams"
+    assert trial["downstream"]["weights"]["weights_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
+    table = (miniature / "report" / "time-to-quality-recipes.md").read_text(encoding="utf-8")
+    assert "| cpu_budget_tiny_prenorm-0.3 | bert-tiny-uncased.json | --pre-layer-norm --no-dropout | Lamb |" in table
+
+
+def test_the_peers_checkpoint_is_a_hugging_face_folder_with_the_vocabulary_it_trained_with(tmp_path):
+    """The yardstick fine-tunes the peer's folder as a Hugging Face folder, whose tokenizer is its vocab.txt: without
+    it downstream.py stopped ("--vocab-file .../vocab.txt: file not found")."""
+    from downstream import checkpoint_start
+
+    class SavesLikeTransformers:  # a stand-in for BertForPreTraining.save_pretrained: a real folder of a tiny BERT
+        def save_pretrained(self, folder: Path, safe_serialization: bool) -> None:
+            assert safe_serialization
+            for name in ("config.json", "pytorch_model.bin"):
+                (folder / name).write_bytes((ROOT / "tests" / "fixtures" / "tiny_bert_torch" / name).read_bytes())
+
+    vocab = tmp_path / "vocab-used.txt"
+    vocab.write_text("".join(f"{token}\n" for token in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]))
+    hf_pretraining_peer.save_checkpoint(SavesLikeTransformers(), tmp_path / "peer", str(vocab))
+    assert (tmp_path / "peer" / "vocab.txt").read_bytes() == vocab.read_bytes()
+    start = checkpoint_start(str(tmp_path / "peer"), None, None)
+    assert start.description["kind"] == "hugging face" and start.vocab_file == str(tmp_path / "peer" / "vocab.txt")

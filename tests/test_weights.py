@@ -160,11 +160,17 @@ def test_partial_head_is_refused_even_when_not_required(tmp_path):
 
 
 def test_missing_file_and_unknown_part_are_refused(tmp_path):
-    with pytest.raises(FileNotFoundError, match=rf"^{FLAG} {tmp_path / 'bert_paddle.pdparams'}: weights file not"):
+    with pytest.raises(FileNotFoundError, match=rf"^{FLAG} {tmp_path}: no weights in this folder: neither "
+                                                rf"bert_paddle.pdparams nor bert_paddle.safetensors, .*; it holds "
+                                                rf"nothing$"):
         load_pretrained(make(BertModel), tmp_path, required=ENCODER_PARTS, flag=FLAG)
     (tmp_path / "run").mkdir()
-    with pytest.raises(FileNotFoundError, match=rf"^{FLAG} {tmp_path / 'run' / 'ckpt.pdparams'}: weights file not"):
+    (tmp_path / "run" / "notes.txt").write_text("")
+    with pytest.raises(FileNotFoundError, match=rf"^{FLAG} {tmp_path / 'run'}: no weights in this folder: neither "
+                                                rf"ckpt.pdparams nor ckpt.safetensors, .*; it holds notes.txt$"):
         load_pretrained(make(BertModel), tmp_path / "run", required=ENCODER_PARTS, flag=FLAG, model_prefix="ckpt")
+    with pytest.raises(FileNotFoundError, match=rf"^{FLAG} {tmp_path / 'absent.pdparams'}: weights file not found"):
+        load_pretrained(make(BertModel), tmp_path / "absent.pdparams", required=ENCODER_PARTS, flag=FLAG)
     with pytest.raises(ValueError, match="unknown parts"):
         load_pretrained(make(BertModel), tmp_path, required=("encoder", "decoder"), flag=FLAG)
     damaged = tmp_path / "damaged.pdparams"

@@ -13,10 +13,8 @@
 # - mrpc_cpu_demo: the cpu_demo pre-training preset's final checkpoint (bert-tiny, its 4096-token vocab) on MRPC,
 #   1 epoch at learning rate 2e-4: the route from pretraining to a GLUE score, not a useful score.
 # - mrpc_cpu_minilm: all-MiniLM-L6-v2 on MRPC, 2 epochs at learning rate 1e-4 (the real-weights check of the GLUE
-#   issue). The preset converts the model once, if <RESULTS_DIR>/minilm/minilm.pdparams is not there yet, from
-#   <repo>/../shared/models/all-MiniLM-L6-v2, as
-#     python convert_checkpoint.py hf2paddle ../shared/models/all-MiniLM-L6-v2 results/minilm/minilm.pdparams
-#   (which writes results/minilm/minilm_config.json beside it).
+#   issue): <repo>/../shared/models/all-MiniLM-L6-v2, a Hugging Face folder, given as it is (run_glue.py converts
+#   it in memory, its config.json the model's config).
 #
 # Paths come from BERT_PREP_WORKING_DIR (data; default <repo>/data), RESULTS_DIR (CPU presets; default
 # <repo>/results), GLUE_DIR (default <repo>/../shared/data/glue, CPU presets) and the location of this file (code).
@@ -116,15 +114,10 @@ mrpc_cpu_minilm() (
   _glue_cpu_recipe mrpc_cpu_minilm
   local minilm
   minilm="$(cd "$_GLUE_CONFIG_CODEDIR/.." && pwd)/shared/models/all-MiniLM-L6-v2"
-  init_checkpoint="$results/minilm/minilm.pdparams"
+  init_checkpoint="$minilm"
   vocab_file="$minilm/vocab.txt"
-  config_file="$results/minilm/minilm_config.json"
+  config_file="$minilm/config.json"
   learning_rate=1e-4
   epochs=2
-  if [[ ! -f "$init_checkpoint" ]]; then
-    mkdir -p "$results/minilm"
-    python "$_GLUE_CONFIG_CODEDIR/convert_checkpoint.py" hf2paddle "$minilm" "$init_checkpoint" >&2 ||
-      echo "mrpc_cpu_minilm: converting $minilm failed (above)" >&2
-  fi
   _print_glue_args
 )

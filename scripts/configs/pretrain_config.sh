@@ -41,7 +41,7 @@ _print_pretrain_args() {
     "$optimizer" "$constant_proportion" "$constant_proportion_phase2" \
     "$holdout_fraction" "$eval_freq" "$num_eval_batches" \
     "$whole_word_masking" "$masked_lm_ratio" "$no_nsp" "$pack_sequences" "$results_dir" \
-    "$time_budget" "$eval_interval_minutes"
+    "$time_budget" "$eval_interval_minutes" "$pre_layer_norm" "$linear_bias" "$gated_feed_forward" "$dropout"
 }
 
 # NVIDIA's dgxa100-80g_8gpu_amp: BERT-large, 8 GPUs, float16 AMP.
@@ -92,6 +92,10 @@ _bert_large_recipe() {
   results_dir="${RESULTS_DIR:-$_PRETRAIN_CONFIG_CODEDIR/results}"
   time_budget=none
   eval_interval_minutes=none
+  pre_layer_norm=false
+  linear_bias=true
+  gated_feed_forward=false
+  dropout=true
 }
 
 # For a preset that trains phase 1 to a time budget (argument 44): the budget in minutes is $TIME_BUDGET_MINUTES
@@ -318,6 +322,16 @@ _cpu_budget_recipe() {  # bert_config
 cpu_budget_tiny() (
   _cpu_budget_recipe bert-tiny-uncased.json
   _cpu_results cpu_budget_tiny
+  _print_pretrain_args
+)
+
+# A budget-recipe trial (time_to_quality.py --recipe-trials; docs/time-to-quality-recipes.md): cpu_budget_tiny with
+# Cramming's pre-LayerNorm blocks and no dropout in pretraining (arguments 46 and 49).
+cpu_budget_tiny_prenorm() (
+  _cpu_budget_recipe bert-tiny-uncased.json
+  pre_layer_norm=true
+  dropout=false
+  _cpu_results cpu_budget_tiny_prenorm
   _print_pretrain_args
 )
 
