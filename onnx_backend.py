@@ -124,7 +124,8 @@ def load_calibration(path: str) -> dict[str, np.ndarray]:
         with np.load(path) as stored:
             inputs = {name: stored[name] for name in stored.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # truncated, not a zip, pickled arrays
-        raise ValueError(f"{path}: not a readable calibration file ({error})") from None
+        reason = " ".join(str(error).split())  # NumPy's refusal of a huge header spans several lines
+        raise ValueError(f"{path}: not a readable calibration file ({reason})") from None
     shapes = {name: array.shape for name, array in inputs.items()}
     starts = {shape[:2] for shape in shapes.values()}  # every input's [features, sequence]
     if len(starts) != 1 or any(len(start) != 2 or 0 in start for start in starts):

@@ -8,7 +8,7 @@
 # Positional arguments (default):
 #    1 init_checkpoint (<code_dir>/results/bert-large-uncased/phase2/1563)  initial weights: a folder holding
 #                                       bert_paddle.pdparams (the last phase-2 checkpoint of run_pretraining.sh),
-#                                       a .pdparams file (also a converted Hugging Face model), or None (train
+#                                       a .pdparams file, a Hugging Face BERT folder as it is, or None (train
 #                                       from random weights; a mode without train refuses None, since it would
 #                                       score random weights)
 #    2 data_dir ($BERT_PREP_WORKING_DIR/download/glue/MRPC/)  holds train.tsv and dev.tsv

@@ -7,7 +7,8 @@
 #
 # Positional arguments (default):
 #    1 init_checkpoint (checkpoints/squad)   pretrained (or, for eval/prediction, fine-tuned) weights: a
-#                                             .pdparams file or a folder holding bert_paddle.pdparams
+#                                             .pdparams file, a folder holding bert_paddle.pdparams, or a
+#                                             Hugging Face BERT folder (converted in memory)
 #    2 epochs (2)
 #    3 batch_size (32)                        per GPU, for training and prediction
 #    4 learning_rate (4.6e-5)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import csv
 import json
+import struct
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -431,6 +434,14 @@ def test_wrong_inputs_and_missing_calibration_are_refused(workspace, tmp_path):
             ort_logits(no_calibration, "int8", quantization)
 
 
+def write_npz_with_huge_header(path: Path) -> None:
+    """A .npz whose input_ids.npy is format 2.0 with a 100,000-byte header describing a [1, 1] int64 array."""
+    header = "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 1), }".ljust(100_000 - 1) + "\n"
+    array = b"\x93NUMPY\x02\x00" + struct.pack("<I", len(header)) + header.encode("latin1") + struct.pack("<q", 5)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("input_ids.npy", array)
+
+
 def test_broken_calibration_file_is_a_one_line_error(workspace, tmp_path):
     """A truncated calibration file, one without an input the model takes, one whose inputs disagree in shape, one
     with no features and one with ids past the vocabulary each stop in one line naming the file, before any graph
@@ -444,7 +455,9 @@ def test_broken_calibration_file_is_a_one_line_error(workspace, tmp_path):
         "ragged": lambda path: onnx_backend.save_calibration(
             str(path), {**good, "attention_mask": good["attention_mask"][:, :-1]}),
         "empty": lambda path: onnx_backend.save_calibration(str(path), {name: good[name][:0] for name in good}),
-        # Issue 46 §5: ids past the vocabulary, which ONNX Runtime would look up out of bounds while calibrating.
+        # Issue 46 §5: an array header of 100 kB (NumPy refuses headers past 10 kB, which could be made to cost
+        # arbitrary time to parse), and ids past the vocabulary, which ONNX Runtime would look up out of bounds.
+        "huge_header": lambda path: write_npz_with_huge_header(path),
         "unknown_ids": lambda path: onnx_backend.save_calibration(
             str(path), {**good, "input_ids": good["input_ids"] + 10**6}),
     }
@@ -452,7 +465,8 @@ def test_broken_calibration_file_is_a_one_line_error(workspace, tmp_path):
                 "no_mask": "no calibration input 'attention_mask' (it has ['input_ids', 'token_type_ids'])",
                 "ragged": "the calibration inputs do not all start with the same nonempty [features, sequence] ({",
                 "empty": "the calibration inputs do not all start with the same nonempty [features, sequence] ({",
-                "unknown_ids": "calibration input 'input_ids' holds ids outside the model's table of "}
+                "unknown_ids": "calibration input 'input_ids' holds ids outside the model's table of ",
+                "huge_header": "not a readable calibration file ("}
     for name, write in cases.items():
         folder = tmp_path / name
         folder.mkdir()
