@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import machine
@@ -80,7 +81,7 @@ class Shape:
     layers: int
     batch: int
 
-    @property
+    @cached_property  # read once: the FLOP counts ask for it many times
     def architecture(self) -> dict:
         """The config file's values, with `layers` encoder layers."""
         values = json.loads((ROOT / "bert_configs" / CONFIGS[self.config][0]).read_text(encoding="utf-8"))

@@ -11,7 +11,6 @@ resuming or starting from weights under other settings, paddle2hf, and the trans
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 
 import numpy as np
@@ -23,6 +22,7 @@ import modeling
 from bert_config import BertConfig
 from conftest import ROOT
 from messages import assert_one_line
+from numpy_bert import numpy_encoder
 from pretraining_runs import checkpoint_params, pretraining_argv, step_folder, step_records, train
 from weights import load_pretrained, model_config_file
 
@@ -42,56 +42,6 @@ def small_config(**overrides) -> BertConfig:
                   max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                   initializer_range=0.3)
     return BertConfig(**{**values, **overrides})
-
-
-def numpy_encoder(params: dict, config: BertConfig, input_ids: np.ndarray, token_type_ids: np.ndarray,
-                  attention_mask: np.ndarray) -> np.ndarray:
-    """The encoder's output [B, S, H] from the equations, with the recipe options of config."""
-    gelu = np.vectorize(lambda x: 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0))))
-
-    def layer_norm(x, prefix):
-        mean = x.mean(-1, keepdims=True)
-        var = ((x - mean) ** 2).mean(-1, keepdims=True)
-        return (x - mean) / np.sqrt(var + config.layer_norm_eps) * params[prefix + ".weight"] + params[prefix + ".bias"]
-
-    def linear(x, prefix):
-        bias = params[prefix + ".bias"] if config.linear_bias else 0.0
-        return x @ params[prefix + ".weight"] + bias
-
-    def feed_forward(x, p):
-        hidden = linear(x, p + "intermediate")
-        if config.gated_feed_forward:
-            gate, up = hidden[..., :config.intermediate_size], hidden[..., config.intermediate_size:]
-            return linear(gelu(gate) * up, p + "output")
-        return linear(gelu(hidden), p + "output")
-
-    batch, seq = input_ids.shape
-    heads, head_dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
-    x = (params["embeddings.word_embeddings.weight"][input_ids]
-         + params["embeddings.position_embeddings.weight"][np.arange(seq)][None]
-         + params["embeddings.token_type_embeddings.weight"][token_type_ids])
-    x = layer_norm(x, "embeddings.layer_norm")
-    bias = np.where(attention_mask[:, None, None, :] > 0, 0.0, -np.inf)  # [B, 1, 1, S]
-
-    def attention(x, p):
-        def split(t):
-            return t.reshape(batch, seq, heads, head_dim).transpose(0, 2, 1, 3)  # [B, N, S, D]
-
-        q, k, v = (split(linear(x, p + "attention." + name)) for name in ("query", "key", "value"))
-        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(head_dim) + bias
-        probs = np.exp(scores - scores.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
-        return linear((probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq, -1), p + "attention_output")
-
-    for i in range(config.num_hidden_layers):
-        p = f"encoder.{i}."
-        if config.pre_layer_norm:
-            x = x + attention(layer_norm(x, p + "attention_layer_norm"), p)
-            x = x + feed_forward(layer_norm(x, p + "output_layer_norm"), p)
-        else:
-            x = layer_norm(x + attention(x, p), p + "attention_layer_norm")
-            x = layer_norm(x + feed_forward(x, p), p + "output_layer_norm")
-    return layer_norm(x, "final_layer_norm") if config.pre_layer_norm else x
 
 
 @pytest.mark.parametrize("use_cpu_kernels", [True, False])

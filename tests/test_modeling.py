@@ -14,6 +14,7 @@ import modeling
 from conftest import ROOT
 from data_fixtures import ragged_batch
 from loss import BertPretrainingCriterion
+from numpy_bert import numpy_encoder, numpy_pooler
 from packing import pack_batch
 from weights import load_state
 
@@ -29,41 +30,9 @@ def tiny_config(**overrides) -> modeling.BertConfig:
 
 
 def numpy_bert(params: dict, config: modeling.BertConfig, input_ids, token_type_ids, attention_mask):
-    """BERT forward pass written from the paper's equations (Devlin et al. 2019; Vaswani et al. 2017)."""
-    from math import erf
-
-    gelu = np.vectorize(lambda x: 0.5 * x * (1.0 + erf(x / math.sqrt(2.0))))
-
-    def layer_norm(x, prefix):
-        mean = x.mean(-1, keepdims=True)
-        var = ((x - mean) ** 2).mean(-1, keepdims=True)
-        return (x - mean) / np.sqrt(var + config.layer_norm_eps) * params[prefix + ".weight"] + params[prefix + ".bias"]
-
-    def linear(x, prefix):
-        return x @ params[prefix + ".weight"] + params[prefix + ".bias"]
-
-    batch, seq = input_ids.shape
-    heads, head_dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
-    x = (params["embeddings.word_embeddings.weight"][input_ids]
-         + params["embeddings.position_embeddings.weight"][np.arange(seq)][None]
-         + params["embeddings.token_type_embeddings.weight"][token_type_ids])
-    x = layer_norm(x, "embeddings.layer_norm")
-    bias = np.where(attention_mask[:, None, None, :] > 0, 0.0, -np.inf)  # [B, 1, 1, S]
-    for i in range(config.num_hidden_layers):
-        p = f"encoder.{i}."
-
-        def split(t):
-            return t.reshape(batch, seq, heads, head_dim).transpose(0, 2, 1, 3)  # [B, N, S, D]
-
-        q, k, v = (split(linear(x, p + "attention." + name)) for name in ("query", "key", "value"))
-        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(head_dim) + bias
-        probs = np.exp(scores - scores.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
-        context = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq, -1)
-        x = layer_norm(x + linear(context, p + "attention_output"), p + "attention_layer_norm")
-        x = layer_norm(x + linear(gelu(linear(x, p + "intermediate")), p + "output"), p + "output_layer_norm")
-    pooled = np.tanh(linear(x[:, 0], "pooler.dense"))
-    return x, pooled
+    """The sequence and pooled outputs of BertModel from the NumPy equations (numpy_bert.py)."""
+    sequence_output = numpy_encoder(params, config, input_ids, token_type_ids, attention_mask)
+    return sequence_output, numpy_pooler(params, sequence_output)
 
 
 def random_batch(config, batch=3, seq=10, seed=0):

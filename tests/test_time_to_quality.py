@@ -329,11 +329,15 @@ def test_the_peers_checkpoint_is_a_hugging_face_folder_with_the_vocabulary_it_tr
     it downstream.py stopped ("--vocab-file .../vocab.txt: file not found")."""
     from downstream import checkpoint_start
 
-    class SavesLikeTransformers:  # a stand-in for BertForPreTraining.save_pretrained: a real folder of a tiny BERT
+    # CI has no torch. The stand-in writes what transformers 5's BertForPreTraining.save_pretrained wrote for
+    # tests/fixtures/tiny_bert_tf5 (make_tiny_bert_tf5.py): today's config.json bookkeeping and safetensors layout.
+    saved = ROOT / "tests" / "fixtures" / "tiny_bert_tf5"
+
+    class SavesLikeTransformers:
         def save_pretrained(self, folder: Path, safe_serialization: bool) -> None:
             assert safe_serialization
-            for name in ("config.json", "pytorch_model.bin"):
-                (folder / name).write_bytes((ROOT / "tests" / "fixtures" / "tiny_bert_torch" / name).read_bytes())
+            for name in ("config.json", "model.safetensors"):
+                (folder / name).write_bytes((saved / name).read_bytes())
 
     vocab = tmp_path / "vocab-used.txt"
     vocab.write_text("".join(f"{token}\n" for token in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]))
@@ -341,3 +345,7 @@ def test_the_peers_checkpoint_is_a_hugging_face_folder_with_the_vocabulary_it_tr
     assert (tmp_path / "peer" / "vocab.txt").read_bytes() == vocab.read_bytes()
     start = checkpoint_start(str(tmp_path / "peer"), None, None)
     assert start.description["kind"] == "hugging face" and start.vocab_file == str(tmp_path / "peer" / "vocab.txt")
+    assert start.description["weights_file"] == str(tmp_path / "peer" / "model.safetensors")
+    # every embedding and encoder tensor of the saved BERT reaches the fine-tuning runs: 5 + 16 per layer
+    layers = json.loads((saved / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"]
+    assert start.description["encoder_tensors"] == 5 + 16 * layers
