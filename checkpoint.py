@@ -9,10 +9,13 @@ Layout (the one NVIDIA's PaddlePaddle BERT uses):
         <prefix>.pdopt           optimizer state dict, including its LR scheduler (absent if none was given),
                                  keyed by structured parameter names (see optimizer_state_for_saving)
         <prefix>_config.json     the BertConfig of the model (absent in folders written before it was added)
+        <prefix>_vocab.txt       the WordPiece vocabulary the model trained with (pretraining's; absent before it
+                                 was added)
         <prefix>_progress.json   whatever the trainer needs to resume exactly; always has "global_step"
 
-The config file makes a step folder self-describing: `read_config` rebuilds the model without the run's
---config-file.
+The config and vocabulary files make a step folder self-describing: `read_config` rebuilds the model without the
+run's --config-file, and fine-tuning tokenizes with the vocabulary the embeddings were learned for (a checkpoint
+pretrained with its own vocabulary would otherwise be fine-tuned on the wrong ids, silently).
 
 A checkpoint is *complete* when its progress file exists and parses. Saves are atomic with respect to
 a kill at any moment: every file is written (and fsynced) into `.tmp-<step>-<pid>/` beside the step
@@ -64,6 +67,7 @@ OPTIMIZER_SUFFIX = ".pdopt"
 PROGRESS_SUFFIX = "_progress.json"
 CONFIG_SUFFIX = "_config.json"
 SAFETENSORS_SUFFIX = ".safetensors"  # the --save-safetensors twin of <prefix>.pdparams
+VOCAB_SUFFIX = "_vocab.txt"
 _REPLACED_PATTERN = re.compile(r"\.replaced-(\d+)-\d+")
 _SET_ASIDE_MARK = ".unreadable-"
 _SET_ASIDE_PATTERN = re.compile(r".+" + re.escape(_SET_ASIDE_MARK) + r".+")
@@ -430,6 +434,7 @@ def save_checkpoint(
     prefix: str = DEFAULT_PREFIX,
     keep_max: int | None = None,
     with_safetensors: bool = False,
+    vocab_file: str | os.PathLike | None = None,
 ) -> Path | None:
     """Atomically write `<phase_folder>/<global_step>/` and rotate; returns the folder (None on rank != 0).
 
@@ -439,6 +444,7 @@ def save_checkpoint(
     progress: JSON-serialisable resume information (epoch, phase, data position, loss-scaler state,
     `capture_rng_state()`, ...). "global_step" is added; if present it must equal global_step.
     keep_max: how many complete checkpoints to keep (None keeps all).
+    vocab_file: the vocabulary the model trains with, copied beside it as `<prefix>_vocab.txt` (None: no copy).
     """
     if rank != 0:
         return None
@@ -465,6 +471,8 @@ def save_checkpoint(
         if with_safetensors:
             writes.append((SAFETENSORS_SUFFIX, lambda path: write_safetensors_state(path, model_state)))
         writes.append((CONFIG_SUFFIX, text_writer(config.to_json_string())))
+        if vocab_file is not None:
+            writes.append((VOCAB_SUFFIX, lambda path: shutil.copyfile(vocab_file, path)))
         # The progress file goes last: its presence is what marks the checkpoint complete.
         writes.append((PROGRESS_SUFFIX, text_writer(progress_text)))
         for suffix, write in writes:

@@ -61,8 +61,10 @@ from bert_config import BertConfig
 from checkpoint import CONFIG_SUFFIX, DEFAULT_PREFIX, PARAMS_SUFFIX
 from cli import DefaultsHelpFormatter, output_to, positive_int, run_main
 from dllog import read_report
+from downstream_plan import HYPERPARAMETERS, PLAN, TASKS, TaskPlan
 from glue_data import GLUE_TASKS, read_glue_examples
 from glue_metrics import compute_metrics
+from hf_names import HF_VOCAB_FILE
 from squad_evaluate import evaluate, load_dataset, load_squad_json
 from tokenizer import load_vocab
 from weights import (
@@ -72,10 +74,10 @@ from weights import (
     model_config_file,
     read_pretrained_state,
     resolve_weights_file,
+    vocab_beside,
 )
 
 ROOT = Path(__file__).resolve().parent
-TASKS = ("sst-2", "mrpc", "rte", "cola", "squad")
 GLUE_FOLDERS = {"sst-2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA"}
 # The scores each task reports, named as in its run's report.
 SCORES = {"sst-2": ("accuracy",), "mrpc": ("accuracy", "f1"), "rte": ("accuracy",), "cola": ("mcc",),
@@ -87,44 +89,6 @@ SQUAD_DEV = "dev-v1.1.json"
 SQUAD_TRAIN = ("train-v1.1.json", "train-v1.1-rebuilt.json")
 # Subsets are drawn once with this seed, whatever the run's seeds: every checkpoint trains on the same examples.
 SUBSET_SEED = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskPlan:
-    """How a task is fine-tuned: its seeds, its epochs, and the subsets it uses (None: the whole file). A subset
-    counts examples (GLUE) or questions (SQuAD), drawn uniformly without replacement (SUBSET_SEED)."""
-
-    seeds: tuple[int, ...]
-    epochs: int
-    train_subset: int | None = None
-    dev_subset: int | None = None  # only --quick scores a part of a dev set
-
-
-# The fixed hyperparameters. GLUE: Devlin et al.'s batch 32, warmup 0.1 and length 128 (which cuts 12% of RTE's
-# pairs and none of the other tasks'), and a learning rate of 1e-4, from the grid Google fine-tuned its small BERTs
-# with (3e-4, 1e-4, 5e-5, 3e-5; Turc et al. 2019). SQuAD: length 256 with stride 128 keeps most paragraphs in one
-# window; 384 took 1.4 times as long to predict, 192 makes 24% more windows.
-HYPERPARAMETERS = {
-    "glue": {"max_seq_length": 128, "train_batch_size": 32, "learning_rate": 1e-4, "warmup_proportion": 0.1,
-             "predict_batch_size": 32},
-    "squad": {"max_seq_length": 256, "doc_stride": 128, "max_query_length": 64, "train_batch_size": 32,
-              "learning_rate": 1e-4, "warmup_proportion": 0.1, "predict_batch_size": 8},
-}
-# The standard mode is to take at most 15 minutes for bert-mini on 2 cores: three seeds of every GLUE task, one epoch
-# each, SST-2 on 4,000 of its 67,349 training phrases, SQuAD once on 4,000 of its 87,599 questions and scored on all
-# 10,570 dev questions. A run's cost is mostly its steps: SST-2's 8,000 short phrases cost bert-mini more than
-# MRPC's 3,668 pairs (148 and 110 CPU-seconds a seed), and took the whole run past 15 minutes.
-PLAN = {
-    "standard": {
-        "sst-2": TaskPlan(seeds=(1, 2, 3), epochs=1, train_subset=4000),
-        "mrpc": TaskPlan(seeds=(1, 2, 3), epochs=1),
-        "rte": TaskPlan(seeds=(1, 2, 3), epochs=1),
-        "cola": TaskPlan(seeds=(1, 2, 3), epochs=1),
-        "squad": TaskPlan(seeds=(1,), epochs=1, train_subset=4000),
-    },
-    # Plumbing only: the scores of so few examples mean nothing.
-    "quick": {task: TaskPlan(seeds=(1,), epochs=1, train_subset=64, dev_subset=64) for task in TASKS},
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,8 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="BERT config JSON: needed for --random-init and for weights without a config beside "
                              "them (NGC); otherwise it must build the network of the config beside them")
     parser.add_argument("--vocab-file",
-                        help="the checkpoint's WordPiece vocabulary; default: a Hugging Face folder's vocab.txt, "
-                             "else vocab/bert-base-uncased-vocab.txt")
+                        help="the checkpoint's WordPiece vocabulary; default: the one it carries (a step "
+                             "folder's <prefix>_vocab.txt, a Hugging Face folder's vocab.txt), else "
+                             "vocab/bert-base-uncased-vocab.txt")
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
                         help="holds glue/<Task>/{train,dev}.tsv for SST-2, MRPC, RTE and CoLA, and "
                              f"{SQUAD_FOLDER}/{SQUAD_DEV} with {' or '.join(SQUAD_TRAIN)}")
@@ -223,8 +188,12 @@ def checkpoint_start(checkpoint: str, config_file: str | None, vocab_file: str |
     state, converted_from = read_pretrained_state(weights_file, "checkpoint")
     tensors, fingerprint = encoder_fingerprint(state, config.vocab_size)
     kind = {None: "paddlebert", HUGGING_FACE: "hugging face"}.get(converted_from, "nvidia static graph")
-    if converted_from == HUGGING_FACE and vocab_file is None:
-        vocab_file = str(weights_file.parent / "vocab.txt")  # a Hugging Face folder brings its tokenizer's
+    if vocab_file is None:  # the vocabulary the checkpoint carries; a Hugging Face folder must carry one
+        beside = vocab_beside(weights_file)
+        if beside is not None:
+            vocab_file = str(beside)
+        elif converted_from == HUGGING_FACE:
+            vocab_file = str(weights_file.parent / HF_VOCAB_FILE)  # missing: check_vocabulary names it
     description = {"kind": kind, "checkpoint": checkpoint, "weights_file": str(weights_file),
                    "weights_sha256": sha256_of(weights_file), "config_file": config_file,
                    "encoder_tensors": tensors, "encoder_fingerprint": fingerprint}

@@ -71,7 +71,14 @@ from paddle_files import write_safetensors_state
 from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
 from visualdl_log import open_run_log
-from weights import encoder_fingerprint, load_pretrained, model_config_file, part_of, safetensors_beside
+from weights import (
+    check_vocabulary_matches,
+    encoder_fingerprint,
+    load_pretrained,
+    model_config_file,
+    part_of,
+    safetensors_beside,
+)
 
 MAX_GRAD_NORM = 1.0  # gradient clipping of Google's and NVIDIA's fine-tuning recipes
 # Batches are padded to a multiple of 8 tokens, the granularity of tensor-core matrix tiles; the padding is masked.
@@ -339,6 +346,7 @@ def build_model(args: argparse.Namespace, make: Callable[[BertConfig], paddle.nn
     if source:
         report = load_pretrained(model, source, required=REQUIRED_PARTS, flag=weights_flag(args),
                                  model_prefix=args.model_prefix)
+        check_vocabulary_matches(report.path, args.vocab_file, weights_flag(args))
         print(report.describe(), flush=True)
         session.logger.log("PARAMETER", {"init_params": report.path, "newly_initialized": report.missing,
                                          "unused_params": report.unused})

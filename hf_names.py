@@ -18,8 +18,9 @@ import numpy as np
 
 from progress import progress_bar
 
-# A Hugging Face folder's config and weights files, the weights in the order transformers prefers them.
+# A Hugging Face folder's config, vocabulary and weights files, the weights in the order transformers prefers them.
 HF_CONFIG_FILE = "config.json"
+HF_VOCAB_FILE = "vocab.txt"
 HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 

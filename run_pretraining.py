@@ -653,7 +653,7 @@ class RunCheckpoints:
             self.folder, step, trainer.model.state_dict(),
             checkpoint.optimizer_state_for_saving(trainer.model, trainer.optimizer), record,
             config=trainer.config, rank=self.rank, prefix=self.args.model_prefix,
-            keep_max=self.args.keep_checkpoint_max, with_safetensors=with_safetensors,
+            keep_max=self.args.keep_checkpoint_max, with_safetensors=with_safetensors, vocab_file=self.args.vocab_file,
         )
 
 

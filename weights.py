@@ -31,10 +31,11 @@ import paddle.nn as nn
 
 from atomic_io import atomic_write
 from bert_config import BertConfig, config_file_for, first_difference
-from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, SAFETENSORS_SUFFIX
-from hf_names import HF_CONFIG_FILE, HF_WEIGHT_FILES, is_hf_state, rename_hf_state
+from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, SAFETENSORS_SUFFIX, VOCAB_SUFFIX
+from hf_names import HF_CONFIG_FILE, HF_VOCAB_FILE, HF_WEIGHT_FILES, is_hf_state, rename_hf_state
 from ngc_weights import STATIC_LAYOUT_EXAMPLE, is_static_graph_state, nvidia_to_paddle
 from paddle_files import read_paddle_file, read_safetensors_state, read_torch_bin, write_safetensors_state
+from tokenizer import load_vocab
 
 # read_pretrained_state's name for a Hugging Face file it converted.
 HUGGING_FACE = "Hugging Face"
@@ -154,6 +155,25 @@ def config_beside(weights_file: str | os.PathLike) -> Path:
     if not ours.is_file() and path.name in HF_WEIGHT_FILES and (path.parent / HF_CONFIG_FILE).is_file():
         return path.parent / HF_CONFIG_FILE
     return ours
+
+
+def vocab_beside(weights_file: str | os.PathLike) -> Path | None:
+    """The vocabulary that travels with a weights file, or None: <name>_vocab.txt beside <name>.pdparams (a
+    pretraining step folder's), else a Hugging Face folder's vocab.txt."""
+    path = Path(weights_file)
+    candidates = [path.with_name(path.stem + VOCAB_SUFFIX)]
+    if path.name in HF_WEIGHT_FILES:
+        candidates.append(path.parent / HF_VOCAB_FILE)
+    return next((candidate for candidate in candidates if candidate.is_file()), None)
+
+
+def check_vocabulary_matches(weights_file: str | os.PathLike, vocab_file: str, flag: str) -> None:
+    """A ValueError when the weights carry a vocabulary (vocab_beside) other than --vocab-file's: its ids would
+    select the wrong embedding rows, and fine-tuning would run without an error."""
+    beside = vocab_beside(weights_file)
+    if beside is not None and load_vocab(beside) != load_vocab(vocab_file):
+        raise ValueError(f"--vocab-file {vocab_file} is not the vocabulary the {flag} weights were trained with "
+                         f"({beside}): give that one")
 
 
 def model_config_file(bert_model: str, config_file: str | None, weights: str | None, *, flag: str,

@@ -62,11 +62,12 @@ import peers
 import workers
 
 ROOT = Path(__file__).resolve().parent.parent
-SEQ, MASKED_PER_SEQ, VOCAB = 128, 20, 30522
+SEQ, MASKED_PER_SEQ = 128, 20
 # --config: the bert_configs file of each size, and the micro-batch it trains with (bert-base: NVIDIA's phase-1
 # micro-batch on one GPU scaled to a CPU; the budget sizes: the cpu_budget_* presets' batch).
-CONFIGS = {"tiny": ("bert-tiny-uncased.json", 64), "mini": ("bert-mini-uncased.json", 64),
-           "small": ("bert-small-uncased.json", 64), "base": ("bert-base-uncased.json", 8)}
+CONFIGS = {"tiny": ("bert-tiny-uncased.json", 64), "tiny-8k-vocab": ("bert-tiny-8k-vocab.json", 64),
+           "mini": ("bert-mini-uncased.json", 64), "small": ("bert-small-uncased.json", 64),
+           "base": ("bert-base-uncased.json", 8)}
 CONTENDERS = ("ours", "paddlenlp", "paddlenlp-tuned", "transformers", "transformers-compile")
 # The contenders that run in a peer's venv (peers.py), and which peer's.
 PEER_CONTENDERS = {"paddlenlp": "paddlenlp", "paddlenlp-tuned": "paddlenlp", "transformers": "transformers",
@@ -92,6 +93,10 @@ class Shape:
         return self.architecture["hidden_size"]
 
     @property
+    def vocab(self) -> int:
+        return self.architecture["vocab_size"]
+
+    @property
     def layer_gemms(self) -> tuple[tuple[int, int, int], ...]:
         """(rows, inner, columns) of one encoder layer's forward GEMMs: fused QKV, attention output, FFN in, out."""
         tokens, hidden, intermediate = self.batch * SEQ, self.hidden, self.architecture["intermediate_size"]
@@ -112,23 +117,25 @@ class Shape:
     def head_flops(self) -> float:
         """The MLM transform and [H, V] decoder on the masked tokens, the pooler and NSP, forward and backward."""
         hidden, masked = self.hidden, self.batch * MASKED_PER_SEQ
-        return 3.0 * (2 * masked * (hidden * hidden + hidden * VOCAB) + 2 * self.batch * (hidden * hidden + 2 * hidden))
+        mlm = 2 * masked * (hidden * hidden + hidden * self.vocab)
+        return 3.0 * (mlm + 2 * self.batch * (hidden * hidden + 2 * hidden))
 
     def matmul_flops(self) -> float:
         """FLOPs of one step of the matmul contender: four passes over layer_gemms."""
         return 4 * sum(2 * m * k * n for m, k, n in self.layer_gemms)
 
 
-def random_batch(np, batch: int):
-    """One LDDL-style micro-batch: [B, S] ids, segments, mask, MLM labels (-1 = not masked), NSP labels."""
+def random_batch(np, batch: int, vocab: int):
+    """One LDDL-style micro-batch of ids below `vocab`: [B, S] ids, segments, mask, MLM labels (-1 = not masked),
+    NSP labels."""
     rng = np.random.default_rng(0)
-    input_ids = rng.integers(1000, VOCAB, (batch, SEQ)).astype("int64")
+    input_ids = rng.integers(1000, vocab, (batch, SEQ)).astype("int64")
     token_type_ids = np.zeros((batch, SEQ), "int64")
     token_type_ids[:, SEQ // 2:] = 1
     masked_lm_labels = np.full((batch, SEQ), -1, "int64")
     for row in range(batch):
         positions = rng.choice(np.arange(1, SEQ), MASKED_PER_SEQ, replace=False)
-        masked_lm_labels[row, positions] = rng.integers(1000, VOCAB, MASKED_PER_SEQ)
+        masked_lm_labels[row, positions] = rng.integers(1000, vocab, MASKED_PER_SEQ)
     return {
         "input_ids": input_ids,
         "token_type_ids": token_type_ids,
@@ -171,7 +178,7 @@ def build_ours(threads: int, shape: Shape):
         "--max-predictions-per-seq", str(MASKED_PER_SEQ), "--max-grad-norm", "1.0",
     ])
     trainer = run_pretraining.Trainer(args, rank=0, world_size=1)
-    batch = random_batch(np, shape.batch)
+    batch = random_batch(np, shape.batch, shape.vocab)
     def step():
         trainer.step([batch])
 
@@ -241,13 +248,13 @@ def build_paddlenlp(threads: int, shape: Shape):
     values = shape.architecture
     config = BertConfig(**{key: values[key] for key in ARCHITECTURE_KEYS})
     model = BertForPretraining(config)
-    criterion = BertPretrainingCriterion(VOCAB)
+    criterion = BertPretrainingCriterion(shape.vocab)
     no_decay = {p.name for n, p in model.named_parameters() if "bias" in n or "norm" in n}
     optimizer = paddle.optimizer.Lamb(
         learning_rate=1e-4, lamb_weight_decay=0.01, parameters=model.parameters(),
         grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0), exclude_from_weight_decay_fn=lambda p: p.name in no_decay,
     )
-    batch = random_batch(np, shape.batch)
+    batch = random_batch(np, shape.batch, shape.vocab)
     positions, labels = gathered_targets(np, batch)
 
     def step():
@@ -282,7 +289,7 @@ def build_transformers(threads: int, shape: Shape, compile_step: bool = False):
                                           attn_implementation="sdpa"))
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-    batch = random_batch(np, shape.batch)
+    batch = random_batch(np, shape.batch, shape.vocab)
     positions, labels = (torch.from_numpy(a) for a in gathered_targets(np, batch))
     input_ids, token_type_ids, attention_mask, nsp = (
         torch.from_numpy(batch[key]) for key in ("input_ids", "token_type_ids", "attention_mask",
@@ -378,7 +385,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="Rounds in which every contender takes a turn.")
     parser.add_argument("--steps", type=int, default=2, help="Timed training steps per contender per round.")
     parser.add_argument("--config", choices=sorted(CONFIGS), default="base",
-                        help="The model every contender trains: bert_configs/bert-<config>-uncased.json.")
+                        help="The model every contender trains: a bert_configs file (CONFIGS); tiny-8k-vocab is "
+                             "bert-tiny with cpu_budget_tiny_8k_vocab's 8,192-entry vocabulary.")
     parser.add_argument("--layers", type=int, default=None,
                         help="Encoder layers of every model (default: the config's); fewer for quick profiling.")
     parser.add_argument("--batch-size", type=int, default=None,

@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 import machine  # noqa: E402  (benchmarks/ is on the path as this script's folder)
 import peers  # noqa: E402
 
+import downstream_plan  # noqa: E402
 from atomic_io import atomic_write, atomic_write_text  # noqa: E402
 from cli import run_main  # noqa: E402
 from dllog import LOG, read_report, training_step  # noqa: E402
@@ -329,19 +330,24 @@ class Yardstick:
             arguments["time_budget"] = f"{run.budget:g}"
         return ["bash", str(ROOT / "scripts" / "run_pretraining.sh"), *arguments.values()], self.environment
 
-    def data(self) -> dict:
-        """The preset's shards, built by run_pretraining.sh with PREPROCESS_ONLY=true."""
-        settings = {"preset": self.preset, "corpus": self.portable(self.preset_args["wikipedia_source"])}
-        done = self.stages.done("data", settings)
+    def data(self, preset: str | None = None) -> dict:
+        """The shards (and a vocabulary trained for them) of --preset or of a recipe trial's own preset, built by
+        run_pretraining.sh with PREPROCESS_ONLY=true; a trial that reads --preset's shards finds them built."""
+        preset = preset or self.preset
+        stage = "data" if preset == self.preset else f"data/{preset}"
+        arguments = self.arguments_of(preset)
+        settings = {"preset": preset, "corpus": self.portable(arguments["wikipedia_source"])}
+        done = self.stages.done(stage, settings)
         if done:
             return done
         if self.report_only:
-            raise SystemExit(f"{SCRIPT}: --report-only: {self.stages.path('data')}: the data stage has not run")
-        command, environment = self.pretraining_command(Run("data", "ours", 0.0))
+            raise SystemExit(f"{SCRIPT}: --report-only: {self.stages.path(stage)}: the data stage has not run")
+        command, environment = self.pretraining_command(Run(stage, "ours", 0.0, preset=preset))
         began = time.perf_counter()
-        output = run_logged(command, self.work_dir / "logs" / "data.log", {**environment, "PREPROCESS_ONLY": "true"})
+        output = run_logged(command, self.work_dir / "logs" / f"{stage.replace('/', '-')}.log",
+                            {**environment, "PREPROCESS_ONLY": "true"})
         summaries = [json.loads(line) for line in output.splitlines() if line.startswith('{"output_dir"')]
-        return self.stages.save("data", settings, {
+        return self.stages.save(stage, settings, {
             "pipeline": summaries[0] if summaries else "the data folder was there already: nothing was built"},
             began)
 
@@ -399,9 +405,17 @@ class Yardstick:
                                 "mlm_loss": record["eval_mlm_loss"], "mlm_accuracy": record["eval_mlm_accuracy"]}
                                for record in log["validation"]]}
 
+    def downstream_settings(self, run: Run, pretrained: dict) -> dict:
+        """What a downstream stage's result depends on: the run, its checkpoint, and the fine-tuning plan and
+        hyperparameters (a result of another fine-tuning recipe is not this one's)."""
+        mode = "quick" if self.quick else "standard"
+        plan = {task: asdict(task_plan) for task, task_plan in downstream_plan.PLAN[mode].items()}
+        return {**asdict(run), "preset": self.preset_of(run), "checkpoint": pretrained["checkpoint"],
+                "quick": self.quick, **json.loads(json.dumps(  # as the stage file holds them: lists, not tuples
+                    {"plan": plan, "hyperparameters": downstream_plan.HYPERPARAMETERS}))}
+
     def downstream(self, run: Run, pretrained: dict) -> dict:
-        settings = {**asdict(run), "preset": self.preset_of(run), "checkpoint": pretrained["checkpoint"],
-                    "quick": self.quick}
+        settings = self.downstream_settings(run, pretrained)
         done = self.stages.done(f"downstream/{run.name}", settings)
         if done or self.report_only:
             return done
@@ -487,6 +501,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.recipe_trials:
         trials = {}
         for run in yardstick.recipe_runs(args.recipe_trials):
+            if run.preset:  # a trial preset's own shards; the baseline's are --preset's, made above
+                yardstick.data(run.preset)
             pretrained = yardstick.pretrain(run)
             stage = yardstick.downstream(run, pretrained) if pretrained else None
             if stage:  # None only under --report-only, for a trial not finished yet

@@ -3,7 +3,8 @@
 # NVIDIA's positional interface: the same 32 arguments in the same order with the same defaults, plus three
 # optional ones for LANS, three for validation, four for whole-word masking, the masked fraction, MLM-only
 # training and packing (README, "Beyond NVIDIA's recipe"), one for the results folder, two for training to a
-# time budget and four for the budget-recipe model options. Presets print them:
+# time budget, four for the budget-recipe model options and one for a vocabulary trained on the corpus. Presets print
+# them:
 #
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && dgxa100-80g_8gpu_amp)
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && cpu_tiny)
@@ -89,6 +90,11 @@
 #   49 dropout (true)                    false: pretrain without dropout (--no-dropout); fine-tuning keeps the
 #                                         config's. 46-48 go into the checkpoints' config, so transformers and NGC
 #                                         cannot hold the model (convert_checkpoint.py paddle2hf refuses it)
+#   50 trained_vocab_size (none)         N: a WordPiece vocabulary of N entries trained on the corpus (21) by
+#                                         tokenizer.py train-vocab, uncased, kept beside the phase-1 data as
+#                                         <DATA_DIR_PHASE1>_wordpiece-N.txt, tokenizes both phases; the config (28)
+#                                         needs vocab_size >= N (e.g. bert_configs/bert-tiny-8k-vocab.json). none:
+#                                         VOCAB_FILE. Checkpoints carry their vocabulary, which fine-tuning checks
 # A data folder is preprocessed only when it is empty: after changing argument 27, 39, 40 or 41, remove the data
 # folders or name new ones (arguments 17 and 18).
 # Environment: RESULTS_DIR (default <code_dir>/results) is argument 43's default; VOCAB_FILE
@@ -98,7 +104,7 @@
 # e.g. to build the shards on a CPU node before a GPU job, or to time preprocessing apart from training.
 set -euo pipefail
 
-(( $# <= 49 )) || { echo "${0##*/}: at most 49 positional arguments, got $#" >&2; exit 1; }
+(( $# <= 50 )) || { echo "${0##*/}: at most 50 positional arguments, got $#" >&2; exit 1; }
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/common.sh
 source "$SCRIPT_DIR/common.sh"
@@ -158,6 +164,7 @@ pre_layer_norm=${46:-false}
 linear_bias=${47:-true}
 gated_feed_forward=${48:-false}
 dropout=${49:-true}
+trained_vocab_size=${50:-none}
 num_nodes=1
 
 for name in train_batch_size num_gpus train_steps save_checkpoint_steps gradient_accumulation_steps \
@@ -174,6 +181,7 @@ require_choice fuse_mha "$fuse_mha" true false
 for name in pre_layer_norm linear_bias gated_feed_forward dropout; do
   require_choice "$name" "${!name}" true false
 done
+[[ "$trained_vocab_size" == none ]] || require_int trained_vocab_size "$trained_vocab_size" 6
 require_choice PREPROCESS_ONLY "$preprocess_only" true false
 require_choice phase2_bin_size "$phase2_bin_size" none 32 64 128 256 512
 require_choice optimizer "$optimizer" Lamb Lans AdamW
@@ -207,11 +215,24 @@ mkdir -p "$RESULTS_DIR"
 # Data: corpus and vocab, then the LDDL parquet shards of each phase if its folder is empty.
 # ------------------------------------------------------------------------------------------------
 sample_dir="$BERT_PREP_WORKING_DIR/sample"
+sample_corpus=false
 if [[ "$wikipedia_source" == sample ]]; then
+  sample_corpus=true
   wikipedia_source="$sample_dir/source"
   if folder_is_empty "$wikipedia_source"; then
     run_logged "" python "$CODEDIR/data/make_sample_corpus.py" --output-dir "$wikipedia_source"
   fi
+fi
+if [[ "$trained_vocab_size" != none ]]; then
+  [[ -z "${VOCAB_FILE:-}" ]] || die "trained_vocab_size $trained_vocab_size and VOCAB_FILE $VOCAB_FILE: choose one"
+  VOCAB_FILE="${DATA_DIR_PHASE1%/}_wordpiece-$trained_vocab_size.txt"
+  if [[ ! -f "$VOCAB_FILE" ]]; then
+    folder_is_empty "$wikipedia_source" && die "corpus $wikipedia_source: missing or empty, cannot train a vocabulary"
+    mkdir -p "$(dirname "$VOCAB_FILE")"
+    run_logged "" python "$CODEDIR/tokenizer.py" train-vocab --input "$wikipedia_source" \
+      --vocab-size "$trained_vocab_size" --output "$VOCAB_FILE"
+  fi
+elif [[ "$sample_corpus" == true ]]; then
   VOCAB_FILE=${VOCAB_FILE:-$sample_dir/vocab.txt}
   if [[ ! -f "$VOCAB_FILE" ]]; then
     # A small vocab suits a corpus of 0.1M words; the model config keeps its own (larger) vocab_size.

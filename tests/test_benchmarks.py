@@ -673,19 +673,20 @@ def test_setup_peers_without_dir_prints_usage():
     assert "benchmarks/setup_peers.sh [--python PY] [--torch-wheel PATH] [--find-links DIR] DIR" in result.stderr
 
 
-def test_pretraining_smoke_run_at_a_budget_size():
-    result = run_script("bench_pretraining.py", "--only", "ours", "--config", "tiny", "--rounds", "1", "--steps", "1",
+@pytest.mark.parametrize("size", ["tiny", "tiny-8k-vocab"])  # the second's ids must stay below its 8,192 rows
+def test_pretraining_smoke_run_at_a_budget_size(size):
+    result = run_script("bench_pretraining.py", "--only", "ours", "--config", size, "--rounds", "1", "--steps", "1",
                         "--warmup", "0", "--threads", "1", "--batch-size", "2", "--profile", "1",
                         env={"PADDLEBERT_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
-    assert "bert-tiny, 2 layers, batch 2," in result.stdout
+    assert f"bert-{size}, 2 layers, batch 2," in result.stdout
     assert re.search(r"\n +ours: +[\d.]+ seq/s, MFU +\d+%", result.stdout), result.stdout
     profile = result.stdout.split("where ours spends its step")[1].splitlines()[1:5]
     assert [line.split(":")[0].strip() for line in profile] == ["encoder", "heads and loss", "optimizer", "other"]
     assert all("matrix products" in line for line in profile[:2])
 
 
-@pytest.mark.parametrize("size", ["tiny", "mini", "small", "base"])
+@pytest.mark.parametrize("size", ["tiny", "tiny-8k-vocab", "mini", "small", "base"])
 def test_pretraining_flops_count_every_gemm_of_the_model(bench, size):
     """train_flops from the weights of the model itself: 2 FLOPs per multiply-add of each encoder matrix over all
     tokens, the two attention products, the MLM transform and tied decoder on the masked tokens, pooler and NSP

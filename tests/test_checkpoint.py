@@ -97,6 +97,10 @@ def test_save_load_round_trip(tmp_path):
         "bert_paddle_progress.json",
     ]
     assert read_config(path) == CONFIG
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\nword\n", encoding="utf-8")
+    with_vocab = save_checkpoint(folder, 8, model_state, None, progress, config=CONFIG, rank=0, vocab_file=vocab)
+    assert (with_vocab / "bert_paddle_vocab.txt").read_bytes() == vocab.read_bytes()
     loaded_model, loaded_optimizer, loaded_progress = load_checkpoint(path)
     for name, tensor in model_state.items():
         np.testing.assert_array_equal(loaded_model[name].numpy(), tensor.numpy())

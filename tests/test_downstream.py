@@ -179,6 +179,20 @@ def test_a_hugging_face_folder_is_the_checkpoint_it_was_exported_from(quick_run,
     assert start.vocab_file == str(tmp_path / "hf" / "vocab.txt")
 
 
+def test_a_step_folder_is_fine_tuned_with_the_vocabulary_it_carries(tmp_path):
+    """run_pretraining.py saves its --vocab-file in each step folder; without --vocab-file the units tokenize with
+    it, where they took bert-base-uncased's before, whatever the checkpoint was trained with."""
+    folder = write_step_folder(tmp_path / "phase1" / "10")
+    carried = folder / "bert_paddle_vocab.txt"
+    carried.write_text("".join(f"{token}\n" for token in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "word"]))
+    assert downstream.checkpoint_start(str(folder), None, None).vocab_file == str(carried)
+    given = str(require_shared("vocab", "bert-uncased-vocab.txt"))
+    assert downstream.checkpoint_start(str(folder), None, given).vocab_file == given  # --vocab-file wins
+    carried.unlink()
+    assert downstream.checkpoint_start(str(folder), None, None).vocab_file == str(
+        ROOT / "vocab" / "bert-base-uncased-vocab.txt")
+
+
 def hand_counted_labels_of(path: Path, column: int, header: bool = True) -> list[str]:
     lines = path.read_text(encoding="utf-8-sig").splitlines()
     return [line.split("\t")[column] for line in lines[1 if header else 0:]]

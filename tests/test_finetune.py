@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +26,7 @@ import finetune
 import run_glue
 import run_squad
 from amp import AmpPolicy
+from conftest import require_shared
 from dllog import DLLogger, read_report
 from feature_batching import pad_token_rows
 from fine_tuning_runs import (
@@ -308,6 +310,22 @@ def test_from_checkpoint_takes_the_weights_and_config_of_the_step_folder(workspa
     assert encoder
     for name in encoder:
         np.testing.assert_array_equal(trained[name], started[name], err_msg=name)
+
+
+def test_a_checkpoint_trained_with_another_vocabulary_is_refused_in_one_line(workspace, task, pretraining_phase,
+                                                                           tmp_path):
+    """A pretraining step folder carries its vocabulary; fine-tuning it with another one would look every token up
+    in the wrong embedding row, silently. The same vocabulary (the other tests' runs) passes."""
+    folder = tmp_path / "4"
+    shutil.copytree(pretraining_phase / "4", folder)
+    vocab = require_shared("vocab", "bert-uncased-vocab.txt")
+    assert (folder / "bert_paddle_vocab.txt").read_bytes() == vocab.read_bytes()  # what pretraining saved
+    (folder / "bert_paddle_vocab.txt").write_bytes(require_shared("vocab", "bert-cased-vocab.txt").read_bytes())
+    with pytest.raises(ValueError) as error:
+        task.script.main(checkpoint_argv(workspace, tmp_path / "out", task, *task.train_args(
+            workspace, "--max-steps", 1, "--from-pretrained-params", folder)))
+    assert str(error.value) == (f"--vocab-file {vocab} is not the vocabulary the --from-pretrained-params weights "
+                                f"were trained with ({folder / 'bert_paddle_vocab.txt'}): give that one")
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -252,6 +252,14 @@ POSITIONAL_CASES = {
     "47 linear_bias": ({47: "false"}, _has_flag("--no-linear-bias"), (True, True)),
     "48 gated_feed_forward": ({48: "true"}, _has_flag("--gated-feed-forward"), (True, True)),
     "49 dropout": ({49: "false"}, _has_flag("--no-dropout"), (True, True)),
+    # Trained on the corpus, beside the phase-1 shards, and the one vocabulary of both phases' data and training.
+    "50 trained_vocab_size": ({50: "512"}, lambda run: (script_args(run.calls, "tokenizer.py"),
+                                                        _preprocessing_values("--vocab-file")(run),
+                                                        _phase_values("--vocab-file")(run)),
+                              ([["train-vocab", "--input", "{tmp}/data/sample/source", "--vocab-size", "512",
+                                 "--output", "{tmp}/data/sample/pretrain/phase1/unbinned/parquet_wordpiece-512.txt"]],
+                               ["{tmp}/data/sample/pretrain/phase1/unbinned/parquet_wordpiece-512.txt"] * 2,
+                               ("{tmp}/data/sample/pretrain/phase1/unbinned/parquet_wordpiece-512.txt",) * 2)),
 }
 
 
@@ -407,7 +415,8 @@ def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     (15, "-1", ("train_steps_phase2", ">= 0", "'-1'")),
     (36, "1", ("holdout_fraction", "[0, 1)", "'1'")),
     (37, "0", ("eval_freq", ">= 1", "'0'")),
-    (50, "extra", ("at most 49", "got 50")),
+    (51, "extra", ("at most 50", "got 51")),
+    (50, "5", ("trained_vocab_size", ">= 6", "'5'")),
     (46, "yes", ("pre_layer_norm", "true false", "'yes'")),
     (49, "0", ("dropout", "true false", "'0'")),
     (44, "0", ("time_budget", "(0, inf) or none", "'0'")),
@@ -473,7 +482,7 @@ PRETRAIN_POSITIONS = {"batch": 0, "lr": 1, "precision": 2, "gpus": 3, "warmup": 
 
 def _preset_values(name: str, env: dict[str, str]) -> dict[str, str]:
     args = preset("pretrain_config.sh", name, env)
-    assert len(args) == 49, args
+    assert len(args) == 50, args
     return {key: args[position] for key, position in PRETRAIN_POSITIONS.items()}
 
 
@@ -511,7 +520,8 @@ def test_every_pretraining_preset_is_accepted_by_the_script(name, tmp_path, fake
     corpus.mkdir(parents=True)
     (corpus / "wiki.txt").write_text("doc-1 Some text.\n")
     (tmp_path / "vocab.txt").write_text("[PAD]\n")
-    extra = {} if args[20] == "sample" else {"VOCAB_FILE": str(tmp_path / "vocab.txt")}
+    # the presets that train their vocabulary (argument 50) or use the sample corpus's take no VOCAB_FILE
+    extra = {} if args[20] == "sample" or args[49] != "none" else {"VOCAB_FILE": str(tmp_path / "vocab.txt")}
     run = run_ok(RUN_PRETRAINING, args, fakes, tmp_path, **extra)
     phases = 1 if args[14] == "0" else 2  # train_steps_phase2 0: phase 1 only
     assert [value(launcher_args(call), "--nproc_per_node") for call in run.launches] == [args[3]] * phases
@@ -526,8 +536,8 @@ def test_each_cpu_preset_has_its_own_results_folder(tmp_path, fakes):
     <RESULTS_DIR>/<preset> (argument 43), as each has its own data folder; a rerun of a preset uses the same one.
     The presets run one after the other in one folder, as a newcomer runs them."""
     env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"))
-    assert CPU_PRESETS == ["cpu_budget_mini", "cpu_budget_small", "cpu_budget_tiny", "cpu_budget_tiny_prenorm",
-                           "cpu_demo", "cpu_tiny", "cpu_tiny_beyond", "cpu_tiny_lans"]
+    assert CPU_PRESETS == ["cpu_budget_mini", "cpu_budget_small", "cpu_budget_tiny", "cpu_budget_tiny_8k_vocab",
+                           "cpu_budget_tiny_prenorm", "cpu_demo", "cpu_tiny", "cpu_tiny_beyond", "cpu_tiny_lans"]
     for name in CPU_PRESETS:
         args = preset("pretrain_config.sh", name, env)
         assert preset("pretrain_config.sh", name, env) == args

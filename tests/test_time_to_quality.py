@@ -4,6 +4,7 @@ stage files, the targets)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -290,6 +291,27 @@ def test_a_run_stopped_before_its_budget_is_not_a_result():
                                "run the same command again to continue it")
 
 
+def test_a_downstream_result_of_another_fine_tuning_plan_is_not_reused(tmp_path, monkeypatch):
+    """Going from one to three GLUE epochs must fine-tune every checkpoint again: the stage's settings name the plan
+    and the hyperparameters, so the stage file of the old plan is refused rather than reported as the new one's."""
+    import downstream_plan
+
+    yardstick = time_to_quality.Yardstick(time_to_quality.parse_args(["--quick", "--work-dir", str(tmp_path)]))
+    run, pretrained = time_to_quality.Run("ours-quick", "ours", 0.3), {"checkpoint": str(tmp_path / "ckpt")}
+    settings = yardstick.downstream_settings(run, pretrained)
+    assert settings["plan"]["sst-2"] == {"seeds": [1], "epochs": 1, "train_subset": 64, "dev_subset": 64}
+    yardstick.stages.save("downstream/ours-quick", settings, {"downstream": {}}, time.perf_counter())
+    assert yardstick.stages.done("downstream/ours-quick", settings) is not None  # the same plan: reused
+    for change in ({"epochs": 3}, {"seeds": (1, 2)}):
+        plan = {**downstream_plan.PLAN, "quick": {**downstream_plan.PLAN["quick"], "sst-2": dataclasses.replace(
+            downstream_plan.PLAN["quick"]["sst-2"], **change)}}
+        monkeypatch.setattr(downstream_plan, "PLAN", plan)
+        with pytest.raises(SystemExit, match="was measured with other settings"):
+            yardstick.stages.done("downstream/ours-quick", yardstick.downstream_settings(run, pretrained))
+    monkeypatch.setattr(downstream_plan, "HYPERPARAMETERS", {**downstream_plan.HYPERPARAMETERS, "glue": {}})
+    assert yardstick.downstream_settings(run, pretrained)["hyperparameters"]["glue"] == {}
+
+
 def test_the_readme_table_is_the_committed_reports_summary():
     """The README's results are the committed docs/time-to-quality.json as the report writer puts them, so that a
     new run's report and the README cannot disagree."""
@@ -305,11 +327,22 @@ def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(min
     options reach its checkpoint, its report and the table; its scores come from its own checkpoint."""
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "time_to_quality.py"), "--quick", "--work-dir",
                           str(miniature), "--report-dir", str(miniature / "report"), "--recipe-trials",
-                          "cpu_budget_tiny_prenorm"], capture_output=True, text=True, cwd=ROOT, timeout=900)
+                          "cpu_budget_tiny_prenorm", "cpu_budget_tiny_8k_vocab"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "pretrain/ours-quick: done" in run.stdout
     trials = json.loads((miniature / "report" / "time-to-quality-recipes.json").read_text(encoding="utf-8"))
-    assert list(trials) == ["ours-quick", "cpu_budget_tiny_prenorm-0.3"]
+    assert list(trials) == ["ours-quick", "cpu_budget_tiny_prenorm-0.3", "cpu_budget_tiny_8k_vocab-0.3"]
+    # The vocabulary trial: its own data stage trains the vocabulary and its shards; the checkpoint carries that
+    # vocabulary, and fine-tuning tokenized with it.
+    vocab_trial = trials["cpu_budget_tiny_8k_vocab-0.3"]
+    trained = sorted((miniature / "data").rglob("parquet_wordpiece-8192.txt"))
+    assert len(trained) == 1 and (miniature / "stages" / "data--cpu_budget_tiny_8k_vocab.json").is_file()
+    carried = Path(vocab_trial["checkpoint"]) / "bert_paddle_vocab.txt"
+    assert carried.read_bytes() == trained[0].read_bytes() and vocab_trial["downstream"]["vocab_file"] == str(carried)
+    entries = len(carried.read_text(encoding="utf-8").splitlines())
+    assert 4096 < entries <= 8192 == json.loads((carried.parent / "bert_paddle_config.json").read_text())["vocab_size"]
+    assert trials["ours-quick"]["downstream"]["vocab_file"].endswith("bert_paddle_vocab.txt")
     configs = {name: json.loads((Path(trial["checkpoint"]) / "bert_paddle_config.json").read_text(encoding="utf-8"))
                for name, trial in trials.items()}
     assert (configs["ours-quick"]["pre_layer_norm"], configs["cpu_budget_tiny_prenorm-0.3"]["pre_layer_norm"]) == (

@@ -373,11 +373,43 @@ def test_train_vocab_command(tmp_path: Path) -> None:
     assert "[UNK]" not in tokenizer.tokenize(first.read_text(encoding="utf-8") + second.read_text(encoding="utf-8"))
 
 
+def test_train_vocab_reads_a_compressed_wikiextractor_folder_as_the_preprocessors_do(tmp_path: Path) -> None:
+    """The vocabulary is trained on the text the shards are made of: WikiExtractor's documents, read through xz,
+    without their <doc> lines and titles."""
+    import lzma
+
+    article = ('<doc id="7" url="https://en.wikipedia.org/wiki?curid=7" title="Quokkatitle">\nQuokkatitle\n\n'
+               "Marsupials hop across Rottnest Island. Marsupials graze at dusk.\n</doc>\n")
+    (tmp_path / "corpus" / "AA").mkdir(parents=True)
+    (tmp_path / "corpus" / "AA" / "wiki_00").write_bytes(lzma.compress((article * 40).encode()))
+    output = tmp_path / "vocab.txt"
+    main(["train-vocab", "--input", str(tmp_path / "corpus"), "--vocab-size", "200", "--output", str(output)])
+    vocab = output.read_text(encoding="utf-8").split("\n")[:-1]
+    assert "marsupials" in vocab and "rottnest" in vocab  # whole frequent words of the text
+    assert not any(token in vocab for token in ("doc", "curid", "quokkatitle"))  # markup and titles are not text
+
+
+def test_train_vocab_keeps_the_most_frequent_characters_only(tmp_path: Path) -> None:
+    """Beyond the alphabet's size, rare characters stay out of the vocabulary (their words become [UNK]), leaving
+    the room to whole words."""
+    rare = "".join(chr(0x4E00 + index) for index in range(300))  # 300 CJK ideographs, each a word of its own
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat .\n" * 200 + rare + "\n", encoding="utf-8")
+    output = tmp_path / "vocab.txt"
+    main(["train-vocab", "--input", str(corpus), "--vocab-size", "400", "--output", str(output)])
+    vocab = output.read_text(encoding="utf-8").split("\n")[:-1]
+    characters = {token.removeprefix("##") for token in vocab[5:] if len(token.removeprefix("##")) == 1}
+    assert len(characters) <= 128  # MIN_ALPHABET, since 400 // 16 is less
+    assert {"t", "h", "e", "c", "a"} <= characters  # the frequent ones stay
+    left_out = next(character for character in rare if character not in characters)
+    assert BertTokenizer(str(output)).tokenize("the " + left_out) == ["the", "[UNK]"]
+
+
 def test_train_vocab_command_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("some text\n", encoding="utf-8")
     bad_runs = {
-        f"--input {tmp_path / 'absent.txt'}: file not found": [str(tmp_path / "absent.txt"), "--vocab-size", "50"],
+        f"--input {tmp_path / 'absent.txt'}: not found": [str(tmp_path / "absent.txt"), "--vocab-size", "50"],
         "--vocab-size 5: must exceed the 5 special tokens": [str(corpus), "--vocab-size", "5"],
     }
     for message, arguments in bad_runs.items():
