@@ -478,6 +478,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"instead: pretrain --preset and each PRESET (a budget-recipe variant) for "
                              f"{RECIPE_TRIAL_BUDGET:g} minutes, score each downstream, and write "
                              "time-to-quality-recipes.{json,md}")
+    parser.add_argument("--data-only", action="store_true",
+                        help="build the data stages and stop: --preset's shards and, with --recipe-trials, each "
+                             "trial preset's (its vocabulary too), e.g. before the timed runs on an idle machine")
     parser.add_argument("--search", action="store_true",
                         help=f"instead: pretrain bert-tiny for {TRIAL_BUDGET:g} minutes with each optimizer and "
                              "learning rate of SEARCH and write time-to-quality-search.{json,md}")
@@ -494,6 +497,10 @@ def main(argv: list[str] | None = None) -> None:
     machine.print_header()
     yardstick = Yardstick(args)
     data = yardstick.data()
+    if args.data_only:
+        for preset in args.recipe_trials or []:
+            yardstick.data(preset)
+        return
     if args.compare_sizes or args.search:
         kind, runs = ("sizes", yardstick.size_runs()) if args.compare_sizes else ("search", yardstick.search_runs())
         write_trials_report(args, kind, {run.name: yardstick.pretrain(run) for run in runs})

@@ -324,13 +324,19 @@ def test_the_readme_table_is_the_committed_reports_summary():
 
 def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(miniature):
     """--recipe-trials: the baseline is the miniature's own ours run (not trained again), and the trial preset's
-    options reach its checkpoint, its report and the table; its scores come from its own checkpoint."""
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "time_to_quality.py"), "--quick", "--work-dir",
-                          str(miniature), "--report-dir", str(miniature / "report"), "--recipe-trials",
-                          "cpu_budget_tiny_prenorm", "cpu_budget_tiny_8k_vocab"], capture_output=True, text=True,
-                         cwd=ROOT, timeout=900)
+    options reach its checkpoint, its report and the table; its scores come from its own checkpoint. --data-only
+    first builds the trials' data alone, which the trials then find done."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "time_to_quality.py"), "--quick", "--work-dir",
+               str(miniature), "--report-dir", str(miniature / "report"), "--recipe-trials", "cpu_budget_tiny_prenorm",
+               "cpu_budget_tiny_8k_vocab"]
+    built = subprocess.run([*command, "--data-only"], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    assert sorted(path.name for path in (miniature / "stages").glob("data*")) == [
+        "data--cpu_budget_tiny_8k_vocab.json", "data--cpu_budget_tiny_prenorm.json", "data.json"]
+    assert not list((miniature / "stages").glob("*cpu_budget_tiny_*-0.3.json"))  # nothing trained
+    run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "pretrain/ours-quick: done" in run.stdout
+    assert "pretrain/ours-quick: done" in run.stdout and "data/cpu_budget_tiny_8k_vocab: done" in run.stdout
     trials = json.loads((miniature / "report" / "time-to-quality-recipes.json").read_text(encoding="utf-8"))
     assert list(trials) == ["ours-quick", "cpu_budget_tiny_prenorm-0.3", "cpu_budget_tiny_8k_vocab-0.3"]
     # The vocabulary trial: its own data stage trains the vocabulary and its shards; the checkpoint carries that
