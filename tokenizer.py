@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import unicodedata
 import warnings
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Encoding, Tokenizer, models, pre_tokenizers, trainers
 
+from atomic_io import atomic_write_text
 from cli import run_main
 from corpus import document_sentences, find_corpus_files, read_documents
 
@@ -388,10 +388,7 @@ def train_vocab(corpora: list[str], vocab_size: int, output: str, do_lower_case:
                                         limit_alphabet=max(MIN_ALPHABET, vocab_size // ALPHABET_SHARE))
     engine.train_from_iterator((basic.normalize(sentence) for sentence in _sentences(corpora)), trainer)
     tokens = [token for token, _ in sorted(engine.get_vocab().items(), key=lambda item: item[1])]
-    directory = os.path.dirname(os.path.abspath(output))
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=directory, delete=False, suffix=".tmp") as writer:
-        writer.write("".join(f"{token}\n" for token in tokens))
-    os.replace(writer.name, output)
+    atomic_write_text(output, "".join(f"{token}\n" for token in tokens))  # the usual permissions, not 0600
     return tokens
 
 

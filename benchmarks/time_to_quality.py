@@ -576,7 +576,9 @@ def targets(results: dict) -> list[dict]:
 
 # The summary table's rows (README, "What an hour of pretraining buys"): run name -> label.
 SUMMARY_LABELS = {"random": "random init", "ours-60": "ours, 60 min", "ours-20": "ours, 20 min",
-                  "transformers-20": "HF transformers, 20 min"}
+                  "transformers-20": "HF transformers, 20 min",
+                  "cpu_budget_tiny_prenorm-20": "ours, pre-LN and no dropout, 20 min",
+                  "cpu_budget_tiny_8k_vocab-20": "ours, 8k vocabulary, 20 min"}
 
 
 def score_cell(entry: dict) -> str:
@@ -648,9 +650,14 @@ def markdown(header: str, data: dict, results: dict, checks: list[dict], command
         wall_line = wall_line.replace("the whole yardstick", "the finished stages") + (
             f" **Not run yet: {', '.join(missing)}**; this report covers the finished runs (--report-only).")
     cpus = sorted({result["pretraining"]["settings"]["cpu"] for result in results.values()})
+    plans = "; ".join(f"{task} {plan['epochs']} epoch{'s' * (plan['epochs'] > 1)} x {len(plan['seeds'])} seed"
+                      f"{'s' * (len(plan['seeds']) > 1)}" + (f" on {plan['train_subset']} training examples"
+                                                            if plan["train_subset"] else "")
+                      for task, plan in ((task, any_run["tasks"][task]["plan"]) for task in MAIN_SCORES))
     return "\n".join([
         "# Time to quality", "", f"`{header}`", "", f"Command: `{command}`", "",
         f"Pretraining ran on: {'; and '.join(cpus)}.", "", f"Data: {data_line}.", "", wall_line, "",
+        f"Fine-tuning (downstream.py, the same for every run): {plans}.", "",
         "Scores are medians over the seeds ± their spread (max - min) on the official dev sets; SQuAD v1.1 F1 "
         "and EM, CoLA Matthews correlation x 100, the rest accuracy or F1 in percent. GLUE avg: SST-2, MRPC "
         "(mean of accuracy and F1), RTE, CoLA; avg: those and SQuAD F1.", "", *lines, "", "## Targets", "",
@@ -689,6 +696,13 @@ def plot(results: dict, path: Path) -> None:
     plt.close(figure)
 
 
+def recipe_summary_table(trials: dict) -> str:
+    """summary_table of the recipe trials (time-to-quality-recipes.json): the plain recipe's row beside each
+    budget-recipe preset's, at the same budget."""
+    return summary_table({name: {"pretraining": trial, "downstream": trial["downstream"]}
+                          for name, trial in trials.items()})
+
+
 def write_trials_report(args: argparse.Namespace, kind: str, runs: dict) -> None:
     """time-to-quality-<kind>.{json,md} (kind "sizes", "search" or "recipes"): each trial's model, options,
     optimizer and validation MLM accuracy against its training minutes; for "recipes" its downstream averages."""
@@ -714,6 +728,8 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict) -> None
             mean = averages(result["downstream"])
             line += f" {mean['glue_average']:.1f} | {mean['downstream_average']:.1f} |"
         lines.append(line)
+    if scored:
+        lines += ["", "## Summary (the README's table)", "", recipe_summary_table(runs)]
     report_dir = Path(args.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(report_dir / f"time-to-quality-{kind}.json", json.dumps(runs, indent=1) + "\n")

@@ -320,6 +320,12 @@ def test_the_readme_table_is_the_committed_reports_summary():
     assert table.count("\n") >= 3  # the header, its rule and at least two scored runs
     assert table in (ROOT / "README.md").read_text(encoding="utf-8")
     assert table in (ROOT / "docs" / "time-to-quality.md").read_text(encoding="utf-8")
+    # and the budget-recipe presets beside the plain recipe at the same budget (docs/time-to-quality-recipes.json)
+    trials = json.loads((ROOT / "docs" / "time-to-quality-recipes.json").read_text(encoding="utf-8"))
+    recipes = time_to_quality.recipe_summary_table(trials)
+    assert recipes.count("\n") >= 3 and recipes.splitlines()[2].startswith("| ours, 20 min |")
+    assert recipes in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert recipes in (ROOT / "docs" / "time-to-quality-recipes.md").read_text(encoding="utf-8")
 
 
 def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(miniature):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import pickle
 import re
 import subprocess
@@ -387,6 +388,9 @@ def test_train_vocab_reads_a_compressed_wikiextractor_folder_as_the_preprocessor
     vocab = output.read_text(encoding="utf-8").split("\n")[:-1]
     assert "marsupials" in vocab and "rottnest" in vocab  # whole frequent words of the text
     assert not any(token in vocab for token in ("doc", "curid", "quokkatitle"))  # markup and titles are not text
+    umask = os.umask(0)
+    os.umask(umask)
+    assert output.stat().st_mode & 0o777 == 0o666 & ~umask  # readable as any output is, not a temp file's 0600
 
 
 def test_train_vocab_keeps_the_most_frequent_characters_only(tmp_path: Path) -> None:
