@@ -4,8 +4,9 @@ or int8 (quantized once with NNCF), and run it like the other predictors.
 What one export keeps beside its ONNX model, in <prefix>.openvino/ (derived files only, rebuilt at will):
 - record.json: the SHA-256 of the ONNX model (and of the calibration inputs and the int8 IR once int8 was asked)
   that the rest of the folder was made from. When the ONNX model is not that file any more, the folder is
-  emptied and made again: OpenVINO's own cache keys a model read from a file by its path and the compile
-  options, not its content, so a changed ONNX model at the same path would otherwise load the old compiled one.
+  emptied and made again: the int8 IR of the old model must not run in its place, and the old compiled blobs
+  would only take space (OpenVINO 2026.4 itself compiles a changed file again: a model of the same size and
+  modification time with other weights was not loaded from its cache, checked by hand).
 - cache/: OpenVINO's CACHE_DIR: the compiled model of each precision and thread count, which a later run imports
   instead of compiling (the "second run starts fast").
 - int8.xml and int8.bin: the int8 IR that NNCF's post-training quantization made from the ONNX model on the

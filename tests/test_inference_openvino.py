@@ -118,14 +118,7 @@ def test_bf16_is_within_bf16_rounding_of_fp32_or_fp32_without_bf16_instructions(
 def test_the_compile_properties_reach_openvino(workspace, monkeypatch):
     """--threads, the LATENCY hint, the precision hint and the cache folder are what OpenVINO's compiled model
     reports back (read from the compiled model, not from our dict)."""
-    compiled = []
-    real = openvino.Core.compile_model
-
-    def recording(core, *args, **kwargs):
-        compiled.append(real(core, *args, **kwargs))
-        return compiled[-1]
-
-    monkeypatch.setattr(openvino.Core, "compile_model", recording)
+    compiled = recorded_compiles(monkeypatch)
     for precision, hint in (("fp32", openvino.Type.f32), ("bf16", openvino.Type.bf16), ("int8", openvino.Type.f32)):
         openvino_logits(workspace / "export", precision, threads=2)
         assert compiled[-1].get_property("INFERENCE_NUM_THREADS") == 2
@@ -219,24 +212,49 @@ def test_glue_predicts_through_openvino_as_through_paddle(workspace):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_the_cache_is_made_again_when_the_onnx_model_changes(tmp_path, capsys):
-    """OpenVINO's own cache keys a model read from a path by the path: without the record's checksum, the second
-    model would run as the first one's compiled blob."""
+def recorded_compiles(monkeypatch) -> list:
+    """The compiled models of every openvino.Core.compile_model call from now on."""
+    compiled = []
+    real = openvino.Core.compile_model
+
+    def recording(core, *args, **kwargs):
+        compiled.append(real(core, *args, **kwargs))
+        return compiled[-1]
+
+    monkeypatch.setattr(openvino.Core, "compile_model", recording)
+    return compiled
+
+
+def test_the_cache_and_the_int8_model_are_made_again_when_the_onnx_model_changes(tmp_path, monkeypatch, capsys):
+    """The second run imports the compiled model from the cache; after the ONNX model changed at the same path, the
+    cache is not used, the int8 model is quantized again, and the new model runs in both precisions."""
+    compiled = recorded_compiles(monkeypatch)
     first, second = tmp_path / "first", tmp_path / "second"
     export_qa(first, seed=4, prefix="bert_paddle")
     export_qa(second, seed=5, prefix="bert_paddle")
     served = tmp_path / "served"
     copy_export(first, served, "bert_paddle.onnx")
-    np.testing.assert_allclose(openvino_logits(served, "fp32")[0], paddle_logits(first)[0], atol=1e-4)
-    cache = served / "bert_paddle.openvino" / "cache"
-    blobs = set(os.listdir(cache))
-    assert blobs
+    # calibration rows drawn as batch()'s are, so that its activations stay in the calibrated ranges
+    onnx_backend.save_calibration(str(served / "bert_paddle.calibration.npz"),
+                                  dict(zip(inference.INPUT_NAMES, batch(), strict=True)))
+    expected = {name: paddle_logits(folder)[0] for name, folder in (("first", first), ("second", second))}
+    assert np.abs(expected["second"] - expected["first"]).max() > 1e-2  # the two models differ
+    np.testing.assert_allclose(openvino_logits(served, "fp32")[0], expected["first"], atol=1e-4)
+    np.testing.assert_allclose(openvino_logits(served, "fp32")[0], expected["first"], atol=1e-4)
+    assert [model.get_property("LOADED_FROM_CACHE") for model in compiled] == [False, True]
+    assert os.listdir(served / "bert_paddle.openvino" / "cache")
+    openvino_logits(served, "int8")
+    old_ir = (served / "bert_paddle.openvino" / "int8.bin").read_bytes()
     capsys.readouterr()
     copy_export(second, served, "bert_paddle.onnx")  # the same path, another model
     start, _ = openvino_logits(served, "fp32")
     assert "changed since" in capsys.readouterr().out
-    np.testing.assert_allclose(start, paddle_logits(second)[0], atol=1e-4)
-    assert np.abs(paddle_logits(second)[0] - paddle_logits(first)[0]).max() > 1e-2  # the two models differ
+    assert compiled[-1].get_property("LOADED_FROM_CACHE") is False
+    np.testing.assert_allclose(start, expected["second"], atol=1e-4)
+    int8_start, _ = openvino_logits(served, "int8")
+    assert "int8 model written" in capsys.readouterr().out
+    assert (served / "bert_paddle.openvino" / "int8.bin").read_bytes() != old_ir
+    assert np.abs(int8_start - expected["second"]).max() < np.abs(int8_start - expected["first"]).max()
     assert json.loads((served / "bert_paddle.openvino" / "record.json").read_text())["onnx"] == \
         inference.sha256_of_file(str(served / "bert_paddle.onnx"))
 
