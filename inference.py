@@ -20,7 +20,10 @@ Precisions (--inference-precision) per backend and device, decided once in resol
 - openvino (CPU plugin, openvino_backend.py): fp32, bf16 on a CPU with native bf16 instructions (else fp32), or
   int8 quantized once by NNCF on the exported calibration inputs; fp16 runs fp32. Its GPU plugin is for Intel
   GPUs, so with Paddle on a GPU it still runs on the CPU.
-Whatever runs instead of the choice is said in one line; so is a GPU that ONNX Runtime cannot use. int8 on
+Whatever runs instead of the choice is said in one line; so is a GPU that ONNX Runtime cannot use.
+--inference-backend auto (the default) runs the backend measured fastest for the precision on this kind of CPU
+(FASTEST_BACKENDS, one place for that choice), and the next one where the export lacks its model or it fails to
+start, each in one line. int8 on
 Paddle Inference is refused: README, "Exported models and reduced precision", says what fails in Paddle 3.3.1.
 TensorRT is not offered: Config.enable_tensorrt_engine ignores the PIR (.json) programs that paddle.jit.save
 writes, and Paddle's PIR route (paddle.tensorrt.convert) needs TensorRT's libraries and Python package, which
