@@ -23,8 +23,8 @@ Precisions (--inference-precision) per backend and device, decided once in resol
 Whatever runs instead of the choice is said in one line; so is a GPU that ONNX Runtime cannot use.
 --inference-backend auto (the default) runs the backend measured fastest for the precision on this kind of CPU
 (FASTEST_BACKENDS, one place for that choice), and the next one where the export lacks its model or it fails to
-start, each in one line. int8 on
-Paddle Inference is refused: README, "Exported models and reduced precision", says what fails in Paddle 3.3.1.
+start, each in one line.
+int8 on Paddle Inference is refused: README, "Exported models and reduced precision", says what fails in Paddle 3.3.1.
 TensorRT is not offered: Config.enable_tensorrt_engine ignores the PIR (.json) programs that paddle.jit.save
 writes, and Paddle's PIR route (paddle.tensorrt.convert) needs TensorRT's libraries and Python package, which
 neither requirements.txt nor the Docker image has, and which no machine of this project can run.
@@ -427,7 +427,7 @@ def resolve_precision(backend: str, device: str, precision: str) -> tuple[str, s
 #   is what to ask for there). OpenVINO not measured yet.
 # - avx512_bf16 (AMD Zen 4 and Zen 5, Intel without AMX): fp32 Paddle 2.41-2.58 against ORT 2.14-2.31 on Zen 4
 #   (level on Zen 5); bf16 only Paddle's; int8 ORT 5.6-6.2 on Zen 4. OpenVINO not measured yet.
-# - avx2 (AMD Zen 3 and older, no bf16 instructions): fp32 ORT 1.57 against Paddle 1.31 (one interleaved run);
+# - avx2 (AMD Zen 3 and older, no bf16 instructions): fp32 ORT 1.47-1.57 against Paddle 1.31-1.34;
 #   bf16 runs fp32 on every backend, so it follows fp32.
 # OpenVINO's figures come from the next bench_squad_inference.py runs; until then it runs only when named.
 FASTEST_BACKENDS: Mapping[str, Mapping[str, tuple[str, ...]]] = MappingProxyType({
