@@ -1,5 +1,5 @@
-"""Exported models and their predictors for the fine-tuned heads (run_squad.py, run_glue.py): Paddle Inference
-and ONNX Runtime.
+"""Exported models and their predictors for the fine-tuned heads (run_squad.py, run_glue.py): Paddle Inference,
+ONNX Runtime and OpenVINO.
 
 A task script adds the option group (add_inference_arguments), checks it (check_inference_arguments), exports
 its fine-tuned model with --export-dir (export_inference_model; with --export-onnx also to ONNX, onnx_backend.py)
@@ -16,9 +16,15 @@ Precisions (--inference-precision) per backend and device, decided once in resol
 - onnxruntime on a CPU: fp32 with ORT's transformer fusions, or int8 (dynamic or static quantization, with
   per-matrix or per-column weight scales, and outlier channels apart: --int8-quantization); ORT's CPU execution
   provider has no bf16 kernels for BERT's ops, so bf16 runs fp32;
-- onnxruntime on a GPU (onnxruntime-gpu's CUDA execution provider): fp32 or fp16; bf16 and int8 run fp16.
-Whatever runs instead of the choice is said in one line; so is a GPU that ONNX Runtime cannot use. int8 on
-Paddle Inference is refused: README, "Exported models and reduced precision", says what fails in Paddle 3.3.1.
+- onnxruntime on a GPU (onnxruntime-gpu's CUDA execution provider): fp32 or fp16; bf16 and int8 run fp16;
+- openvino (CPU plugin, openvino_backend.py): fp32, bf16 on a CPU with native bf16 instructions (else fp32), or
+  int8 quantized once by NNCF on the exported calibration inputs; fp16 runs fp32. Its GPU plugin is for Intel
+  GPUs, so with Paddle on a GPU it still runs on the CPU.
+Whatever runs instead of the choice is said in one line; so is a GPU that ONNX Runtime cannot use.
+--inference-backend auto (the default) runs the backend measured fastest for the precision on this kind of CPU
+(FASTEST_BACKENDS, one place for that choice), and the next one where the export lacks its model or it fails to
+start, each in one line.
+int8 on Paddle Inference is refused: README, "Exported models and reduced precision", says what fails in Paddle 3.3.1.
 TensorRT is not offered: Config.enable_tensorrt_engine ignores the PIR (.json) programs that paddle.jit.save
 writes, and Paddle's PIR route (paddle.tensorrt.convert) needs TensorRT's libraries and Python package, which
 neither requirements.txt nor the Docker image has, and which no machine of this project can run.
@@ -47,13 +53,16 @@ import numpy as np
 import onnxruntime
 import paddle
 
+import cpu_ops
 import onnx_backend
 import runtime
 from amp import AmpPolicy, amp_autocast
 from atomic_io import atomic_write_text
 from modeling import INPUT_NAMES, BertForQuestionAnswering, BertForSequenceClassification, standard_copy
 
-INFERENCE_BACKENDS = ("paddle", "onnxruntime")
+INFERENCE_BACKENDS = ("auto", "paddle", "onnxruntime", "openvino")
+# The backends that read <model-prefix>.onnx.
+ONNX_BACKENDS = ("onnxruntime", "openvino")
 INFERENCE_PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 # Training features that --export-onnx saves as int8's calibration inputs (static and -outliers quantization): a
 # few hundred rows for the activation ranges, calibrated in seconds to minutes on a CPU.
@@ -89,16 +98,17 @@ def add_inference_arguments(group: argparse._ArgumentGroup, int8_quantization: s
                             "--do-train also save the first training features as int8's calibration inputs")
     group.add_argument("--inference-model-dir",
                        help="predict with the predictor of a model exported by --export-dir")
-    group.add_argument("--inference-backend", choices=INFERENCE_BACKENDS, default="paddle",
-                       help="--inference-model-dir: Paddle Inference (<model-prefix>.json) or ONNX Runtime "
-                            "(<model-prefix>.onnx, from --export-onnx)")
+    group.add_argument("--inference-backend", choices=INFERENCE_BACKENDS, default="auto",
+                       help="--inference-model-dir: Paddle Inference (<model-prefix>.json), ONNX Runtime or OpenVINO "
+                            "(both <model-prefix>.onnx, from --export-onnx); auto: the fastest measured for the "
+                            "precision on this kind of CPU (inference.FASTEST_BACKENDS)")
     group.add_argument("--inference-precision", choices=INFERENCE_PRECISIONS, default="fp32",
-                       help="--inference-model-dir: the precision of the predictor's kernels; bf16 with paddle on a "
-                            "CPU with bf16 instructions (else fp32), fp16 on a GPU (bf16 there runs fp16), int8 with "
-                            "onnxruntime")
+                       help="--inference-model-dir: the precision of the predictor's kernels; bf16 with paddle or "
+                            "openvino on a CPU with bf16 instructions (else fp32), fp16 on a GPU (bf16 there runs "
+                            "fp16), int8 with onnxruntime or openvino")
     group.add_argument("--int8-quantization", choices=onnx_backend.QUANTIZATIONS,
-                       help="--inference-precision int8: dynamic (activation scales per batch) or static "
-                            "(calibrated on the inputs that --export-onnx saved); with -per-channel, one weight "
+                       help="--inference-precision int8 on onnxruntime: dynamic (activation scales per batch) or "
+                            "static (calibrated on the inputs that --export-onnx saved); with -per-channel, one weight "
                             "scale per output column instead of one per matrix; with -outliers, the activation "
                             "channels far outside the rest on those inputs kept out of the int8 scales "
                             f"(default: {int8_quantization})")
@@ -118,13 +128,17 @@ def check_inference_arguments(parser: argparse.ArgumentParser, args: argparse.Na
     if args.export_dir and os.path.isdir(args.export_dir) and os.listdir(args.export_dir) and not args.overwrite:
         parser.error(f"--export-dir {args.export_dir} holds an export already; give another --export-dir, or "
                      "--overwrite to replace it (as a whole: the folder holds the old export or the new one)")
-    if not args.inference_model_dir and (args.inference_backend != "paddle" or args.inference_precision != "fp32"):
+    if not args.inference_model_dir and (args.inference_backend != "auto" or args.inference_precision != "fp32"):
         parser.error("--inference-backend and --inference-precision are only used with --inference-model-dir")
-    if args.inference_precision == "int8" and args.inference_backend != "onnxruntime":
-        parser.error("--inference-precision int8 needs --inference-backend onnxruntime (Paddle 3.3.1 has no int8 "
-                     "kernels for PIR programs)")
-    if args.int8_quantization is not None and args.inference_precision != "int8":
-        parser.error("--int8-quantization is only used with --inference-precision int8")
+    if args.inference_precision == "int8" and args.inference_backend == "paddle":
+        parser.error("--inference-precision int8 needs --inference-backend onnxruntime, openvino or auto (Paddle "
+                     "3.3.1 has no int8 kernels for PIR programs)")
+    if args.int8_quantization is not None and (
+            args.inference_precision != "int8" or args.inference_backend not in ("onnxruntime", "auto")
+            or (args.inference_backend == "auto"
+                and auto_backends(paddle.get_device(), "int8", cpu_kind())[0] != "onnxruntime")):
+        parser.error("--int8-quantization is only used with --inference-precision int8 on --inference-backend "
+                     "onnxruntime (or auto, where it chooses onnxruntime)")
     args.int8_quantization = args.int8_quantization or int8_quantization
 
 
@@ -285,9 +299,9 @@ TRACING_NOISE_LINES = ("Paddle static graph(PIR) not support input out tensor",)
 TRACING_NOISE_WARNING = "Tensor do not have 'place' interface"
 
 
-def export_inference_model(model: paddle.nn.Layer, export_dir: str, model_prefix: str) -> str:
-    """paddle.jit.save the model with dynamic [batch, sequence] int64 inputs, and its record (head and position
-    table length) beside it; returns the path prefix.
+def export_inference_model(model: paddle.nn.Layer, export_dir: str, model_prefix: str, *, record: bool = True) -> str:
+    """paddle.jit.save the model with dynamic [batch, sequence] int64 inputs, and with `record` its record (head
+    and position table length) beside it; returns the path prefix.
 
     The program is always fp32 with Paddle's standard layers and attention (standard_copy), whatever the
     training precision or device: Paddle Inference fuses those ops itself and chooses its own kernels. It has
@@ -305,18 +319,20 @@ def export_inference_model(model: paddle.nn.Layer, export_dir: str, model_prefix
         os.remove(export_record_file(prefix))
     with runtime.stderr_without(lines=TRACING_NOISE_LINES, warnings=(TRACING_NOISE_WARNING,)):
         paddle.jit.save(standard_copy(model, dropout=False), prefix, input_spec=input_spec)
-    write_export_record(prefix, model)
+    if record:
+        write_export_record(prefix, model)
     return prefix
 
 
-def export_onnx_model(model: paddle.nn.Layer, prefix: str) -> str:
-    """Convert the program that export_inference_model wrote at prefix to <prefix>.onnx, and add it to the
-    record; returns its path."""
+def export_onnx_model(model: paddle.nn.Layer, prefix: str, *, record: bool = True) -> str:
+    """Convert the program that export_inference_model wrote at prefix to <prefix>.onnx, and with `record` add it
+    to the record; returns its path."""
     path = onnx_backend.onnx_file(prefix)
     onnx_backend.export_onnx(exported_program_file(prefix), prefix + ".pdiparams", path, INPUT_NAMES,
                              {"num_attention_heads": model.config.num_attention_heads,
                               "hidden_size": model.config.hidden_size})
-    write_export_record(prefix, model, path)
+    if record:
+        write_export_record(prefix, model, path)
     return path
 
 
@@ -325,17 +341,19 @@ def export_folder(model: paddle.nn.Layer, export_dir: str, model_prefix: str, on
     """The whole export of --export-dir (the Paddle program, with onnx the ONNX model, and the calibration inputs
     when given), written into a staging folder beside export_dir and then put in its place: export_dir holds the
     earlier export or this one, never a part of each, whatever stops the run (Ctrl-C, a full disk). Returns the
-    prefix of the export in export_dir."""
+    prefix of the export in export_dir. The record is written once, last, with the checksums of every file."""
     target = os.path.abspath(export_dir)
     staging = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.partial")
     shutil.rmtree(staging, ignore_errors=True)  # what an interrupted export left
     try:
-        prefix = export_inference_model(model, staging, model_prefix)
+        prefix = export_inference_model(model, staging, model_prefix, record=False)
+        extra_files = []
         if onnx:
-            export_onnx_model(model, prefix)
+            extra_files.append(export_onnx_model(model, prefix, record=False))
         if calibration_inputs is not None:
-            onnx_backend.save_calibration(onnx_backend.calibration_file(prefix), calibration_inputs)
-            write_export_record(prefix, model, onnx_backend.onnx_file(prefix), onnx_backend.calibration_file(prefix))
+            extra_files.append(onnx_backend.calibration_file(prefix))
+            onnx_backend.save_calibration(extra_files[-1], calibration_inputs)
+        write_export_record(prefix, model, *extra_files)
         replace_folder(staging, target)
     except (OSError, KeyboardInterrupt) as error:  # a full disk, Ctrl-C: nothing of this export stays
         shutil.rmtree(staging, ignore_errors=True)
@@ -400,6 +418,41 @@ def resolve_precision(backend: str, device: str, precision: str) -> tuple[str, s
     return precision, None
 
 
+# --inference-backend auto: per kind of CPU (cpu_kind) and precision, the backends in the order of their measured
+# speed, the fastest first (SQuAD, BERT-base, batch 8, seq 384, bench_squad_inference.py; docs/inference.md, "Speed
+# per machine"). To update from a new run, reorder the row of its CPU kind; a backend that is not listed for a
+# precision is never chosen for it.
+# - amx (Intel Xeon, family 6 model 167): fp32 Paddle 3.00-3.41 seq/s, ORT 3.03-3.37 (level); bf16 only Paddle's
+#   (10.4-12.1); int8 only ORT's (7.9-10.1, below Paddle bf16: auto never trades accuracy for a slower run, so bf16
+#   is what to ask for there). OpenVINO not measured yet.
+# - avx512_bf16 (AMD Zen 4 and Zen 5, Intel without AMX): fp32 Paddle 2.41-2.58 against ORT 2.14-2.31 on Zen 4
+#   (level on Zen 5); bf16 only Paddle's; int8 ORT 5.6-6.2 on Zen 4. OpenVINO not measured yet.
+# - avx2 (AMD Zen 3 and older, no bf16 instructions): fp32 ORT 1.47-1.57 against Paddle 1.31-1.34;
+#   bf16 runs fp32 on every backend, so it follows fp32.
+# OpenVINO's figures come from the next bench_squad_inference.py runs; until then it runs only when named.
+FASTEST_BACKENDS: Mapping[str, Mapping[str, tuple[str, ...]]] = MappingProxyType({
+    "amx": {"fp32": ("paddle", "onnxruntime"), "bf16": ("paddle",), "int8": ("onnxruntime",)},
+    "avx512_bf16": {"fp32": ("paddle", "onnxruntime"), "bf16": ("paddle",), "int8": ("onnxruntime",)},
+    "avx2": {"fp32": ("onnxruntime", "paddle"), "bf16": ("onnxruntime", "paddle"), "int8": ("onnxruntime",)},
+})
+
+
+def cpu_kind(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """The row of FASTEST_BACKENDS for this CPU: amx (AMX bf16 tiles), avx512_bf16, or avx2 (everything else)."""
+    _, flags = cpu_ops.cpu_vendor_and_flags(cpuinfo_path)
+    return next((kind for kind, flag in (("amx", "amx_bf16"), ("avx512_bf16", "avx512_bf16")) if flag in flags),
+                "avx2")
+
+
+def auto_backends(device: str, precision: str, kind: str) -> tuple[str, ...]:
+    """The backends that --inference-backend auto tries for `precision`, fastest first: on a GPU Paddle Inference
+    (the only GPU predictor in this project's tests); on a CPU the FASTEST_BACKENDS row of `kind`, where fp16 (which
+    a CPU runs in fp32) follows fp32."""
+    if device.startswith("gpu"):
+        return ("onnxruntime",) if precision == "int8" else ("paddle",)
+    return FASTEST_BACKENDS[kind]["fp32" if precision == "fp16" else precision]
+
+
 def predictor_settings(device: str, precision: str) -> dict[str, dict]:
     """The paddle.inference.Config calls (method name -> keyword arguments, in order) for a device and a
     precision that runs there (resolve_precision)."""
@@ -412,6 +465,15 @@ def predictor_settings(device: str, precision: str) -> dict[str, dict]:
                       "fp16": paddle.inference.PrecisionType.Half}[precision]
     return {"enable_use_gpu": {"memory_pool_init_size_mb": GPU_MEMORY_POOL_MB,
                                "device_id": int(device.partition(":")[2] or 0), "precision_mode": precision_mode}}
+
+
+def openvino_device(device: str) -> tuple[str, str | None]:
+    """The device OpenVINO runs on for Paddle's device: the CPU, with a notice when Paddle's device is a GPU
+    (OpenVINO's GPU plugin drives Intel GPUs, not the CUDA ones Paddle uses)."""
+    if device.startswith("gpu"):
+        return "cpu", (f"--inference-backend openvino runs on the CPU (its GPU plugin is for Intel GPUs), not on "
+                       f"{device}.")
+    return device, None
 
 
 def onnxruntime_device(device: str) -> tuple[str, str | None]:
@@ -537,16 +599,56 @@ def onnxruntime_predictor(model_dir: str, model_prefix: str, precision: str, qua
     return session_predictor(onnxruntime_session(model_dir, model_prefix, precision, quantization, settings))
 
 
-def predictor_for(args: argparse.Namespace, num_threads: int) -> BatchPredictor:
-    """The predictor of --inference-model-dir on --inference-backend in --inference-precision on Paddle's device."""
-    if args.inference_backend == "paddle":
+def openvino_predictor(model_dir: str, model_prefix: str, precision: str, num_threads: int) -> BatchPredictor:
+    """The OpenVINO predictor of <model_dir>/<model_prefix>.onnx in a precision that runs on the CPU
+    (resolve_precision), on num_threads (openvino_backend.py)."""
+    import openvino_backend  # imports OpenVINO, which the other backends do without
+
+    return openvino_backend.openvino_predictor(onnx_backend.onnx_file(os.path.join(model_dir, model_prefix)),
+                                               precision, num_threads, sha256_of_file, INPUT_NAMES, MASK_INPUT)
+
+
+def backend_predictor(args: argparse.Namespace, backend: str, num_threads: int) -> BatchPredictor:
+    """The predictor of --inference-model-dir on `backend` in --inference-precision on Paddle's device; what
+    runs instead of the asked precision or device is said in one line."""
+    if backend == "paddle":
         return inference_predictor(args.inference_model_dir, args.model_prefix, num_threads,
                                    settings_for(args, paddle.get_device()))
-    device, device_notice = onnxruntime_device(paddle.get_device())
-    precision, notice = resolve_precision("onnxruntime", device, args.inference_precision)
+    device, device_notice = (onnxruntime_device if backend == "onnxruntime" else openvino_device)(paddle.get_device())
+    precision, notice = resolve_precision(backend, device, args.inference_precision)
     _print_notices([device_notice, notice])
-    return onnxruntime_predictor(args.inference_model_dir, args.model_prefix, precision, args.int8_quantization,
-                                 device, num_threads)
+    if backend == "onnxruntime":
+        return onnxruntime_predictor(args.inference_model_dir, args.model_prefix, precision, args.int8_quantization,
+                                     device, num_threads)
+    return openvino_predictor(args.inference_model_dir, args.model_prefix, precision, num_threads)
+
+
+def predictor_for(args: argparse.Namespace, num_threads: int) -> BatchPredictor:
+    """The predictor of --inference-model-dir on --inference-backend in --inference-precision on Paddle's device.
+    auto tries auto_backends in turn: one whose model the export lacks, or that fails to start, gives way to the
+    next, with one line each."""
+    if args.inference_backend != "auto":
+        return backend_predictor(args, args.inference_backend, num_threads)
+    kind, device = cpu_kind(), paddle.get_device()
+    candidates = auto_backends(device, args.inference_precision, kind)
+    onnx_path = onnx_backend.onnx_file(os.path.join(args.inference_model_dir, args.model_prefix))
+    where = f"GPU {device}" if device.startswith("gpu") else f"a CPU of kind {kind}"
+    print(f"--inference-backend auto: {candidates[0]}, the fastest measured for {args.inference_precision} on {where} "
+          "(inference.FASTEST_BACKENDS)", flush=True)
+    for index, backend in enumerate(candidates):
+        fallback = candidates[index + 1] if index + 1 < len(candidates) else None
+        if fallback and backend in ONNX_BACKENDS and not os.path.isfile(onnx_path):
+            print(f"--inference-backend auto: {onnx_path} is missing (export with --export-onnx for {backend}), so "
+                  f"{fallback} runs", flush=True)
+            continue
+        try:
+            return backend_predictor(args, backend, num_threads)
+        except (ValueError, RuntimeError) as error:
+            if not fallback:
+                raise
+            print(f"--inference-backend auto: {backend} failed ({' '.join(str(error).split())}), so {fallback} runs",
+                  flush=True)
+    raise AssertionError("unreachable: the last candidate returns or raises")
 
 
 def with_checked_outputs(run: BatchPredictor, head: Head, source: str) -> BatchPredictor:

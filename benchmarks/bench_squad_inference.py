@@ -7,7 +7,9 @@ Contenders (CONTENDERS), each group in its own worker process with the same thre
                 each precision of OUR_PREDICTOR_PRECISIONS (fp32 and oneDNN bf16), and through the ONNX
                 Runtime session of `--inference-backend onnxruntime` in each of OUR_ONNXRUNTIME_RUNS (fp32
                 with ORT's transformer fusions, int8 with GLUE's and with SQuAD's --int8-quantization
-                default); the process gets the CPU settings run_squad.py applies;
+                default), and through OpenVINO (`--inference-backend openvino`) in each of
+                OUR_OPENVINO_PRECISIONS (int8 quantized by NNCF on random calibration rows); the process gets the CPU
+                settings run_squad.py applies;
 - paddlenlp:    paddlenlp 2.8.1's BertForQuestionAnswering in the same three forms (--paddlenlp-python);
 - transformers: HF BertForQuestionAnswering on torch, eager, torch.compile and eager under bf16 autocast
                 (--torch-python).
@@ -21,9 +23,10 @@ them an int8 graph could reach whose attention runs in ONNX Runtime's CPU attent
 
     benchmarks/setup_peers.sh /work/peers && export PADDLEBERT_PEERS_DIR=/work/peers
     python benchmarks/bench_squad_inference.py                      # BERT-base, batch 8, seq 384, 3 rounds
+    python benchmarks/bench_squad_inference.py --shapes 8x384 1x128 # and the latency case, batch 1, seq 128
     python benchmarks/bench_squad_inference.py --only ours --config bert_configs/bert-tiny-uncased.json
 
-For each batch size every contender first runs untimed (torch.compile compiles then), then the contenders take
+For each shape (--shapes) every contender first runs untimed (torch.compile compiles then), then the contenders take
 turns, `--passes` timed forward passes each, round after round, the order rotating every round and each turn
 starting once the last one's threads have settled (workers.take_turn), so that a change in machine load hits all
 of them alike. The figures are medians over rounds; each ratio of ours to a peer is the median of the per-round
@@ -55,6 +58,8 @@ OUR_PREDICTOR_PRECISIONS = ("fp32", "bf16")
 # Our ONNX Runtime session's CPU precisions (bf16 runs fp32 there, inference.resolve_precision says why) with,
 # for int8, its --int8-quantization: run_glue.py's default and run_squad.py's (tests/test_benchmarks.py checks).
 OUR_ONNXRUNTIME_RUNS = (("fp32", None), ("int8", "dynamic-per-channel"), ("int8", "dynamic-per-channel-outliers"))
+# OpenVINO's CPU precisions (bf16 runs fp32 on a CPU without bf16 instructions, which the worker prints).
+OUR_OPENVINO_PRECISIONS = ("fp32", "bf16", "int8")
 # Random weights have none of the outlier activation channels of a trained BERT, which the -outliers int8 takes
 # apart at a cost that grows with their number and their size (an input channel of range r gets ceil(r / threshold)
 # copies). So every layer of our model gets some: OUTLIER_CHANNELS of the attention's LayerNorm output (the
@@ -86,22 +91,26 @@ BF16_GEMMS_ALONE = "bf16 GEMMs alone"
 # (worker, mode): the rows of the report, in this order.
 CONTENDERS = (
     ("ours", "dygraph"), ("ours", "to_static"), *(("ours", f"predictor {p}") for p in OUR_PREDICTOR_PRECISIONS),
-    *(("ours", onnxruntime_mode(*run)) for run in OUR_ONNXRUNTIME_RUNS), ("ours", GEMMS_ALONE),
+    *(("ours", onnxruntime_mode(*run)) for run in OUR_ONNXRUNTIME_RUNS),
+    *(("ours", f"openvino {precision}") for precision in OUR_OPENVINO_PRECISIONS), ("ours", GEMMS_ALONE),
     ("ours", INT8_GEMMS_ALONE),
     ("paddlenlp", "dygraph"), ("paddlenlp", "to_static"), ("paddlenlp", "predictor"),
     ("transformers", "eager"), ("transformers", "torch.compile"), ("transformers", "bf16 autocast"),
     ("transformers", GEMMS_ALONE), ("transformers", BF16_GEMMS_ALONE),
 )
 # The contenders that compute in fp32 throughout, in int8 and in bf16, each set against the faster bound of its
-# precision (BOUNDED).
+# precision (BOUNDED). The int8 bound is ONNX Runtime's GEMMs, so it bounds ONNX Runtime's int8 graphs only:
+# OpenVINO's int8 has its own kernels (AMX's on a CPU that has them) and its attention's products in int8 too.
 FP32_CONTENDERS = (("ours", "dygraph"), ("ours", "to_static"), ("ours", "predictor fp32"), ("ours", "onnxruntime fp32"),
-                   ("paddlenlp", "dygraph"), ("paddlenlp", "to_static"), ("paddlenlp", "predictor"),
-                   ("transformers", "eager"), ("transformers", "torch.compile"))
+                   ("ours", "openvino fp32"), ("paddlenlp", "dygraph"), ("paddlenlp", "to_static"),
+                   ("paddlenlp", "predictor"), ("transformers", "eager"), ("transformers", "torch.compile"))
 INT8_CONTENDERS = tuple(("ours", onnxruntime_mode(*run)) for run in OUR_ONNXRUNTIME_RUNS if run[0] == "int8")
-BF16_CONTENDERS = (("ours", "predictor bf16"), ("transformers", "bf16 autocast"))
+BF16_CONTENDERS = (("ours", "predictor bf16"), ("ours", "openvino bf16"), ("transformers", "bf16 autocast"))
 BOUNDED = {GEMMS_ALONE: FP32_CONTENDERS, INT8_GEMMS_ALONE: INT8_CONTENDERS, BF16_GEMMS_ALONE: BF16_CONTENDERS}
-# Pairs of our own contenders whose ratio is reported too: int8 is worth shipping only where it beats our bf16.
-OWN_COMPARISONS = tuple((contender, ("ours", "predictor bf16")) for contender in INT8_CONTENDERS)
+# Pairs of our own contenders whose ratio is reported too: int8, or another backend's bf16, is worth shipping only
+# where it beats our Paddle bf16.
+OWN_COMPARISONS = tuple((contender, ("ours", "predictor bf16"))
+                        for contender in (*INT8_CONTENDERS, ("ours", "openvino int8"), ("ours", "openvino bf16")))
 WORKER_NAMES = tuple(dict.fromkeys(worker for worker, _ in CONTENDERS))
 # The peers' workers run in their own venvs (peers.py).
 PEER_WORKERS = {"paddlenlp": "paddlenlp", "transformers": "transformers"}
@@ -221,6 +230,11 @@ def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
     for precision, quantization in OUR_ONNXRUNTIME_RUNS:
         runners[onnxruntime_mode(precision, quantization)] = inference.onnxruntime_predictor(
             export_dir, "qa", precision, quantization, "cpu", threads)
+    for precision in OUR_OPENVINO_PRECISIONS:
+        runs, notice = inference.resolve_precision("openvino", "cpu", precision)
+        if notice:
+            print(f"openvino {precision}: {notice}", file=sys.stderr, flush=True)
+        runners[f"openvino {precision}"] = inference.openvino_predictor(export_dir, "qa", runs, threads)
     runs = {mode: start_logits_of(run) for mode, run in runners.items()}
     rng = np.random.default_rng(0)
     settings = inference.onnxruntime_session_settings("cpu", threads)
@@ -440,12 +454,21 @@ def report_lines(throughput: dict) -> list[str]:
     return lines
 
 
+def batch_shape(text: str) -> list[int]:
+    """[batch, seq] of a --shapes value such as 8x384; argparse turns the ValueError into a one-line error."""
+    batch, _, seq = text.partition("x")
+    if not (batch.isdigit() and seq.isdigit() and int(batch) > 0 and int(seq) > 0):
+        raise ValueError(text)
+    return [int(batch), int(seq)]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default=str(ROOT / "bert_configs" / "bert-base-uncased.json"),
                         help="BERT config JSON of every contender's model (Google's field names).")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8])
-    parser.add_argument("--seq-length", type=int, default=384)
+    parser.add_argument("--shapes", type=batch_shape, nargs="+", default=[batch_shape("8x384")],
+                        help="BATCHxSEQ of the inputs, timed one after the other: 8x384 (the default) is the "
+                             "throughput case, 1x128 the latency case.")
     parser.add_argument("--rounds", type=int, default=3, help="Rounds in which every contender takes a turn.")
     parser.add_argument("--passes", type=int, default=2, help="Timed forward passes per contender per round.")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
@@ -454,8 +477,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--worker", choices=sorted(BUILDERS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.only = peers.chosen_contenders(parser, args, WORKER_NAMES)
-    if min(args.threads, args.rounds, args.passes, args.seq_length, *args.batch_sizes) < 1:
-        parser.error("--threads, --rounds, --passes, --seq-length and --batch-sizes must be at least 1")
+    if min(args.threads, args.rounds, args.passes) < 1:
+        parser.error("--threads, --rounds and --passes must be at least 1")
     return args
 
 
@@ -469,15 +492,15 @@ def main(argv: list[str] | None = None) -> None:
     pythons = {name: sys.executable for name in args.only}
     pythons.update(peers.peer_pythons(args, PEER_WORKERS, args.only, SCRIPT))
     contenders = [contender for contender in CONTENDERS if contender[0] in args.only]
-    print(f"config {args.config}, seq {args.seq_length}, {args.threads} threads per contender, {args.rounds} rounds "
+    print(f"config {args.config}, {args.threads} threads per contender, {args.rounds} rounds "
           f"of {args.passes} timed passes; load average {os.getloadavg()[0]:.1f}", flush=True)
     pool = {}
     try:
         for name in args.only:
             pool[name] = start_worker(name, pythons[name], args.config, args.threads)
-        for batch_size in args.batch_sizes:
-            shape = [batch_size, args.seq_length]
-            print(f"\nbatch {batch_size}, seq {args.seq_length}:")
+        for batch_size, seq_length in args.shapes:
+            shape = [batch_size, seq_length]
+            print(f"\nbatch {batch_size}, seq {seq_length}:")
             for name, worker in pool.items():
                 difference = worker.request({"warm": shape})["difference"]
                 print(f"  {name}: start logits differ from {next(iter(difference))} by at most "

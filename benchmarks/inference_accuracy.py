@@ -28,7 +28,7 @@ SHARED = ROOT.parent / "shared"
 # The predictors scored by default: backend:precision[:int8 quantization] (inference.py's options).
 PREDICTORS = ("paddle:fp32", "paddle:bf16", "onnxruntime:fp32", "onnxruntime:int8:dynamic",
               "onnxruntime:int8:static", "onnxruntime:int8:dynamic-per-channel", "onnxruntime:int8:static-per-channel",
-              "onnxruntime:int8:dynamic-per-channel-outliers")
+              "onnxruntime:int8:dynamic-per-channel-outliers", "openvino:fp32", "openvino:bf16", "openvino:int8")
 
 
 def answers_unchanged(reference: dict[str, str], predictions: dict[str, str]) -> float:

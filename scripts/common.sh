@@ -117,7 +117,7 @@ set_inference_flags() {  # model_dir mode_error|""
     return 0
   fi
   local precision="${INFERENCE_PRECISION:-fp32}"
-  require_choice INFERENCE_BACKEND "$INFERENCE_BACKEND" paddle onnxruntime
+  require_choice INFERENCE_BACKEND "$INFERENCE_BACKEND" auto paddle onnxruntime openvino
   require_choice INFERENCE_PRECISION "$precision" fp32 bf16 fp16 int8
   [[ -z "$mode_error" ]] || die "INFERENCE_BACKEND predicts with an exported model: $mode_error"
   INFERENCE_FLAGS=(--inference-model-dir "$model_dir" --inference-backend "$INFERENCE_BACKEND"

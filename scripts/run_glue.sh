@@ -33,9 +33,10 @@
 # dygraph only), so that its 16 positions stay as they are:
 #   EXPORT_ONNX (false)                 true: a mode with train also exports the fine-tuned model to <out_dir>/export
 #                                       for Paddle Inference and ONNX Runtime (--export-dir, --export-onnx)
-#   INFERENCE_BACKEND (unset)           paddle | onnxruntime: a mode without train predicts with the model exported
-#                                       there, init_checkpoint naming its folder (--inference-model-dir,
-#                                       --inference-backend)
+#   INFERENCE_BACKEND (unset)           auto | paddle | onnxruntime | openvino: a mode without train predicts with
+#                                       the model exported there, init_checkpoint naming its folder
+#                                       (--inference-model-dir, --inference-backend; auto: the fastest measured on
+#                                       this kind of CPU)
 #   INFERENCE_PRECISION (fp32)          with INFERENCE_BACKEND: fp32 | bf16 | fp16 | int8 (--inference-precision;
 #                                       README, "Exported models and reduced precision", says what runs where)
 #   INT8_QUANTIZATION (unset)           with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8: dynamic |

@@ -38,9 +38,10 @@
 #   EXPORT_ONNX (false)                       true: a mode with train also exports the fine-tuned model to
 #                                             <OUT_DIR>/<bert-model>/squad/export for Paddle Inference and ONNX
 #                                             Runtime (--export-dir, --export-onnx)
-#   INFERENCE_BACKEND (unset)                 paddle | onnxruntime: eval and prediction predict with the model
-#                                             exported there, init_checkpoint naming its folder
-#                                             (--inference-model-dir, --inference-backend)
+#   INFERENCE_BACKEND (unset)                 auto | paddle | onnxruntime | openvino: eval and prediction predict
+#                                             with the model exported there, init_checkpoint naming its folder
+#                                             (--inference-model-dir, --inference-backend; auto: the fastest
+#                                             measured on this kind of CPU)
 #   INFERENCE_PRECISION (fp32)                with INFERENCE_BACKEND: fp32 | bf16 | fp16 | int8
 #                                             (--inference-precision; README, "Exported models and reduced
 #                                             precision", says what runs where)

@@ -471,23 +471,36 @@ def test_pretraining_report_without_ours_has_no_ratios(bench, capsys, monkeypatc
 
 def test_squad_inference_smoke_run_with_our_contenders():
     result = run_script("bench_squad_inference.py", "--only", "ours", "--config", str(TINY_CONFIG), "--rounds", "1",
-                        "--passes", "1", "--threads", "1", "--batch-sizes", "2", "--seq-length", "32",
+                        "--passes", "1", "--threads", "1", "--shapes", "2x32", "1x16",
                         env={"PADDLEBERT_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("machine: ") and "bench_squad_inference.py --only ours" in lines[0]
     assert "paddlenlp: skipped (not in --only)" in lines and "transformers: skipped (not in --only)" in lines
+    blocks = result.stdout.split("\nbatch ")[1:]  # one per --shapes value, in order
+    assert [block.splitlines()[0] for block in blocks] == ["2, seq 32:", "1, seq 16:"]
+    for block in blocks:
+        check_smoke_block(block.splitlines())
+    assert any(line.startswith("ours: ") and "warning lines captured from stderr" in line for line in lines)
+    # Paddle's warnings went into the worker's captured stderr, not to the terminal.
+    assert "Warning" not in result.stderr and "W1" not in result.stderr
+
+
+def check_smoke_block(lines):
     [agreement] = [line for line in lines if line.startswith("  ours: start logits differ from dygraph")]
     # The same weights in dygraph, to_static and the exported predictors: in fp32 rounding apart, the same
     # logits; in bf16 (8 significant bits) within a few percent of logits of size about 1, and further off than fp32
     # rounding where the CPU has bf16 instructions (elsewhere the bf16 predictor runs fp32, as close as fp32 is).
     differences = {mode: float(value) for value, mode in re.findall(r"([-+.e\d]+) \(([^)]+)\)", agreement)}
-    int8 = {"onnxruntime int8 dynamic-per-channel", "onnxruntime int8 dynamic-per-channel-outliers"}
-    modes = {"to_static", "predictor fp32", "predictor bf16", "onnxruntime fp32", *int8}
+    int8 = {"onnxruntime int8 dynamic-per-channel", "onnxruntime int8 dynamic-per-channel-outliers", "openvino int8"}
+    modes = {"to_static", "predictor fp32", "predictor bf16", "onnxruntime fp32", "openvino fp32", "openvino bf16",
+             *int8}
     assert set(differences) == modes, differences
-    assert max(differences["to_static"], differences["predictor fp32"], differences["onnxruntime fp32"]) < 1e-4
-    assert differences["predictor bf16"] < 0.1
-    assert (differences["predictor bf16"] > 1e-4) == importlib.import_module("inference").cpu_has_bf16()
+    assert max(differences["to_static"], differences["predictor fp32"], differences["onnxruntime fp32"],
+               differences["openvino fp32"]) < 1e-4
+    for mode in ("predictor bf16", "openvino bf16"):
+        assert differences[mode] < 0.1
+        assert (differences[mode] > 1e-4) == importlib.import_module("inference").cpu_has_bf16()
     for mode in int8:  # int8 rounds; by a few percent of logits of size about 1
         assert 0 < differences[mode] < 0.1, mode
     for mode in ("dygraph", *sorted(modes), "fp32 GEMMs alone", "int8 GEMMs alone"):
@@ -497,12 +510,13 @@ def test_squad_inference_smoke_run_with_our_contenders():
     assert share.split(": ")[1].split(", ")[0].startswith("ours dygraph ")
     [int8_share] = [line for line in lines if line.startswith("  share of ours int8 GEMMs alone")]
     shared = [part.rsplit(" ", 1)[0] for part in int8_share.split(": ")[1].split(", ")]
-    assert shared == sorted(f"ours {mode}" for mode in int8)
+    # ONNX Runtime's int8 GEMMs bound its own int8 graphs, not OpenVINO's
+    assert shared == sorted(f"ours {mode}" for mode in int8 if mode.startswith("onnxruntime"))
     [ceiling] = [line for line in lines if line.startswith("  ours int8 GEMMs alone: ")]
-    assert ceiling.split(": ")[1].endswith("x ours predictor bf16")
-    assert any(line.startswith("ours: ") and "warning lines captured from stderr" in line for line in lines)
-    # Paddle's warnings went into the worker's captured stderr, not to the terminal.
-    assert "Warning" not in result.stderr and "W1" not in result.stderr
+    assert [part.split("x ", 1)[1] for part in ceiling.split(": ")[1].split(", ")] == [
+        "ours predictor bf16", "ours openvino bf16"]
+    for mode in ("openvino int8", "openvino bf16"):
+        assert any(line.startswith(f"  ours {mode}: ") and line.endswith("x ours predictor bf16") for line in lines)
 
 
 def test_onnxruntime_graph_smoke_run_times_the_split_and_the_fused_graph():
@@ -709,3 +723,13 @@ def test_pretraining_flops_count_every_gemm_of_the_model(bench, size):
 def test_pretraining_compile_contender_needs_a_warmup_step(bench):
     with pytest.raises(SystemExit):
         bench("bench_pretraining").parse_args(["--only", "transformers-compile", "--warmup", "0"])
+
+
+def test_squad_inference_shapes_are_batch_x_seq(bench, capsys):
+    squad = bench("bench_squad_inference")
+    assert squad.parse_args([]).shapes == [[8, 384]]
+    assert squad.parse_args(["--shapes", "8x384", "1x128"]).shapes == [[8, 384], [1, 128]]
+    for bad in ("8by384", "0x128", "8x"):
+        with pytest.raises(SystemExit):
+            squad.parse_args(["--shapes", bad])
+        assert f"argument --shapes: invalid batch_shape value: '{bad}'" in capsys.readouterr().err

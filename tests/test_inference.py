@@ -53,6 +53,12 @@ def test_predictor_settings_follow_the_device_and_precision():
     ("onnxruntime", "cpu", "fp16", True, "fp32", "fp16 needs a GPU"),
     ("onnxruntime", "gpu:0", "fp16", True, "fp16", None),
     ("onnxruntime", "gpu:0", "int8", True, "fp16", "on a GPU the predictor runs fp16"),
+    # OpenVINO runs on the CPU (inference.openvino_device maps a GPU to it before this)
+    ("openvino", "cpu", "fp32", True, "fp32", None),
+    ("openvino", "cpu", "bf16", True, "bf16", None),
+    ("openvino", "cpu", "bf16", False, "fp32", "no bf16 instructions"),
+    ("openvino", "cpu", "int8", False, "int8", None),
+    ("openvino", "cpu", "fp16", True, "fp32", "fp16 needs a GPU"),
 ])
 def test_resolve_precision_says_what_runs_instead(monkeypatch, backend, device, asked, has_bf16, runs, notice):
     monkeypatch.setattr(inference, "cpu_has_bf16", lambda: has_bf16)
@@ -138,7 +144,10 @@ def test_gpu_fp16_reaches_enable_use_gpu_and_there_is_no_tensorrt_flag(tmp_path,
     (["--export-onnx", "--do-predict", "--predict-file", str(TINY_CONFIG), "--allow-random-weights"],
      "--export-onnx converts the model that --export-dir exports"),
     (["--inference-model-dir", "m", "--do-predict", "--predict-file", str(TINY_CONFIG), "--inference-precision",
-      "int8"], "int8 needs --inference-backend onnxruntime"),
+      "int8", "--inference-backend", "paddle"], "int8 needs --inference-backend onnxruntime, openvino or auto"),
+    (["--inference-model-dir", "m", "--do-predict", "--predict-file", str(TINY_CONFIG), "--inference-precision",
+      "int8", "--inference-backend", "openvino", "--int8-quantization", "static"],
+     "--int8-quantization is only used with --inference-precision int8 on --inference-backend onnxruntime"),
     (["--inference-model-dir", "m", "--do-train", "--train-file", str(TINY_CONFIG)], "cannot train"),
     (["--inference-model-dir", "m", "--export-dir", "y"], "cannot train, export"),
     (["--inference-model-dir", "m"], "nothing to do"),

@@ -54,7 +54,8 @@ def test_squad_export_onnx_exports_the_fine_tuned_model(run, tmp_path):
     assert "--export-dir" not in plain and "--export-onnx" not in plain
 
 
-@pytest.mark.parametrize("backend, precision", [("onnxruntime", "int8"), ("paddle", "bf16"), ("onnxruntime", None)])
+@pytest.mark.parametrize("backend, precision", [("onnxruntime", "int8"), ("paddle", "bf16"), ("onnxruntime", None),
+                                              ("openvino", "int8"), ("auto", "bf16")])
 def test_squad_inference_backend_predicts_with_the_exported_model(run, backend, precision):
     env = {"INFERENCE_BACKEND": backend, **({"INFERENCE_PRECISION": precision} if precision else {})}
     result, (flags,) = run(RUN_SQUAD, squad_args("eval"), **env)
@@ -116,7 +117,8 @@ ONLY_INT8 = "INT8_QUANTIZATION is only used with INFERENCE_BACKEND=onnxruntime a
     ("eval", {"EXPORT_ONNX": "yes"}, "EXPORT_ONNX must be one of: true false; got 'yes'"),
     ("eval", {"EXPORT_ONNX": "true"},
      "EXPORT_ONNX exports the model that a mode with train fine-tunes; mode is 'eval'"),
-    ("eval", {"INFERENCE_BACKEND": "tensorrt"}, "INFERENCE_BACKEND must be one of: paddle onnxruntime; got 'tensorrt'"),
+    ("eval", {"INFERENCE_BACKEND": "tensorrt"},
+     "INFERENCE_BACKEND must be one of: auto paddle onnxruntime openvino; got 'tensorrt'"),
     ("eval", {"INFERENCE_BACKEND": "paddle", "INFERENCE_PRECISION": "int4"},
      "INFERENCE_PRECISION must be one of: fp32 bf16 fp16 int8; got 'int4'"),
     ("eval", {"INFERENCE_PRECISION": "int8"}, "INFERENCE_PRECISION is only used with INFERENCE_BACKEND"),
