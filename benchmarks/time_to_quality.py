@@ -508,7 +508,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.recipe_trials:
         trials = {}
         for run in yardstick.recipe_runs(args.recipe_trials):
-            if run.preset:  # a trial preset's own shards; the baseline's are --preset's, made above
+            if run.preset and not args.report_only:  # a trial's own shards; the baseline's are --preset's
                 yardstick.data(run.preset)
             pretrained = yardstick.pretrain(run)
             stage = yardstick.downstream(run, pretrained) if pretrained else None

@@ -324,7 +324,9 @@ def test_the_readme_table_is_the_committed_reports_summary():
     trials = json.loads((ROOT / "docs" / "time-to-quality-recipes.json").read_text(encoding="utf-8"))
     recipes = time_to_quality.recipe_summary_table(trials)
     assert recipes.count("\n") >= 3 and recipes.splitlines()[2].startswith("| ours, 20 min |")
-    assert recipes in (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    # the README's table goes on with the trials' rows (its "ours, 20 min" row is the trials' baseline)
+    assert table + "\n" + "\n".join(recipes.splitlines()[3:]) + "\n" in readme
     assert recipes in (ROOT / "docs" / "time-to-quality-recipes.md").read_text(encoding="utf-8")
 
 
