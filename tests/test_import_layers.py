@@ -12,11 +12,10 @@ from conftest import ROOT
 # From the bottom: leaves that know no project module but their own layer's, then data, the training and model
 # core, the task cores, the entry scripts a user runs, and the suites that run several of them.
 LAYERS = {
-    "leaves": {"atomic_io", "bert_config", "cached_wordpiece", "cli", "corpus", "cpu_ops", "dllog", "feature_batching",
-               "folder_lock", "glue_metrics", "hf_names", "loss", "lr_scheduler", "masking", "ngc_weights",
-               "onnx_backend", "openvino_backend", "paddle_files", "paddle_private", "pretraining_pairs", "progress",
-               "squad_evaluate",
-               "time_budget", "tokenizer", "visualdl_log"},
+    "leaves": {"atomic_io", "bert_config", "cached_wordpiece", "cli", "corpus", "cpu_ops", "dllog", "downstream_plan",
+               "feature_batching", "folder_lock", "glue_metrics", "hf_names", "loss", "lr_scheduler", "masking",
+               "ngc_weights", "onnx_backend", "openvino_backend", "paddle_files", "paddle_private", "pretraining_pairs",
+               "progress", "squad_evaluate", "time_budget", "tokenizer", "visualdl_log"},
     "data": {"glue_data", "packing", "preprocess_pipeline", "pretraining_dataset", "shard_formats",
              "squad_utils"},
     "core": {"amp", "checkpoint", "cpu_kernels", "gradient_merge", "hf_weights", "modeling", "optimizer",

@@ -180,10 +180,10 @@ def test_the_defaults_leave_the_38_argument_command_lines_as_they_were(tmp_path,
 def test_the_arguments_after_43_left_at_their_defaults_leave_the_43_argument_command_lines_as_they_were(
         tmp_path, fakes):
     """Arguments 44 (time_budget) and 45 (eval_interval_minutes) as every preset prints them, none, and 46-49 (the
-    budget-recipe model options) at NVIDIA's model pass nothing: the command lines are those of the same preset's
-    first 43 arguments."""
+    budget-recipe model options) at NVIDIA's model and 50 (trained_vocab_size) none pass nothing: the command lines
+    are those of the same preset's first 43 arguments."""
     full_args, short_args = cpu_tiny(fakes, tmp_path / "45"), cpu_tiny(fakes, tmp_path / "43")[:43]
-    assert full_args[43:] == ["none", "none", "false", "true", "false", "true"]
+    assert full_args[43:] == ["none", "none", "false", "true", "false", "true", "none"]
     full = record_ok(full_args, fakes, tmp_path / "45")
     short = record_ok(short_args, fakes, tmp_path / "43")
     assert [call["argv"] for call in full.calls] == [
@@ -235,7 +235,7 @@ def test_nvidias_defaults_pass_none_of_the_new_flags(tmp_path, fakes):
     (MASKED_LM_RATIO, "15%", ("masked_lm_ratio", "(0, 1)", "'15%'")),
     (NO_NSP, "1", ("no_nsp", "true false", "'1'")),
     (PACK_SEQUENCES, "on", ("pack_sequences", "true false", "'on'")),
-    (50, "extra", ("at most 49", "got 50")),
+    (51, "extra", ("at most 50", "got 51")),
 ])
 def test_bad_values_are_named_before_anything_runs(position, text, named, tmp_path, fakes):
     args = cpu_tiny(fakes, tmp_path)
@@ -261,8 +261,10 @@ def test_the_other_presets_keep_the_features_off(name, fakes):
     # no time budget and validation (if any) by steps, but in the budget presets: 60 minutes, validated every 2
     assert args[43:45] == (["60", "2"] if name.startswith("cpu_budget_") else ["none", "none"])
     # NVIDIA's model (46-49), but in the budget-recipe trial: pre-LayerNorm without dropout
-    assert args[45:] == (["true", "true", "false", "false"] if name == "cpu_budget_tiny_prenorm"
-                         else ["false", "true", "false", "true"])
+    assert args[45:49] == (["true", "true", "false", "false"] if name == "cpu_budget_tiny_prenorm"
+                           else ["false", "true", "false", "true"])
+    # BERT's vocabulary (50), but in the vocabulary trial: 8,192 entries trained on the corpus
+    assert args[49:] == (["8192"] if name == "cpu_budget_tiny_8k_vocab" else ["none"])
 
 
 def test_cpu_tiny_beyond_turns_on_all_four_features(tmp_path, fakes):

@@ -259,7 +259,7 @@ def test_log_freq_model_prefix_checkpoint_frequency_and_report_file(tmp_path, ca
     assert all(" ETA " in line for line in progress_lines)
     assert step_folders(tmp_path / "out") == [2, 4, 5]
     assert sorted(p.name for p in (tmp_path / "out" / "custom" / "phase1" / "5").iterdir()) == [
-        "tiny.pdopt", "tiny.pdparams", "tiny_config.json", "tiny_progress.json"]
+        "tiny.pdopt", "tiny.pdparams", "tiny_config.json", "tiny_progress.json", "tiny_vocab.txt"]
 
 
 def nvidia_style_records(report: Path) -> list[tuple[int, int, float, float, int]]:
