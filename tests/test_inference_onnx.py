@@ -23,11 +23,19 @@ import pytest
 import inference
 import onnx_backend
 import run_glue
-import run_squad
-from conftest import ROOT, require_shared
-from fine_tuning_runs import common_argv, run_in_process, write_tiny_model
+from conftest import ROOT
+from exported_runs import (
+    TRAIN_ROWS,
+    batch,
+    glue,
+    glue_cli_error,
+    make_exported_workspace,
+    paddle_logits,
+    save_with_mask_renamed,
+    squad,
+)
+from fine_tuning_runs import common_argv
 
-TRAIN_ROWS, DEV_ROWS = 32, 24
 # int8 (dynamic or static) against fp32 on the tiny random-weight model: measured 0.6-1.0% of the logits'
 # largest magnitude; weights and activations each round to 1/255 of their range, through two layers.
 INT8_TOLERANCE = 0.05
@@ -35,29 +43,7 @@ INT8_TOLERANCE = 0.05
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    """MRPC slices, a one-paragraph SQuAD slice, the tiny model, and a GLUE model trained 3 steps and exported
-    with --export-dir --export-onnx."""
-    folder = tmp_path_factory.mktemp("onnx")
-    for split, rows in (("train", TRAIN_ROWS), ("dev", DEV_ROWS)):
-        lines = require_shared("data", "glue", "MRPC", f"{split}.tsv").read_bytes().split(b"\n")
-        (folder / f"{split}.tsv").write_bytes(b"\n".join(lines[:rows + 1]) + b"\n")
-    article = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())["data"][0]
-    squad = {"version": "1.1", "data": [{"title": article["title"], "paragraphs": article["paragraphs"][:1]}]}
-    (folder / "squad.json").write_text(json.dumps(squad))
-    write_tiny_model(folder)
-    glue(folder, "trained", "--do-train", "--train-file", folder / "train.tsv", "--from-pretrained-params",
-         folder / "pretrain" / "1000", "--max-steps", 3, "--export-dir", folder / "export", "--export-onnx")
-    return folder
-
-
-def glue(workspace, name, *args):
-    return run_in_process(run_glue.main, ["--task-name", "mrpc", *common_argv(workspace, workspace / name), *args],
-                          workspace / name)
-
-
-def squad(workspace, name, *args):
-    return run_in_process(run_squad.main, [*common_argv(workspace, workspace / name), "--max-seq-length", "128",
-                                           "--doc-stride", "64", *args], workspace / name)
+    return make_exported_workspace(tmp_path_factory.mktemp("onnx"))
 
 
 def predict_glue(workspace, name, *inference_flags):
@@ -66,21 +52,6 @@ def predict_glue(workspace, name, *inference_flags):
     with open(output_dir / "predictions.tsv", encoding="utf-8", newline="") as reader:
         rows = list(csv.reader(reader, delimiter="\t"))[1:]
     return [row[1] for row in rows], np.array([float(row[2]) for row in rows])
-
-
-def batch(vocab_size: int = 30522):
-    rng = np.random.default_rng(0)
-    input_ids = rng.integers(5, vocab_size, (4, 48), dtype=np.int64)
-    token_type_ids = np.zeros_like(input_ids)
-    token_type_ids[:, 24:] = 1
-    attention_mask = np.ones_like(input_ids)
-    attention_mask[0, 40:] = 0  # a padded row
-    attention_mask[1, 30:] = 0
-    return input_ids, token_type_ids, attention_mask
-
-
-def paddle_logits(folder, prefix="bert_paddle"):
-    return inference.inference_predictor(str(folder), prefix, 1, inference.predictor_settings("cpu", "fp32"))(*batch())
 
 
 def ort_logits(folder, precision, quantization="dynamic", prefix="bert_paddle"):
@@ -394,14 +365,7 @@ def test_squad_exports_calibration_and_predicts_in_static_int8(workspace):
 
 
 def _cli_error(workspace, model_dir, *flags):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "run_glue.py"), "--task-name", "mrpc", *map(str, common_argv(
-            workspace, workspace / "cli")), "--do-predict", "--predict-file", str(workspace / "dev.tsv"),
-         "--inference-model-dir", str(model_dir), "--inference-backend", "onnxruntime", *flags],
-        capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
-    return result.stderr.strip().splitlines()[-1]
+    return glue_cli_error(workspace, model_dir, "onnxruntime", *flags, timeout=120)
 
 
 def test_missing_or_broken_onnx_model_is_a_one_line_error(workspace, tmp_path):
@@ -418,11 +382,7 @@ def test_missing_or_broken_onnx_model_is_a_one_line_error(workspace, tmp_path):
 
 
 def test_wrong_inputs_and_missing_calibration_are_refused(workspace, tmp_path):
-    model = onnx.load_model(str(workspace / "export" / "bert_paddle.onnx"))
-    model.graph.input[2].name = "mask"
-    for node in model.graph.node:
-        node.input[:] = ["mask" if name == "attention_mask" else name for name in node.input]
-    onnx.save_model(model, str(tmp_path / "bert_paddle.onnx"))
+    save_with_mask_renamed(workspace / "export" / "bert_paddle.onnx", tmp_path / "bert_paddle.onnx")
     with pytest.raises(ValueError, match=r"bert_paddle.onnx: the model's inputs .* are not "):
         ort_logits(tmp_path, "fp32")
     no_calibration = tmp_path / "no_calibration"

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import openvino
@@ -19,13 +17,20 @@ import inference
 import onnx_backend
 import openvino_backend
 import run_glue
-import run_squad
 from bert_config import BertConfig
-from conftest import ROOT, require_shared
-from fine_tuning_runs import common_argv, run_in_process, write_tiny_model
+from conftest import ROOT
+from exported_runs import (
+    batch,
+    glue,
+    glue_cli_error,
+    make_exported_workspace,
+    paddle_logits,
+    save_with_mask_renamed,
+    squad,
+)
+from fine_tuning_runs import common_argv
 from modeling import BertForQuestionAnswering
 
-TRAIN_ROWS, DEV_ROWS = 32, 24
 # int8 against fp32 on the tiny random-weight model, as tests/test_inference_onnx.py's INT8_TOLERANCE: a few
 # percent of the logits' largest magnitude (weights and activations each round to 1/255 of their range).
 INT8_TOLERANCE = 0.05
@@ -33,44 +38,7 @@ INT8_TOLERANCE = 0.05
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    """MRPC slices, a one-paragraph SQuAD slice, the tiny model, and a GLUE model trained 3 steps and exported
-    with --export-dir --export-onnx (with the calibration inputs)."""
-    folder = tmp_path_factory.mktemp("openvino")
-    for split, rows in (("train", TRAIN_ROWS), ("dev", DEV_ROWS)):
-        lines = require_shared("data", "glue", "MRPC", f"{split}.tsv").read_bytes().split(b"\n")
-        (folder / f"{split}.tsv").write_bytes(b"\n".join(lines[:rows + 1]) + b"\n")
-    article = json.loads(require_shared("data", "squad", "v1.1", "dev-v1.1.json").read_text())["data"][0]
-    squad = {"version": "1.1", "data": [{"title": article["title"], "paragraphs": article["paragraphs"][:1]}]}
-    (folder / "squad.json").write_text(json.dumps(squad))
-    write_tiny_model(folder)
-    glue(folder, "trained", "--do-train", "--train-file", folder / "train.tsv", "--from-pretrained-params",
-         folder / "pretrain" / "1000", "--max-steps", 3, "--export-dir", folder / "export", "--export-onnx")
-    return folder
-
-
-def glue(workspace, name, *args):
-    return run_in_process(run_glue.main, ["--task-name", "mrpc", *common_argv(workspace, workspace / name), *args],
-                          workspace / name)
-
-
-def squad(workspace, name, *args):
-    return run_in_process(run_squad.main, [*common_argv(workspace, workspace / name), "--max-seq-length", "128",
-                                           "--doc-stride", "64", *args], workspace / name)
-
-
-def batch(vocab_size: int = 30522):
-    rng = np.random.default_rng(0)
-    input_ids = rng.integers(5, vocab_size, (4, 48), dtype=np.int64)
-    token_type_ids = np.zeros_like(input_ids)
-    token_type_ids[:, 24:] = 1
-    attention_mask = np.ones_like(input_ids)
-    attention_mask[0, 40:] = 0  # a padded row
-    attention_mask[1, 30:] = 0
-    return input_ids, token_type_ids, attention_mask
-
-
-def paddle_logits(folder, prefix="bert_paddle"):
-    return inference.inference_predictor(str(folder), prefix, 1, inference.predictor_settings("cpu", "fp32"))(*batch())
+    return make_exported_workspace(tmp_path_factory.mktemp("openvino"))
 
 
 def openvino_logits(folder, precision, prefix="bert_paddle", threads=1):
@@ -274,14 +242,7 @@ def test_a_folder_that_cannot_be_written_gets_no_cache(workspace, tmp_path, monk
 
 
 def _cli_error(workspace, model_dir, *flags):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "run_glue.py"), "--task-name", "mrpc", *map(str, common_argv(
-            workspace, workspace / "cli")), "--do-predict", "--predict-file", str(workspace / "dev.tsv"),
-         "--inference-model-dir", str(model_dir), "--inference-backend", "openvino", *flags],
-        capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1, result.stdout[-2000:]
-    assert "Traceback" not in result.stderr
-    return result.stderr.strip().splitlines()[-1]
+    return glue_cli_error(workspace, model_dir, "openvino", *flags, timeout=300)
 
 
 def test_a_missing_broken_or_mismatched_model_is_a_one_line_error(workspace, tmp_path):
@@ -324,13 +285,8 @@ def test_a_changed_or_corrupt_int8_ir_is_a_one_line_error(workspace, tmp_path):
 
 
 def test_an_onnx_model_with_other_inputs_is_refused(workspace, tmp_path):
-    import onnx
 
-    model = onnx.load_model(str(workspace / "export" / "bert_paddle.onnx"))
-    model.graph.input[2].name = "mask"
-    for node in model.graph.node:
-        node.input[:] = ["mask" if name == "attention_mask" else name for name in node.input]
-    onnx.save_model(model, str(tmp_path / "bert_paddle.onnx"))
+    save_with_mask_renamed(workspace / "export" / "bert_paddle.onnx", tmp_path / "bert_paddle.onnx")
     with pytest.raises(ValueError, match=r"bert_paddle.onnx: the model's inputs .* are not "):
         openvino_logits(tmp_path, "fp32")
 
