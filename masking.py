@@ -29,12 +29,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
+MASKED_LM_RATIO = 0.15  # BERT's share of a sequence's tokens drawn for prediction
 MASK_PROBABILITY = 0.8  # of a drawn position becoming [MASK]
 KEEP_PROBABILITY = 0.1  # of a drawn position keeping its token; the remaining 0.1 gets a random id
 CONTINUATION_PREFIX = "##"  # WordPiece's mark of a piece that continues the word before it
 
 
-def num_to_predict(num_tokens: np.ndarray | int, masked_lm_prob: float = 0.15,
+def num_to_predict(num_tokens: np.ndarray | int, masked_lm_prob: float = MASKED_LM_RATIO,
                    max_predictions_per_seq: int | None = None) -> np.ndarray:
     """min(max_predictions_per_seq, max(1, round(num_tokens * masked_lm_prob))) for each sequence length.
 

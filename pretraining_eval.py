@@ -9,7 +9,9 @@ elapsed training time (time_budget.py) crosses each multiple of M minutes; and a
 
 Every evaluation reads the same batches: the first --num-eval-batches of a loader over --eval-dir with its own
 seed (EVAL_SEED, not --seed), rewound each time. Shards without static masks are masked by the loader from that
-seed, so the masks are fixed too, and the numbers are comparable across steps and across runs. Each rank
+seed, with BERT's masks (15% of the tokens, single pieces) whatever --masked-lm-ratio and --whole-word-masking
+train with, so the masks are fixed too, and the numbers are comparable across steps and across runs, recipes
+with other masking included. Each rank
 evaluates its own slice of the held-out shards (the loader's rank sharding); the sums are all-reduced, so every
 rank gets the numbers of the whole evaluation set.
 
@@ -42,6 +44,7 @@ import cli
 from amp import AmpPolicy, amp_autocast
 from dllog import DLLogger
 from loss import IGNORE_INDEX
+from masking import MASKED_LM_RATIO
 from pretraining_dataset import PretrainingDataLoader
 from time_budget import crossed_multiple
 
@@ -148,8 +151,7 @@ class PretrainingEvaluator:
         self.loader = PretrainingDataLoader(
             args.eval_dir, args.vocab_file, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
             max_predictions_per_seq=args.max_predictions_per_seq, seed=EVAL_SEED, rank=rank, world_size=world_size,
-            num_workers=0, masked_lm_ratio=args.masked_lm_ratio, whole_word_masking=args.whole_word_masking,
-            nsp=self.nsp,
+            num_workers=0, masked_lm_ratio=MASKED_LM_RATIO, nsp=self.nsp,
         )
         self.start = self.loader.state_dict()
         self.num_batches = min(args.num_eval_batches, self.loader.steps_per_epoch)

@@ -83,6 +83,7 @@ from dllog import DLLogger, add_format_argument, open_report
 from gradient_merge import merged_backward, optimizer_step
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
 from lr_scheduler import TimeBudgetDecay, create_lr_scheduler
+from masking import MASKED_LM_RATIO
 from modeling import BertForPretraining
 from optimizer import add_optimizer_arguments, create_optimizer
 from packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
@@ -100,8 +101,6 @@ from weights import (
     resolve_weights_file,
 )
 
-# Google's BERT masks 15% of the tokens (Devlin et al. 2019, section 3.1).
-DEFAULT_MASKED_LM_RATIO = 0.15
 # The reference pads the vocabulary to a multiple of 8 for tensor cores; weights.load_pretrained and load_state
 # fit a table of either size (weights.fit_vocab_rows).
 VOCAB_PAD_MULTIPLE = 8
@@ -127,7 +126,7 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
                        help="Most masked tokens per sequence (phase 1: 20, phase 2: 80).")
     group.add_argument("--masked-lm-ratio", type=finite_float, default=None,
                        help=f"Fraction of each sequence's tokens masked, up to --max-predictions-per-seq (default "
-                       f"{DEFAULT_MASKED_LM_RATIO}; shards without static masks, which the loader masks anew every "
+                       f"{MASKED_LM_RATIO}; shards without static masks, which the loader masks anew every "
                        "epoch; e.g. 0.3 as MosaicBERT; statically masked shards are refused).")
     group.add_argument("--whole-word-masking", action="store_true",
                        help="Mask whole words (a piece and its ## continuations) rather than single pieces (shards "
@@ -313,7 +312,7 @@ def _check_data_options(parser: argparse.ArgumentParser, args: argparse.Namespac
     if not Path(args.input_dir).is_dir():
         parser.error(f"--input-dir {args.input_dir}: no such folder")
     if args.masked_lm_ratio is None:
-        args.masked_lm_ratio = DEFAULT_MASKED_LM_RATIO
+        args.masked_lm_ratio = MASKED_LM_RATIO
     elif find_shards(args.input_dir).statically_masked:
         parser.error(f"--masked-lm-ratio {args.masked_lm_ratio}: the shards of --input-dir {args.input_dir} are "
                      "masked statically, so it cannot take effect; make them with lddl_preprocess.py "

@@ -55,6 +55,7 @@ import downstream_plan  # noqa: E402
 from atomic_io import atomic_write, atomic_write_text  # noqa: E402
 from cli import run_main  # noqa: E402
 from dllog import LOG, read_report, training_step  # noqa: E402
+from masking import MASKED_LM_RATIO  # noqa: E402
 
 SCRIPT = "time_to_quality.py"
 PRESET_FILE = ROOT / "scripts" / "configs" / "pretrain_config.sh"
@@ -80,8 +81,9 @@ def peer_mismatch(options: dict) -> str | None:
 @dataclass(frozen=True)
 class Run:
     """One pretraining run of the yardstick: its name, engine, budget (minutes; 0 = random init), optimizer with
-    its peak learning rate (None: the preset's), the preset it trains (None: --preset), and whether it is scored
-    downstream (the optimizer comparison is judged on validation masked-LM accuracy alone, to fit the time)."""
+    its peak learning rate (None: the preset's), the preset it trains (None: --preset), whether it is scored
+    downstream (the optimizer comparison is judged on validation masked-LM accuracy alone, to fit the time), and
+    its batch and micro-batches per step (None: the preset's)."""
 
     name: str
     engine: str  # "ours", "transformers" or "random"
@@ -90,7 +92,8 @@ class Run:
     learning_rate: str | None = None
     preset: str | None = None
     downstream: bool = True
-    accumulation: int | None = None  # micro-batches per optimizer step (None: the preset's)
+    accumulation: int | None = None  # micro-batches per optimizer step
+    batch: int | None = None  # sequences per micro-batch
 
 
 # The whole yardstick. Random init fine-tunes the untrained model; ours at 60 and 20 minutes; the transformers
@@ -120,13 +123,20 @@ SIZES = ("tiny", "mini", "small")
 # --recipe-trials: the budget of each trial of a budget-recipe preset (issue 43), scored downstream against the
 # yardstick's ours-20 run (--preset at the same budget): a recipe option stays out of the presets unless it gains.
 RECIPE_TRIAL_BUDGET = 20.0
-# --search: the optimizers and peak learning rates tried for the budget presets, TRIAL_BUDGET minutes each on
-# bert-tiny (the fastest size, so the most trials per minute), at the preset's batch and warmup.
+# --search: the optimizers, peak learning rates and batches (None: the preset's, 64) tried for the budget presets,
+# TRIAL_BUDGET minutes each on bert-tiny (the fastest size, so the most trials per minute), at the preset's warmup.
+# The smaller batches take more optimizer steps in the same time; LAMB's rate scales with the square root of the
+# batch there (You et al. 2019), from the best rate at 64.
 SEARCH = (
-    ("Lamb", "2e-3"),
-    ("Lamb", "1e-2"),
-    ("AdamW", "1e-3"),
-    ("Lamb", "3e-2"),
+    ("Lamb", "2e-3", None),
+    ("Lamb", "1e-2", None),
+    ("AdamW", "1e-3", None),
+    ("Lamb", "3e-2", None),
+    ("Lamb", "7e-3", 32),
+    ("Lamb", "5e-3", 16),
+    ("AdamW", "1e-3", 16),
+    ("Lamb", "1e-2", 16),
+    ("Lamb", "3.5e-3", 8),
 )
 
 
@@ -280,8 +290,9 @@ class Yardstick:
 
     def search_runs(self) -> tuple[Run, ...]:
         budget = self.trial_budget
-        return tuple(Run(f"tiny-{budget:g}-{optimizer.lower()}-{rate}", "ours", budget, optimizer, rate,
-                         preset="cpu_budget_tiny") for optimizer, rate in SEARCH)
+        return tuple(Run(f"tiny-{budget:g}-{optimizer.lower()}-{rate}" + (f"-b{batch}" if batch else ""), "ours",
+                         budget, optimizer, rate, preset="cpu_budget_tiny", batch=batch)
+                     for optimizer, rate, batch in SEARCH)
 
     def recipe_runs(self, presets: list[str]) -> tuple[Run, ...]:
         """--recipe-trials: the yardstick's own ours run at RECIPE_TRIAL_BUDGET (under --quick: the miniature's), the
@@ -326,6 +337,8 @@ class Yardstick:
             arguments["learning_rate"] = run.learning_rate
         if run.accumulation is not None:
             arguments["gradient_accumulation_steps"] = str(run.accumulation)
+        if run.batch is not None:
+            arguments["train_batch_size"] = str(run.batch)
         if run.budget > 0:
             arguments["time_budget"] = f"{run.budget:g}"
         return ["bash", str(ROOT / "scripts" / "run_pretraining.sh"), *arguments.values()], self.environment
@@ -372,7 +385,8 @@ class Yardstick:
         report = Path(command[2 + preset_argument_names().index("results_dir")]) / "dllogger_p1.json"
         totals = training_totals(report)
         check_budget_spent(run, totals)
-        batch = int(run_parameters(report)["batch_size"])
+        parameters = run_parameters(report)
+        batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])  # sequences a step
         return {"engine": "ours (PaddleBERT run_pretraining.py)", "checkpoint": final_checkpoint(output),
                 "report": str(report), "validation": validation_curve(report), **totals,
                 "sequences": totals.get("steps", 0) * batch}
@@ -503,7 +517,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.compare_sizes or args.search:
         kind, runs = ("sizes", yardstick.size_runs()) if args.compare_sizes else ("search", yardstick.search_runs())
-        write_trials_report(args, kind, {run.name: yardstick.pretrain(run) for run in runs})
+        trials = {run.name: yardstick.pretrain(run) for run in runs}
+        unfinished = [name for name, trial in trials.items() if trial is None]  # --report-only
+        if unfinished:
+            print(f"not finished, so not in the report: {', '.join(unfinished)}")
+        write_trials_report(args, kind, {name: trial for name, trial in trials.items() if trial is not None})
         return
     if args.recipe_trials:
         trials = {}
@@ -720,7 +738,10 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict) -> None
         curve = ", ".join(f"{point['mlm_accuracy'] * 100:.1f}" for point in result["validation"])
         parameters = run_parameters(Path(result["report"]))
         batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])
-        options = " ".join(f"--{flag.replace('_', '-')}" for flag in RECIPE_FLAGS if parameters.get(flag)) or "-"
+        options = [f"--{flag.replace('_', '-')}" for flag in RECIPE_FLAGS if parameters.get(flag)]
+        if parameters.get("masked_lm_ratio", MASKED_LM_RATIO) != MASKED_LM_RATIO:
+            options.append(f"--masked-lm-ratio {parameters['masked_lm_ratio']:g}")
+        options = " ".join(options) or "-"
         line = (f"| {name} | {Path(parameters['config_file']).name} | {options} | {parameters['optimizer']} | "
                 f"{parameters['learning_rate']:g} | {batch} | {result['minutes']:.1f} | {result['steps']} | "
                 f"{result['sequences']} | {curve} |")

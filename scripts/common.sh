@@ -212,8 +212,9 @@ folder_is_empty() {  # folder: true when it is missing or holds nothing
 }
 
 # Each phase's sequence length and most masks per sequence, by phase number: NVIDIA's 128 and 20 for phase 1,
-# 512 and 80 for phase 2.
+# 512 and 80 for phase 2. set_feature_flags raises the caps for a masked_lm_ratio above 0.15.
 PHASE_SEQ_LENGTH=([1]=128 [2]=512)
+NVIDIA_MAX_PREDICTIONS=([1]=20 [2]=80)
 PHASE_MAX_PREDICTIONS=([1]=20 [2]=80)
 
 # scripts/run_pretraining_p1.sh and _p2.sh: run run_pretraining.py on this node with the defaults both phases
@@ -280,6 +281,14 @@ set_feature_flags() {
   # (0, 1) is what run_pretraining.py accepts; lddl_preprocess.py also takes 1.
   require_number "$6" "$masked_lm_ratio" 'v > 0 && v < 1' '(0, 1)'
 
+  # A phase masks at most ceil(ratio x sequence length) tokens a sequence, Google's rule for its cap, and never fewer
+  # than NVIDIA's: at 0.15 the caps stay 20 and 80, at 0.3 they are 39 and 154, so that the ratio takes effect.
+  local phase
+  for phase in 1 2; do
+    PHASE_MAX_PREDICTIONS[phase]=$(awk -v r="$masked_lm_ratio" -v s="${PHASE_SEQ_LENGTH[phase]}" \
+      -v c="${NVIDIA_MAX_PREDICTIONS[phase]}" 'BEGIN { n = r * s; n = (n == int(n)) ? n : int(n) + 1
+                                                      print (n > c) ? n : c }')
+  done
   local masking_options=()
   [[ "$whole_word_masking" == true ]] && masking_options+=(--whole-word-masking)
   # 0.15 is both scripts' default.

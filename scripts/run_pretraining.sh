@@ -69,7 +69,8 @@
 #                                         dynamic, run_pretraining.py --whole-word-masking
 #   40 masked_lm_ratio (0.15)            fraction of each sequence's tokens masked, in (0, 1), passed to the same
 #                                         script as argument 39 (--masked-lm-ratio; MosaicBERT uses 0.3); at most
-#                                         20 masks per sequence in phase 1 and 80 in phase 2, static or dynamic
+#                                         ceil(ratio x sequence length) masks per sequence, and at least NVIDIA's
+#                                         20 in phase 1 and 80 in phase 2 (0.3: 39 and 154), static or dynamic
 #   41 no_nsp (false)                    true: masked LM alone: single-segment shards (lddl_preprocess.py
 #                                         --no-nsp) and no NSP head or loss (run_pretraining.py --no-nsp)
 #   42 pack_sequences (false)            true: several samples per row of each micro-batch

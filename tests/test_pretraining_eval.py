@@ -7,6 +7,7 @@ The held-out shards of these tests are the dynamically masked LDDL sample, so th
 
 from __future__ import annotations
 
+import argparse
 from itertools import islice
 
 import numpy as np
@@ -181,6 +182,23 @@ def parse_error(argv: list[str], capsys) -> str:
 def test_invalid_validation_options_exit_with_one_line_naming_the_flag(tmp_path, capsys, extra, message):
     extra = [str(require_shared(*DYNAMIC)) if value == "DYNAMIC" else value for value in extra]
     assert message in parse_error(pretraining_argv(tmp_path, *extra), capsys)
+
+
+def test_validation_masks_as_bert_does_whatever_the_training_masks(tmp_path):
+    """A run that trains with 30% of whole words masked validates on the batches of one that trains with BERT's 15%
+    of single pieces: the same masks, so their validation numbers compare."""
+    args = run_pretraining.parse_args(eval_argv(tmp_path))
+    plain = evaluator_for(args)
+    # (The training shards of eval_argv are masked statically, which refuses the two flags: set them as parsed.)
+    other = evaluator_for(argparse.Namespace(**{**vars(args), "masked_lm_ratio": 0.3, "whole_word_masking": True,
+                                                "max_predictions_per_seq": 154}))
+    batches = [next(iter(evaluator.loader)) for evaluator in (plain, other)]
+    assert batches[0].keys() == batches[1].keys()
+    for name in batches[0]:
+        np.testing.assert_array_equal(batches[0][name], batches[1][name], err_msg=name)
+    lengths = batches[0]["attention_mask"].sum(1)
+    masked = (batches[0]["masked_lm_labels"] != -1).sum(1)
+    np.testing.assert_array_equal(masked, np.maximum(1, np.rint(lengths * 0.15)))
 
 
 def test_two_ranks_evaluate_their_slices_and_report_the_sums_of_both(tmp_path):

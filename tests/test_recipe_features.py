@@ -113,6 +113,10 @@ def baselines(tmp_path_factory) -> dict[str, Recorded]:
 # Each argument adds exactly its flags, to the script that uses them
 # ------------------------------------------------------------------------------------------------------------
 
+# A ratio above 0.15 raises each phase's mask cap (--max-predictions-per-seq) from NVIDIA's to ceil(ratio x length):
+# CAP stands for the phase's new cap, which replaces its old one wherever the cap is passed.
+CAP = "<cap>"
+NVIDIA_CAPS, CAPS_AT_0_3 = ("20", "80"), ("39", "154")
 # (masking, changed arguments, tokens added to each phase's lddl_preprocess.py, to each phase's run_pretraining.py)
 CASES = {
     "39 whole_word_masking, static: in the shards": (
@@ -120,15 +124,15 @@ CASES = {
     "39 whole_word_masking, dynamic: in the loader": (
         "dynamic", {WHOLE_WORD_MASKING: "true"}, [], ["--whole-word-masking"]),
     "40 masked_lm_ratio, static: in the shards": (
-        "static", {MASKED_LM_RATIO: "0.3"}, ["--masked-lm-ratio", "0.3"], []),
+        "static", {MASKED_LM_RATIO: "0.3"}, [CAP, "--masked-lm-ratio", "0.3"], [CAP]),
     "40 masked_lm_ratio, dynamic: in the loader": (
-        "dynamic", {MASKED_LM_RATIO: "0.3"}, [], ["--masked-lm-ratio", "0.3"]),
+        "dynamic", {MASKED_LM_RATIO: "0.3"}, [], [CAP, "--masked-lm-ratio", "0.3"]),
     "39 and 40, static": (
         "static", {WHOLE_WORD_MASKING: "true", MASKED_LM_RATIO: "0.3"},
-        ["--whole-word-masking", "--masked-lm-ratio", "0.3"], []),
+        [CAP, "--whole-word-masking", "--masked-lm-ratio", "0.3"], [CAP]),
     "39 and 40, dynamic": (
         "dynamic", {WHOLE_WORD_MASKING: "true", MASKED_LM_RATIO: "0.3"}, [],
-        ["--whole-word-masking", "--masked-lm-ratio", "0.3"]),
+        [CAP, "--whole-word-masking", "--masked-lm-ratio", "0.3"]),
     "41 no_nsp: single-segment shards and no NSP head": ("static", {NO_NSP: "true"}, ["--no-nsp"], ["--no-nsp"]),
     "41 no_nsp, dynamic": ("dynamic", {NO_NSP: "true"}, ["--no-nsp"], ["--no-nsp"]),
     "42 pack_sequences: training only": ("static", {PACK_SEQUENCES: "true"}, [], ["--pack-sequences"]),
@@ -143,9 +147,13 @@ def test_each_argument_adds_exactly_its_flags(case, tmp_path, fakes, baselines):
     run = record_ok(args, fakes, tmp_path)
     base = baselines[masking]
     assert len(run.preprocessing) == len(run.training) == 2
+    caps = CAPS_AT_0_3 if CAP in preprocessing_added + training_added else NVIDIA_CAPS
     for phase in (0, 1):
-        assert changes(run.preprocessing[phase], base.preprocessing[phase]) == (preprocessing_added, [])
-        assert changes(run.training[phase], base.training[phase]) == (training_added, [])
+        for command, base_command, added in ((run.preprocessing[phase], base.preprocessing[phase], preprocessing_added),
+                                             (run.training[phase], base.training[phase], training_added)):
+            got_added, got_removed = changes(command, base_command)
+            assert sorted(got_added) == sorted(caps[phase] if token == CAP else token for token in added)
+            assert got_removed == ([NVIDIA_CAPS[phase]] if CAP in added else [])
 
     # The scripts' own parsers take every flag and read the values the arguments ask for.
     ratio = float(positions.get(MASKED_LM_RATIO, "0.15"))
@@ -155,12 +163,13 @@ def test_each_argument_adds_exactly_its_flags(case, tmp_path, fakes, baselines):
         assert parsed.masking == (masking == "static") and parsed.nsp == (positions.get(NO_NSP) != "true")
         if masking == "static":
             assert (parsed.whole_word_masking, parsed.masked_lm_ratio or 0.15) == (whole_words, ratio)
-    for args in script_args(run.calls, "run_pretraining.py"):
+    for phase, args in enumerate(script_args(run.calls, "run_pretraining.py")):
         parsed = run_pretraining.build_parser().parse_args(args)
+        assert parsed.max_predictions_per_seq == int(caps[phase])
         assert (parsed.no_nsp, parsed.pack_sequences) == (positions.get(NO_NSP) == "true",
                                                             positions.get(PACK_SEQUENCES) == "true")
         if masking == "dynamic":
-            assert (parsed.whole_word_masking, parsed.masked_lm_ratio or run_pretraining.DEFAULT_MASKED_LM_RATIO) == (
+            assert (parsed.whole_word_masking, parsed.masked_lm_ratio or run_pretraining.MASKED_LM_RATIO) == (
                 whole_words, ratio)
 
 
@@ -203,14 +212,15 @@ def test_validation_flag_help_names_each_default_once():
 
 @pytest.mark.parametrize("masking", ["static", "dynamic"])
 def test_static_masks_are_capped_at_what_each_phase_reads(masking, tmp_path, fakes):
-    """At masked_lm_ratio 0.3 a sequence of 128 would get up to 38 masks and phase 1 reads 20: shards masked in
-    preprocessing get each phase's --max-predictions-per-seq (20, 80) as their cap (lddl_preprocess.py takes the
-    flag), and dynamic masks are capped by the training loader itself."""
+    """At masked_lm_ratio 0.3 each phase reads up to ceil(0.3 x its length) masks, 39 of 128 and 154 of 512
+    (NVIDIA's 20 and 80 would hold the ratio to 16%): shards masked in preprocessing get each phase's
+    --max-predictions-per-seq as their cap (lddl_preprocess.py takes the flag), and dynamic masks are capped by the
+    training loader itself."""
     args = with_changes(cpu_tiny(fakes, tmp_path), {MASKING: masking, MASKED_LM_RATIO: "0.3"})
     run = record_ok(args, fakes, tmp_path)
     reads = [value(phase_args, "--max-predictions-per-seq") for phase_args in run.training]
     caps = [value(phase_args, "--max-predictions-per-seq") for phase_args in run.preprocessing]
-    assert reads == ["20", "80"]
+    assert reads == ["39", "154"]
     assert caps == (reads if masking == "static" else [None, None])
     for phase_args in run.preprocessing:
         assert lddl_preprocess.build_parser().parse_args(phase_args).max_predictions_per_seq == (
@@ -257,7 +267,9 @@ def test_bad_values_are_named_before_anything_runs(position, text, named, tmp_pa
 @pytest.mark.parametrize("name", [name for name in preset_names("pretrain_config.sh") if name != "cpu_tiny_beyond"])
 def test_the_other_presets_keep_the_features_off(name, fakes):
     args = preset("pretrain_config.sh", name, fakes.env())
-    assert args[WHOLE_WORD_MASKING - 1:PACK_SEQUENCES] == ["false", "0.15", "false", "false"]
+    # BERT's masking, but in the masking-rate trial: 30%
+    assert args[WHOLE_WORD_MASKING - 1:PACK_SEQUENCES] == [
+        "false", "0.3" if name == "cpu_budget_tiny_mask30" else "0.15", "false", "false"]
     # no time budget and validation (if any) by steps, but in the budget presets: 60 minutes, validated every 2
     assert args[43:45] == (["60", "2"] if name.startswith("cpu_budget_") else ["none", "none"])
     # NVIDIA's model (46-49), but in the budget-recipe trial: pre-LayerNorm without dropout

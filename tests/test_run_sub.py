@@ -433,11 +433,28 @@ def test_the_feature_defaults_pass_none_of_their_flags(feature_baselines):
             (True, False) if masking == "static" else (False, True))
 
 
+def with_cap(args: list[str], cap: str) -> list[str]:
+    """The command line with the value of its --max-predictions-per-seq, if it has one, replaced by `cap`."""
+    args = list(args)
+    if "--max-predictions-per-seq" in args:
+        args[args.index("--max-predictions-per-seq") + 1] = cap
+    return args
+
+
 @pytest.mark.parametrize("case", FEATURE_CASES)
 def test_each_feature_variable_adds_exactly_its_flags(case, tmp_path, feature_baselines):
     masking, changes, preprocessing_added, training_added = FEATURE_CASES[case]
     lines = command_lines(submit_ok(tmp_path, prepare(tmp_path), MASKING=masking, **changes), tmp_path)
     base = feature_baselines[masking]
+    # A ratio above 0.15 masks up to ceil(0.3 x 128) = 39 tokens of phase 1's sequences, where NVIDIA's cap is 20;
+    # the cap is passed wherever the masks are drawn or trained on: training, and static preprocessing. The rest of
+    # each command line is compared with the baseline's at NVIDIA's cap.
+    cap = "39" if changes.get("MASKED_LM_RATIO") == "0.3" else "20"
+    training_cap = lines.training[lines.training.index("--max-predictions-per-seq") + 1]
+    preprocessing_caps = [lines.preprocessing[i + 1] for i, arg in enumerate(lines.preprocessing)
+                          if arg == "--max-predictions-per-seq"]
+    assert (training_cap, preprocessing_caps) == (cap, [cap] if masking == "static" else [])
+    lines = CommandLines(with_cap(lines.preprocessing, "20"), with_cap(lines.training, "20"))
     assert added_tokens(lines.preprocessing, base.preprocessing, preprocessing_added), lines.preprocessing
     assert added_tokens(lines.training, base.training, training_added), lines.training
 
@@ -540,10 +557,11 @@ def test_a_signal_during_preprocessing_stops_the_cluster(tmp_path):
     assert not (tmp_path / "data" / "pretrain" / "phase1" / "unbinned" / "parquet").exists()
 
 
-@pytest.mark.parametrize("phase, cap", [("1", "20"), ("2", "80")])
+@pytest.mark.parametrize("phase, cap", [("1", "39"), ("2", "154")])
 def test_static_masks_are_capped_at_the_phases_max_predictions_per_seq(phase, cap, tmp_path):
-    """Shards masked at MASKED_LM_RATIO 0.3 hold 38 masks in 128 tokens unless the preprocessing draws them with the
-    cap training reads (Google's rule; scripts/run_pretraining.sh passes it too); dynamic masks are the loader's."""
+    """At MASKED_LM_RATIO 0.3 a phase reads up to ceil(0.3 x its length) masks, 39 of 128 and 154 of 512 (NVIDIA's
+    20 and 80 would hold the ratio to 16%), and static masks are drawn with the cap training reads (Google's rule;
+    scripts/run_pretraining.sh passes it too); dynamic masks are the loader's."""
     fakes = prepare(tmp_path)
     static = submit_ok(tmp_path, fakes, PHASE=phase, INIT_CHECKPOINT="{tmp}/init", MASKED_LM_RATIO="0.3")
     assert value(static.preprocessing, "--max-predictions-per-seq") == cap

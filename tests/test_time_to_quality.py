@@ -66,6 +66,8 @@ def test_a_run_trains_its_own_optimizer_and_learning_rate(miniature):
     [parameters] = [r["data"] for r in read_report(lans["pretraining"]["report"]) if r.get("step") == "PARAMETER"]
     assert (parameters["optimizer"], parameters["learning_rate"], parameters["time_budget"]) == ("Lans", 1e-3, 0.1)
     assert parameters["gradient_merge_steps"] == 2 and parameters["batch_size"] == 8
+    # Every optimizer step took two micro-batches of 8.
+    assert lans["pretraining"]["sequences"] == lans["pretraining"]["steps"] * 16 > 0
     assert "downstream" not in lans and lans["pretraining"]["validation"]
     row = next(line for line in (miniature / "report" / "time-to-quality.md").read_text(encoding="utf-8").splitlines()
                if line.startswith("| lans-quick |"))
@@ -188,17 +190,20 @@ def test_minutes_measured_on_another_cpu_are_refused(tmp_path):
         elsewhere.pretrain(run)
 
 
-def test_each_search_trial_trains_its_optimizer_and_learning_rate(tmp_path):
-    """--search's runs pass their optimizer and learning rate to run_pretraining.sh in the preset's slots."""
+def test_each_search_trial_trains_its_optimizer_learning_rate_and_batch(tmp_path):
+    """--search's runs pass their optimizer, learning rate and batch (the preset's when they name none) to
+    run_pretraining.sh in the preset's slots."""
     names = time_to_quality.preset_argument_names()
     search = yardstick(tmp_path)
     trials = search.search_runs()
     assert len(trials) == len(time_to_quality.SEARCH) == len({trial.name for trial in trials})
     tiny = time_to_quality.preset_arguments("cpu_budget_tiny", search.environment)
-    for trial, (optimizer, rate) in zip(trials, time_to_quality.SEARCH, strict=True):
+    assert {batch for _, _, batch in time_to_quality.SEARCH} > {None}  # some trial tries another batch
+    for trial, (optimizer, rate, batch) in zip(trials, time_to_quality.SEARCH, strict=True):
         command, _ = search.pretraining_command(trial)
         arguments = dict(zip(names, command[2:], strict=True))
         assert (arguments["optimizer"], arguments["learning_rate"]) == (optimizer, rate)
+        assert arguments["train_batch_size"] == str(batch or tiny["train_batch_size"])
         assert arguments["BERT_CONFIG"] == tiny["BERT_CONFIG"] and arguments["time_budget"] == "5"
 
 
@@ -336,17 +341,19 @@ def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(min
     first builds the trials' data alone, which the trials then find done."""
     command = [sys.executable, str(ROOT / "benchmarks" / "time_to_quality.py"), "--quick", "--work-dir",
                str(miniature), "--report-dir", str(miniature / "report"), "--recipe-trials", "cpu_budget_tiny_prenorm",
-               "cpu_budget_tiny_8k_vocab"]
+               "cpu_budget_tiny_8k_vocab", "cpu_budget_tiny_mask30"]
     built = subprocess.run([*command, "--data-only"], capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     assert sorted(path.name for path in (miniature / "stages").glob("data*")) == [
-        "data--cpu_budget_tiny_8k_vocab.json", "data--cpu_budget_tiny_prenorm.json", "data.json"]
+        "data--cpu_budget_tiny_8k_vocab.json", "data--cpu_budget_tiny_mask30.json",
+        "data--cpu_budget_tiny_prenorm.json", "data.json"]
     assert not list((miniature / "stages").glob("*cpu_budget_tiny_*-0.3.json"))  # nothing trained
     run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "pretrain/ours-quick: done" in run.stdout and "data/cpu_budget_tiny_8k_vocab: done" in run.stdout
     trials = json.loads((miniature / "report" / "time-to-quality-recipes.json").read_text(encoding="utf-8"))
-    assert list(trials) == ["ours-quick", "cpu_budget_tiny_prenorm-0.3", "cpu_budget_tiny_8k_vocab-0.3"]
+    assert list(trials) == ["ours-quick", "cpu_budget_tiny_prenorm-0.3", "cpu_budget_tiny_8k_vocab-0.3",
+                            "cpu_budget_tiny_mask30-0.3"]
     # The vocabulary trial: its own data stage trains the vocabulary and its shards; the checkpoint carries that
     # vocabulary, and fine-tuning tokenized with it.
     vocab_trial = trials["cpu_budget_tiny_8k_vocab-0.3"]
@@ -369,6 +376,12 @@ def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(min
     assert trial["downstream"]["weights"]["weights_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
     table = (miniature / "report" / "time-to-quality-recipes.md").read_text(encoding="utf-8")
     assert "| cpu_budget_tiny_prenorm-0.3 | bert-tiny-uncased.json | --pre-layer-norm --no-dropout | Lamb |" in table
+    # The masking trial masks up to 39 of a sequence's 128 tokens, 30%, where the baseline masks up to 20.
+    masking = time_to_quality.run_parameters(Path(trials["cpu_budget_tiny_mask30-0.3"]["report"]))
+    baseline = time_to_quality.run_parameters(Path(trials["ours-quick"]["report"]))
+    assert (masking["masked_lm_ratio"], masking["max_predictions_per_seq"]) == (0.3, 39)
+    assert (baseline["masked_lm_ratio"], baseline["max_predictions_per_seq"]) == (0.15, 20)
+    assert "| cpu_budget_tiny_mask30-0.3 | bert-tiny-uncased.json | --masked-lm-ratio 0.3 | Lamb |" in table
 
 
 def test_the_peers_checkpoint_is_a_hugging_face_folder_with_the_vocabulary_it_trained_with(tmp_path):
