@@ -16,6 +16,7 @@ cpu_kernels' choice of MKL's code path.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -25,6 +26,7 @@ import shutil
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import paddle
@@ -116,6 +118,20 @@ def _build(directory: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _build_lock(directory: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `<hash>.lock` beside the cache directory: the first of several processes that
+    start at once (pytest's workers) builds, the others wait for its library. Two processes that both built would
+    each register their own library's operators in-process (cpp_extension.load does), and the one that then
+    registered the winner's, another file, would abort in Paddle's operator registry. The kernel releases the
+    lock when the file closes, however the process ends; where the file system cannot lock, builds go unlocked."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.with_name(directory.name + ".lock"), "a", encoding="utf-8") as lock:
+        with contextlib.suppress(OSError):
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 # The compilers a build may run (setuptools takes $CXX/$CC, else the platform's c++/cc; Paddle checks g++/gcc).
 _COMPILER_NAMES = ("c++", "g++", "gcc", "cc")
 
@@ -160,8 +176,9 @@ def load() -> CpuOps | None:
                               stacklevel=2)
                 return None
     try:
-        if not _library(directory).exists():
-            _build(directory)
+        with _build_lock(directory):
+            if not _library(directory).exists():
+                _build(directory)
         cpp_extension.load_op_meta_info_and_register_op(str(_library(directory)))
     except Exception as error:  # a missing compiler or header fails in many ways; all mean "use Paddle's ops"
         message = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__

@@ -1,11 +1,15 @@
 """The cpu_ops extension: its kernels against the Paddle-op paths they replace, its cache and its fallback."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import paddle
 import pytest
 
 import cpu_ops
-from conftest import require_cpu_ops
+from conftest import ROOT, require_cpu_ops
 from optimizer import ClipGradByGlobalNormInPlace, Lamb
 
 # Above csrc/cpu_ops.cc's kMinParallel, so that two threads split the loops and their reductions.
@@ -101,6 +105,27 @@ def test_a_failed_build_falls_back_with_one_warning(tmp_path, monkeypatch):
             assert cpu_ops.load() is None
     finally:
         cpu_ops.load.cache_clear()
-    # No half-built library left for the next process; only the record of the failure (test_cpu_ops_build_memory).
-    assert [p.name for p in (tmp_path / "cache" / "cpu_ops").iterdir()] == [
-        cpu_ops.failure_record(cpu_ops.cache_directory()).name]
+    # No half-built library left for the next process; only the record of the failure (test_cpu_ops_build_memory)
+    # and the build lock's file.
+    directory = cpu_ops.cache_directory()
+    assert sorted(p.name for p in (tmp_path / "cache" / "cpu_ops").iterdir()) == [
+        cpu_ops.failure_record(directory).name, directory.name + ".lock"]
+
+
+def test_processes_that_start_at_once_build_once_and_all_load(tmp_path):
+    """Two processes loading the extension into an empty cache at the same moment (as pytest's workers do): one
+    builds, the other waits for its library, and both run a kernel. Without the build lock both built, and the
+    second to register aborted in Paddle's operator registry."""
+    require_cpu_ops()
+    program = ("import numpy as np, paddle, cpu_ops\n"
+               "ops = cpu_ops.load()\n"
+               "x = paddle.to_tensor(np.arange(8, dtype='float32').reshape(2, 4))\n"
+               "print(ops.layer_norm(x, paddle.ones([4]), paddle.zeros([4]), 1e-12).numpy()[0, 0])\n")
+    env = {**os.environ, "PADDLEBERT_CACHE": str(tmp_path / "cache")}
+    processes = [subprocess.Popen([sys.executable, "-W", "ignore", "-c", program], cwd=ROOT, env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
+    outputs = [process.communicate(timeout=600)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    for output in outputs:  # (0 - 1.5) / sqrt(1.25)
+        assert float(output.split()[-1]) == pytest.approx(-1.3416407)
+    assert len(list((tmp_path / "cache" / "cpu_ops").glob("*/paddlebert_cpu_ops/paddlebert_cpu_ops.so"))) == 1
