@@ -78,6 +78,11 @@ class CpuOps:
         """F.gelu(x, approximate=False) of a float32 tensor, with its gradient (the op's grad kernel)."""
         return _C_ops._run_custom_op("paddlebert_gelu", x)[0]
 
+    def masked_lm_xent(self, logits: paddle.Tensor, labels: paddle.Tensor) -> paddle.Tensor:
+        """Per-row softmax cross-entropy of float32 logits [M, V] against int64 labels [M] (0 where a label is -1),
+        with its gradient; no [M, V] softmax is kept for the backward pass (see csrc/cpu_ops.cc)."""
+        return _C_ops._run_custom_op("paddlebert_masked_lm_xent", logits, labels)[0]
+
     def lamb_(self, param, grad, moment1, moment2, beta1_pow, beta2_pow, learning_rate, *, beta1: float,
               beta2: float, epsilon: float, weight_decay: float, grad_scale: float) -> None:
         """One LAMB step of one tensor in place (param, moment1, moment2); see csrc/cpu_ops.cc."""

@@ -81,7 +81,7 @@ from cli import (
 )
 from dllog import DLLogger, add_format_argument, open_report
 from gradient_merge import merged_backward, optimizer_step
-from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss
+from loss import IGNORE_INDEX, BertPretrainingCriterion
 from lr_scheduler import TimeBudgetDecay, create_lr_scheduler
 from masking import MASKED_LM_RATIO
 from modeling import BertForPretraining
@@ -408,7 +408,7 @@ class Trainer:
         trained = (dataclasses.replace(self.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
                    if args.no_dropout else self.config)
         self.model = BertForPretraining(trained, nsp=not args.no_nsp)
-        self.criterion = BertPretrainingCriterion()
+        self.criterion = BertPretrainingCriterion(self.model.use_cpu_kernels)
         if args.time_budget is not None:
             self.scheduler = TimeBudgetDecay(
                 args.learning_rate, budget_seconds=60.0 * args.time_budget, warmup_proportion=args.warmup_proportion,
@@ -478,7 +478,7 @@ class Trainer:
         with amp_autocast(self.policy):
             prediction_scores, seq_relationship_score = network(*micro_batch.inputs)
             if self.args.no_nsp:
-                return [(masked_lm_loss(prediction_scores, micro_batch.masked_lm_labels), 0)]
+                return [(self.criterion.masked_lm(prediction_scores, micro_batch.masked_lm_labels), 0)]
             _, mlm_mean, nsp_mean = self.criterion(prediction_scores, seq_relationship_score,
                                                    micro_batch.masked_lm_labels, micro_batch.next_sentence_labels)
         return [(mlm_mean, 0), (nsp_mean, 1)]

@@ -1,8 +1,10 @@
-"""CPU kernel time: the cpu_ops extension's LayerNorm and GELU (forward + backward) against Paddle's own ops.
+"""CPU kernel time: the cpu_ops extension's LayerNorm, GELU and masked-LM cross-entropy (forward + backward) against
+Paddle's own ops.
 
-Each pair runs the same float32 tensors, interleaved round by round in one process, at BERT-base training
-shapes (batch 8 x 128 tokens: [1024, 768] for LayerNorm, [1024, 3072] for GELU). Prints the median milliseconds
-of forward + backward and Paddle's time divided by ours.
+Each pair runs the same float32 tensors, interleaved round by round in one process, at training shapes: BERT-base
+at batch 8 x 128 tokens ([1024, 768] for LayerNorm, [1024, 3072] for GELU), and the masked-LM loss of a phase-1
+batch of 64 (its 1,280 masked tokens' logits over BERT's 30,522-entry vocabulary, as loss.masked_lm_loss computes
+the mean). Prints the median milliseconds of forward + backward and Paddle's time divided by ours.
 
     python benchmarks/bench_cpu_kernels.py [--threads 2] [--rounds 40]
 """
@@ -30,6 +32,7 @@ def main() -> None:
 
     import cpu_kernels
     import cpu_ops
+    from loss import masked_lm_loss
 
     ops = cpu_ops.load()
     if ops is None:
@@ -44,18 +47,21 @@ def main() -> None:
 
     x_ln, weight, bias, x_gelu = leaf((1024, 768)), leaf((768,)), leaf((768,)), leaf((1024, 3072))
     grad_ln, grad_gelu = paddle.ones([1024, 768]), paddle.ones([1024, 3072])
+    logits, labels = leaf((1280, 30522)), paddle.to_tensor(rng.integers(0, 30522, 1280))
     gelu = cpu_kernels.exact_gelu()
     pairs = {
         "LayerNorm [1024, 768]": (lambda: ops.layer_norm(x_ln, weight, bias, 1e-12),
                                   lambda: F.layer_norm(x_ln, 768, weight, bias, 1e-12), grad_ln),
         "GELU [1024, 3072]": (lambda: gelu(x_gelu), lambda: F.gelu(x_gelu), grad_gelu),
+        "masked-LM cross-entropy [1280, 30522]": (lambda: masked_lm_loss(logits, labels, ops),
+                                                  lambda: masked_lm_loss(logits, labels), None),
     }
 
     def timed(forward, grad) -> float:
         start = time.perf_counter()
         forward().backward(grad)
         elapsed = time.perf_counter() - start
-        for tensor in (x_ln, weight, bias, x_gelu):
+        for tensor in (x_ln, weight, bias, x_gelu, logits):
             tensor.clear_gradient()
         return elapsed
 

@@ -193,9 +193,7 @@ def profile_parts(trainer, batch: dict) -> dict[str, float]:
     import numpy as np
     import paddle
 
-    from loss import BertPretrainingCriterion
-
-    model, criterion = trainer.model, BertPretrainingCriterion()
+    model, criterion = trainer.model, trainer.criterion
     positions, labels = (paddle.to_tensor(array) for array in gathered_targets(np, batch))
     inputs = [paddle.to_tensor(batch[name]) for name in ("input_ids", "token_type_ids", "attention_mask")]
     nsp_labels = paddle.to_tensor(batch["next_sentence_labels"])

@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -229,6 +230,92 @@ std::vector<paddle::DataType> LayerNormDtypes(const paddle::DataType& x, const p
   return {x, paddle::DataType::FLOAT64, paddle::DataType::FLOAT64};
 }
 
+
+// Softmax cross-entropy of the masked-LM head, one row of V logits per iteration: loss_r = lse_r - x_r[label_r],
+// lse_r = max_r + log(sum_j exp(x_rj - max_r)). A row whose label is kIgnoreLabel has loss 0 and a zero gradient. The gradient, d loss_r / d x_rj = softmax(x_r)_j - [j == label_r],
+// is computed from the saved lse in the backward pass, so no [rows x V] softmax is kept between the two passes
+// (Paddle's softmax_with_cross_entropy keeps one, and runs on one thread).
+constexpr int64_t kIgnoreLabel = -1;
+constexpr int64_t kXentBlock = 2048;  // logits per block of the forward pass: 8 KiB, well inside L1
+
+std::vector<paddle::Tensor> MaskedLmXentForward(const paddle::Tensor& logits, const paddle::Tensor& labels) {
+  PD_CHECK(logits.is_cpu() && logits.dtype() == paddle::DataType::FLOAT32 && logits.shape().size() == 2,
+           "paddlebert_masked_lm_xent: logits must be a float32 CPU tensor [rows, V]");
+  const int64_t rows = logits.shape()[0], width = logits.shape()[1];
+  PD_CHECK(labels.dtype() == paddle::DataType::INT64 && labels.numel() == rows,
+           "paddlebert_masked_lm_xent: labels must be int64 [rows]");
+  paddle::Tensor loss = paddle::empty({rows}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  paddle::Tensor lse = paddle::empty({rows}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const float* x = logits.data<float>();
+  const int64_t* label = labels.data<int64_t>();
+  float *row_loss = loss.data<float>(), *row_lse = lse.data<float>();
+  int64_t bad_label = -2;
+#pragma omp parallel for if (logits.numel() >= kMinParallel) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * width;
+    // One pass over the row from memory: block by block (each block stays in L1 between its max and its sum), the
+    // running sum rescaled whenever the running max grows.
+    float top = -INFINITY, sum = 0.0f;
+    for (int64_t begin = 0; begin < width; begin += kXentBlock) {
+      const int64_t end = std::min(width, begin + kXentBlock);
+      float block_top = top;
+#pragma omp simd reduction(max : block_top)
+      for (int64_t j = begin; j < end; ++j) block_top = std::max(block_top, xr[j]);
+      float block_sum = 0.0f;
+#pragma omp simd reduction(+ : block_sum)
+      for (int64_t j = begin; j < end; ++j) block_sum += expf(xr[j] - block_top);
+      sum = sum * expf(top - block_top) + block_sum;
+      top = block_top;
+    }
+    const float log_sum = top + std::log(sum);
+    row_lse[r] = log_sum;
+    const int64_t target = label[r];
+    if (target == kIgnoreLabel) {
+      row_loss[r] = 0.0f;
+    } else if (target < 0 || target >= width) {
+#pragma omp critical
+      bad_label = target;
+      row_loss[r] = 0.0f;
+    } else {
+      row_loss[r] = log_sum - xr[target];
+    }
+  }
+  PD_CHECK(bad_label == -2, "paddlebert_masked_lm_xent: label ", bad_label, " is outside [0, ", width,
+           ") and is not the ignored label -1");
+  return {loss, lse};
+}
+
+std::vector<paddle::Tensor> MaskedLmXentBackward(const paddle::Tensor& logits, const paddle::Tensor& labels,
+                                                 const paddle::Tensor& lse, const paddle::Tensor& grad_loss) {
+  PD_CHECK(grad_loss.dtype() == paddle::DataType::FLOAT32 && grad_loss.numel() == labels.numel(),
+           "paddlebert_masked_lm_xent_grad: the loss gradient must be float32 [rows]");
+  const int64_t rows = logits.shape()[0], width = logits.shape()[1];
+  paddle::Tensor grad_logits = paddle::empty_like(logits);
+  const float *x = logits.data<float>(), *row_lse = lse.data<float>(), *dloss = grad_loss.data<float>();
+  const int64_t* label = labels.data<int64_t>();
+  float* dx = grad_logits.data<float>();
+#pragma omp parallel for if (logits.numel() >= kMinParallel) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * width;
+    float* dxr = dx + r * width;
+    const int64_t target = label[r];
+    const float scale = target == kIgnoreLabel ? 0.0f : dloss[r], log_sum = row_lse[r];
+#pragma omp simd
+    for (int64_t j = 0; j < width; ++j) dxr[j] = scale * expf(xr[j] - log_sum);
+    if (target != kIgnoreLabel) dxr[target] -= scale;
+  }
+  return {grad_logits};
+}
+
+std::vector<std::vector<int64_t>> MaskedLmXentShapes(const std::vector<int64_t>& logits,
+                                                     const std::vector<int64_t>& labels) {
+  return {{logits[0]}, {logits[0]}};
+}
+
+std::vector<paddle::DataType> MaskedLmXentDtypes(const paddle::DataType& logits, const paddle::DataType& labels) {
+  return {paddle::DataType::FLOAT32, paddle::DataType::FLOAT32};
+}
+
 }  // namespace
 
 PD_BUILD_OP(paddlebert_layer_norm)
@@ -257,3 +344,15 @@ PD_BUILD_OP(paddlebert_lamb)
     .Attrs({"beta1: double", "beta2: double", "epsilon: double", "weight_decay: double", "grad_scale: double"})
     .SetInplaceMap({{"Param", "ParamOut"}, {"Moment1", "Moment1Out"}, {"Moment2", "Moment2Out"}})
     .SetKernelFn(PD_KERNEL(LambForward));
+
+PD_BUILD_OP(paddlebert_masked_lm_xent)
+    .Inputs({"Logits", "Labels"})
+    .Outputs({"Loss", "LogSumExp"})
+    .SetKernelFn(PD_KERNEL(MaskedLmXentForward))
+    .SetInferShapeFn(PD_INFER_SHAPE(MaskedLmXentShapes))
+    .SetInferDtypeFn(PD_INFER_DTYPE(MaskedLmXentDtypes));
+
+PD_BUILD_GRAD_OP(paddlebert_masked_lm_xent)
+    .Inputs({"Logits", "Labels", "LogSumExp", paddle::Grad("Loss")})
+    .Outputs({paddle::Grad("Logits")})
+    .SetKernelFn(PD_KERNEL(MaskedLmXentBackward));

@@ -252,6 +252,54 @@ def test_gelu_kernel_is_within_rounding_of_float64():
     assert_within(our_grad, exact_grad, 4 * U * (size + np.abs(exact_grad)), "gelu gradient")
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_masked_lm_cross_entropy_kernel_is_within_rounding_of_float64(threads):
+    """The extension's softmax cross-entropy and its gradient against float64 (loss = logsumexp(x) - x[label],
+    gradient dloss (softmax(x) - onehot(label))), on rows of BERT's vocabulary width with logits of different
+    spreads, a row far from 0 (where an unshifted exp overflows), a flat row, and rows whose label is -1 (loss 0,
+    no gradient). Bound: the float sum of V exponentials loses at most (V + 8) U of the log-sum, and each
+    exponent's argument a few ulp of its terms."""
+    ops = require_cpu_ops()
+    rng = np.random.default_rng(12)
+    rows, width = 40, 30522
+    x = (rng.standard_normal((rows, width)) * rng.uniform(0.1, 8.0, (rows, 1))).astype("float32")
+    x[3] += 150.0
+    x[4] = 0.25
+    labels = rng.integers(0, width, rows)
+    labels[[5, 17, 39]] = -1
+    grad = rng.uniform(0.1, 2.0, rows).astype("float32")
+    paddle.base.core.set_num_threads(threads)
+    try:
+        loss, (grad_x, _) = values_and_grads(ops.masked_lm_xent, [tensor(x), tensor(labels, requires_grad=False)],
+                                             grad)
+    finally:
+        paddle.base.core.set_num_threads(1)
+    z = x.astype(np.float64)
+    top = z.max(1, keepdims=True)
+    lse = top + np.log(np.exp(z - top).sum(1, keepdims=True))
+    kept = labels != -1
+    target = np.where(kept, z[np.arange(rows), np.maximum(labels, 0)], 0.0)
+    exact_loss = np.where(kept, lse[:, 0] - target, 0.0)
+    lse_error = (width + 8) * U + 4 * U * np.abs(lse[:, 0])
+    assert_within(loss, exact_loss, lse_error + 4 * U * np.abs(target), "loss")
+    assert np.all(loss[~kept] == 0.0)
+    softmax = np.exp(z - lse)
+    onehot = np.zeros_like(z)
+    onehot[np.arange(rows)[kept], labels[kept]] = 1.0
+    scale = np.where(kept, grad, 0.0)[:, None]
+    exact_grad = scale * (softmax - onehot)
+    size = scale * (softmax * (lse_error[:, None] + 4 * U * (np.abs(z) + np.abs(lse)) + 4 * U) + U * onehot)
+    assert_within(grad_x, exact_grad, size, "gradient")
+    assert np.all(grad_x[~kept] == 0.0)
+
+
+def test_masked_lm_cross_entropy_kernel_refuses_a_label_outside_the_vocabulary():
+    ops = require_cpu_ops()
+    logits = tensor(np.zeros((2, 8), np.float32))
+    with pytest.raises(Exception, match="label 8 is outside"):
+        ops.masked_lm_xent(logits, tensor(np.array([1, 8]), requires_grad=False))
+
+
 def test_linear_is_within_rounding_of_float64():
     """cpu_kernels.linear (one addmm, the bias gradient a GEMV) and its gradients against float64 products, each
     within (K + 2) U of the sum of its terms' magnitudes (K the length of the dot product)."""

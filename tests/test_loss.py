@@ -1,12 +1,21 @@
-"""loss.py against cross-entropy computed by hand in NumPy."""
+"""loss.py against cross-entropy computed by hand in NumPy, with Paddle's cross-entropy op and with the cpu_ops
+extension's (the criterion of a model built with the CPU kernels)."""
 
 from __future__ import annotations
 
 import numpy as np
 import paddle
 import paddle.nn.functional as F
+import pytest
 
+from conftest import require_cpu_ops
 from loss import IGNORE_INDEX, BertPretrainingCriterion, masked_lm_loss, squad_span_loss
+
+
+@pytest.fixture(params=["paddle", "cpu_ops"])
+def ops(request):
+    """The masked-LM cross-entropy's kernel: Paddle's op (None) or the extension's."""
+    return require_cpu_ops() if request.param == "cpu_ops" else None
 
 
 def numpy_cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -15,13 +24,13 @@ def numpy_cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return -log_probs[np.arange(len(labels)), labels]
 
 
-def test_masked_lm_loss_averages_over_valid_positions_only():
+def test_masked_lm_loss_averages_over_valid_positions_only(ops):
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(6, 11)).astype(np.float32)
     labels = np.array([3, IGNORE_INDEX, 7, IGNORE_INDEX, IGNORE_INDEX, 0])
     valid = labels != IGNORE_INDEX
     expected = numpy_cross_entropy(logits[valid], labels[valid]).mean()
-    got = float(masked_lm_loss(paddle.to_tensor(logits), paddle.to_tensor(labels)))
+    got = float(masked_lm_loss(paddle.to_tensor(logits), paddle.to_tensor(labels), ops))
     np.testing.assert_allclose(got, expected, rtol=1e-6)
     # The trap this guards against: Paddle's own mean divides by all six positions.
     trap = float(F.cross_entropy(paddle.to_tensor(logits), paddle.to_tensor(labels).reshape([-1, 1]),
@@ -29,18 +38,21 @@ def test_masked_lm_loss_averages_over_valid_positions_only():
     assert abs(trap - expected) > 0.1
 
 
-def test_masked_lm_loss_is_zero_without_valid_labels():
+def test_masked_lm_loss_is_zero_without_valid_labels(ops):
     logits = paddle.randn([4, 5])
-    assert float(masked_lm_loss(logits, paddle.full([4], IGNORE_INDEX, dtype="int64"))) == 0.0
+    assert float(masked_lm_loss(logits, paddle.full([4], IGNORE_INDEX, dtype="int64"), ops)) == 0.0
 
 
-def test_pretraining_criterion_is_mlm_plus_nsp():
+@pytest.mark.parametrize("use_cpu_kernels", [False, True])
+def test_pretraining_criterion_is_mlm_plus_nsp(use_cpu_kernels):
     rng = np.random.default_rng(1)
     scores = rng.normal(size=(5, 13)).astype(np.float32)
     labels = np.array([1, 2, IGNORE_INDEX, 4, 12])
     nsp_scores = rng.normal(size=(3, 2)).astype(np.float32)
     nsp_labels = np.array([0, 1, 1])
-    loss, mlm, nsp = BertPretrainingCriterion()(
+    criterion = BertPretrainingCriterion(use_cpu_kernels)
+    assert (criterion.ops is not None) == (use_cpu_kernels and require_cpu_ops() is not None)
+    loss, mlm, nsp = criterion(
         paddle.to_tensor(scores), paddle.to_tensor(nsp_scores), paddle.to_tensor(labels), paddle.to_tensor(nsp_labels)
     )
     expected_mlm = numpy_cross_entropy(scores[labels >= 0], labels[labels >= 0]).mean()
