@@ -596,7 +596,9 @@ def targets(results: dict) -> list[dict]:
 SUMMARY_LABELS = {"random": "random init", "ours-60": "ours, 60 min", "ours-20": "ours, 20 min",
                   "transformers-20": "HF transformers, 20 min",
                   "cpu_budget_tiny_prenorm-20": "ours, pre-LN and no dropout, 20 min",
-                  "cpu_budget_tiny_8k_vocab-20": "ours, 8k vocabulary, 20 min"}
+                  "cpu_budget_tiny_8k_vocab-20": "ours, 8k vocabulary, 20 min",
+                  "cpu_budget_tiny_batch16-20": "ours, batch 16, 20 min",
+                  "cpu_budget_tiny_mask30-20": "ours, 30% masking, 20 min"}
 
 
 def score_cell(entry: dict) -> str:

@@ -295,7 +295,9 @@ cpu_tiny_beyond() (
 # time_to_quality.py --compare-sizes compares; cpu_budget_tiny first, the yardstick's (docs/time-to-quality.md,
 # DEFAULT_PRESET in benchmarks/time_to_quality.py says why). LAMB's peak
 # learning rate is the best of docs/time-to-quality-search.md's 5-minute trials on bert-tiny at batch 64 (2e-3
-# stayed near the unigram plateau, 3e-2 collapsed to one answer); batch and warmup were not searched.
+# stayed near the unigram plateau, 3e-2 collapsed to one answer). The same search found batch 16 better at 5 minutes
+# (14.4% validation MLM accuracy against 12.2%), but at 20 minutes (cpu_budget_tiny_batch16,
+# docs/time-to-quality-recipes.md) it lost downstream, so the presets keep 64. Warmup was not searched.
 _cpu_budget_recipe() {  # bert_config
   _bert_large_recipe
   local prep="${BERT_PREP_WORKING_DIR:-$_PRETRAIN_CONFIG_CODEDIR/data}/wikipedia-en-2015"
