@@ -3,6 +3,7 @@
     python benchmarks/time_to_quality.py                 # the whole yardstick (docs/time-to-quality.md)
     python benchmarks/time_to_quality.py --quick         # the miniature CI runs: a slice, a tiny model, seconds
     python benchmarks/time_to_quality.py --recipe-trials cpu_budget_tiny_prenorm   # a budget-recipe preset at 20 min
+    python benchmarks/time_to_quality.py --recipe-trials cpu_budget_tiny_8k_vocab --recipe-budget 60  # ... at 60
 
 Stages, in the order they run; each writes WORK/stages/<stage>.json atomically when it ends, and a rerun skips
 every stage whose file is there (a stage's settings are in its file: a rerun with other settings stops with one
@@ -295,10 +296,18 @@ class Yardstick:
                      for optimizer, rate, batch in SEARCH)
 
     def recipe_runs(self, presets: list[str]) -> tuple[Run, ...]:
-        """--recipe-trials: the yardstick's own ours run at RECIPE_TRIAL_BUDGET (under --quick: the miniature's), the
+        """--recipe-trials: the yardstick's own ours run at --recipe-budget (under --quick: the miniature's), the
         baseline, then each preset's run at its budget."""
-        baseline = next(run for run in (QUICK_RUNS if self.quick else RUNS) if run.engine == "ours" and run.downstream
-                        and (self.quick or run.budget == RECIPE_TRIAL_BUDGET))
+        budget = self.args.recipe_budget
+        if self.quick and budget != RECIPE_TRIAL_BUDGET:
+            raise SystemExit(f"{SCRIPT}: --recipe-budget: --quick has one budget, the miniature's")
+        baselines = [run for run in (QUICK_RUNS if self.quick else RUNS) if run.engine == "ours" and run.downstream
+                     and (self.quick or run.budget == budget)]
+        if not baselines:
+            budgets = ", ".join(f"{run.budget:g}" for run in RUNS if run.engine == "ours" and run.downstream)
+            raise SystemExit(f"{SCRIPT}: --recipe-budget {budget:g}: the yardstick has no plain run at that budget "
+                             f"to compare with (it has {budgets})")
+        baseline = baselines[0]
         return (baseline, *(Run(f"{preset}-{baseline.budget:g}", "ours", baseline.budget, preset=preset)
                             for preset in presets))
 
@@ -492,6 +501,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"instead: pretrain --preset and each PRESET (a budget-recipe variant) for "
                              f"{RECIPE_TRIAL_BUDGET:g} minutes, score each downstream, and write "
                              "time-to-quality-recipes.{json,md}")
+    parser.add_argument("--recipe-budget", type=float, default=RECIPE_TRIAL_BUDGET, metavar="MINUTES",
+                        help=f"with --recipe-trials: the trials' budget, that of one of the yardstick's own runs of "
+                             f"--preset, their baseline (default {RECIPE_TRIAL_BUDGET:g}); another than "
+                             f"{RECIPE_TRIAL_BUDGET:g} writes time-to-quality-recipes-MINUTES.{{json,md}}")
     parser.add_argument("--data-only", action="store_true",
                         help="build the data stages and stop: --preset's shards and, with --recipe-trials, each "
                              "trial preset's (its vocabulary too), e.g. before the timed runs on an idle machine")
@@ -532,7 +545,7 @@ def main(argv: list[str] | None = None) -> None:
             stage = yardstick.downstream(run, pretrained) if pretrained else None
             if stage:  # None only under --report-only, for a trial not finished yet
                 trials[run.name] = {**pretrained, "downstream": stage["downstream"]}
-        write_trials_report(args, "recipes", trials)
+        write_trials_report(args, recipes_report_kind(args.recipe_budget), trials)
         return
     results, missing = {}, []
     for run in QUICK_RUNS if args.quick else RUNS:
@@ -723,14 +736,24 @@ def recipe_summary_table(trials: dict) -> str:
                           for name, trial in trials.items()})
 
 
+def recipes_report_kind(budget: float) -> str:
+    """The recipe trials' report name: "recipes" at RECIPE_TRIAL_BUDGET, "recipes-<minutes>" at another budget, so
+    that the trials at each budget keep their own report."""
+    return "recipes" if budget == RECIPE_TRIAL_BUDGET else f"recipes-{budget:g}"
+
+
 def write_trials_report(args: argparse.Namespace, kind: str, runs: dict) -> None:
-    """time-to-quality-<kind>.{json,md} (kind "sizes", "search" or "recipes"): each trial's model, options,
-    optimizer and validation MLM accuracy against its training minutes; for "recipes" its downstream averages."""
-    title = {"sizes": "Model size at equal time", "search": "Optimizer and learning rate at equal time",
-             "recipes": "Budget-recipe options at equal time"}[kind]
-    flag = {"sizes": "--compare-sizes", "search": "--search",
-            "recipes": "--recipe-trials " + " ".join(args.recipe_trials or [])}[kind]
-    scored = kind == "recipes"
+    """time-to-quality-<kind>.{json,md} (kind "sizes", "search" or recipes_report_kind's): each trial's model,
+    options, optimizer and validation MLM accuracy against its training minutes; for the recipes its downstream
+    averages."""
+    scored = kind.startswith("recipes")
+    if scored:
+        title = f"Budget-recipe options at equal time ({args.recipe_budget:g} minutes)"
+        flag = "--recipe-trials " + " ".join(args.recipe_trials or []) + (
+            f" --recipe-budget {args.recipe_budget:g}" if args.recipe_budget != RECIPE_TRIAL_BUDGET else "")
+    else:
+        title = {"sizes": "Model size at equal time", "search": "Optimizer and learning rate at equal time"}[kind]
+        flag = {"sizes": "--compare-sizes", "search": "--search"}[kind]
     lines = [f"# {title}", "", f"`{machine.header_line()}`", "",
              f"Command: `python benchmarks/time_to_quality.py {flag}`" + (" (--quick)" if args.quick else ""), "",
              "| run | config | options | optimizer | learning rate | batch | minutes | steps | sequences | "

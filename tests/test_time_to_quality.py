@@ -178,6 +178,24 @@ def yardstick(work_dir: Path, *flags: str) -> time_to_quality.Yardstick:
     return time_to_quality.Yardstick(time_to_quality.parse_args(parser_args))
 
 
+def test_recipe_trials_at_another_budget_compare_with_the_plain_run_at_that_budget(tmp_path):
+    """--recipe-budget 60: the baseline is the yardstick's own 60-minute run (ours-60, not trained again), each trial
+    runs 60 minutes, and the report keeps its own name so that the 20-minute trials' report stays; a budget the
+    yardstick has no plain run at, or any other under --quick, stops with one line naming the flag."""
+    runs = yardstick(tmp_path, "--recipe-budget", "60").recipe_runs(["cpu_budget_tiny_8k_vocab"])
+    assert [(run.name, run.budget, run.preset) for run in runs] == [
+        ("ours-60", 60.0, None), ("cpu_budget_tiny_8k_vocab-60", 60.0, "cpu_budget_tiny_8k_vocab")]
+    default = yardstick(tmp_path).recipe_runs(["cpu_budget_tiny_8k_vocab"])
+    assert [run.name for run in default] == ["ours-20", "cpu_budget_tiny_8k_vocab-20"]
+    assert (time_to_quality.recipes_report_kind(20.0), time_to_quality.recipes_report_kind(60.0)) == (
+        "recipes", "recipes-60")
+    for flags, message in ((("--recipe-budget", "30"), "--recipe-budget 30: the yardstick has no plain run"),
+                           (("--recipe-budget", "60", "--quick"), "--recipe-budget: --quick has one budget")):
+        with pytest.raises(SystemExit) as stop:
+            yardstick(tmp_path, *flags).recipe_runs(["cpu_budget_tiny_8k_vocab"])
+        assert message in str(stop.value) and "\n" not in str(stop.value)
+
+
 def test_minutes_measured_on_another_cpu_are_refused(tmp_path):
     """A pretraining stage's settings name the CPU: a rerun on another machine does not mix its minutes in."""
     here = yardstick(tmp_path)
