@@ -47,6 +47,20 @@ Batch = TypeVar("Batch")
 LossTerm = tuple[paddle.Tensor, int]
 
 
+def ramped_merge_steps(merge_steps: int, ramp: float, progress: float) -> int:
+    """The micro-batches of the next optimizer step under a batch-size ramp (run_pretraining.py
+    --gradient-merge-ramp; Cramming's growing batch, Geiping & Goldstein 2022): with k = merge_steps and
+    p = progress, the fraction of the run already trained (of its steps, or of its time budget),
+
+        min(k, 1 + floor(k * p / ramp))        (k itself when ramp is 0: no ramp)
+
+    so the first ramp / k of the run takes steps of one micro-batch, the next ramp / k two, and from
+    (k - 1) / k * ramp on all k: small, frequent updates while the loss falls fast, the full batch after."""
+    if ramp == 0:
+        return merge_steps
+    return min(merge_steps, 1 + math.floor(merge_steps * progress / ramp))
+
+
 def all_reduce_sum(values: paddle.Tensor) -> paddle.Tensor:
     """The element-wise sum of `values` over all ranks of the default group (in place)."""
     paddle.distributed.all_reduce(values)

@@ -49,6 +49,7 @@ REPORT_METRICS = {
     "training_sequences_per_second": {"unit": "sequences/s", "format": ":.2f"},
     "final_loss": {"format": ":.4f"}, "padding_fraction": {"format": ":.4f"},
     "elapsed_training_minutes": {"unit": "min", "format": ":.2f"},
+    "trained_sequences": {"unit": "sequences", "format": ":d"},
 }
 
 
@@ -69,15 +70,20 @@ class ProgressReporter:
     seqs_per_sec = step_samples / step_cost, per rank. NVIDIA's own loss is the last step's; ours keeps the mean.
 
     A run without NSP (--no-nsp) reports no nsp_loss: its loss is mlm_loss. Steps recorded with their elapsed
-    training time (time_budget.py) add elapsed_training_minutes, the time at the interval's last step.
+    training time (time_budget.py) add elapsed_training_minutes, the time at the interval's last step. Every
+    interval's record also holds trained_sequences, the sequences of all ranks trained on since the phase began
+    (counted across resumes from `trained_sequences`, the count at start_step; None for a checkpoint written
+    before the count was kept, whose runs then leave it out): with a batch that ramps up
+    (--gradient-merge-ramp), steps times batch would not give it.
 
     last_step is None when a training-time budget (budget_seconds) ends the run instead; the printed line then
     shows the minutes of the budget used, and its ETA is the budget's rest (the earlier end when both are set)."""
 
     def __init__(self, logger: DLLogger, say, start_step: int, last_step: int | None, log_freq: int,
                  epoch_of: Callable[[], int], nsp: bool = True, visualdl: VisualDLLog | None = None,
-                 budget_seconds: float | None = None):
+                 budget_seconds: float | None = None, trained_sequences: int | None = 0):
         self.logger, self.say, self.visualdl, self.epoch_of = logger, say, visualdl, epoch_of
+        self.trained_sequences = trained_sequences
         self.start_step, self.last_step, self.log_freq = start_step, last_step, log_freq
         self.budget_seconds = budget_seconds
         self.loss_keys = ("loss", "mlm_loss", "nsp_loss") if nsp else ("loss", "mlm_loss")
@@ -107,6 +113,8 @@ class ProgressReporter:
         self.timed_padding += result.padding_fraction
         self.interval["sequences"] += result.sequences
         self.interval["rank_sequences"] += result.rank_sequences
+        if self.trained_sequences is not None:
+            self.trained_sequences += result.sequences
         if result.skipped:
             self.say(f"Step {step}: non-finite loss or float16 overflow; update skipped "
                      f"(loss scale {result.loss_scale:g})", flush=True)
@@ -152,6 +160,8 @@ class ProgressReporter:
             }
             if training_time is not None:
                 metrics["elapsed_training_minutes"] = training_time / 60.0
+            if self.trained_sequences is not None:
+                metrics["trained_sequences"] = self.trained_sequences
             self.log(step, metrics)
             position, eta = self._position(step, now, training_time)
             self.say(f"{position}  loss {self.final_loss:.4f}  lr {result.learning_rate:.3e}  "

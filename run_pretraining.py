@@ -23,7 +23,8 @@ largest of their elapsed times, so they agree on the learning rate and on the st
 is optional then: given, it caps the steps. Every run measures its elapsed training time and reports it
 (elapsed_training_minutes in the --log-freq records and the validation records); the checkpoints carry it.
 
-One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W ranks:
+One optimizer step, with k = --gradient-merge-steps micro-batches per rank and W ranks (with
+--gradient-merge-ramp, k grows from 1 to that over the ramp's part of the run):
   1. each rank draws k micro-batches of --batch-size sequences;
   2. the ranks agree (one all-reduce) on N, the masked tokens, and S, the sequences, of the whole global batch;
   3. for each micro-batch (gradient_merge.py, the convention fine-tuning shares): forward, then backward of
@@ -80,7 +81,7 @@ from cli import (
     unit_interval,
 )
 from dllog import DLLogger, add_format_argument, open_report
-from gradient_merge import merged_backward, optimizer_step
+from gradient_merge import merged_backward, optimizer_step, ramped_merge_steps
 from loss import IGNORE_INDEX, BertPretrainingCriterion
 from lr_scheduler import TimeBudgetDecay, create_lr_scheduler
 from masking import MASKED_LM_RATIO
@@ -196,6 +197,10 @@ def _add_schedule_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--batch-size", type=positive_int, default=32, help="Sequences per micro-batch per rank.")
     group.add_argument("--gradient-merge-steps", type=positive_int, default=1,
                        help="Micro-batches per optimizer step (gradient accumulation).")
+    group.add_argument("--gradient-merge-ramp", type=unit_interval, default=0.0, metavar="FRACTION",
+                       help="Grow the micro-batches per optimizer step from 1 to --gradient-merge-steps over this "
+                       "fraction of the run (of --max-steps, or of --time-budget with it), in equal parts: a batch "
+                       "that ramps up (gradient_merge.ramped_merge_steps). 0: every step takes them all.")
     group.add_argument("--learning-rate", type=positive_float, default=1e-4, help="Peak learning rate.")
     group.add_argument("--warmup-start-lr", type=non_negative_float, default=0.0,
                        help="Learning rate at the start of warmup.")
@@ -278,6 +283,9 @@ def _check_schedule_options(parser: argparse.ArgumentParser, args: argparse.Name
         parser.error("--phase1 and --phase2 cannot both be set")
     if args.warmup_proportion + args.constant_proportion > 1.0:
         parser.error("--warmup-proportion plus --constant-proportion must not exceed 1")
+    if args.gradient_merge_ramp > 0 and args.gradient_merge_steps == 1:
+        parser.error("--gradient-merge-ramp grows the micro-batches of a step up to --gradient-merge-steps; give "
+                     "--gradient-merge-steps 2 or more")
     if args.max_steps is None and args.time_budget is None:
         parser.error("--max-steps is required (or --time-budget, to train for a time instead)")
     if args.time_budget is not None and args.benchmark:
@@ -633,17 +641,18 @@ class RunCheckpoints:
                 flush=True)
 
     def save(self, step: int, trainer: Trainer, loader: PretrainingDataLoader, nonfinite_streak: int,
-             elapsed: float, with_safetensors: bool = False) -> None:
+             elapsed: float, trained_sequences: int | None, with_safetensors: bool = False) -> None:
         """Every rank gathers its streams to rank 0, which writes <phase folder>/<step>/ with `elapsed`, the
-        elapsed training time in seconds (with_safetensors: with the weights' .safetensors twin in it, written in
-        the same atomic save)."""
+        elapsed training time in seconds, and `trained_sequences`, the phase's sequences so far (None: not known,
+        the run resumed a checkpoint from before the count was kept); with_safetensors: with the weights'
+        .safetensors twin in it, written in the same atomic save."""
         rng_states = gather_from_ranks(checkpoint.capture_rng_state(), self.world_size)
         positions = gather_from_ranks(loader.state_dict(), self.world_size)
         record = {
             "phase": self.phase, "world_size": self.world_size, "fuse_mha": self.args.fuse_mha,
             "no_nsp": self.args.no_nsp, "use_pure_fp16": trainer.policy.master_weights,
             "max_steps": self.args.max_steps, "time_budget_minutes": self.args.time_budget,
-            "elapsed_training_seconds": elapsed,
+            "elapsed_training_seconds": elapsed, "trained_sequences": trained_sequences,
             "epoch": loader.epoch, "data_positions": positions, "rng_states": rng_states,
             "nonfinite_streak": nonfinite_streak,
             "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,
@@ -891,7 +900,8 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
     visualdl = open_run_log(args.visualdl_log_dir, rank=rank, resume=start_step > 0, start_step=start_step,
                             config=vars(args))
     reporter = ProgressReporter(logger, say, start_step, last_step, args.log_freq, lambda: loader.epoch,
-                                nsp=not args.no_nsp, visualdl=visualdl, budget_seconds=budget)
+                                nsp=not args.no_nsp, visualdl=visualdl, budget_seconds=budget,
+                                trained_sequences=progress.get("trained_sequences", None if progress else 0))
     stopwatch = TrainingStopwatch(elapsed)
     batches = iter(loader)
     last = False
@@ -901,8 +911,9 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
             if args.benchmark and step == start_step + args.benchmark_warmup_steps:
                 reporter.start_timing()
             reason = stop_request.reason()
-            result, stop = trainer.step([next(batches) for _ in range(args.gradient_merge_steps)],
-                                        reason is not None)
+            progress = elapsed / budget if budget is not None else step / args.max_steps  # of the run, trained
+            micro_batches = ramped_merge_steps(args.gradient_merge_steps, args.gradient_merge_ramp, progress)
+            result, stop = trainer.step([next(batches) for _ in range(micro_batches)], reason is not None)
             step += 1
             elapsed_before, elapsed = elapsed, agreed_elapsed(stopwatch, world_size)
             trainer.set_elapsed_training_time(elapsed)
@@ -915,7 +926,7 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
                 checkpoint_due = step % args.num_steps_per_checkpoint == 0 or last or stop
                 if checkpoint_due and not args.benchmark:
                     # The final weights' twin goes into the checkpoint's own atomic save: no kill can part them.
-                    checkpoints.save(step, trainer, loader, nonfinite_streak, elapsed,
+                    checkpoints.save(step, trainer, loader, nonfinite_streak, elapsed, reporter.trained_sequences,
                                      with_safetensors=args.save_safetensors and last)
             if stop:
                 where = checkpoints.folder / str(step)

@@ -219,12 +219,15 @@ def validation_curve(report_file: Path) -> list[dict]:
 
 
 def training_totals(report_file: Path) -> dict:
-    """Steps, sequences and minutes of training of a run_pretraining.py report (its last --log-freq record)."""
+    """Steps and minutes of training of a run_pretraining.py report (its last --log-freq record), and its
+    sequences where the report counts them (trained_sequences; not in reports from before the count was kept)."""
     last = {}
     for record in read_report(report_file):
         data = record.get("data", {})
         if record["type"] == LOG and training_step(record["step"]) is not None and "elapsed_training_minutes" in data:
             last = {"steps": training_step(record["step"]), "minutes": data["elapsed_training_minutes"]}
+            if "trained_sequences" in data:
+                last["sequences"] = data["trained_sequences"]
     return last
 
 
@@ -395,10 +398,10 @@ class Yardstick:
         totals = training_totals(report)
         check_budget_spent(run, totals)
         parameters = run_parameters(report)
-        batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])  # sequences a step
+        batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])  # sequences a full step
         return {"engine": "ours (PaddleBERT run_pretraining.py)", "checkpoint": final_checkpoint(output),
-                "report": str(report), "validation": validation_curve(report), **totals,
-                "sequences": totals.get("steps", 0) * batch}
+                "report": str(report), "validation": validation_curve(report),
+                "sequences": totals.get("steps", 0) * batch, **totals}  # the report's own count where it has one
 
     def pretrain_peer(self, run: Run) -> dict:
         """The transformers peer with the options of ours at the same budget, read from that run's report."""
@@ -427,6 +430,12 @@ class Yardstick:
                 "validation": [{"step": record["step"], "minutes": record["elapsed_minutes"],
                                 "mlm_loss": record["eval_mlm_loss"], "mlm_accuracy": record["eval_mlm_accuracy"]}
                                for record in log["validation"]]}
+
+    def finished(self, run: Run) -> dict | None:
+        """The run's pretraining result with its downstream scores when both stages are done; never runs them."""
+        pretrained = self.stages.done(f"pretrain/{run.name}", self.settings(run))
+        stage = pretrained and self.stages.done(f"downstream/{run.name}", self.downstream_settings(run, pretrained))
+        return {**pretrained, "downstream": stage["downstream"]} if stage else None
 
     def downstream_settings(self, run: Run, pretrained: dict) -> dict:
         """What a downstream stage's result depends on: the run, its checkpoint, and the fine-tuning plan and
@@ -538,14 +547,22 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.recipe_trials:
         trials = {}
-        for run in yardstick.recipe_runs(args.recipe_trials):
+        baseline, *_ = runs = yardstick.recipe_runs(args.recipe_trials)
+        for run in runs:
             if run.preset and not args.report_only:  # a trial's own shards; the baseline's are --preset's
                 yardstick.data(run.preset)
             pretrained = yardstick.pretrain(run)
             stage = yardstick.downstream(run, pretrained) if pretrained else None
             if stage:  # None only under --report-only, for a trial not finished yet
                 trials[run.name] = {**pretrained, "downstream": stage["downstream"]}
-        write_trials_report(args, recipes_report_kind(args.recipe_budget), trials)
+        checks = None
+        if args.recipe_budget != RECIPE_TRIAL_BUDGET and baseline.name in trials:
+            shorter = (Run(f"{preset}-{RECIPE_TRIAL_BUDGET:g}", "ours", RECIPE_TRIAL_BUDGET, preset=preset)
+                       for preset in args.recipe_trials)
+            half_time = {run.name: scored for run in shorter
+                         if RECIPE_TRIAL_BUDGET <= args.recipe_budget / 2 and (scored := yardstick.finished(run))}
+            checks = recipe_targets(trials, baseline.name, half_time)
+        write_trials_report(args, recipes_report_kind(args.recipe_budget), trials, checks)
         return
     results, missing = {}, []
     for run in QUICK_RUNS if args.quick else RUNS:
@@ -605,13 +622,43 @@ def targets(results: dict) -> list[dict]:
     return checks
 
 
+def recipe_targets(trials: dict, baseline: str, half_time: dict) -> list[dict]:
+    """Issue 43's targets for the budget-recipe presets run at the yardstick's 60 minutes: each at least 2 points
+    above the plain recipe (`baseline`, the same budget) on the GLUE average; and each preset's RECIPE_TRIAL_BUDGET
+    run (`half_time`: name -> scored trial), at most half the time, at or above the plain recipe's 60-minute
+    downstream average."""
+    plain = averages(trials[baseline]["downstream"])
+    checks = []
+    for name, trial in trials.items():
+        if name != baseline:
+            gain = averages(trial["downstream"])["glue_average"] - plain["glue_average"]
+            checks.append({"target": f"{name}: GLUE average at least 2 points above {baseline}", "kind": "must",
+                           "value": gain, "needed": 2.0, "holds": gain >= 2.0})
+    for name, trial in half_time.items():
+        difference = averages(trial["downstream"])["downstream_average"] - plain["downstream_average"]
+        checks.append({"target": f"{name}: at or above {baseline}'s downstream average in at most half the time",
+                       "kind": "must", "value": difference, "needed": 0.0, "holds": difference >= 0})
+    return checks
+
+
+def target_table(checks: list[dict]) -> list[str]:
+    """The markdown rows of targets' or recipe_targets' checks."""
+    return ["| target | kind | value | needed | holds |", "|---|---|---|---|---|"] + [
+        f"| {check['target']} | {check['kind']} | {check['value']:.2f} | {check['needed']:.2f} | "
+        f"{'yes' if check['holds'] else '**no**'} |" for check in checks]
+
+
 # The summary table's rows (README, "What an hour of pretraining buys"): run name -> label.
 SUMMARY_LABELS = {"random": "random init", "ours-60": "ours, 60 min", "ours-20": "ours, 20 min",
                   "transformers-20": "HF transformers, 20 min",
                   "cpu_budget_tiny_prenorm-20": "ours, pre-LN and no dropout, 20 min",
                   "cpu_budget_tiny_8k_vocab-20": "ours, 8k vocabulary, 20 min",
                   "cpu_budget_tiny_batch16-20": "ours, batch 16, 20 min",
-                  "cpu_budget_tiny_mask30-20": "ours, 30% masking, 20 min"}
+                  "cpu_budget_tiny_mask30-20": "ours, 30% masking, 20 min",
+                  "cpu_budget_tiny_gated-20": "ours, gated GELU, 20 min",
+                  "cpu_budget_tiny_wsd-20": "ours, warmup-stable-decay, 20 min",
+                  "cpu_budget_tiny_ramp-20": "ours, batch ramp 16 to 64, 20 min",
+                  "cpu_budget_tiny_8k_vocab-60": "ours, 8k vocabulary, 60 min"}
 
 
 def score_cell(entry: dict) -> str:
@@ -664,9 +711,7 @@ def markdown(header: str, data: dict, results: dict, checks: list[dict], command
     majority = ["majority / empty answer", "-", "-", "-", "-"]
     majority += [f"{any_run['tasks'][task]['scores'][score]['majority']:.1f}" for task, score in score_names]
     lines.append("| " + " | ".join(majority + ["-", "-"]) + " |")
-    target_lines = ["| target | kind | value | needed | holds |", "|---|---|---|---|---|"]
-    target_lines += [f"| {check['target']} | {check['kind']} | {check['value']:.2f} | {check['needed']:.2f} | "
-                     f"{'yes' if check['holds'] else '**no**'} |" for check in checks]
+    target_lines = target_table(checks)
     pipeline = data["pipeline"]
     data_line = (f"{pipeline['documents']} training articles, {pipeline['tokens']} tokens, {pipeline['samples']} "
                  f"samples ({pipeline['padding_fraction'] * 100:.1f}% padding); "
@@ -742,10 +787,10 @@ def recipes_report_kind(budget: float) -> str:
     return "recipes" if budget == RECIPE_TRIAL_BUDGET else f"recipes-{budget:g}"
 
 
-def write_trials_report(args: argparse.Namespace, kind: str, runs: dict) -> None:
+def write_trials_report(args: argparse.Namespace, kind: str, runs: dict, checks: list[dict] | None = None) -> None:
     """time-to-quality-<kind>.{json,md} (kind "sizes", "search" or recipes_report_kind's): each trial's model,
     options, optimizer and validation MLM accuracy against its training minutes; for the recipes its downstream
-    averages."""
+    averages, and recipe_targets' checks where there are any."""
     scored = kind.startswith("recipes")
     if scored:
         title = f"Budget-recipe options at equal time ({args.recipe_budget:g} minutes)"
@@ -766,6 +811,8 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict) -> None
         options = [f"--{flag.replace('_', '-')}" for flag in RECIPE_FLAGS if parameters.get(flag)]
         if parameters.get("masked_lm_ratio", MASKED_LM_RATIO) != MASKED_LM_RATIO:
             options.append(f"--masked-lm-ratio {parameters['masked_lm_ratio']:g}")
+        if parameters.get("gradient_merge_ramp"):  # the batch column is then the batch the ramp ends at
+            options.append(f"--gradient-merge-ramp {parameters['gradient_merge_ramp']:g}")
         options = " ".join(options) or "-"
         line = (f"| {name} | {Path(parameters['config_file']).name} | {options} | {parameters['optimizer']} | "
                 f"{parameters['learning_rate']:g} | {batch} | {result['minutes']:.1f} | {result['steps']} | "
@@ -774,6 +821,11 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict) -> None
             mean = averages(result["downstream"])
             line += f" {mean['glue_average']:.1f} | {mean['downstream_average']:.1f} |"
         lines.append(line)
+    if checks:
+        lines += ["", "## Targets", "", *target_table(checks)]
+        for check in checks:
+            print(f"{'holds' if check['holds'] else 'MISSED'}: {check['target']}: {check['value']:.2f} "
+                  f"(needed {check['needed']:.2f})")
     if scored:
         lines += ["", "## Summary (the README's table)", "", recipe_summary_table(runs)]
     report_dir = Path(args.report_dir)

@@ -215,7 +215,7 @@ folder_is_empty() {  # folder: true when it is missing or holds nothing
 # 512 and 80 for phase 2. set_feature_flags raises the caps for a masked_lm_ratio above 0.15.
 PHASE_SEQ_LENGTH=([1]=128 [2]=512)
 NVIDIA_MAX_PREDICTIONS=([1]=20 [2]=80)
-PHASE_MAX_PREDICTIONS=([1]=20 [2]=80)
+PHASE_MAX_PREDICTIONS=([1]=${NVIDIA_MAX_PREDICTIONS[1]} [2]=${NVIDIA_MAX_PREDICTIONS[2]})
 
 # scripts/run_pretraining_p1.sh and _p2.sh: run run_pretraining.py on this node with the defaults both phases
 # share (below), the phase's sequence length, mask cap and report file, the phase's own defaults in the array

@@ -96,6 +96,9 @@
 #                                         <DATA_DIR_PHASE1>_wordpiece-N.txt, tokenizes both phases; the config (28)
 #                                         needs vocab_size >= N (e.g. bert_configs/bert-tiny-8k-vocab.json). none:
 #                                         VOCAB_FILE. Checkpoints carry their vocabulary, which fine-tuning checks
+#   51 gradient_merge_ramp (0)           phase 1's micro-batches per step grow from 1 to gradient_accumulation_steps
+#                                         (9), which must be 2 or more, over this fraction of phase 1
+#                                         (--gradient-merge-ramp): a batch that ramps up. 0: the full batch throughout
 # A data folder is preprocessed only when it is empty: after changing argument 27, 39, 40 or 41, remove the data
 # folders or name new ones (arguments 17 and 18).
 # Environment: RESULTS_DIR (default <code_dir>/results) is argument 43's default; VOCAB_FILE
@@ -105,7 +108,7 @@
 # e.g. to build the shards on a CPU node before a GPU job, or to time preprocessing apart from training.
 set -euo pipefail
 
-(( $# <= 50 )) || { echo "${0##*/}: at most 50 positional arguments, got $#" >&2; exit 1; }
+(( $# <= 51 )) || { echo "${0##*/}: at most 51 positional arguments, got $#" >&2; exit 1; }
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/common.sh
 source "$SCRIPT_DIR/common.sh"
@@ -166,6 +169,7 @@ linear_bias=${47:-true}
 gated_feed_forward=${48:-false}
 dropout=${49:-true}
 trained_vocab_size=${50:-none}
+gradient_merge_ramp=${51:-0}
 num_nodes=1
 
 for name in train_batch_size num_gpus train_steps save_checkpoint_steps gradient_accumulation_steps \
@@ -183,6 +187,10 @@ for name in pre_layer_norm linear_bias gated_feed_forward dropout; do
   require_choice "$name" "${!name}" true false
 done
 [[ "$trained_vocab_size" == none ]] || require_int trained_vocab_size "$trained_vocab_size" 6
+require_number gradient_merge_ramp "$gradient_merge_ramp" 'v <= 1' '[0, 1]'
+awk -v r="$gradient_merge_ramp" 'BEGIN { exit !(r > 0) }' && (( gradient_accumulation_steps < 2 )) \
+  && die "gradient_merge_ramp $gradient_merge_ramp grows phase 1's batch up to gradient_accumulation_steps, which is" \
+    "$gradient_accumulation_steps; give it 2 or more"
 require_choice PREPROCESS_ONLY "$preprocess_only" true false
 require_choice phase2_bin_size "$phase2_bin_size" none 32 64 128 256 512
 require_choice optimizer "$optimizer" Lamb Lans AdamW
@@ -328,6 +336,7 @@ phase1_flags=(--phase1 --input-dir "$DATA_DIR_PHASE1" --batch-size "$train_batch
   --warmup-proportion "$warmup_proportion" --constant-proportion "$constant_proportion" --learning-rate "$learning_rate"
   --gradient-merge-steps "$gradient_accumulation_steps" --report-file "$RESULTS_DIR/dllogger_p1.json"
   "${EVAL_FLAGS[@]}" "${budget_flags[@]}")
+awk -v r="$gradient_merge_ramp" 'BEGIN { exit !(r > 0) }' && phase1_flags+=(--gradient-merge-ramp "$gradient_merge_ramp")
 # common_flags holds --last-step-of-checkpoint auto, so this is NVIDIA's resume: the newest step folder in it.
 [[ "$init_checkpoint" != None ]] && phase1_flags+=(--from-checkpoint "$init_checkpoint")
 launch 1 "$train_batch_size" "$gradient_accumulation_steps" -- "${phase1_flags[@]}"

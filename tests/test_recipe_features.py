@@ -32,6 +32,7 @@ NEW_FLAGS = ("--whole-word-masking", "--masked-lm-ratio", "--no-nsp", "--nsp", "
              "--eval-interval-minutes")
 # The positions (from 1) of run_pretraining.sh's arguments these tests change.
 MASKING, WHOLE_WORD_MASKING, MASKED_LM_RATIO, NO_NSP, PACK_SEQUENCES = 27, 39, 40, 41, 42
+GRADIENT_ACCUMULATION, GRADIENT_MERGE_RAMP = 9, 51
 
 
 @dataclass
@@ -188,11 +189,11 @@ def test_the_defaults_leave_the_38_argument_command_lines_as_they_were(tmp_path,
 
 def test_the_arguments_after_43_left_at_their_defaults_leave_the_43_argument_command_lines_as_they_were(
         tmp_path, fakes):
-    """Arguments 44 (time_budget) and 45 (eval_interval_minutes) as every preset prints them, none, and 46-49 (the
-    budget-recipe model options) at NVIDIA's model and 50 (trained_vocab_size) none pass nothing: the command lines
-    are those of the same preset's first 43 arguments."""
+    """Arguments 44 (time_budget) and 45 (eval_interval_minutes) as every preset prints them, none, 46-49 (the
+    budget-recipe model options) at NVIDIA's model, 50 (trained_vocab_size) none and 51 (gradient_merge_ramp) 0 pass
+    nothing: the command lines are those of the same preset's first 43 arguments."""
     full_args, short_args = cpu_tiny(fakes, tmp_path / "45"), cpu_tiny(fakes, tmp_path / "43")[:43]
-    assert full_args[43:] == ["none", "none", "false", "true", "false", "true", "none"]
+    assert full_args[43:] == ["none", "none", "false", "true", "false", "true", "none", "0"]
     full = record_ok(full_args, fakes, tmp_path / "45")
     short = record_ok(short_args, fakes, tmp_path / "43")
     assert [call["argv"] for call in full.calls] == [
@@ -245,7 +246,10 @@ def test_nvidias_defaults_pass_none_of_the_new_flags(tmp_path, fakes):
     (MASKED_LM_RATIO, "15%", ("masked_lm_ratio", "(0, 1)", "'15%'")),
     (NO_NSP, "1", ("no_nsp", "true false", "'1'")),
     (PACK_SEQUENCES, "on", ("pack_sequences", "true false", "'on'")),
-    (51, "extra", ("at most 50", "got 51")),
+    (GRADIENT_MERGE_RAMP, "-0.1", ("gradient_merge_ramp", "[0, 1]", "'-0.1'")),
+    (GRADIENT_MERGE_RAMP, "1.5", ("gradient_merge_ramp", "[0, 1]", "'1.5'")),
+    (GRADIENT_MERGE_RAMP, "half", ("gradient_merge_ramp", "[0, 1]", "'half'")),
+    (52, "extra", ("at most 51", "got 52")),
 ])
 def test_bad_values_are_named_before_anything_runs(position, text, named, tmp_path, fakes):
     args = cpu_tiny(fakes, tmp_path)
@@ -272,11 +276,29 @@ def test_the_other_presets_keep_the_features_off(name, fakes):
         "false", "0.3" if name == "cpu_budget_tiny_mask30" else "0.15", "false", "false"]
     # no time budget and validation (if any) by steps, but in the budget presets: 60 minutes, validated every 2
     assert args[43:45] == (["60", "2"] if name.startswith("cpu_budget_") else ["none", "none"])
-    # NVIDIA's model (46-49), but in the budget-recipe trial: pre-LayerNorm without dropout
-    assert args[45:49] == (["true", "true", "false", "false"] if name == "cpu_budget_tiny_prenorm"
-                           else ["false", "true", "false", "true"])
+    # NVIDIA's model (46-49), but in the budget-recipe trials: pre-LayerNorm without dropout; gated GELU
+    assert args[45:49] == {"cpu_budget_tiny_prenorm": ["true", "true", "false", "false"],
+                           "cpu_budget_tiny_gated": ["false", "true", "true", "true"]}.get(
+                               name, ["false", "true", "false", "true"])
+    # the learning rate held at the peak after warmup (34): none, but in LANS's schedule and the WSD trial
+    assert args[33] == {"cpu_tiny_lans": "0.34", "cpu_budget_tiny_wsd": "0.7"}.get(name, "0")
     # BERT's vocabulary (50), but in the vocabulary trial: 8,192 entries trained on the corpus
-    assert args[49:] == (["8192"] if name == "cpu_budget_tiny_8k_vocab" else ["none"])
+    assert args[49] == ("8192" if name == "cpu_budget_tiny_8k_vocab" else "none")
+    # the full batch from the first step (51), but in the batch-ramp trial
+    assert args[50:] == (["0.5"] if name == "cpu_budget_tiny_ramp" else ["0"])
+
+
+def test_the_batch_ramp_reaches_phase_1_alone_and_needs_micro_batches_to_grow(tmp_path, fakes):
+    """Argument 51 becomes phase 1's --gradient-merge-ramp (phase 2 keeps its full batch); with one micro-batch a
+    step (argument 9) there is nothing to grow, which stops the recipe in one line before any work."""
+    args = with_changes(cpu_tiny(fakes, tmp_path), {GRADIENT_ACCUMULATION: "4", GRADIENT_MERGE_RAMP: "0.25"})
+    run = record_ok(args, fakes, tmp_path / "ramp")
+    assert [value(phase_args, "--gradient-merge-ramp") for phase_args in run.training] == ["0.25", None]
+    assert value(run.training[0], "--gradient-merge-steps") == "4"
+    refused = record(with_changes(args, {GRADIENT_ACCUMULATION: "1"}), fakes, tmp_path / "one")
+    assert refused.result.returncode == 1 and refused.calls == []
+    assert_one_line(refused.result.stderr, "run_pretraining.sh: ", "gradient_merge_ramp 0.25",
+                    "gradient_accumulation_steps", "2 or more")
 
 
 def test_cpu_tiny_beyond_turns_on_all_four_features(tmp_path, fakes):

@@ -415,7 +415,7 @@ def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     (15, "-1", ("train_steps_phase2", ">= 0", "'-1'")),
     (36, "1", ("holdout_fraction", "[0, 1)", "'1'")),
     (37, "0", ("eval_freq", ">= 1", "'0'")),
-    (51, "extra", ("at most 50", "got 51")),
+    (52, "extra", ("at most 51", "got 52")),
     (50, "5", ("trained_vocab_size", ">= 6", "'5'")),
     (46, "yes", ("pre_layer_norm", "true false", "'yes'")),
     (49, "0", ("dropout", "true false", "'0'")),
@@ -482,7 +482,7 @@ PRETRAIN_POSITIONS = {"batch": 0, "lr": 1, "precision": 2, "gpus": 3, "warmup": 
 
 def _preset_values(name: str, env: dict[str, str]) -> dict[str, str]:
     args = preset("pretrain_config.sh", name, env)
-    assert len(args) == 50, args
+    assert len(args) == 51, args
     return {key: args[position] for key, position in PRETRAIN_POSITIONS.items()}
 
 
@@ -537,7 +537,8 @@ def test_each_cpu_preset_has_its_own_results_folder(tmp_path, fakes):
     The presets run one after the other in one folder, as a newcomer runs them."""
     env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"))
     assert CPU_PRESETS == ["cpu_budget_mini", "cpu_budget_small", "cpu_budget_tiny", "cpu_budget_tiny_8k_vocab",
-                           "cpu_budget_tiny_batch16", "cpu_budget_tiny_mask30", "cpu_budget_tiny_prenorm", "cpu_demo",
+                           "cpu_budget_tiny_batch16", "cpu_budget_tiny_gated", "cpu_budget_tiny_mask30",
+                           "cpu_budget_tiny_prenorm", "cpu_budget_tiny_ramp", "cpu_budget_tiny_wsd", "cpu_demo",
                            "cpu_tiny", "cpu_tiny_beyond", "cpu_tiny_lans"]
     for name in CPU_PRESETS:
         args = preset("pretrain_config.sh", name, env)

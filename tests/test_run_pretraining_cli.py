@@ -246,14 +246,15 @@ def test_log_freq_model_prefix_checkpoint_frequency_and_report_file(tmp_path, ca
     np.testing.assert_allclose([r["data"]["loss"] for r in records], expected, rtol=1e-12)
     assert set(records[0]["data"]) == {"loss", "mlm_loss", "nsp_loss", "learning_rate", "loss_scale",
                                        "sequences_per_second", "step_cost", "step_samples", "seqs_per_sec",
-                                       "elapsed_training_minutes"}
+                                       "elapsed_training_minutes", "trained_sequences"}
+    assert [record["data"]["trained_sequences"] for record in records] == [8, 16, 20]  # steps x batch 4
     (summary,) = summaries(report)
     assert summary["final_loss"] == pytest.approx(per_step[4], rel=1e-12)  # the mean over the last interval
     units = {r["metric"]: r["metadata"].get("unit") for r in read_report(report) if r["type"] == "METADATA"}
     assert units["training_sequences_per_second"] == units["sequences_per_second"] == "sequences/s"
     assert units["e2e_train_time"] == units["step_cost"] == "s"
     assert units["step_samples"] == "sequences" and units["seqs_per_sec"] == "sequences/s per rank"
-    assert units["elapsed_training_minutes"] == "min"
+    assert units["elapsed_training_minutes"] == "min" and units["trained_sequences"] == "sequences"
     progress_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
     assert [line.split()[1] for line in progress_lines] == ["2/5", "4/5", "5/5"]
     assert all(" ETA " in line for line in progress_lines)

@@ -196,6 +196,30 @@ def test_recipe_trials_at_another_budget_compare_with_the_plain_run_at_that_budg
         assert message in str(stop.value) and "\n" not in str(stop.value)
 
 
+def scored(sst2: float, mrpc: tuple[float, float], rte: float, cola: float, squad_f1: float) -> dict:
+    """A downstream result with these medians, as downstream.py writes one (only what the averages read)."""
+    medians = {"sst-2": {"accuracy": sst2}, "mrpc": {"accuracy": mrpc[0], "f1": mrpc[1]}, "rte": {"accuracy": rte},
+               "cola": {"mcc": cola}, "squad": {"F1": squad_f1}}
+    return {"downstream": {"tasks": {task: {"scores": {name: {"median": value} for name, value in scores.items()}}
+                                     for task, scores in medians.items()}}}
+
+
+def test_recipe_targets_at_60_minutes_are_issue_43s():
+    """recipe_targets: a budget preset at 60 minutes needs 2 GLUE-average points over the plain 60-minute run, and
+    its 20-minute run needs the plain 60-minute downstream average; the figures are worked by hand here."""
+    plain = scored(60.0, (68.0, 80.0), 54.0, 10.0, 20.0)  # GLUE (60 + 74 + 54 + 10) / 4 = 49.5; avg 43.6
+    trials = {"ours-60": plain, "budget-60": scored(64.0, (70.0, 82.0), 56.0, 10.0, 20.0)}  # GLUE 51.5: +2.0
+    half_time = {"budget-20": scored(60.0, (68.0, 80.0), 54.0, 9.0, 20.5)}  # avg (60 + 74 + 54 + 9 + 20.5) / 5
+    checks = time_to_quality.recipe_targets(trials, "ours-60", half_time)
+    assert [(check["value"], check["needed"], check["holds"]) for check in checks] == [
+        (pytest.approx(2.0), 2.0, True), (pytest.approx(43.5 - 43.6), 0.0, False)]
+    assert checks[0]["target"] == "budget-60: GLUE average at least 2 points above ours-60"
+    trials["budget-60"] = scored(64.0, (70.0, 82.0), 56.0, 9.9, 20.0)
+    assert not time_to_quality.recipe_targets(trials, "ours-60", {})[0]["holds"]
+    lines = time_to_quality.target_table(checks)
+    assert lines[2].endswith("| 2.00 | 2.00 | yes |") and lines[3].endswith("| -0.10 | 0.00 | **no** |")
+
+
 def test_minutes_measured_on_another_cpu_are_refused(tmp_path):
     """A pretraining stage's settings name the CPU: a rerun on another machine does not mix its minutes in."""
     here = yardstick(tmp_path)

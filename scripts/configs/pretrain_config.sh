@@ -42,7 +42,7 @@ _print_pretrain_args() {
     "$holdout_fraction" "$eval_freq" "$num_eval_batches" \
     "$whole_word_masking" "$masked_lm_ratio" "$no_nsp" "$pack_sequences" "$results_dir" \
     "$time_budget" "$eval_interval_minutes" "$pre_layer_norm" "$linear_bias" "$gated_feed_forward" "$dropout" \
-    "$trained_vocab_size"
+    "$trained_vocab_size" "$gradient_merge_ramp"
 }
 
 # NVIDIA's dgxa100-80g_8gpu_amp: BERT-large, 8 GPUs, float16 AMP.
@@ -98,6 +98,7 @@ _bert_large_recipe() {
   gated_feed_forward=false
   dropout=true
   trained_vocab_size=none
+  gradient_merge_ramp=0
 }
 
 # For a preset that trains phase 1 to a time budget (argument 44): the budget in minutes is $TIME_BUDGET_MINUTES
@@ -371,6 +372,40 @@ cpu_budget_tiny_batch16() (
   num_eval_batches=80
   save_checkpoint_steps=2000
   _cpu_results cpu_budget_tiny_batch16
+  _print_pretrain_args
+)
+
+# A budget-recipe trial: cpu_budget_tiny with a gated-GELU feed-forward (argument 48; Shazeer 2020, "GLU Variants
+# Improve Transformer", kept by ModernBERT): GELU(x W_gate) * (x W_up) at the same intermediate size, so the
+# feed-forward's products grow 1.5x; at equal time that cost is counted.
+cpu_budget_tiny_gated() (
+  _cpu_budget_recipe bert-tiny-uncased.json
+  gated_feed_forward=true
+  _cpu_results cpu_budget_tiny_gated
+  _print_pretrain_args
+)
+
+# A budget-recipe trial: cpu_budget_tiny with a warmup-stable-decay schedule over the budget (arguments 5 and 34;
+# Hu et al. 2024, MiniCPM; Hagele et al. 2024 found a 20% decay at the end matches cosine): the same 10% warmup,
+# the peak held for 70% of the budget, then the linear decay to 0 in the last 20%, where the plain recipe decays
+# over the whole 90% after warmup.
+cpu_budget_tiny_wsd() (
+  _cpu_budget_recipe bert-tiny-uncased.json
+  constant_proportion=0.7
+  _cpu_results cpu_budget_tiny_wsd
+  _print_pretrain_args
+)
+
+# A budget-recipe trial: cpu_budget_tiny with a batch that ramps up (argument 51; Cramming, Geiping & Goldstein
+# 2022): micro-batches of 16, one a step for the first eighth of the budget, then two, three, and from 37.5% on all
+# four, the plain recipe's 64. docs/time-to-quality-search.md found batch 16 ahead at 5 minutes and 64 ahead at 20;
+# this starts as the one and ends as the other. Validated on 80 batches of 16, the plain recipe's 1,280 sequences.
+cpu_budget_tiny_ramp() (
+  _cpu_budget_recipe bert-tiny-uncased.json
+  _batches 1 16 4 4 2
+  gradient_merge_ramp=0.5
+  num_eval_batches=80
+  _cpu_results cpu_budget_tiny_ramp
   _print_pretrain_args
 )
 
