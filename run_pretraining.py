@@ -911,8 +911,8 @@ def train_phase(args: argparse.Namespace, phase: int, rank: int, world_size: int
             if args.benchmark and step == start_step + args.benchmark_warmup_steps:
                 reporter.start_timing()
             reason = stop_request.reason()
-            progress = elapsed / budget if budget is not None else step / args.max_steps  # of the run, trained
-            micro_batches = ramped_merge_steps(args.gradient_merge_steps, args.gradient_merge_ramp, progress)
+            trained = elapsed / budget if budget is not None else step / args.max_steps  # fraction of the run
+            micro_batches = ramped_merge_steps(args.gradient_merge_steps, args.gradient_merge_ramp, trained)
             result, stop = trainer.step([next(batches) for _ in range(micro_batches)], reason is not None)
             step += 1
             elapsed_before, elapsed = elapsed, agreed_elapsed(stopwatch, world_size)

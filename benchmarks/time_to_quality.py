@@ -225,8 +225,8 @@ def training_totals(report_file: Path) -> dict:
     for record in read_report(report_file):
         data = record.get("data", {})
         if record["type"] == LOG and training_step(record["step"]) is not None and "elapsed_training_minutes" in data:
-            last = {"steps": training_step(record["step"]), "minutes": data["elapsed_training_minutes"]}
-            if "trained_sequences" in data:
+            last.update(steps=training_step(record["step"]), minutes=data["elapsed_training_minutes"])
+            if "trained_sequences" in data:  # the intervals' records have it, the validation records not
                 last["sequences"] = data["trained_sequences"]
     return last
 

@@ -152,6 +152,24 @@ def test_int8_is_quantized_again_when_the_calibration_inputs_change(workspace, t
     assert not np.array_equal(first[0], second[0])  # other activation ranges
 
 
+def test_int8_is_quantized_again_when_the_quantization_settings_change(workspace, tmp_path, monkeypatch, capsys):
+    """The record keeps how the int8 IR was made (INT8_SETTINGS and NNCF's version): an IR made with another
+    SmoothQuant alpha, as by a release before 0.8, is made again, with one line saying so, not run as it is."""
+    copy_export(workspace / "export", tmp_path, "bert_paddle.onnx", "bert_paddle.calibration.npz")
+    monkeypatch.setitem(openvino_backend.INT8_SETTINGS, "smooth_quant_matmul_alpha", 0.95)
+    first = openvino_logits(tmp_path, "int8")
+    record = json.loads((tmp_path / "bert_paddle.openvino" / openvino_backend.RECORD).read_text(encoding="utf-8"))
+    assert record["int8_settings"]["smooth_quant_matmul_alpha"] == 0.95
+    monkeypatch.setitem(openvino_backend.INT8_SETTINGS, "smooth_quant_matmul_alpha", 0.8)
+    capsys.readouterr()
+    second = openvino_logits(tmp_path, "int8")
+    out = capsys.readouterr().out
+    assert "made with other quantization settings" in out and "int8 model written" in out
+    assert not np.array_equal(first[0], second[0])  # another split of the ranges between weights and activations
+    record = json.loads((tmp_path / "bert_paddle.openvino" / openvino_backend.RECORD).read_text(encoding="utf-8"))
+    assert record["int8_settings"]["smooth_quant_matmul_alpha"] == 0.8
+
+
 def test_squad_int8_predicts_every_question(workspace):
     squad_file = workspace / "squad.json"
     squad(workspace, "squad_trained", "--do-train", "--train-file", squad_file, "--from-pretrained-params",

@@ -220,6 +220,24 @@ def test_recipe_targets_at_60_minutes_are_issue_43s():
     assert lines[2].endswith("| 2.00 | 2.00 | yes |") and lines[3].endswith("| -0.10 | 0.00 | **no** |")
 
 
+def test_training_totals_take_the_sequences_of_the_last_interval_not_of_the_validation_after_it(tmp_path):
+    """A run's sequences are its report's own count (trained_sequences, which a ramped batch needs), read from the
+    intervals' records: the validation record at the same step, which has none, must not drop it; a report from
+    before the count has no sequences, and the yardstick then multiplies steps by the batch."""
+    def line(step: int, **data) -> str:
+        return "DLLL " + json.dumps({"timestamp": "0", "datetime": "-", "elapsedtime": "0", "type": "LOG",
+                                     "step": [0, step], "data": data}) + "\n"
+    report = tmp_path / "report.json"
+    report.write_text(line(10, loss=7.0, elapsed_training_minutes=1.0, trained_sequences=160)
+                      + line(10, eval_mlm_accuracy=0.1, elapsed_training_minutes=1.0)
+                      + line(20, loss=6.0, elapsed_training_minutes=2.0, trained_sequences=800)
+                      + line(20, eval_mlm_accuracy=0.2, elapsed_training_minutes=2.0), encoding="utf-8")
+    assert time_to_quality.training_totals(report) == {"steps": 20, "minutes": 2.0, "sequences": 800}
+    report.write_text(line(10, loss=7.0, elapsed_training_minutes=1.0)
+                      + line(10, eval_mlm_accuracy=0.1, elapsed_training_minutes=1.0), encoding="utf-8")
+    assert time_to_quality.training_totals(report) == {"steps": 10, "minutes": 1.0}
+
+
 def test_minutes_measured_on_another_cpu_are_refused(tmp_path):
     """A pretraining stage's settings name the CPU: a rerun on another machine does not mix its minutes in."""
     here = yardstick(tmp_path)
@@ -359,6 +377,10 @@ def test_a_downstream_result_of_another_fine_tuning_plan_is_not_reused(tmp_path,
     assert yardstick.downstream_settings(run, pretrained)["hyperparameters"]["glue"] == {}
 
 
+# The budget recipe that the README shows beside the plain one: the only trial that gained at 20 minutes.
+README_BUDGET_RECIPE = "cpu_budget_tiny_8k_vocab"
+
+
 def test_the_readme_table_is_the_committed_reports_summary():
     """The README's results are the committed docs/time-to-quality.json as the report writer puts them, so that a
     new run's report and the README cannot disagree."""
@@ -367,14 +389,18 @@ def test_the_readme_table_is_the_committed_reports_summary():
     assert table.count("\n") >= 3  # the header, its rule and at least two scored runs
     assert table in (ROOT / "README.md").read_text(encoding="utf-8")
     assert table in (ROOT / "docs" / "time-to-quality.md").read_text(encoding="utf-8")
-    # and the budget-recipe presets beside the plain recipe at the same budget (docs/time-to-quality-recipes.json)
-    trials = json.loads((ROOT / "docs" / "time-to-quality-recipes.json").read_text(encoding="utf-8"))
-    recipes = time_to_quality.recipe_summary_table(trials)
-    assert recipes.count("\n") >= 3 and recipes.splitlines()[2].startswith("| ours, 20 min |")
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    # the README's table goes on with the trials' rows (its "ours, 20 min" row is the trials' baseline)
-    assert table + "\n" + "\n".join(recipes.splitlines()[3:]) + "\n" in readme
-    assert recipes in (ROOT / "docs" / "time-to-quality-recipes.md").read_text(encoding="utf-8")
+    # and the budget recipe beside the plain recipe at 20 and 60 minutes (docs/time-to-quality-recipes.json and
+    # -recipes-60.json, whose baselines are the yardstick's own "ours" rows): the README's table goes on with its rows
+    rows = []
+    for report, minutes in (("time-to-quality-recipes", 20), ("time-to-quality-recipes-60", 60)):
+        trials = json.loads((ROOT / "docs" / f"{report}.json").read_text(encoding="utf-8"))
+        recipes = time_to_quality.recipe_summary_table(trials)
+        assert recipes.splitlines()[2].startswith(f"| ours, {minutes} min |")
+        assert recipes in (ROOT / "docs" / f"{report}.md").read_text(encoding="utf-8")
+        label = time_to_quality.SUMMARY_LABELS[f"{README_BUDGET_RECIPE}-{minutes}"]
+        rows += [row for row in recipes.splitlines()[3:] if row.startswith(f"| {label} |")]
+    assert len(rows) == 2
+    assert table + "\n" + "\n".join(rows) + "\n" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(miniature):
