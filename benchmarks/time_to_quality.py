@@ -54,7 +54,7 @@ import peers  # noqa: E402
 
 import downstream_plan  # noqa: E402
 from atomic_io import atomic_write, atomic_write_text  # noqa: E402
-from cli import run_main  # noqa: E402
+from cli import positive_float, run_main  # noqa: E402
 from dllog import LOG, read_report, training_step  # noqa: E402
 from masking import MASKED_LM_RATIO  # noqa: E402
 
@@ -510,7 +510,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"instead: pretrain --preset and each PRESET (a budget-recipe variant) for "
                              f"{RECIPE_TRIAL_BUDGET:g} minutes, score each downstream, and write "
                              "time-to-quality-recipes.{json,md}")
-    parser.add_argument("--recipe-budget", type=float, default=RECIPE_TRIAL_BUDGET, metavar="MINUTES",
+    parser.add_argument("--recipe-budget", type=positive_float, default=RECIPE_TRIAL_BUDGET, metavar="MINUTES",
                         help=f"with --recipe-trials: the trials' budget, that of one of the yardstick's own runs of "
                              f"--preset, their baseline (default {RECIPE_TRIAL_BUDGET:g}); another than "
                              f"{RECIPE_TRIAL_BUDGET:g} writes time-to-quality-recipes-MINUTES.{{json,md}}")
