@@ -557,10 +557,12 @@ def main(argv: list[str] | None = None) -> None:
                 trials[run.name] = {**pretrained, "downstream": stage["downstream"]}
         checks = None
         if args.recipe_budget != RECIPE_TRIAL_BUDGET and baseline.name in trials:
-            shorter = (Run(f"{preset}-{RECIPE_TRIAL_BUDGET:g}", "ours", RECIPE_TRIAL_BUDGET, preset=preset)
-                       for preset in args.recipe_trials)
-            half_time = {run.name: scored for run in shorter
-                         if RECIPE_TRIAL_BUDGET <= args.recipe_budget / 2 and (scored := yardstick.finished(run))}
+            # The half-time target reads the 20-minute trials only where 20 minutes is at most half the budget.
+            half_time = {}
+            if RECIPE_TRIAL_BUDGET <= args.recipe_budget / 2:
+                shorter = (Run(f"{preset}-{RECIPE_TRIAL_BUDGET:g}", "ours", RECIPE_TRIAL_BUDGET, preset=preset)
+                           for preset in args.recipe_trials)
+                half_time = {run.name: scored for run in shorter if (scored := yardstick.finished(run))}
             checks = recipe_targets(trials, baseline.name, half_time)
         write_trials_report(args, recipes_report_kind(args.recipe_budget), trials, checks)
         return
@@ -781,6 +783,19 @@ def recipe_summary_table(trials: dict) -> str:
                           for name, trial in trials.items()})
 
 
+def options_column(parameters: dict) -> str:
+    """The run_pretraining.py options by which a run's report differs from the plain recipe, as the trials table
+    shows them ("-" for none)."""
+    options = [f"--{flag.replace('_', '-')}" for flag in RECIPE_FLAGS if parameters.get(flag)]
+    if parameters.get("masked_lm_ratio", MASKED_LM_RATIO) != MASKED_LM_RATIO:
+        options.append(f"--masked-lm-ratio {parameters['masked_lm_ratio']:g}")
+    if parameters.get("gradient_merge_ramp"):  # the batch column is then the batch the ramp ends at
+        options.append(f"--gradient-merge-ramp {parameters['gradient_merge_ramp']:g}")
+    if parameters.get("constant_proportion"):  # warmup-stable-decay: the peak held for this share of the run
+        options.append(f"--constant-proportion {parameters['constant_proportion']:g}")
+    return " ".join(options) or "-"
+
+
 def recipes_report_kind(budget: float) -> str:
     """The recipe trials' report name: "recipes" at RECIPE_TRIAL_BUDGET, "recipes-<minutes>" at another budget, so
     that the trials at each budget keep their own report."""
@@ -808,13 +823,8 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict, checks:
         curve = ", ".join(f"{point['mlm_accuracy'] * 100:.1f}" for point in result["validation"])
         parameters = run_parameters(Path(result["report"]))
         batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])
-        options = [f"--{flag.replace('_', '-')}" for flag in RECIPE_FLAGS if parameters.get(flag)]
-        if parameters.get("masked_lm_ratio", MASKED_LM_RATIO) != MASKED_LM_RATIO:
-            options.append(f"--masked-lm-ratio {parameters['masked_lm_ratio']:g}")
-        if parameters.get("gradient_merge_ramp"):  # the batch column is then the batch the ramp ends at
-            options.append(f"--gradient-merge-ramp {parameters['gradient_merge_ramp']:g}")
-        options = " ".join(options) or "-"
-        line = (f"| {name} | {Path(parameters['config_file']).name} | {options} | {parameters['optimizer']} | "
+        line = (f"| {name} | {Path(parameters['config_file']).name} | {options_column(parameters)} | "
+                f"{parameters['optimizer']} | "
                 f"{parameters['learning_rate']:g} | {batch} | {result['minutes']:.1f} | {result['steps']} | "
                 f"{result['sequences']} | {curve} |")
         if scored:

@@ -188,7 +188,10 @@ for name in pre_layer_norm linear_bias gated_feed_forward dropout; do
 done
 [[ "$trained_vocab_size" == none ]] || require_int trained_vocab_size "$trained_vocab_size" 6
 require_number gradient_merge_ramp "$gradient_merge_ramp" 'v <= 1' '[0, 1]'
-awk -v r="$gradient_merge_ramp" 'BEGIN { exit !(r > 0) }' && (( gradient_accumulation_steps < 2 )) \
+# One test of "does the batch ramp?", read by the check below and by phase 1's flags.
+ramp_batch=false
+awk -v r="$gradient_merge_ramp" 'BEGIN { exit !(r > 0) }' && ramp_batch=true
+[[ $ramp_batch == true ]] && (( gradient_accumulation_steps < 2 )) \
   && die "gradient_merge_ramp $gradient_merge_ramp grows phase 1's batch up to gradient_accumulation_steps, which is" \
     "$gradient_accumulation_steps; give it 2 or more"
 require_choice PREPROCESS_ONLY "$preprocess_only" true false
@@ -336,7 +339,7 @@ phase1_flags=(--phase1 --input-dir "$DATA_DIR_PHASE1" --batch-size "$train_batch
   --warmup-proportion "$warmup_proportion" --constant-proportion "$constant_proportion" --learning-rate "$learning_rate"
   --gradient-merge-steps "$gradient_accumulation_steps" --report-file "$RESULTS_DIR/dllogger_p1.json"
   "${EVAL_FLAGS[@]}" "${budget_flags[@]}")
-awk -v r="$gradient_merge_ramp" 'BEGIN { exit !(r > 0) }' && phase1_flags+=(--gradient-merge-ramp "$gradient_merge_ramp")
+[[ $ramp_batch == true ]] && phase1_flags+=(--gradient-merge-ramp "$gradient_merge_ramp")
 # common_flags holds --last-step-of-checkpoint auto, so this is NVIDIA's resume: the newest step folder in it.
 [[ "$init_checkpoint" != None ]] && phase1_flags+=(--from-checkpoint "$init_checkpoint")
 launch 1 "$train_batch_size" "$gradient_accumulation_steps" -- "${phase1_flags[@]}"

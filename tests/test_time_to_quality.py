@@ -452,6 +452,17 @@ def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(min
     assert "| cpu_budget_tiny_mask30-0.3 | bert-tiny-uncased.json | --masked-lm-ratio 0.3 | Lamb |" in table
 
 
+def test_the_options_column_names_every_option_that_differs_from_the_plain_recipe():
+    """The warmup-stable-decay trial's table row said "-": --constant-proportion was missing from the column."""
+    plain = {"pre_layer_norm": False, "no_dropout": False, "masked_lm_ratio": 0.15, "gradient_merge_ramp": 0.0,
+             "constant_proportion": 0.0}
+    assert time_to_quality.options_column(plain) == "-"
+    assert time_to_quality.options_column({**plain, "constant_proportion": 0.7}) == "--constant-proportion 0.7"
+    assert time_to_quality.options_column({**plain, "pre_layer_norm": True, "no_dropout": True,
+                                           "masked_lm_ratio": 0.3, "gradient_merge_ramp": 0.5}) == (
+        "--pre-layer-norm --no-dropout --masked-lm-ratio 0.3 --gradient-merge-ramp 0.5")
+
+
 def test_the_peers_checkpoint_is_a_hugging_face_folder_with_the_vocabulary_it_trained_with(tmp_path):
     """The yardstick fine-tunes the peer's folder as a Hugging Face folder, whose tokenizer is its vocab.txt: without
     it downstream.py stopped ("--vocab-file .../vocab.txt: file not found")."""
