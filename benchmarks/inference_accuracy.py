@@ -12,6 +12,10 @@ SQuAD, exported (--export-dir --export-onnx), and scored through `--inference-mo
 
 Each fine-tuning is a few minutes on 2 cores. Accuracy does not depend on machine load, so the figures hold on a
 busy machine; no time is measured here.
+
+A rerun in the same --work-dir scores each task's export again without fine-tuning it again when the export was
+made with the same settings (<task>/fine_tuning.json records them); the predictors, and so the int8 models, which
+the backends rebuild when their quantization settings change, always come from the code at hand.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import machine
@@ -68,14 +73,48 @@ def last_logged(report: Path, key: str) -> float:
     return [record["data"][key] for record in read_report(report) if key in record.get("data", {})][-1]
 
 
+def fine_tuning_settings(args: argparse.Namespace, task: str) -> dict:
+    """What a task's fine-tuned export depends on: the checkpoint, the epochs and the task's training data."""
+    settings = {"task": task, "model_dir": str(args.model_dir.resolve()), "epochs": args.epochs}
+    if task == "sst-2":
+        settings["sst2_train_examples"] = args.sst2_train_examples
+    if task == "squad":
+        settings.update(squad_file=str(args.squad_file.resolve()), squad_train_articles=args.squad_train_articles,
+                        squad_predict_articles=args.squad_predict_articles,
+                        squad_max_seq_length=args.squad_max_seq_length)
+    return settings
+
+
+def fine_tuned_before(folder: Path, settings: dict) -> bool:
+    """Whether folder/export holds a fine-tuning made with these settings, so that a rerun only scores it."""
+    record = folder / "fine_tuning.json"
+    return ((folder / "export" / "bert_paddle.onnx").is_file() and record.is_file()
+            and json.loads(record.read_text(encoding="utf-8")) == settings)
+
+
+def fine_tune_once(folder: Path, settings: dict, fine_tune: Callable[[], None]) -> None:
+    """fine_tune() unless fine_tuned_before(folder, settings); then record the settings of folder/export."""
+    from atomic_io import atomic_write_text
+
+    if fine_tuned_before(folder, settings):
+        print(f"{folder / 'export'}: fine-tuned before with these settings ({folder / 'fine_tuning.json'}); "
+              "scoring it again", flush=True)
+        return
+    (folder / "fine_tuning.json").unlink(missing_ok=True)  # a fine-tuning cut short leaves no record behind
+    fine_tune()
+    atomic_write_text(folder / "fine_tuning.json", json.dumps(settings, indent=1) + "\n")
+
+
 def glue_accuracy(args: argparse.Namespace, task: str, train_file: Path, common: list[str]) -> dict[str, float]:
     import run_glue
 
     folder = args.work_dir / task
-    run_glue.main([*common, "--task-name", task, "--do-train", "--train-file", str(train_file),
-                   "--from-pretrained-params", str(args.work_dir / "minilm.pdparams"), "--epochs", str(args.epochs),
-                   "--learning-rate", "5e-5", "--output-dir", str(folder / "train"), "--export-dir",
-                   str(folder / "export"), "--export-onnx", "--overwrite"])  # a rerun trains and exports anew
+    folder.mkdir(parents=True, exist_ok=True)
+    fine_tune_once(folder, fine_tuning_settings(args, task), lambda: run_glue.main(
+        [*common, "--task-name", task, "--do-train", "--train-file", str(train_file),
+         "--from-pretrained-params", str(args.work_dir / "minilm.pdparams"), "--epochs", str(args.epochs),
+         "--learning-rate", "5e-5", "--output-dir", str(folder / "train"), "--export-dir",
+         str(folder / "export"), "--export-onnx", "--overwrite"]))
     dev = args.glue_dir / {"mrpc": "MRPC", "sst-2": "SST-2"}[task] / "dev.tsv"
     accuracy = {}
     for predictor in args.predictors:
@@ -97,10 +136,11 @@ def squad_scores(args: argparse.Namespace, common: list[str]) -> dict[str, dict[
     (folder / "train.json").write_text(json.dumps(train), encoding="utf-8")
     (folder / "predict.json").write_text(json.dumps(predict), encoding="utf-8")
     squad = ["--max-seq-length", str(args.squad_max_seq_length), "--doc-stride", "128"]
-    run_squad.main([*common, *squad, "--do-train", "--train-file", str(folder / "train.json"),
-                    "--from-pretrained-params", str(args.work_dir / "minilm.pdparams"), "--epochs", str(args.epochs),
-                    "--learning-rate", "1e-4", "--warmup-proportion", "0.1", "--output-dir", str(folder / "train"),
-                    "--export-dir", str(folder / "export"), "--export-onnx", "--overwrite"])
+    fine_tune_once(folder, fine_tuning_settings(args, "squad"), lambda: run_squad.main(
+        [*common, *squad, "--do-train", "--train-file", str(folder / "train.json"),
+         "--from-pretrained-params", str(args.work_dir / "minilm.pdparams"), "--epochs", str(args.epochs),
+         "--learning-rate", "1e-4", "--warmup-proportion", "0.1", "--output-dir", str(folder / "train"),
+         "--export-dir", str(folder / "export"), "--export-onnx", "--overwrite"]))
     scores, answers = {}, {}
     for predictor in args.predictors:
         output = folder / predictor.replace(":", "-")

@@ -317,6 +317,38 @@ def test_split_articles_keeps_training_and_prediction_apart(accuracy_script):
         accuracy_script.split_articles(dataset, 3, 3)
 
 
+def test_a_fine_tuning_is_reused_only_with_the_same_settings(accuracy_script, tmp_path):
+    args = accuracy_script.parse_args(["--work-dir", str(tmp_path), "--model-dir", str(tmp_path / "model")])
+    folder = tmp_path / "squad"
+    folder.mkdir()
+    runs = []
+
+    def fine_tune():
+        runs.append(1)
+        (folder / "export").mkdir(exist_ok=True)
+        (folder / "export" / "bert_paddle.onnx").write_bytes(b"onnx")
+
+    settings = accuracy_script.fine_tuning_settings(args, "squad")
+    accuracy_script.fine_tune_once(folder, settings, fine_tune)
+    accuracy_script.fine_tune_once(folder, settings, fine_tune)
+    assert len(runs) == 1  # the second call only scores the export
+    changed = accuracy_script.fine_tuning_settings(
+        accuracy_script.parse_args(["--work-dir", str(tmp_path), "--model-dir", str(tmp_path / "model"),
+                                    "--squad-train-articles", "9"]), "squad")
+    assert changed != settings
+    accuracy_script.fine_tune_once(folder, changed, fine_tune)
+    assert len(runs) == 2 and json.loads((folder / "fine_tuning.json").read_text()) == changed
+
+    def cut_short():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        accuracy_script.fine_tune_once(folder, settings, cut_short)
+    assert not (folder / "fine_tuning.json").exists()  # the export may be half-written: never reused
+    accuracy_script.fine_tune_once(folder, changed, fine_tune)
+    assert len(runs) == 3
+
+
 def test_predictor_names_become_the_inference_flags_and_columns(accuracy_script):
     assert accuracy_script.predictor_flags("onnxruntime:int8:static") == [
         "--inference-backend", "onnxruntime", "--inference-precision", "int8", "--int8-quantization", "static"]
