@@ -425,14 +425,17 @@ def resolve_precision(backend: str, device: str, precision: str) -> tuple[str, s
 # - amx (Intel Xeon, family 6 model 167): fp32 Paddle 3.00-3.41 seq/s, ORT 3.03-3.37 (level); bf16 only Paddle's
 #   (10.4-12.1); int8 only ORT's (7.9-10.1, below Paddle bf16: auto never trades accuracy for a slower run, so bf16
 #   is what to ask for there). OpenVINO not measured yet.
-# - avx512_bf16 (AMD Zen 4 and Zen 5, Intel without AMX): fp32 Paddle 2.41-2.58 against ORT 2.14-2.31 on Zen 4
-#   (level on Zen 5); bf16 only Paddle's; int8 ORT 5.6-6.2 on Zen 4. OpenVINO not measured yet.
+# - avx512_bf16 (AMD Zen 4 and Zen 5, Intel without AMX): on Zen 4 (2026-12-05, benchmarks/results/
+#   bench_squad_inference-zen4-2026-12-05.txt) OpenVINO leads at every precision: fp32 2.84 against Paddle 2.81 and
+#   ORT 2.68 (8.88, 7.80 and 8.41 at batch 1, seq 128); bf16 5.55 against Paddle 5.14 (17.47 against 12.20); int8
+#   8.96 against ORT 7.29 (28.10 against 26.46). Zen 5 and Intel without AMX have no OpenVINO figures yet.
 # - avx2 (AMD Zen 3 and older, no bf16 instructions): fp32 ORT 1.47-1.57 against Paddle 1.31-1.34;
 #   bf16 runs fp32 on every backend, so it follows fp32.
-# OpenVINO's figures come from the next bench_squad_inference.py runs; until then it runs only when named.
+# On an amx CPU OpenVINO is not measured yet, so there it runs only when named.
 FASTEST_BACKENDS: Mapping[str, Mapping[str, tuple[str, ...]]] = MappingProxyType({
     "amx": {"fp32": ("paddle", "onnxruntime"), "bf16": ("paddle",), "int8": ("onnxruntime",)},
-    "avx512_bf16": {"fp32": ("paddle", "onnxruntime"), "bf16": ("paddle",), "int8": ("onnxruntime",)},
+    "avx512_bf16": {"fp32": ("openvino", "paddle", "onnxruntime"), "bf16": ("openvino", "paddle"),
+                    "int8": ("openvino", "onnxruntime")},
     "avx2": {"fp32": ("onnxruntime", "paddle"), "bf16": ("onnxruntime", "paddle"), "int8": ("onnxruntime",)},
 })
 
