@@ -14,8 +14,9 @@ Each fine-tuning is a few minutes on 2 cores. Accuracy does not depend on machin
 busy machine; no time is measured here.
 
 A rerun in the same --work-dir scores each task's export again without fine-tuning it again when the export was
-made with the same settings (<task>/fine_tuning.json records them); the predictors, and so the int8 models, which
-the backends rebuild when their quantization settings change, always come from the code at hand.
+made by the same command from the same training data and checkpoint (<task>/fine_tuning.json records them); the
+predictors, and so the int8 models, which the backends rebuild when their quantization settings change, always
+come from the code at hand.
 """
 
 from __future__ import annotations
@@ -73,36 +74,28 @@ def last_logged(report: Path, key: str) -> float:
     return [record["data"][key] for record in read_report(report) if key in record.get("data", {})][-1]
 
 
-def fine_tuning_settings(args: argparse.Namespace, task: str) -> dict:
-    """What a task's fine-tuned export depends on: the checkpoint, the epochs and the task's training data."""
-    settings = {"task": task, "model_dir": str(args.model_dir.resolve()), "epochs": args.epochs}
-    if task == "sst-2":
-        settings["sst2_train_examples"] = args.sst2_train_examples
-    if task == "squad":
-        settings.update(squad_file=str(args.squad_file.resolve()), squad_train_articles=args.squad_train_articles,
-                        squad_predict_articles=args.squad_predict_articles,
-                        squad_max_seq_length=args.squad_max_seq_length)
-    return settings
+def fine_tuning_record(command: list[str], train_file: Path, model_dir: Path) -> dict:
+    """What a task's fine-tuned export depends on: the fine-tuning command, the content of its training file and
+    the checkpoint it starts from (its path: the command reads it converted, under --work-dir)."""
+    from inference import sha256_of_file
+
+    return {"command": command, "train_file_sha256": sha256_of_file(str(train_file)),
+            "model_dir": str(model_dir.resolve())}
 
 
-def fine_tuned_before(folder: Path, settings: dict) -> bool:
-    """Whether folder/export holds a fine-tuning made with these settings, so that a rerun only scores it."""
-    record = folder / "fine_tuning.json"
-    return ((folder / "export" / "bert_paddle.onnx").is_file() and record.is_file()
-            and json.loads(record.read_text(encoding="utf-8")) == settings)
-
-
-def fine_tune_once(folder: Path, settings: dict, fine_tune: Callable[[], None]) -> None:
-    """fine_tune() unless fine_tuned_before(folder, settings); then record the settings of folder/export."""
+def fine_tune_once(folder: Path, record: dict, fine_tune: Callable[[list[str]], None]) -> None:
+    """fine_tune(record["command"]) unless folder/export holds a fine-tuning with this record (folder/
+    fine_tuning.json), so that a rerun only scores it; then write the record."""
     from atomic_io import atomic_write_text
 
-    if fine_tuned_before(folder, settings):
-        print(f"{folder / 'export'}: fine-tuned before with these settings ({folder / 'fine_tuning.json'}); "
-              "scoring it again", flush=True)
+    written = folder / "fine_tuning.json"
+    if ((folder / "export" / "bert_paddle.onnx").is_file() and written.is_file()
+            and json.loads(written.read_text(encoding="utf-8")) == record):
+        print(f"{folder / 'export'}: fine-tuned before as {written} records; scoring it again", flush=True)
         return
-    (folder / "fine_tuning.json").unlink(missing_ok=True)  # a fine-tuning cut short leaves no record behind
-    fine_tune()
-    atomic_write_text(folder / "fine_tuning.json", json.dumps(settings, indent=1) + "\n")
+    written.unlink(missing_ok=True)  # a fine-tuning cut short leaves no record behind
+    fine_tune(record["command"])
+    atomic_write_text(written, json.dumps(record, indent=1) + "\n")
 
 
 def glue_accuracy(args: argparse.Namespace, task: str, train_file: Path, common: list[str]) -> dict[str, float]:
@@ -110,11 +103,11 @@ def glue_accuracy(args: argparse.Namespace, task: str, train_file: Path, common:
 
     folder = args.work_dir / task
     folder.mkdir(parents=True, exist_ok=True)
-    fine_tune_once(folder, fine_tuning_settings(args, task), lambda: run_glue.main(
-        [*common, "--task-name", task, "--do-train", "--train-file", str(train_file),
-         "--from-pretrained-params", str(args.work_dir / "minilm.pdparams"), "--epochs", str(args.epochs),
-         "--learning-rate", "5e-5", "--output-dir", str(folder / "train"), "--export-dir",
-         str(folder / "export"), "--export-onnx", "--overwrite"]))
+    command = [*common, "--task-name", task, "--do-train", "--train-file", str(train_file),
+               "--from-pretrained-params", str(args.work_dir / "minilm.pdparams"), "--epochs", str(args.epochs),
+               "--learning-rate", "5e-5", "--output-dir", str(folder / "train"), "--export-dir",
+               str(folder / "export"), "--export-onnx", "--overwrite"]
+    fine_tune_once(folder, fine_tuning_record(command, train_file, args.model_dir), run_glue.main)
     dev = args.glue_dir / {"mrpc": "MRPC", "sst-2": "SST-2"}[task] / "dev.tsv"
     accuracy = {}
     for predictor in args.predictors:
@@ -136,11 +129,11 @@ def squad_scores(args: argparse.Namespace, common: list[str]) -> dict[str, dict[
     (folder / "train.json").write_text(json.dumps(train), encoding="utf-8")
     (folder / "predict.json").write_text(json.dumps(predict), encoding="utf-8")
     squad = ["--max-seq-length", str(args.squad_max_seq_length), "--doc-stride", "128"]
-    fine_tune_once(folder, fine_tuning_settings(args, "squad"), lambda: run_squad.main(
-        [*common, *squad, "--do-train", "--train-file", str(folder / "train.json"),
-         "--from-pretrained-params", str(args.work_dir / "minilm.pdparams"), "--epochs", str(args.epochs),
-         "--learning-rate", "1e-4", "--warmup-proportion", "0.1", "--output-dir", str(folder / "train"),
-         "--export-dir", str(folder / "export"), "--export-onnx", "--overwrite"]))
+    command = [*common, *squad, "--do-train", "--train-file", str(folder / "train.json"),
+               "--from-pretrained-params", str(args.work_dir / "minilm.pdparams"), "--epochs", str(args.epochs),
+               "--learning-rate", "1e-4", "--warmup-proportion", "0.1", "--output-dir", str(folder / "train"),
+               "--export-dir", str(folder / "export"), "--export-onnx", "--overwrite"]
+    fine_tune_once(folder, fine_tuning_record(command, folder / "train.json", args.model_dir), run_squad.main)
     scores, answers = {}, {}
     for predictor in args.predictors:
         output = folder / predictor.replace(":", "-")

@@ -317,36 +317,41 @@ def test_split_articles_keeps_training_and_prediction_apart(accuracy_script):
         accuracy_script.split_articles(dataset, 3, 3)
 
 
-def test_a_fine_tuning_is_reused_only_with_the_same_settings(accuracy_script, tmp_path):
-    args = accuracy_script.parse_args(["--work-dir", str(tmp_path), "--model-dir", str(tmp_path / "model")])
+def test_a_fine_tuning_is_reused_only_with_the_same_command_data_and_checkpoint(accuracy_script, tmp_path):
     folder = tmp_path / "squad"
     folder.mkdir()
+    train_file = tmp_path / "train.json"
+    train_file.write_text('{"data": ["article 1"]}')
     runs = []
 
-    def fine_tune():
-        runs.append(1)
+    def fine_tune(command):
+        runs.append(command)
         (folder / "export").mkdir(exist_ok=True)
         (folder / "export" / "bert_paddle.onnx").write_bytes(b"onnx")
 
-    settings = accuracy_script.fine_tuning_settings(args, "squad")
-    accuracy_script.fine_tune_once(folder, settings, fine_tune)
-    accuracy_script.fine_tune_once(folder, settings, fine_tune)
-    assert len(runs) == 1  # the second call only scores the export
-    changed = accuracy_script.fine_tuning_settings(
-        accuracy_script.parse_args(["--work-dir", str(tmp_path), "--model-dir", str(tmp_path / "model"),
-                                    "--squad-train-articles", "9"]), "squad")
-    assert changed != settings
-    accuracy_script.fine_tune_once(folder, changed, fine_tune)
-    assert len(runs) == 2 and json.loads((folder / "fine_tuning.json").read_text()) == changed
+    command = ["--do-train", "--epochs", "2"]
+    record = accuracy_script.fine_tuning_record(command, train_file, tmp_path / "model")
+    accuracy_script.fine_tune_once(folder, record, fine_tune)
+    accuracy_script.fine_tune_once(folder, record, fine_tune)
+    assert runs == [command]  # the second call only scores the export
+    other_epochs = accuracy_script.fine_tuning_record(["--do-train", "--epochs", "3"], train_file, tmp_path / "model")
+    other_model = accuracy_script.fine_tuning_record(command, train_file, tmp_path / "another model")
+    train_file.write_text('{"data": ["article 1", "article 2"]}')  # e.g. --squad-train-articles 2
+    other_data = accuracy_script.fine_tuning_record(command, train_file, tmp_path / "model")
+    for changed in (other_epochs, other_model, other_data):
+        assert changed != record
+        accuracy_script.fine_tune_once(folder, changed, fine_tune)
+        assert json.loads((folder / "fine_tuning.json").read_text()) == changed
+    assert len(runs) == 4
 
-    def cut_short():
+    def cut_short(command):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        accuracy_script.fine_tune_once(folder, settings, cut_short)
+        accuracy_script.fine_tune_once(folder, record, cut_short)
     assert not (folder / "fine_tuning.json").exists()  # the export may be half-written: never reused
-    accuracy_script.fine_tune_once(folder, changed, fine_tune)
-    assert len(runs) == 3
+    accuracy_script.fine_tune_once(folder, other_data, fine_tune)
+    assert len(runs) == 5
 
 
 def test_predictor_names_become_the_inference_flags_and_columns(accuracy_script):
