@@ -38,7 +38,6 @@ from __future__ import annotations
 import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
 import dataclasses
-import hashlib
 import json
 import multiprocessing
 import os
@@ -65,6 +64,7 @@ from downstream_plan import HYPERPARAMETERS, PLAN, TASKS, TaskPlan
 from glue_data import GLUE_TASKS, read_glue_examples
 from glue_metrics import compute_metrics
 from hf_names import HF_VOCAB_FILE
+from inference import sha256_of_file
 from squad_evaluate import evaluate, load_dataset, load_squad_json
 from tokenizer import load_vocab
 from weights import (
@@ -157,20 +157,12 @@ def task_list(text: str) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------
 
 
-def sha256_of(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def random_start(config_file: str | None, vocab_file: str | None) -> Start:
     if config_file is None:
         raise ValueError("--random-init needs --config-file, the network to initialise")
     if not Path(config_file).is_file():
         raise FileNotFoundError(f"--config-file {config_file}: file not found")
-    description = {"kind": "random init", "config_file": config_file, "config_sha256": sha256_of(config_file)}
+    description = {"kind": "random init", "config_file": config_file, "config_sha256": sha256_of_file(config_file)}
     return Start(description, "random:" + description["config_sha256"], (), config_file,
                  vocab_file or str(ROOT / "vocab" / "bert-base-uncased-vocab.txt"), None)
 
@@ -195,7 +187,7 @@ def checkpoint_start(checkpoint: str, config_file: str | None, vocab_file: str |
         elif converted_from == HUGGING_FACE:
             vocab_file = str(weights_file.parent / HF_VOCAB_FILE)  # missing: check_vocabulary names it
     description = {"kind": kind, "checkpoint": checkpoint, "weights_file": str(weights_file),
-                   "weights_sha256": sha256_of(weights_file), "config_file": config_file,
+                   "weights_sha256": sha256_of_file(weights_file), "config_file": config_file,
                    "encoder_tensors": tensors, "encoder_fingerprint": fingerprint}
     return Start(description, description["weights_sha256"], ("--from-pretrained-params", str(weights_file)),
                  config_file, vocab_file or str(ROOT / "vocab" / "bert-base-uncased-vocab.txt"), fingerprint)
@@ -356,8 +348,8 @@ class Unit:
 def make_unit(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start, output_dir: Path) -> Unit:
     setup = {"plan": dataclasses.asdict(plan), "hyperparameters": HYPERPARAMETERS["squad" if task == "squad" else
                                                                                    "glue"],
-             "start": start.identity, "train_file_sha256": sha256_of(data.train_file),
-             "dev_file_sha256": sha256_of(data.dev_file)}
+             "start": start.identity, "train_file_sha256": sha256_of_file(data.train_file),
+             "dev_file_sha256": sha256_of_file(data.dev_file)}
     return Unit(task, seed, plan, data, start, output_dir / "units" / f"{task}-seed{seed}",
                 json.loads(json.dumps(setup)))
 

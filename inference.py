@@ -189,7 +189,9 @@ def export_files(prefix: str) -> list[str]:
     return [path for path in candidates if os.path.isfile(path)]
 
 
-def sha256_of_file(path: str) -> str:
+def sha256_of_file(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks: how exports, checkpoints and training files are told
+    apart by content."""
     digest = hashlib.sha256()
     with open(path, "rb") as reader:
         for block in iter(lambda: reader.read(1 << 20), b""):

@@ -79,8 +79,17 @@ def fine_tuning_record(command: list[str], train_file: Path, model_dir: Path) ->
     the checkpoint it starts from (its path: the command reads it converted, under --work-dir)."""
     from inference import sha256_of_file
 
-    return {"command": command, "train_file_sha256": sha256_of_file(str(train_file)),
+    return {"command": command, "train_file_sha256": sha256_of_file(train_file),
             "model_dir": str(model_dir.resolve())}
+
+
+def read_record(path: Path) -> dict:
+    """A fine_tuning.json; one that does not parse is left as it is for its owner to look at."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not a fine-tuning record ({error}); delete it to fine-tune {path.parent.name} "
+                         "again") from None
 
 
 def fine_tune_once(folder: Path, record: dict, fine_tune: Callable[[list[str]], None]) -> None:
@@ -89,8 +98,7 @@ def fine_tune_once(folder: Path, record: dict, fine_tune: Callable[[list[str]], 
     from atomic_io import atomic_write_text
 
     written = folder / "fine_tuning.json"
-    if ((folder / "export" / "bert_paddle.onnx").is_file() and written.is_file()
-            and json.loads(written.read_text(encoding="utf-8")) == record):
+    if (folder / "export" / "bert_paddle.onnx").is_file() and written.is_file() and read_record(written) == record:
         print(f"{folder / 'export'}: fine-tuned before as {written} records; scoring it again", flush=True)
         return
     written.unlink(missing_ok=True)  # a fine-tuning cut short leaves no record behind
@@ -213,4 +221,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(ROOT))
+    from cli import run_main
+
+    sys.exit(run_main(main, "inference_accuracy.py"))

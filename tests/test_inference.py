@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import paddle
@@ -19,7 +21,7 @@ import run_glue
 import run_squad
 from amp import AmpPolicy
 from bert_config import BertConfig
-from conftest import ROOT
+from conftest import ROOT, require_shared
 from fine_tuning_runs import TINY_CONFIG
 from modeling import BertForQuestionAnswering, BertForSequenceClassification
 from test_cpu_kernels import exported_op_names
@@ -369,3 +371,31 @@ def test_predictor_names_become_the_inference_flags_and_columns(accuracy_script)
                                     "--do-eval", "--predict-file", str(TINY_CONFIG), "--inference-model-dir", "m",
                                     *accuracy_script.predictor_flags(predictor)])
         assert f"{args.inference_backend}:{args.inference_precision}" in predictor
+
+
+def test_a_corrupt_fine_tuning_record_is_one_line_naming_it(accuracy_script, tmp_path):
+    folder = tmp_path / "mrpc"
+    (folder / "export").mkdir(parents=True)
+    (folder / "export" / "bert_paddle.onnx").write_bytes(b"onnx")
+    (folder / "fine_tuning.json").write_text('{"command": ["--do-tr')  # cut short by hand, not by us
+    train_file = tmp_path / "train.tsv"
+    train_file.write_text("row\n")
+    record = accuracy_script.fine_tuning_record(["--do-train"], train_file, tmp_path / "model")
+    with pytest.raises(ValueError, match=r"fine_tuning\.json: not a fine-tuning record"):
+        accuracy_script.fine_tune_once(folder, record, lambda command: pytest.fail("fine-tuned over the export"))
+    assert (folder / "fine_tuning.json").read_text() == '{"command": ["--do-tr'  # left for the user to look at
+
+
+def test_inference_accuracy_reports_its_errors_in_one_line(tmp_path):
+    model_dir = require_shared("models", "all-MiniLM-L6-v2")
+    folder = tmp_path / "work" / "mrpc"
+    (folder / "export").mkdir(parents=True)
+    (folder / "export" / "bert_paddle.onnx").write_bytes(b"onnx")
+    (folder / "fine_tuning.json").write_text("{")
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "inference_accuracy.py"), "--work-dir",
+                             str(tmp_path / "work"), "--model-dir", str(model_dir), "--tasks", "mrpc"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"inference_accuracy.py: {folder / 'fine_tuning.json'}: not a fine-tuning record")
