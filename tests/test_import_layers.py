@@ -14,8 +14,8 @@ from conftest import ROOT
 LAYERS = {
     "leaves": {"atomic_io", "bert_config", "cached_wordpiece", "cli", "corpus", "cpu_ops", "dllog", "downstream_plan",
                "feature_batching", "folder_lock", "glue_metrics", "hf_names", "loss", "lr_scheduler", "masking",
-               "ngc_weights", "onnx_backend", "openvino_backend", "paddle_files", "paddle_private", "pretraining_pairs",
-               "progress", "squad_evaluate", "time_budget", "tokenizer", "visualdl_log"},
+               "mlm_baselines", "ngc_weights", "onnx_backend", "openvino_backend", "paddle_files", "paddle_private",
+               "pretraining_pairs", "progress", "squad_evaluate", "time_budget", "tokenizer", "visualdl_log"},
     "data": {"glue_data", "packing", "preprocess_pipeline", "pretraining_dataset", "shard_formats",
              "squad_utils"},
     "core": {"amp", "checkpoint", "cpu_kernels", "gradient_merge", "hf_weights", "modeling", "optimizer",

@@ -131,8 +131,9 @@ def test_a_rerun_skips_every_stage_that_is_done(miniature):
                          text=True, cwd=ROOT, timeout=300)
     assert run.returncode == 0, run.stderr
     done = [line for line in run.stdout.splitlines() if line.endswith(".json)") and ": done (" in line]
-    # data, then each run's pretraining and (but for the optimizer comparison's) its downstream scores
-    assert len(done) == 1 + sum(1 + run.downstream for run in time_to_quality.QUICK_RUNS) == 6
+    # data, then each run's pretraining and (but for the optimizer comparison's) its downstream scores, then the
+    # context-free floor
+    assert len(done) == 1 + sum(1 + run.downstream for run in time_to_quality.QUICK_RUNS) + 1 == 7
     assert not [line for line in run.stdout.splitlines() if line.startswith("+ ")]  # nothing was run again
     assert (json.loads((miniature / "report-again" / "time-to-quality.json").read_text(encoding="utf-8"))["runs"]
             == json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))["runs"])
@@ -488,3 +489,31 @@ def test_the_peers_checkpoint_is_a_hugging_face_folder_with_the_vocabulary_it_tr
     # every embedding and encoder tensor of the saved BERT reaches the fine-tuning runs: 5 + 16 per layer
     layers = json.loads((saved / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"]
     assert start.description["encoder_tensors"] == 5 + 16 * layers
+
+
+def test_the_context_free_floor_is_counted_on_the_validation_batches_of_the_run(miniature):
+    from itertools import islice
+
+    from dllog import read_report
+    from mlm_baselines import PREDICTORS, context_free_accuracy
+    from pretraining_dataset import PretrainingDataLoader
+    from pretraining_eval import EVAL_SEED
+
+    report = json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))
+    [options] = [r["data"] for r in read_report(report["runs"]["ours-quick"]["pretraining"]["report"])
+                 if r.get("step") == "PARAMETER"]
+
+    def batches(folder: str, seed: int, count: int) -> list[dict]:
+        loader = PretrainingDataLoader(folder, options["vocab_file"], options["batch_size"],
+                                       options["max_seq_length"], options["max_predictions_per_seq"], seed, nsp=True)
+        return list(islice(loader, count))
+
+    validation = batches(options["eval_dir"], EVAL_SEED, options["num_eval_batches"])
+    expected = context_free_accuracy(batches(options["input_dir"], options["seed"],
+                                             time_to_quality.QUICK_CONTEXT_FREE_TRAIN_BATCHES), validation, 103)
+    assert report["context_free"] == expected
+    # Every masked token of the validation batches that pretraining_eval.py scores, and no other.
+    assert expected["masked tokens"] == sum(int((b["masked_lm_labels"] >= 0).sum()) for b in validation) > 0
+    table = (miniature / "report" / "time-to-quality.md").read_text(encoding="utf-8")
+    for name in PREDICTORS:
+        assert f"| context-free: {name} | - | - | - | {expected[name] * 100:.1f} |" in table
