@@ -26,7 +26,7 @@ BERT_MODELS = ("bert-base-uncased", "bert-base-cased", "bert-large-uncased", "be
 CONFIG_DIR = Path(__file__).resolve().parent / "bert_configs"
 ACTIVATIONS = ("gelu", "gelu_new", "relu")  # modeling.ACTIVATIONS implements each
 # The budget-recipe fields, each with the value of Devlin et al.'s BERT (BertConfig says what they do).
-RECIPE_FIELDS = {"pre_layer_norm": False, "linear_bias": True, "gated_feed_forward": False}
+RECIPE_FIELDS = {"pre_layer_norm": False, "linear_bias": True, "gated_feed_forward": False, "alibi": False}
 
 # Hugging Face values that change the network transformers builds, with the value our model corresponds to
 # (the converter writes them, so that any transformers version builds our network).
@@ -66,8 +66,9 @@ class BertConfig:
     pad_vocab_size_multiple: int = 1
     # Project Q, K and V with one [H, 3H] matrix instead of three [H, H] ones.
     fuse_mha: bool = False
-    # Budget-recipe options (run_pretraining.py's --pre-layer-norm, --no-linear-bias, --gated-feed-forward); the
-    # defaults build Devlin et al.'s BERT, the only network transformers' BertModel and NGC's checkpoints hold.
+    # Budget-recipe options (run_pretraining.py's --pre-layer-norm, --no-linear-bias, --gated-feed-forward and
+    # --alibi); the defaults build Devlin et al.'s BERT, the only network transformers' BertModel and NGC's
+    # checkpoints hold.
     # Pre-LayerNorm residual blocks, x + f(LN(x)), with one more LayerNorm after the last layer (Xiong et al. 2020,
     # "On Layer Normalization in the Transformer Architecture", arXiv:2002.04745; Cramming trains so).
     pre_layer_norm: bool = False
@@ -76,6 +77,10 @@ class BertConfig:
     # Gated feed-forward, act(x W_gate) * (x W_up) (Shazeer 2020, "GLU Variants Improve Transformer",
     # arXiv:2002.05202): the intermediate layer projects to 2 x intermediate_size, gate columns first.
     gated_feed_forward: bool = False
+    # A fixed bias -m_h |i - j| on every attention score, by head h and the distance between query i and key j
+    # (ALiBi: Press et al. 2022, "Train Short, Test Long", arXiv:2108.12409; MosaicBERT uses it in both directions,
+    # Portes et al. 2023, arXiv:2312.17482). The learned position table stays: it tells left from right.
+    alibi: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",

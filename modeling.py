@@ -9,7 +9,7 @@ and then a head: BertPretrainingHeads (masked-LM + next-sentence, or masked-LM a
 a span head for SQuAD, or a classifier for GLUE. The architecture follows Devlin et al. 2019 (arXiv:1810.04805) and
 Google's reference implementation: post-LayerNorm residual blocks, exact (erf) GELU, weights
 drawn from N(0, initializer_range). BertConfig's budget-recipe fields (pre_layer_norm, linear_bias,
-gated_feed_forward) change the encoder layers, as run_pretraining.py's flags of the same names ask.
+gated_feed_forward, alibi) change the encoder layers, as run_pretraining.py's flags of the same names ask.
 
 A packed batch (packing.py) holds several samples per row: then position_ids restart for each sample, attention
 is block-diagonal over `sample_ids`, and the pooler reads each sample's [CLS] at `cls_positions`, so pooled_output
@@ -241,6 +241,24 @@ def block_diagonal_bias(sample_ids: paddle.Tensor, heads: int, dtype: str | padd
     return paddle.expand(bias.unsqueeze(1), [batch, heads, seq_length, seq_length])
 
 
+def alibi_slopes(heads: int) -> list[float]:
+    """ALiBi's per-head slopes m_h, h = 0 .. N-1: 1, 2^(-8/N), ..., 2^(-8(N-1)/N). Press et al. 2022
+    (arXiv:2108.12409, section 3) use the same geometric sequence one step on, 2^(-8/N) to 2^-8. Starting at 1 keeps
+    one head local whatever N: with bert-tiny's two heads the paper's slopes (2^-4, 2^-8) barely favour a
+    neighbour, and in a probe at equal steps (LAMB 1e-2, batch 64, en-2015) they learnt no faster than no bias (11.8%
+    validation MLM accuracy at step 300, against 11.5%), where 1 and 2^-4 reached 15.7%."""
+    return [2.0 ** (-8.0 * head / heads) for head in range(heads)]
+
+
+def distance_bias(heads: int, seq_length: int, dtype: str | paddle.dtype) -> paddle.Tensor:
+    """Additive [1, heads, S, S] in `dtype`: -m_h |i - j| for query i and key j in head h (alibi_slopes). By
+    token slots, which within one sample of a packed row are its positions, and across samples are masked."""
+    slots = paddle.arange(seq_length, dtype="float32")
+    distance = paddle.abs(slots.unsqueeze(1) - slots.unsqueeze(0))  # [S, S]
+    slopes = paddle.to_tensor(alibi_slopes(heads), dtype="float32").reshape([heads, 1, 1])
+    return (-slopes * distance).unsqueeze(0).astype(dtype)  # [1, N, S, S]
+
+
 HALF_DTYPES = ("float16", "bfloat16")
 
 
@@ -342,6 +360,8 @@ class BertModel(nn.Layer):
             raise ValueError("BertModel: give attention_mask (padded rows) or sample_ids (packed rows), not both")
         if token_type_ids is None:
             token_type_ids = paddle.zeros_like(input_ids)
+        if self.config.alibi and attention_mask is None and sample_ids is None:
+            attention_mask = paddle.ones_like(input_ids)  # no padding, but the distance bias rides on a mask
         mask = self._attention_input(attention_mask, sample_ids)
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids)
         for layer in self.encoder:
@@ -369,23 +389,28 @@ class BertModel(nn.Layer):
           without flash or memory-efficient attention it gets [B, 1, S, S], which every backend reads right.
 
         Packed rows get the block-diagonal [B, 1 or N, S, S] mask by the same rule for heads, except in
-        float16/bfloat16 where flash_attn_unpadded runs (it takes no fp32). These choices only size the mask:
+        float16/bfloat16 where flash_attn_unpadded runs (it takes no fp32). With config.alibi every case gets
+        [B, N, S, S], the padding or block-diagonal mask plus distance_bias. These choices only size the mask:
         were F.scaled_dot_product_attention to pick another backend than foreseen, each of these shapes is still
         read correctly by it, at worst with one more copy.
         """
         if attention_mask is None and sample_ids is None:
             return None
         dtype = self._compute_dtype()
-        flash = self.varlen_attention and str(dtype).removeprefix("paddle.") in HALF_DTYPES
+        alibi = self.config.alibi
+        # flash_attn_unpadded takes no bias, so ALiBi's packed rows take the block-diagonal mask instead.
+        flash = self.varlen_attention and str(dtype).removeprefix("paddle.") in HALF_DTYPES and not alibi
         if sample_ids is not None and flash:
             return UnpaddedTokens.of(sample_ids, dtype)
         seq_length = (attention_mask if sample_ids is None else sample_ids).shape[1]
         memory_efficient = self.cuda_attention and not flash and seq_length % 8 == 0
-        heads = self.config.num_attention_heads if self.use_cpu_kernels or memory_efficient else 1
+        heads = self.config.num_attention_heads if self.use_cpu_kernels or memory_efficient or alibi else 1
         if sample_ids is not None:
-            return block_diagonal_bias(sample_ids, heads, dtype)
-        query_rows = 1 if heads == 1 and not self.cuda_attention else seq_length
-        return attention_bias(attention_mask, heads, query_rows, dtype)
+            mask = block_diagonal_bias(sample_ids, heads, dtype)
+        else:
+            query_rows = 1 if heads == 1 and not self.cuda_attention else seq_length
+            mask = attention_bias(attention_mask, heads, query_rows, dtype)
+        return mask + distance_bias(heads, seq_length, dtype) if alibi else mask  # [B, N, S, S] with ALiBi
 
     def _compute_dtype(self) -> str | paddle.dtype:
         """The dtype of the attention scores: autocast's under AMP (its matmuls), else the weights'."""

@@ -172,6 +172,9 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="No biases in the encoder's linear layers (BertConfig linear_bias false).")
     group.add_argument("--gated-feed-forward", action="store_true",
                        help="Gated-GELU feed-forward, act(x W_gate) * (x W_up) (BertConfig gated_feed_forward).")
+    group.add_argument("--alibi", action="store_true",
+                       help="ALiBi: add -m_h |i - j| to head h's attention score of query i on key j (Press et al. "
+                       "2022), beside the learned positions (BertConfig alibi).")
     group.add_argument("--no-dropout", action="store_true",
                        help="Train with dropout 0. The checkpoint's config keeps the config file's dropout, which "
                        "fine-tuning then uses.")
@@ -379,7 +382,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def load_bert_config(args: argparse.Namespace) -> BertConfig:
     """The config the checkpoints record: --config-file (or --bert-model's) with the architecture flags."""
-    recipe = {name: True for name in ("pre_layer_norm", "gated_feed_forward") if getattr(args, name)}
+    recipe = {name: True for name in ("pre_layer_norm", "gated_feed_forward", "alibi") if getattr(args, name)}
     if args.no_linear_bias:
         recipe["linear_bias"] = False
     return build_config(args.bert_model, args.config_file, fuse_mha=args.fuse_mha,

@@ -68,7 +68,7 @@ PRESET_FILE = ROOT / "scripts" / "configs" / "pretrain_config.sh"
 # (--compare-sizes, docs/time-to-quality-sizes.md).
 DEFAULT_PRESET = "cpu_budget_tiny"
 # run_pretraining.py's budget-recipe flags, which the transformers peer cannot follow.
-RECIPE_FLAGS = ("pre_layer_norm", "no_linear_bias", "gated_feed_forward", "no_dropout")
+RECIPE_FLAGS = ("pre_layer_norm", "no_linear_bias", "gated_feed_forward", "no_dropout", "alibi")
 
 
 def peer_mismatch(options: dict) -> str | None:

@@ -99,6 +99,8 @@
 #   51 gradient_merge_ramp (0)           phase 1's micro-batches per step grow from 1 to gradient_accumulation_steps
 #                                         (9), which must be 2 or more, over this fraction of phase 1
 #                                         (--gradient-merge-ramp): a batch that ramps up. 0: the full batch throughout
+#   52 alibi (false)                     true: ALiBi's distance bias on the attention scores (--alibi); like 46-48 it
+#                                         goes into the checkpoints' config
 # A data folder is preprocessed only when it is empty: after changing argument 27, 39, 40 or 41, remove the data
 # folders or name new ones (arguments 17 and 18).
 # Environment: RESULTS_DIR (default <code_dir>/results) is argument 43's default; VOCAB_FILE
@@ -108,7 +110,7 @@
 # e.g. to build the shards on a CPU node before a GPU job, or to time preprocessing apart from training.
 set -euo pipefail
 
-(( $# <= 51 )) || { echo "${0##*/}: at most 51 positional arguments, got $#" >&2; exit 1; }
+(( $# <= 52 )) || { echo "${0##*/}: at most 52 positional arguments, got $#" >&2; exit 1; }
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/common.sh
 source "$SCRIPT_DIR/common.sh"
@@ -170,6 +172,7 @@ gated_feed_forward=${48:-false}
 dropout=${49:-true}
 trained_vocab_size=${50:-none}
 gradient_merge_ramp=${51:-0}
+alibi=${52:-false}
 num_nodes=1
 
 for name in train_batch_size num_gpus train_steps save_checkpoint_steps gradient_accumulation_steps \
@@ -183,7 +186,7 @@ require_int num_workers "$num_workers" 0
 require_choice create_logfile "$create_logfile" true false
 require_choice enable_benchmark "$enable_benchmark" true false
 require_choice fuse_mha "$fuse_mha" true false
-for name in pre_layer_norm linear_bias gated_feed_forward dropout; do
+for name in pre_layer_norm linear_bias gated_feed_forward dropout alibi; do
   require_choice "$name" "${!name}" true false
 done
 [[ "$trained_vocab_size" == none ]] || require_int trained_vocab_size "$trained_vocab_size" 6
@@ -298,6 +301,7 @@ common_flags=(--vocab-file "$VOCAB_FILE" --output-dir "$RESULTS_DIR" "${BERT_MOD
 [[ "$linear_bias" == false ]] && common_flags+=(--no-linear-bias)
 [[ "$gated_feed_forward" == true ]] && common_flags+=(--gated-feed-forward)
 [[ "$dropout" == false ]] && common_flags+=(--no-dropout)
+[[ "$alibi" == true ]] && common_flags+=(--alibi)
 common_flags+=("${TRAIN_FEATURE_FLAGS[@]}")
 [[ "$enable_benchmark" == true ]] && common_flags+=(--benchmark --benchmark-steps "$benchmark_steps"
   --benchmark-warmup-steps "$benchmark_warmup_steps")

@@ -1,8 +1,8 @@
 """The BERT encoder written from the papers' equations in NumPy (float64): the tests' oracle for modeling.py.
 
 Devlin et al. 2019 and Vaswani et al. 2017 for the post-LayerNorm block; the budget-recipe options of BertConfig
-(pre-LayerNorm, Xiong et al. 2020; bias-free linear layers; the gated-GELU feed-forward, Shazeer 2020) as their
-papers write them. It shares no code with modeling.py.
+(pre-LayerNorm, Xiong et al. 2020; bias-free linear layers; the gated-GELU feed-forward, Shazeer 2020; ALiBi's
+distance bias, Press et al. 2022) as their papers write them. It shares no code with modeling.py.
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ def numpy_encoder(params: dict, config: BertConfig, input_ids: np.ndarray, token
          + params["embeddings.token_type_embeddings.weight"][token_type_ids])
     x = layer_norm(x, "embeddings.layer_norm")
     bias = np.where(attention_mask[:, None, None, :] > 0, 0.0, -np.inf)  # [B, 1, 1, S]
+    if config.alibi:  # head h of N (from 0) adds -m_h |i - j|, m_h = 2^(-8h/N)
+        slopes = 2.0 ** (-8.0 * np.arange(heads) / heads)
+        distance = np.abs(np.arange(seq)[:, None] - np.arange(seq)[None, :])
+        bias = bias - slopes[None, :, None, None] * distance[None, None]  # [B, N, S, S]
 
     def attention(x, p):
         def split(t):

@@ -1,5 +1,5 @@
 """The budget-recipe options of run_pretraining.py (issue 43): pre-LayerNorm blocks, bias-free linear layers,
-gated-GELU feed-forward and --no-dropout.
+gated-GELU feed-forward, ALiBi's attention bias and --no-dropout.
 
 The layers are checked against the equations written out in NumPy: pre-LayerNorm as Xiong et al. 2020
 (arXiv:2002.04745) define it, x + f(LN(x)) with a LayerNorm after the last block, and the gated feed-forward as
@@ -33,7 +33,8 @@ RECIPES = {
     "pre-LN": {"pre_layer_norm": True},
     "bias-free": {"linear_bias": False},
     "gated": {"gated_feed_forward": True},
-    "all three": {"pre_layer_norm": True, "linear_bias": False, "gated_feed_forward": True},
+    "ALiBi": {"alibi": True},
+    "all four": {"pre_layer_norm": True, "linear_bias": False, "gated_feed_forward": True, "alibi": True},
 }
 
 
@@ -66,10 +67,34 @@ def test_each_recipe_option_computes_its_equations(recipe, use_cpu_kernels):
     expected = numpy_encoder(state, config, input_ids, token_type_ids, attention_mask)
     valid = attention_mask.astype(bool)
     np.testing.assert_allclose(output.numpy()[valid], expected[valid], atol=5e-5)
-    if config.pre_layer_norm:  # the same weights under post-LayerNorm compute something else: the option acted
-        post = numpy_encoder(state, dataclasses.replace(config, pre_layer_norm=False), input_ids, token_type_ids,
-                             attention_mask)
-        assert np.abs(post[valid] - expected[valid]).max() > 1e-2
+    for name in ("pre_layer_norm", "alibi"):  # the same weights without the option compute something else
+        if getattr(config, name):
+            without = numpy_encoder(state, dataclasses.replace(config, **{name: False}), input_ids, token_type_ids,
+                                    attention_mask)
+            assert np.abs(without[valid] - expected[valid]).max() > 1e-2
+
+
+@pytest.mark.parametrize("use_cpu_kernels", [True, False])
+def test_alibi_without_a_mask_and_in_packed_rows_is_each_samples_own(use_cpu_kernels):
+    """With no attention_mask ALiBi still biases the scores (no padding is not no bias), and a packed row's samples
+    are biased by their distances within the sample: each equals the sample encoded alone."""
+    paddle.seed(5)
+    config = small_config(alibi=True)
+    model = modeling.BertModel(config, use_cpu_kernels)
+    model.eval()
+    state = {name: value.numpy().astype(np.float64) for name, value in model.state_dict().items()}
+    rng = np.random.default_rng(1)
+    first, second = rng.integers(0, config.vocab_size, (1, 5)), rng.integers(0, config.vocab_size, (1, 4))
+    alone = [numpy_encoder(state, config, ids, np.zeros_like(ids), np.ones_like(ids))[0] for ids in (first, second)]
+    unmasked, _ = model(paddle.to_tensor(first))
+    np.testing.assert_allclose(unmasked.numpy()[0], alone[0], atol=5e-5)
+    packed_ids = np.concatenate([first, second, [[0]]], axis=1)  # [1, 10]: two samples and one padding slot
+    sample_ids = np.array([[0] * 5 + [1] * 4 + [-1]])
+    position_ids = np.array([[0, 1, 2, 3, 4, 0, 1, 2, 3, 0]])
+    packed, _ = model(paddle.to_tensor(packed_ids), paddle.zeros([1, 10], "int64"),
+                      position_ids=paddle.to_tensor(position_ids), sample_ids=paddle.to_tensor(sample_ids))
+    np.testing.assert_allclose(packed.numpy()[0, :5], alone[0], atol=5e-5)
+    np.testing.assert_allclose(packed.numpy()[0, 5:9], alone[1], atol=5e-5)
 
 
 def test_the_options_change_exactly_the_parameters_they_name():
@@ -180,3 +205,34 @@ def test_the_transformers_peer_refuses_to_copy_a_recipe_run(flag):
 
     destinations = {action.dest for action in run_pretraining.build_parser()._actions}
     assert flag in destinations
+
+
+def test_an_alibi_model_exports_to_paddle_inference_and_onnx_computing_the_same(tmp_path):
+    """The distance bias is built from the input's shape inside the program, so both exports (any batch and
+    sequence length) give the dygraph model's span logits, padding included."""
+    import onnxruntime
+
+    import inference
+
+    paddle.seed(1)
+    model = modeling.BertForQuestionAnswering(small_config(alibi=True))
+    model.eval()
+    rng = np.random.default_rng(0)
+    input_ids = rng.integers(0, 99, (2, 11))
+    token_type_ids = (np.arange(11)[None] >= 6).astype(np.int64).repeat(2, 0)
+    attention_mask = np.ones_like(input_ids)
+    attention_mask[1, 8:] = 0
+    inputs = (input_ids, token_type_ids, attention_mask)
+    expected = [logits.numpy() for logits in model(*(paddle.to_tensor(array) for array in inputs))]
+    without_bias = modeling.BertForQuestionAnswering(small_config())
+    without_bias.set_state_dict(model.state_dict())
+    without_bias.eval()
+    assert np.abs(without_bias(*(paddle.to_tensor(array) for array in inputs))[0].numpy() - expected[0]).max() > 1e-3
+    inference.export_inference_model(model, str(tmp_path), "qa")
+    predicted = inference.inference_predictor(str(tmp_path), "qa", 1)(*inputs)
+    onnx_file = inference.export_onnx_model(model, str(tmp_path / "qa"))
+    session = onnxruntime.InferenceSession(onnx_file)
+    from_onnx = session.run(None, dict(zip(("input_ids", "token_type_ids", "attention_mask"), inputs, strict=True)))
+    for outputs in (predicted, from_onnx):
+        for got, want in zip(outputs, expected, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)

@@ -32,7 +32,7 @@ NEW_FLAGS = ("--whole-word-masking", "--masked-lm-ratio", "--no-nsp", "--nsp", "
              "--eval-interval-minutes")
 # The positions (from 1) of run_pretraining.sh's arguments these tests change.
 MASKING, WHOLE_WORD_MASKING, MASKED_LM_RATIO, NO_NSP, PACK_SEQUENCES = 27, 39, 40, 41, 42
-GRADIENT_ACCUMULATION, GRADIENT_MERGE_RAMP = 9, 51
+GRADIENT_ACCUMULATION, GRADIENT_MERGE_RAMP, ALIBI = 9, 51, 52
 
 
 @dataclass
@@ -190,10 +190,10 @@ def test_the_defaults_leave_the_38_argument_command_lines_as_they_were(tmp_path,
 def test_the_arguments_after_43_left_at_their_defaults_leave_the_43_argument_command_lines_as_they_were(
         tmp_path, fakes):
     """Arguments 44 (time_budget) and 45 (eval_interval_minutes) as every preset prints them, none, 46-49 (the
-    budget-recipe model options) at NVIDIA's model, 50 (trained_vocab_size) none and 51 (gradient_merge_ramp) 0 pass
-    nothing: the command lines are those of the same preset's first 43 arguments."""
+    budget-recipe model options) at NVIDIA's model, 50 (trained_vocab_size) none, 51 (gradient_merge_ramp) 0 and 52
+    (alibi) false pass nothing: the command lines are those of the same preset's first 43 arguments."""
     full_args, short_args = cpu_tiny(fakes, tmp_path / "45"), cpu_tiny(fakes, tmp_path / "43")[:43]
-    assert full_args[43:] == ["none", "none", "false", "true", "false", "true", "none", "0"]
+    assert full_args[43:] == ["none", "none", "false", "true", "false", "true", "none", "0", "false"]
     full = record_ok(full_args, fakes, tmp_path / "45")
     short = record_ok(short_args, fakes, tmp_path / "43")
     assert [call["argv"] for call in full.calls] == [
@@ -249,7 +249,8 @@ def test_nvidias_defaults_pass_none_of_the_new_flags(tmp_path, fakes):
     (GRADIENT_MERGE_RAMP, "-0.1", ("gradient_merge_ramp", "[0, 1]", "'-0.1'")),
     (GRADIENT_MERGE_RAMP, "1.5", ("gradient_merge_ramp", "[0, 1]", "'1.5'")),
     (GRADIENT_MERGE_RAMP, "half", ("gradient_merge_ramp", "[0, 1]", "'half'")),
-    (52, "extra", ("at most 51", "got 52")),
+    (ALIBI, "yes", ("alibi", "true false", "'yes'")),
+    (53, "extra", ("at most 52", "got 53")),
 ])
 def test_bad_values_are_named_before_anything_runs(position, text, named, tmp_path, fakes):
     args = cpu_tiny(fakes, tmp_path)
@@ -285,7 +286,9 @@ def test_the_other_presets_keep_the_features_off(name, fakes):
     # BERT's vocabulary (50), but in the vocabulary trial: 8,192 entries trained on the corpus
     assert args[49] == ("8192" if name == "cpu_budget_tiny_8k_vocab" else "none")
     # the full batch from the first step (51), but in the batch-ramp trial
-    assert args[50:] == (["0.5"] if name == "cpu_budget_tiny_ramp" else ["0"])
+    assert args[50] == ("0.5" if name == "cpu_budget_tiny_ramp" else "0")
+    # Devlin et al.'s attention (52), but in the ALiBi trial
+    assert args[51:] == (["true"] if name == "cpu_budget_tiny_alibi" else ["false"])
 
 
 def test_the_batch_ramp_reaches_phase_1_alone_and_needs_micro_batches_to_grow(tmp_path, fakes):

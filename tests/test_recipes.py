@@ -252,6 +252,7 @@ POSITIONAL_CASES = {
     "47 linear_bias": ({47: "false"}, _has_flag("--no-linear-bias"), (True, True)),
     "48 gated_feed_forward": ({48: "true"}, _has_flag("--gated-feed-forward"), (True, True)),
     "49 dropout": ({49: "false"}, _has_flag("--no-dropout"), (True, True)),
+    "52 alibi": ({52: "true"}, _has_flag("--alibi"), (True, True)),
     # Trained on the corpus, beside the phase-1 shards, and the one vocabulary of both phases' data and training.
     "50 trained_vocab_size": ({50: "512"}, lambda run: (script_args(run.calls, "tokenizer.py"),
                                                         _preprocessing_values("--vocab-file")(run),
@@ -415,9 +416,10 @@ def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     (15, "-1", ("train_steps_phase2", ">= 0", "'-1'")),
     (36, "1", ("holdout_fraction", "[0, 1)", "'1'")),
     (37, "0", ("eval_freq", ">= 1", "'0'")),
-    (52, "extra", ("at most 51", "got 52")),
+    (53, "extra", ("at most 52", "got 53")),
     (50, "5", ("trained_vocab_size", ">= 6", "'5'")),
     (46, "yes", ("pre_layer_norm", "true false", "'yes'")),
+    (52, "on", ("alibi", "true false", "'on'")),
     (49, "0", ("dropout", "true false", "'0'")),
     (44, "0", ("time_budget", "(0, inf) or none", "'0'")),
     (44, "30", ("time_budget 30 is for phase 1 alone", "train_steps_phase2 to 0")),
@@ -482,7 +484,7 @@ PRETRAIN_POSITIONS = {"batch": 0, "lr": 1, "precision": 2, "gpus": 3, "warmup": 
 
 def _preset_values(name: str, env: dict[str, str]) -> dict[str, str]:
     args = preset("pretrain_config.sh", name, env)
-    assert len(args) == 51, args
+    assert len(args) == 52, args
     return {key: args[position] for key, position in PRETRAIN_POSITIONS.items()}
 
 
@@ -537,9 +539,9 @@ def test_each_cpu_preset_has_its_own_results_folder(tmp_path, fakes):
     The presets run one after the other in one folder, as a newcomer runs them."""
     env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"))
     assert CPU_PRESETS == ["cpu_budget_mini", "cpu_budget_small", "cpu_budget_tiny", "cpu_budget_tiny_8k_vocab",
-                           "cpu_budget_tiny_batch16", "cpu_budget_tiny_gated", "cpu_budget_tiny_mask30",
-                           "cpu_budget_tiny_prenorm", "cpu_budget_tiny_ramp", "cpu_budget_tiny_wsd", "cpu_demo",
-                           "cpu_tiny", "cpu_tiny_beyond", "cpu_tiny_lans"]
+                           "cpu_budget_tiny_alibi", "cpu_budget_tiny_batch16", "cpu_budget_tiny_gated",
+                           "cpu_budget_tiny_mask30", "cpu_budget_tiny_prenorm", "cpu_budget_tiny_ramp",
+                           "cpu_budget_tiny_wsd", "cpu_demo", "cpu_tiny", "cpu_tiny_beyond", "cpu_tiny_lans"]
     for name in CPU_PRESETS:
         args = preset("pretrain_config.sh", name, env)
         assert preset("pretrain_config.sh", name, env) == args
