@@ -604,7 +604,8 @@ def main(argv: list[str] | None = None) -> None:
         write_trials_report(args, recipes_report_kind(args.recipe_budget), trials, checks)
         return
     results, missing = {}, []
-    for run in QUICK_RUNS if args.quick else RUNS:
+    runs = QUICK_RUNS if args.quick else RUNS
+    for run in runs:
         pretrained = yardstick.pretrain(run)
         stage = yardstick.downstream(run, pretrained) if run.downstream and pretrained else None
         if pretrained is None or (run.downstream and stage is None):  # --report-only: not finished yet
@@ -613,11 +614,10 @@ def main(argv: list[str] | None = None) -> None:
         results[run.name] = {"run": asdict(run), "pretraining": pretrained}
         if stage:
             results[run.name].update(downstream=stage["downstream"], downstream_wall_seconds=stage["wall_seconds"])
-    floor_run = next((run for run in QUICK_RUNS if run.engine == "ours") if args.quick
-                     else (run for run in RUNS if run.engine == "ours"))
+    floor_run = next(run for run in runs if run.engine == "ours")
     floor = yardstick.context_free(floor_run, results[floor_run.name]["pretraining"]) \
         if floor_run.name in results else None
-    write_report(args, data, results, missing, floor)
+    write_report(args, data, results, missing, floor and floor["accuracy"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -701,7 +701,9 @@ SUMMARY_LABELS = {"random": "random init", "ours-60": "ours, 60 min", "ours-20":
                   "cpu_budget_tiny_gated-20": "ours, gated GELU, 20 min",
                   "cpu_budget_tiny_wsd-20": "ours, warmup-stable-decay, 20 min",
                   "cpu_budget_tiny_ramp-20": "ours, batch ramp 16 to 64, 20 min",
-                  "cpu_budget_tiny_8k_vocab-60": "ours, 8k vocabulary, 60 min"}
+                  "cpu_budget_tiny_8k_vocab-60": "ours, 8k vocabulary, 60 min",
+                  "cpu_budget_tiny_alibi-20": "ours, ALiBi, 20 min",
+                  "cpu_budget_tiny_alibi_8k_vocab-20": "ours, ALiBi and 8k vocabulary, 20 min"}
 
 
 def score_cell(entry: dict) -> str:
@@ -851,6 +853,22 @@ def recipes_report_kind(budget: float) -> str:
     return "recipes" if budget == RECIPE_TRIAL_BUDGET else f"recipes-{budget:g}"
 
 
+def check_no_trial_dropped(report_file: Path, runs: dict) -> None:
+    """SystemExit naming report_file when it holds trials that `runs` lacks: a run of other trials would replace
+    a report whose stage files may be gone. Another --report-dir keeps both."""
+    if not report_file.exists():
+        return
+    try:
+        earlier = json.loads(report_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"{SCRIPT}: {report_file}: not a trials report ({error}); move it or use --report-dir"
+                         ) from None
+    dropped = [name for name in earlier if name not in runs]
+    if dropped:
+        raise SystemExit(f"{SCRIPT}: {report_file} holds trials this run does not ({', '.join(dropped)}), so "
+                         "writing it would lose them: use another --report-dir")
+
+
 def write_trials_report(args: argparse.Namespace, kind: str, runs: dict, checks: list[dict] | None = None) -> None:
     """time-to-quality-<kind>.{json,md} (kind "sizes", "search" or recipes_report_kind's): each trial's model,
     options, optimizer and validation MLM accuracy against its training minutes; for the recipes its downstream
@@ -888,6 +906,7 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict, checks:
     if scored:
         lines += ["", "## Summary (the README's table)", "", recipe_summary_table(runs)]
     report_dir = Path(args.report_dir)
+    check_no_trial_dropped(report_dir / f"time-to-quality-{kind}.json", runs)
     report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(report_dir / f"time-to-quality-{kind}.json", json.dumps(runs, indent=1) + "\n")
     atomic_write_text(report_dir / f"time-to-quality-{kind}.md", "\n".join(lines) + "\n")
@@ -897,14 +916,15 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict, checks:
 def write_report(args: argparse.Namespace, data: dict, results: dict, missing: list[str], floor: dict | None
                  ) -> None:
     """WORK/time_to_quality.json, and the JSON, PNG and markdown in --report-dir; `missing` names the runs not
-    finished yet (--report-only); floor is the context-free stage (Yardstick.context_free), None before it."""
+    finished yet (--report-only); floor is the context-free stage's accuracies (Yardstick.context_free), None
+    before it is counted."""
     if not any("downstream" in result for result in results.values()):
         raise SystemExit(f"{SCRIPT}: no run has been scored downstream yet: nothing to report")
     header = machine.header_line()
     checks = targets(results)
     command = "python benchmarks/time_to_quality.py" + (" --quick" if args.quick else "")
     report = {"machine": header, "command": command, "data": data, "runs": results, "missing": missing,
-              "targets": checks, "context_free": floor and floor["accuracy"]}
+              "targets": checks, "context_free": floor}
     text = json.dumps(report, indent=1) + "\n"
     atomic_write_text(Path(args.work_dir) / "time_to_quality.json", text)
     report_dir = Path(args.report_dir)
@@ -912,7 +932,7 @@ def write_report(args: argparse.Namespace, data: dict, results: dict, missing: l
     atomic_write_text(report_dir / "time-to-quality.json", text)
     plot(results, report_dir / "time-to-quality.png")
     atomic_write_text(report_dir / "time-to-quality.md", markdown(header, data, results, checks, command, missing,
-                                                                     floor and floor["accuracy"]))
+                                                                     floor))
     for check in checks:
         print(f"{'holds' if check['holds'] else 'MISSED'}: {check['target']}: {check['value']:.2f} "
               f"(needed {check['needed']:.2f})")

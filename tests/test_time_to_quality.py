@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, require_shared
+from messages import assert_one_line
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import hf_pretraining_peer  # noqa: E402
@@ -378,8 +379,11 @@ def test_a_downstream_result_of_another_fine_tuning_plan_is_not_reused(tmp_path,
     assert yardstick.downstream_settings(run, pretrained)["hyperparameters"]["glue"] == {}
 
 
-# The budget recipe that the README shows beside the plain one: the only trial that gained at 20 minutes.
-README_BUDGET_RECIPE = "cpu_budget_tiny_8k_vocab"
+# The budget-recipe rows that the README shows beside the plain recipe, each from its report: the 8k vocabulary (the
+# first trial that gained at 20 minutes) at 20 and 60 minutes, and ALiBi, the first to leave the copy floor.
+README_BUDGET_ROWS = (("time-to-quality-recipes", 20, "cpu_budget_tiny_8k_vocab-20"),
+                      ("time-to-quality-recipes-60", 60, "cpu_budget_tiny_8k_vocab-60"),
+                      ("time-to-quality-recipes-alibi", 20, "cpu_budget_tiny_alibi-20"))
 
 
 def test_the_readme_table_is_the_committed_reports_summary():
@@ -390,17 +394,17 @@ def test_the_readme_table_is_the_committed_reports_summary():
     assert table.count("\n") >= 3  # the header, its rule and at least two scored runs
     assert table in (ROOT / "README.md").read_text(encoding="utf-8")
     assert table in (ROOT / "docs" / "time-to-quality.md").read_text(encoding="utf-8")
-    # and the budget recipe beside the plain recipe at 20 and 60 minutes (docs/time-to-quality-recipes.json and
-    # -recipes-60.json, whose baselines are the yardstick's own "ours" rows): the README's table goes on with its rows
+    # and the budget recipes beside the plain recipe (each report's baseline is a plain "ours" run at its budget):
+    # the README's table goes on with their rows
     rows = []
-    for report, minutes in (("time-to-quality-recipes", 20), ("time-to-quality-recipes-60", 60)):
+    for report, minutes, run in README_BUDGET_ROWS:
         trials = json.loads((ROOT / "docs" / f"{report}.json").read_text(encoding="utf-8"))
         recipes = time_to_quality.recipe_summary_table(trials)
         assert recipes.splitlines()[2].startswith(f"| ours, {minutes} min |")
         assert recipes in (ROOT / "docs" / f"{report}.md").read_text(encoding="utf-8")
-        label = time_to_quality.SUMMARY_LABELS[f"{README_BUDGET_RECIPE}-{minutes}"]
+        label = time_to_quality.SUMMARY_LABELS[run]
         rows += [row for row in recipes.splitlines()[3:] if row.startswith(f"| {label} |")]
-    assert len(rows) == 2
+    assert len(rows) == len(README_BUDGET_ROWS)
     assert table + "\n" + "\n".join(rows) + "\n" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
@@ -451,6 +455,12 @@ def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(min
     assert (masking["masked_lm_ratio"], masking["max_predictions_per_seq"]) == (0.3, 39)
     assert (baseline["masked_lm_ratio"], baseline["max_predictions_per_seq"]) == (0.15, 20)
     assert "| cpu_budget_tiny_mask30-0.3 | bert-tiny-uncased.json | --masked-lm-ratio 0.3 | Lamb |" in table
+    # A rerun of fewer trials (done, so not trained again) would replace the report without the others: refused.
+    fewer = subprocess.run(command[:-2], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert fewer.returncode == 1
+    assert_one_line(fewer.stderr, "time_to_quality.py: ", "time-to-quality-recipes.json",
+                    "cpu_budget_tiny_8k_vocab-0.3", "cpu_budget_tiny_mask30-0.3", "--report-dir")
+    assert (miniature / "report" / "time-to-quality-recipes.md").read_text(encoding="utf-8") == table
 
 
 def test_the_options_column_names_every_option_that_differs_from_the_plain_recipe():
