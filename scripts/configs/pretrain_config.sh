@@ -341,17 +341,22 @@ cpu_budget_tiny_prenorm() (
   _print_pretrain_args
 )
 
+# The 8k-vocabulary trials' common settings: bert-tiny with 8,192 entries and the shards tokenized by that vocabulary.
+_cpu_budget_8k_vocab_recipe() {
+  _cpu_budget_recipe bert-tiny-8k-vocab.json
+  local prep="${BERT_PREP_WORKING_DIR:-$_PRETRAIN_CONFIG_CODEDIR/data}/wikipedia-en-2015"
+  DATA_DIR_PHASE1="$prep/pretrain-8k-vocab/phase1/unbinned/parquet"
+  DATA_DIR_PHASE2="$prep/pretrain-8k-vocab/phase2/bin_size_64/parquet"
+  trained_vocab_size=8192
+}
+
 # A budget-recipe trial: cpu_budget_tiny with an 8,192-entry WordPiece vocabulary trained on the corpus (argument
 # 50) in place of BERT's 30,522: the masked-LM head's [hidden x vocab] products, which outweigh bert-tiny's encoder,
 # shrink 3.7x, and words take 15% more pieces (1.53 a word against 1.33 on this corpus). Its shards are its own.
 # It led the 20-minute trials (GLUE average 48.1 against 46.8) but not at 60 minutes (47.7 against 48.0;
 # docs/time-to-quality-recipes-60.md), so it is not the README's preset.
 cpu_budget_tiny_8k_vocab() (
-  _cpu_budget_recipe bert-tiny-8k-vocab.json
-  local prep="${BERT_PREP_WORKING_DIR:-$_PRETRAIN_CONFIG_CODEDIR/data}/wikipedia-en-2015"
-  DATA_DIR_PHASE1="$prep/pretrain-8k-vocab/phase1/unbinned/parquet"
-  DATA_DIR_PHASE2="$prep/pretrain-8k-vocab/phase2/bin_size_64/parquet"
-  trained_vocab_size=8192
+  _cpu_budget_8k_vocab_recipe
   _cpu_results cpu_budget_tiny_8k_vocab
   _print_pretrain_args
 )
@@ -432,11 +437,7 @@ cpu_budget_tiny_alibi() (
 # 48.0 against ALiBi's 48.4 alone and the plain recipe's 46.7, SQuAD F1 9.0 against 8.4 and 7.4
 # (docs/time-to-quality-recipes-alibi.md): no gain over ALiBi alone, so it stays a trial.
 cpu_budget_tiny_alibi_8k_vocab() (
-  _cpu_budget_recipe bert-tiny-8k-vocab.json
-  local prep="${BERT_PREP_WORKING_DIR:-$_PRETRAIN_CONFIG_CODEDIR/data}/wikipedia-en-2015"
-  DATA_DIR_PHASE1="$prep/pretrain-8k-vocab/phase1/unbinned/parquet"
-  DATA_DIR_PHASE2="$prep/pretrain-8k-vocab/phase2/bin_size_64/parquet"
-  trained_vocab_size=8192
+  _cpu_budget_8k_vocab_recipe
   alibi=true
   _cpu_results cpu_budget_tiny_alibi_8k_vocab
   _print_pretrain_args
