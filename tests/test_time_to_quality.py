@@ -527,3 +527,14 @@ def test_the_context_free_floor_is_counted_on_the_validation_batches_of_the_run(
     table = (miniature / "report" / "time-to-quality.md").read_text(encoding="utf-8")
     for name in PREDICTORS:
         assert f"| context-free: {name} | - | - | - | {expected[name] * 100:.1f} |" in table
+
+
+def test_a_trials_report_that_does_not_parse_is_named_and_left_in_place(tmp_path):
+    report = tmp_path / "time-to-quality-recipes.json"
+    report.write_text("{not json")
+    with pytest.raises(SystemExit) as raised:
+        time_to_quality.check_no_trial_dropped(report, {"ours-20": {}})
+    assert_one_line(str(raised.value), "time_to_quality.py: ", str(report), "not a trials report", "--report-dir")
+    assert report.read_text() == "{not json"
+    report.write_text('{"ours-20": {}}')  # the same trials: nothing is lost, so it may be replaced
+    time_to_quality.check_no_trial_dropped(report, {"ours-20": {}, "cpu_budget_tiny_alibi-20": {}})
