@@ -278,9 +278,14 @@ def test_the_other_presets_keep_the_features_off(name, fakes):
     # no time budget and validation (if any) by steps, but in the budget presets: 60 minutes, validated every 2
     assert args[43:45] == (["60", "2"] if name.startswith("cpu_budget_") else ["none", "none"])
     # NVIDIA's model (46-49), but in the budget-recipe trials: pre-LayerNorm without dropout; gated GELU
+    # and bias-free linear layers
     assert args[45:49] == {"cpu_budget_tiny_prenorm": ["true", "true", "false", "false"],
-                           "cpu_budget_tiny_gated": ["false", "true", "true", "true"]}.get(
+                           "cpu_budget_tiny_gated": ["false", "true", "true", "true"],
+                           "cpu_budget_tiny_nobias": ["false", "false", "false", "true"]}.get(
                                name, ["false", "true", "false", "true"])
+    # the budget presets warm up over 10% of the budget (5), but in the one-cycle trial: half of it
+    if name.startswith("cpu_budget_"):
+        assert args[4] == ("0.5" if name == "cpu_budget_tiny_onecycle" else "0.1")
     # the learning rate held at the peak after warmup (34): none, but in LANS's schedule and the WSD trial
     assert args[33] == {"cpu_tiny_lans": "0.34", "cpu_budget_tiny_wsd": "0.7"}.get(name, "0")
     # BERT's vocabulary (50), but in the vocabulary trial: 8,192 entries trained on the corpus

@@ -420,6 +420,25 @@ cpu_budget_tiny_ramp() (
   _print_pretrain_args
 )
 
+# A budget-recipe trial: cpu_budget_tiny without biases in the encoder's linear layers (argument 47; Cramming,
+# Geiping & Goldstein 2022): fewer tensors for the optimizer and fewer additions a step, LayerNorm's shift kept.
+cpu_budget_tiny_nobias() (
+  _cpu_budget_recipe bert-tiny-uncased.json
+  linear_bias=false
+  _cpu_results cpu_budget_tiny_nobias
+  _print_pretrain_args
+)
+
+# A budget-recipe trial: cpu_budget_tiny with a one-cycle schedule over the budget (argument 5; Smith & Topin 2019,
+# "Super-Convergence", the triangular shape Cramming trains with): the linear warmup takes half the budget, so the
+# peak comes at minute 10 of 20, and the linear decay to 0 takes the other half.
+cpu_budget_tiny_onecycle() (
+  _cpu_budget_recipe bert-tiny-uncased.json
+  warmup_proportion=0.5
+  _cpu_results cpu_budget_tiny_onecycle
+  _print_pretrain_args
+)
+
 # A budget-recipe trial: cpu_budget_tiny with ALiBi's distance bias on the attention scores (argument 52; Press et
 # al. 2022), beside the learned positions. Every 20-minute run above stayed at the copy floor (validation MLM
 # accuracy 14.4-14.7%, where copying the unmasked input scores 14.5%: mlm_baselines.py), having learnt no context;
