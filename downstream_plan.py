@@ -34,11 +34,11 @@ HYPERPARAMETERS = {
 }
 # The standard mode is to take at most 15 minutes for bert-tiny, the yardstick's model, on 2 cores: three seeds of
 # every GLUE task, three epochs each (the middle of Devlin et al.'s 2 to 4), SST-2 on 4,000 of its 67,349 training
-# phrases, SQuAD once for one epoch on 4,000 of its 87,599 questions and scored on all 10,570 dev questions. A run's
-# cost is mostly its steps: SST-2's 8,000 short phrases cost more than MRPC's 3,668 pairs. One GLUE epoch (bert-mini's
-# whole plan then took 13 minutes) was too little for small models: 125 SST-2 steps left random init and the
-# 60-minute bert-tiny alike at the majority class (50.9), where three epochs give 56.4 and 61.6. SQuAD keeps one
-# epoch so that the whole yardstick stays within 150 minutes.
+# phrases, SQuAD once for one epoch on 4,000 of its 87,599 questions and scored on all 10,570 dev questions; for
+# bert-tiny from random weights that took 5 minutes 14 seconds (docs/finetune-what-you-pretrained.md). One GLUE
+# epoch (bert-mini's whole plan then took 13 minutes) was too little for small models: 125 SST-2 steps left random
+# init and the 60-minute bert-tiny alike at the majority class (50.9), where three epochs give 56.4 and 61.6. SQuAD
+# keeps one epoch so that the whole yardstick stays within 150 minutes.
 PLAN = {
     "standard": {
         "sst-2": TaskPlan(seeds=(1, 2, 3), epochs=3, train_subset=4000),

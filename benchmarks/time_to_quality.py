@@ -736,10 +736,11 @@ def summary_table(results: dict) -> str:
 
 
 def markdown(header: str, data: dict, results: dict, checks: list[dict], command: str, missing: list[str],
-             floor: dict | None) -> str:
+             floor: dict | None, trials: list[dict]) -> str:
     """docs/time-to-quality.md's tables: one row per run, the majority row, the context-free floor of validation
     MLM accuracy (floor: mlm_baselines.context_free_accuracy's figures, None before it is counted), and the
-    targets; what has not run yet, and the CPUs the pretraining ran on."""
+    targets; what has not run yet, and the CPUs the pretraining ran on; then the budget-recipe trials (`trials`:
+    ablation's rows, none when no trials report is there)."""
     scored = {name: result for name, result in results.items() if "downstream" in result}
     any_run = next(iter(scored.values()))["downstream"]
     score_names = [(task, name) for task in MAIN_SCORES for name in any_run["tasks"][task]["scores"]]
@@ -795,7 +796,12 @@ def markdown(header: str, data: dict, results: dict, checks: list[dict], command
         "val MLM acc (mlm_baselines.py): predictors fitted by counting the training batches' masks, scored on the "
         "same validation batches; a run at or below \"copy\" has learnt the token frequencies and to copy its "
         "input, nothing of the context.", "", *lines, "", "## Targets", "",
-        *target_lines, "", "## Summary (the README's table)", "", summary_table(results), ""])
+        *target_lines, "", "## Summary (the README's table)", "", summary_table(results), "",
+        *(["## Budget-recipe options at equal time", "",
+           "Each trial (`--recipe-trials`) beside the plain recipe's run that was interleaved with it at the same "
+           "budget; in brackets the trial's difference to that run. Tokens count padding too. Each report's own "
+           "page has its command and the scores by task.", "", *ablation_table(trials), "",
+           "![gains of each trial](time-to-quality-recipes.png)", ""] if trials else [])])
 
 
 def plot(results: dict, path: Path) -> None:
@@ -837,10 +843,92 @@ def recipe_summary_table(trials: dict) -> str:
                           for name, trial in trials.items()})
 
 
-def options_column(parameters: dict) -> str:
+# Preset arguments that say where a run writes and how it is checked, not how it trains: the results folder, the
+# shards (a trial's vocabulary brings its own), the checkpoint interval and the number of validation batches.
+BOOKKEEPING_ARGUMENTS = ("results_dir", "DATA_DIR_PHASE1", "DATA_DIR_PHASE2", "save_checkpoint_steps",
+                         "num_eval_batches")
+
+
+def recipe_changes(arguments: dict, plain: dict) -> str:
+    """The preset arguments (scripts/run_pretraining.sh's names) in which a trial differs from the plain recipe's
+    `plain`, as name=value ("-" for none); bookkeeping is left out."""
+    changes = [f"{name}={Path(value).name if name == 'BERT_CONFIG' else value}" for name, value in arguments.items()
+               if value != plain.get(name) and name not in BOOKKEEPING_ARGUMENTS]
+    return ", ".join(changes) or "-"
+
+
+def ablation(report_dir: Path, tokens_per_sequence: float | None) -> list[dict]:
+    """Every budget-recipe trial of the committed time-to-quality-recipes*.json in report_dir beside the plain
+    recipe's run of its own report (the run interleaved with it, at the same budget), shortest budget first: what it
+    changes, its speed, what it saw and how it scored, and its differences to that plain run. tokens_per_sequence
+    is the shards' (padding included; None when the data stage found them built and did not count)."""
+    rows = []
+    for path in sorted(report_dir.glob("time-to-quality-recipes*.json")):
+        (plain_name, plain), *trials = json.loads(path.read_text(encoding="utf-8")).items()
+        for name, run in ((plain_name, plain), *trials):
+            mean, plain_mean = averages(run["downstream"]), averages(plain["downstream"])
+            accuracy = run["validation"][-1]["mlm_accuracy"] * 100
+            rows.append({
+                "report": path.stem, "run": name, "plain": name == plain_name, "budget": run["settings"]["budget"],
+                "changes": recipe_changes(run["settings"]["arguments"], plain["settings"]["arguments"]),
+                "steps": run["steps"], "steps_per_second": run["steps"] / (60 * run["minutes"]),
+                "sequences": run["sequences"],
+                "tokens": run["sequences"] * tokens_per_sequence if tokens_per_sequence else None,
+                "mlm_accuracy": accuracy,
+                "mlm_accuracy_gain": accuracy - plain["validation"][-1]["mlm_accuracy"] * 100,
+                "glue_average": mean["glue_average"],
+                "glue_gain": mean["glue_average"] - plain_mean["glue_average"],
+                "downstream_average": mean["downstream_average"],
+                "downstream_gain": mean["downstream_average"] - plain_mean["downstream_average"]})
+    return sorted(rows, key=lambda row: row["budget"])  # stable: each report's rows stay together, plain first
+
+
+def ablation_table(rows: list[dict]) -> list[str]:
+    """The markdown of ablation's rows: each plain run's row, then its trials' with their gains over it."""
+    lines = ["| report | run | changes from the plain recipe | minutes | steps | steps/s | sequences | tokens (M) | "
+             "val MLM acc | GLUE avg | avg |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        tokens = f"{row['tokens'] / 1e6:.1f}" if row["tokens"] else "-"
+        gains = ("", "", "") if row["plain"] else (f" ({row['mlm_accuracy_gain']:+.1f})",
+                                                   f" ({row['glue_gain']:+.1f})", f" ({row['downstream_gain']:+.1f})")
+        lines.append(f"| [{row['report']}]({row['report']}.md) | {row['run']} | "
+                     f"{'plain recipe' if row['plain'] else row['changes']} | {row['budget']:g} | {row['steps']} | "
+                     f"{row['steps_per_second']:.2f} | {row['sequences']} | {tokens} | "
+                     f"{row['mlm_accuracy']:.1f}%{gains[0]} | {row['glue_average']:.1f}{gains[1]} | "
+                     f"{row['downstream_average']:.1f}{gains[2]} |")
+    return lines
+
+
+def plot_ablation(rows: list[dict], path: Path) -> None:
+    """A PNG of ablation's trials: each one's gain over its plain run in GLUE average, downstream average and
+    validation MLM accuracy (points; 0 is the plain recipe)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    trials = [row for row in rows if not row["plain"]]
+    labels = [row["run"] for row in trials]
+    figure, axes = plt.subplots(1, 3, figsize=(13, 0.4 * len(trials) + 1.4), sharey=True)
+    for axis, (key, title) in zip(axes, (("glue_gain", "GLUE average"), ("downstream_gain", "average with SQuAD"),
+                                         ("mlm_accuracy_gain", "validation MLM accuracy")), strict=True):
+        axis.barh(range(len(trials)), [row[key] for row in trials],
+                  color=["tab:green" if row[key] > 0 else "tab:red" for row in trials])
+        axis.axvline(0, color="black", linewidth=1)
+        axis.set(title=f"{title}: gain over the plain recipe", xlabel="points")
+    axes[0].set_yticks(range(len(trials)), labels, fontsize=8)
+    axes[0].invert_yaxis()
+    figure.tight_layout()
+    atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=80))
+    plt.close(figure)
+
+
+def options_column(parameters: dict, plain_warmup: float) -> str:
     """The run_pretraining.py options by which a run's report differs from the plain recipe, as the trials table
-    shows them ("-" for none)."""
+    shows them ("-" for none); plain_warmup is the table's first run's warmup proportion (the plain recipe's)."""
     options = [f"--{flag.replace('_', '-')}" for flag in RECIPE_FLAGS if parameters.get(flag)]
+    if parameters["warmup_proportion"] != plain_warmup:  # one-cycle: the warmup takes half the budget
+        options.append(f"--warmup-proportion {parameters['warmup_proportion']:g}")
     if parameters.get("masked_lm_ratio", MASKED_LM_RATIO) != MASKED_LM_RATIO:
         options.append(f"--masked-lm-ratio {parameters['masked_lm_ratio']:g}")
     if parameters.get("gradient_merge_ramp"):  # the batch column is then the batch the ramp ends at
@@ -889,11 +977,12 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict, checks:
              "| run | config | options | optimizer | learning rate | batch | minutes | steps | sequences | "
              "validation MLM accuracy (%) at each evaluation |" + (" GLUE avg | avg |" if scored else ""),
              "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if scored else "")]
+    plain_warmup = run_parameters(Path(next(iter(runs.values()))["report"]))["warmup_proportion"]
     for name, result in runs.items():
         curve = ", ".join(f"{point['mlm_accuracy'] * 100:.1f}" for point in result["validation"])
         parameters = run_parameters(Path(result["report"]))
         batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])
-        line = (f"| {name} | {Path(parameters['config_file']).name} | {options_column(parameters)} | "
+        line = (f"| {name} | {Path(parameters['config_file']).name} | {options_column(parameters, plain_warmup)} | "
                 f"{parameters['optimizer']} | "
                 f"{parameters['learning_rate']:g} | {batch} | {result['minutes']:.1f} | {result['steps']} | "
                 f"{result['sequences']} | {curve} |")
@@ -934,8 +1023,13 @@ def write_report(args: argparse.Namespace, data: dict, results: dict, missing: l
     report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(report_dir / "time-to-quality.json", text)
     plot(results, report_dir / "time-to-quality.png")
+    pipeline = data["pipeline"]
+    trials = ablation(report_dir, (pipeline["sample_tokens"] + pipeline["padding_tokens"]) / pipeline["samples"]
+                      if isinstance(pipeline, dict) else None)
+    if trials:
+        plot_ablation(trials, report_dir / "time-to-quality-recipes.png")
     atomic_write_text(report_dir / "time-to-quality.md", markdown(header, data, results, checks, command, missing,
-                                                                     floor))
+                                                                     floor, trials))
     for check in checks:
         print(f"{'holds' if check['holds'] else 'MISSED'}: {check['target']}: {check['value']:.2f} "
               f"(needed {check['needed']:.2f})")

@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -143,8 +144,6 @@ def test_a_rerun_skips_every_stage_that_is_done(miniature):
 def test_report_only_reports_the_finished_runs_and_names_the_others(miniature, tmp_path, capsys):
     """--report-only runs nothing: with the optimizer run's pretraining and the 0.3-minute run's fine-tuning not
     done, the report has the random init's row as the full report has it, and names the two others as not run."""
-    import shutil
-
     shutil.copytree(miniature / "stages", tmp_path / "stages")
     (tmp_path / "stages" / "pretrain--lans-quick.json").unlink()
     (tmp_path / "stages" / "downstream--ours-quick.json").unlink()
@@ -220,6 +219,53 @@ def test_recipe_targets_at_60_minutes_are_issue_43s():
     assert not time_to_quality.recipe_targets(trials, "ours-60", {})[0]["holds"]
     lines = time_to_quality.target_table(checks)
     assert lines[2].endswith("| 2.00 | 2.00 | yes |") and lines[3].endswith("| -0.10 | 0.00 | **no** |")
+
+
+def trial_run(budget: float, arguments: dict, steps: int, sequences: int, accuracy: float, medians: tuple) -> dict:
+    """A run of a trials report as write_trials_report keeps it (only what ablation reads)."""
+    return {"settings": {"budget": budget, "arguments": arguments}, "steps": steps, "minutes": budget,
+            "sequences": sequences, "validation": [{"mlm_accuracy": 0.05}, {"mlm_accuracy": accuracy}],
+            **scored(*medians)}
+
+
+def test_the_ablation_sets_each_trial_beside_the_plain_run_of_its_own_report(tmp_path):
+    """ablation: every trials report in the folder, shortest budget first; each trial with the preset arguments it
+    changes (bookkeeping left out) and its gains over the plain run that its own report holds; worked by hand."""
+    plain = {"warmup_proportion": "0.1", "alibi": "false", "BERT_CONFIG": "<code>/bert_configs/bert-tiny.json",
+             "results_dir": "<code>/results/cpu_budget_tiny", "num_eval_batches": "20"}
+    plain_scores = (60.0, (68.0, 80.0), 54.0, 10.0, 20.0)  # GLUE (60 + 74 + 54 + 10) / 4 = 49.5; avg 43.6
+    reports = {
+        "time-to-quality-recipes-60.json": {  # sorts before time-to-quality-recipes.json, but its budget is longer
+            "ours-60": trial_run(60.0, plain, 7200, 460800, 0.15, plain_scores),
+            "alibi-60": trial_run(60.0, {**plain, "alibi": "true", "results_dir": "<code>/results/alibi"}, 7000,
+                                  448000, 0.30, (60.0, (68.0, 80.0), 52.0, 10.0, 25.0))},  # GLUE 49.0, avg 44.2
+        "time-to-quality-recipes.json": {
+            "ours-20": trial_run(20.0, plain, 2400, 153600, 0.14, plain_scores),
+            "onecycle-20": trial_run(20.0, {**plain, "warmup_proportion": "0.5", "num_eval_batches": "80",
+                                            "BERT_CONFIG": "<code>/bert_configs/other.json"}, 1800, 115200, 0.12,
+                                     (64.0, (70.0, 82.0), 56.0, 10.0, 20.0))}}  # GLUE 51.5, avg 45.2
+    for name, runs in reports.items():
+        (tmp_path / name).write_text(json.dumps(runs), encoding="utf-8")
+    rows = time_to_quality.ablation(tmp_path, 128.0)
+    assert [(row["run"], row["plain"], row["report"]) for row in rows] == [
+        ("ours-20", True, "time-to-quality-recipes"), ("onecycle-20", False, "time-to-quality-recipes"),
+        ("ours-60", True, "time-to-quality-recipes-60"), ("alibi-60", False, "time-to-quality-recipes-60")]
+    onecycle, alibi = rows[1], rows[3]
+    assert onecycle["changes"] == "warmup_proportion=0.5, BERT_CONFIG=other.json" and alibi["changes"] == "alibi=true"
+    assert onecycle["steps_per_second"] == pytest.approx(1800 / 1200) and onecycle["tokens"] == 115200 * 128
+    assert (onecycle["glue_gain"], onecycle["downstream_gain"], onecycle["mlm_accuracy_gain"]) == (
+        pytest.approx(2.0), pytest.approx(1.6), pytest.approx(-2.0))
+    assert (alibi["glue_gain"], alibi["downstream_gain"], alibi["mlm_accuracy_gain"]) == (
+        pytest.approx(-0.5), pytest.approx(0.6), pytest.approx(15.0))
+    lines = time_to_quality.ablation_table(rows)
+    assert lines[3] == ("| [time-to-quality-recipes](time-to-quality-recipes.md) | onecycle-20 | "
+                        "warmup_proportion=0.5, BERT_CONFIG=other.json | 20 | 1800 | 1.50 | 115200 | 14.7 | "
+                        "12.0% (-2.0) | 51.5 (+2.0) | 45.2 (+1.6) |")
+    assert lines[4].startswith("| [time-to-quality-recipes-60](time-to-quality-recipes-60.md) | ours-60 | plain "
+                               "recipe | 60 | 7200 | 2.00 |")
+    assert time_to_quality.ablation(tmp_path, None)[1]["tokens"] is None
+    time_to_quality.plot_ablation(rows, tmp_path / "gains.png")
+    assert (tmp_path / "gains.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_training_totals_take_the_sequences_of_the_last_interval_not_of_the_validation_after_it(tmp_path):
@@ -409,7 +455,7 @@ def test_the_readme_table_is_the_committed_reports_summary():
     assert table + "\n" + "\n".join(rows) + "\n" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
-def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(miniature):
+def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(miniature, tmp_path):
     """--recipe-trials: the baseline is the miniature's own ours run (not trained again), and the trial preset's
     options reach its checkpoint, its report and the table; its scores come from its own checkpoint. --data-only
     first builds the trials' data alone, which the trials then find done."""
@@ -462,16 +508,29 @@ def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(min
     assert_one_line(fewer.stderr, "time_to_quality.py: ", "time-to-quality-recipes.json",
                     "cpu_budget_tiny_8k_vocab-0.3", "cpu_budget_tiny_mask30-0.3", "--report-dir")
     assert (miniature / "report" / "time-to-quality-recipes.md").read_text(encoding="utf-8") == table
+    # The yardstick's own report sets the trials of the reports beside it after its tables (ablation), here rendered
+    # from a copy of the stages into a folder that holds this trials report.
+    shutil.copytree(miniature / "stages", tmp_path / "stages")
+    shutil.copy(miniature / "report" / "time-to-quality-recipes.json", tmp_path)
+    time_to_quality.main(["--quick", "--report-only", "--work-dir", str(tmp_path), "--report-dir", str(tmp_path)])
+    report = (tmp_path / "time-to-quality.md").read_text(encoding="utf-8")
+    section = report[report.index("## Budget-recipe options at equal time"):]
+    assert "| cpu_budget_tiny_prenorm-0.3 | pre_layer_norm=true, dropout=false | 0.3 |" in section
+    assert "| cpu_budget_tiny_mask30-0.3 | masked_lm_ratio=0.3 | 0.3 |" in section
+    assert "| ours-quick | plain recipe | 0.3 |" in section
+    assert (tmp_path / "time-to-quality-recipes.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_options_column_names_every_option_that_differs_from_the_plain_recipe():
-    """The warmup-stable-decay trial's table row said "-": --constant-proportion was missing from the column."""
+    """The warmup-stable-decay trial's table row said "-": --constant-proportion was missing from the column; the
+    one-cycle trial's would have too, without its warmup proportion (the plain recipe's is the table's first run's)."""
     plain = {"pre_layer_norm": False, "no_dropout": False, "masked_lm_ratio": 0.15, "gradient_merge_ramp": 0.0,
-             "constant_proportion": 0.0}
-    assert time_to_quality.options_column(plain) == "-"
-    assert time_to_quality.options_column({**plain, "constant_proportion": 0.7}) == "--constant-proportion 0.7"
+             "constant_proportion": 0.0, "warmup_proportion": 0.1}
+    assert time_to_quality.options_column(plain, 0.1) == "-"
+    assert time_to_quality.options_column({**plain, "constant_proportion": 0.7}, 0.1) == "--constant-proportion 0.7"
+    assert time_to_quality.options_column({**plain, "warmup_proportion": 0.5}, 0.1) == "--warmup-proportion 0.5"
     assert time_to_quality.options_column({**plain, "pre_layer_norm": True, "no_dropout": True,
-                                           "masked_lm_ratio": 0.3, "gradient_merge_ramp": 0.5}) == (
+                                           "masked_lm_ratio": 0.3, "gradient_merge_ramp": 0.5}, 0.1) == (
         "--pre-layer-norm --no-dropout --masked-lm-ratio 0.3 --gradient-merge-ramp 0.5")
 
 
