@@ -915,7 +915,7 @@ def plot_ablation(rows: list[dict], path: Path) -> None:
         axis.barh(range(len(trials)), [row[key] for row in trials],
                   color=["tab:green" if row[key] > 0 else "tab:red" for row in trials])
         axis.axvline(0, color="black", linewidth=1)
-        axis.set(title=f"{title}: gain over the plain recipe", xlabel="points")
+        axis.set(title=title, xlabel="points over the plain recipe's run")
     axes[0].set_yticks(range(len(trials)), labels, fontsize=8)
     axes[0].invert_yaxis()
     figure.tight_layout()
