@@ -706,7 +706,8 @@ SUMMARY_LABELS = {"random": "random init", "ours-60": "ours, 60 min", "ours-20":
                   "cpu_budget_tiny_8k_vocab-60": "ours, 8k vocabulary, 60 min",
                   "cpu_budget_tiny_alibi-20": "ours, ALiBi, 20 min",
                   "cpu_budget_tiny_alibi-60": "ours, ALiBi, 60 min",
-                  "cpu_budget_tiny_alibi_8k_vocab-20": "ours, ALiBi and 8k vocabulary, 20 min"}
+                  "cpu_budget_tiny_alibi_8k_vocab-20": "ours, ALiBi and 8k vocabulary, 20 min",
+                  "cpu_budget_tiny_alibi_nobias-20": "ours, ALiBi and no linear biases, 20 min"}
 
 
 def score_cell(entry: dict) -> str:

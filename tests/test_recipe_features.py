@@ -281,7 +281,8 @@ def test_the_other_presets_keep_the_features_off(name, fakes):
     # and bias-free linear layers
     assert args[45:49] == {"cpu_budget_tiny_prenorm": ["true", "true", "false", "false"],
                            "cpu_budget_tiny_gated": ["false", "true", "true", "true"],
-                           "cpu_budget_tiny_nobias": ["false", "false", "false", "true"]}.get(
+                           "cpu_budget_tiny_nobias": ["false", "false", "false", "true"],
+                           "cpu_budget_tiny_alibi_nobias": ["false", "false", "false", "true"]}.get(
                                name, ["false", "true", "false", "true"])
     # the budget presets warm up over 10% of the budget (5), but in the one-cycle trial: half of it
     if name.startswith("cpu_budget_"):

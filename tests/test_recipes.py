@@ -539,10 +539,10 @@ def test_each_cpu_preset_has_its_own_results_folder(tmp_path, fakes):
     The presets run one after the other in one folder, as a newcomer runs them."""
     env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"))
     assert CPU_PRESETS == ["cpu_budget_mini", "cpu_budget_small", "cpu_budget_tiny", "cpu_budget_tiny_8k_vocab",
-                           "cpu_budget_tiny_alibi", "cpu_budget_tiny_alibi_8k_vocab", "cpu_budget_tiny_batch16",
-                           "cpu_budget_tiny_gated", "cpu_budget_tiny_mask30", "cpu_budget_tiny_nobias",
-                           "cpu_budget_tiny_onecycle", "cpu_budget_tiny_prenorm", "cpu_budget_tiny_ramp",
-                           "cpu_budget_tiny_wsd", "cpu_demo", "cpu_tiny", "cpu_tiny_beyond",
+                           "cpu_budget_tiny_alibi", "cpu_budget_tiny_alibi_8k_vocab", "cpu_budget_tiny_alibi_nobias",
+                           "cpu_budget_tiny_batch16", "cpu_budget_tiny_gated", "cpu_budget_tiny_mask30",
+                           "cpu_budget_tiny_nobias", "cpu_budget_tiny_onecycle", "cpu_budget_tiny_prenorm",
+                           "cpu_budget_tiny_ramp", "cpu_budget_tiny_wsd", "cpu_demo", "cpu_tiny", "cpu_tiny_beyond",
                            "cpu_tiny_lans"]
     for name in CPU_PRESETS:
         args = preset("pretrain_config.sh", name, env)
