@@ -866,8 +866,9 @@ def ablation(report_dir: Path, tokens_per_sequence: float | None) -> list[dict]:
     rows = []
     for path in sorted(report_dir.glob("time-to-quality-recipes*.json")):
         (plain_name, plain), *trials = json.loads(path.read_text(encoding="utf-8")).items()
+        plain_mean = averages(plain["downstream"])
         for name, run in ((plain_name, plain), *trials):
-            mean, plain_mean = averages(run["downstream"]), averages(plain["downstream"])
+            mean = averages(run["downstream"])
             accuracy = run["validation"][-1]["mlm_accuracy"] * 100
             rows.append({
                 "report": path.stem, "run": name, "plain": name == plain_name, "budget": run["settings"]["budget"],
