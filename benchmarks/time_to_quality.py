@@ -702,6 +702,7 @@ SUMMARY_LABELS = {"random": "random init", "ours-60": "ours, 60 min", "ours-20":
                   "cpu_budget_tiny_wsd-20": "ours, warmup-stable-decay, 20 min",
                   "cpu_budget_tiny_ramp-20": "ours, batch ramp 16 to 64, 20 min",
                   "cpu_budget_tiny_nobias-20": "ours, no linear biases, 20 min",
+                  "cpu_budget_tiny_nobias-60": "ours, no linear biases, 60 min",
                   "cpu_budget_tiny_onecycle-20": "ours, one-cycle schedule, 20 min",
                   "cpu_budget_tiny_8k_vocab-60": "ours, 8k vocabulary, 60 min",
                   "cpu_budget_tiny_alibi-20": "ours, ALiBi, 20 min",
