@@ -18,7 +18,7 @@ report.json and predictions; the fine-tuned weights are deleted, nothing reads t
 processes that share the CPUs (with fewer threads each, which small models use better), or with --jobs 1 one after
 another in this process. A unit's result.json is written last; a rerun skips every unit that has one, so a killed
 run resumes where it stopped. The fixed plan (PLAN, HYPERPARAMETERS) is the same for every checkpoint; nothing is
-chosen on the dev sets.
+chosen on the dev sets. --learning-rate replaces the plan's peak rate, to compare rates across checkpoints.
 
 Provenance: every run reports how many embedding and encoder tensors it loaded and the fingerprint of the weights it
 starts from (finetune.build_model, weights.encoder_fingerprint). A unit is accepted only if it loaded all of them
@@ -58,9 +58,9 @@ import run_squad
 from atomic_io import atomic_write_text
 from bert_config import BertConfig
 from checkpoint import CONFIG_SUFFIX, DEFAULT_PREFIX, PARAMS_SUFFIX
-from cli import DefaultsHelpFormatter, output_to, positive_int, run_main
+from cli import DefaultsHelpFormatter, output_to, positive_float, positive_int, run_main
 from dllog import read_report
-from downstream_plan import HYPERPARAMETERS, PLAN, TASKS, TaskPlan
+from downstream_plan import PLAN, TASKS, TaskPlan, hyperparameters
 from glue_data import GLUE_TASKS, read_glue_examples
 from glue_metrics import compute_metrics
 from hf_names import HF_VOCAB_FILE
@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=positive_int, default=2,
                         help="fine-tuning runs at a time, each in a process of its own with 1/jobs of the CPUs' "
                              "threads; 1: one after another in this process")
+    parser.add_argument("--learning-rate", type=positive_float, default=None,
+                        help="peak fine-tuning learning rate of every task instead of the plan's (downstream_plan."
+                             "HYPERPARAMETERS), to compare rates; downstream.json records the one used")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: 64 training and 64 dev examples (questions) per task, one seed")
     return parser
@@ -305,15 +308,15 @@ def majority_scores(task: str, dev_file: str) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------
 
 
-def unit_argv(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start, folder: Path) -> list[str]:
-    """The run_glue.py or run_squad.py options of one unit."""
-    hyperparameters = HYPERPARAMETERS["squad" if task == "squad" else "glue"]
+def unit_argv(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start, folder: Path,
+              chosen: dict) -> list[str]:
+    """The run_glue.py or run_squad.py options of one unit; `chosen`: its hyperparameters."""
     argv = [] if task == "squad" else ["--task-name", task]
     argv += ["--do-train", "--train-file", data.train_file, "--do-predict", "--do-eval",
              "--predict-file", data.dev_file, "--vocab-file", start.vocab_file, "--bert-model", "custom",
              "--config-file", start.config_file, *start.weights_flags, "--output-dir", str(folder),
              "--seed", str(seed), "--epochs", str(plan.epochs), "--log-freq", "50"]
-    for name, value in hyperparameters.items():
+    for name, value in chosen.items():
         argv += [f"--{name.replace('_', '-')}", str(value)]
     return argv
 
@@ -345,9 +348,9 @@ class Unit:
     setup: dict
 
 
-def make_unit(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start, output_dir: Path) -> Unit:
-    setup = {"plan": dataclasses.asdict(plan), "hyperparameters": HYPERPARAMETERS["squad" if task == "squad" else
-                                                                                   "glue"],
+def make_unit(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start, output_dir: Path,
+              learning_rate: float | None) -> Unit:
+    setup = {"plan": dataclasses.asdict(plan), "hyperparameters": hyperparameters(task, learning_rate),
              "start": start.identity, "train_file_sha256": sha256_of_file(data.train_file),
              "dev_file_sha256": sha256_of_file(data.dev_file)}
     return Unit(task, seed, plan, data, start, output_dir / "units" / f"{task}-seed{seed}",
@@ -374,7 +377,8 @@ def run_unit(unit: Unit) -> dict:
     began, cpu_began = time.perf_counter(), time.process_time()
     main = run_squad.main if unit.task == "squad" else run_glue.main
     with output_to(unit.folder / "log.txt", "ab"):
-        main(unit_argv(unit.task, unit.seed, unit.plan, unit.data, unit.start, unit.folder))
+        main(unit_argv(unit.task, unit.seed, unit.plan, unit.data, unit.start, unit.folder,
+                       unit.setup["hyperparameters"]))
     # CPU seconds beside wall seconds: on a shared machine the wall time says as much about the other jobs.
     seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
     report = unit.folder / "report.json"
@@ -489,14 +493,15 @@ def summarize(values: Sequence[float]) -> dict:
     return {"median": statistics.median(values), "spread": max(values) - min(values)}
 
 
-def task_summary(task: str, plan: TaskPlan, data: TaskData, results: Sequence[dict]) -> dict:
+def task_summary(task: str, plan: TaskPlan, data: TaskData, results: Sequence[dict], chosen: dict) -> dict:
+    """The task's scores over the seeds; `chosen`: the hyperparameters its runs had."""
     scores = {}
     majority = majority_scores(task, data.dev_file)
     for name in SCORES[task]:
         by_seed = {str(result["seed"]): result["scores"][name] for result in results}
         scores[name] = {"seeds": by_seed, **summarize(list(by_seed.values())), "majority": majority[name]}
     return {"scores": scores, "plan": dataclasses.asdict(plan),
-            "hyperparameters": HYPERPARAMETERS["squad" if task == "squad" else "glue"],
+            "hyperparameters": chosen,
             "data": dataclasses.asdict(data), "seconds": sum(result["seconds"] for result in results),
             "cpu_seconds": sum(result["cpu_seconds"] for result in results),
             "runs": [{name: result[name] for name in ("seed", "scores", "seconds", "cpu_seconds", "started_from")}
@@ -536,7 +541,7 @@ def main(argv: list[str] | None = None) -> None:
     mode = "quick" if args.quick else "standard"
     plans = {task: PLAN[mode][task] for task in args.tasks}
     data = {task: task_data(task, plan, Path(args.data_dir), output_dir) for task, plan in plans.items()}
-    units = [make_unit(task, seed, plan, data[task], start, output_dir)
+    units = [make_unit(task, seed, plan, data[task], start, output_dir, args.learning_rate)
              for task, plan in plans.items() for seed in plan.seeds]
     results = [finished_result(unit) for unit in units]
     # The longest first (SQuAD), so that the other processes fill the time it takes.
@@ -549,7 +554,8 @@ def main(argv: list[str] | None = None) -> None:
     for number, result in zip(pending, run_units([units[number] for number in pending], args.jobs), strict=True):
         results[number] = result
     tasks = {task: task_summary(task, plan, data[task], [result for unit, result in zip(units, results, strict=True)
-                                                         if unit.task == task])
+                                                         if unit.task == task],
+                                hyperparameters(task, args.learning_rate))
              for task, plan in plans.items()}
     table = markdown_table(start, tasks, mode)
     summary = {"weights": start.description, "mode": mode, "vocab_file": start.vocab_file,

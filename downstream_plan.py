@@ -32,6 +32,15 @@ HYPERPARAMETERS = {
     "squad": {"max_seq_length": 256, "doc_stride": 128, "max_query_length": 64, "train_batch_size": 32,
               "learning_rate": 1e-4, "warmup_proportion": 0.1, "predict_batch_size": 8},
 }
+
+
+def hyperparameters(task: str, learning_rate: float | None = None) -> dict:
+    """A task's fine-tuning hyperparameters: HYPERPARAMETERS' for its kind (GLUE or SQuAD), with `learning_rate` as
+    the peak rate instead of the plan's when one is given (downstream.py --learning-rate)."""
+    chosen = HYPERPARAMETERS["squad" if task == "squad" else "glue"]
+    return dict(chosen) if learning_rate is None else {**chosen, "learning_rate": learning_rate}
+
+
 # The standard mode is to take at most 15 minutes for bert-tiny, the yardstick's model, on 2 cores: three seeds of
 # every GLUE task, three epochs each (the middle of Devlin et al.'s 2 to 4), SST-2 on 4,000 of its 67,349 training
 # phrases, SQuAD once for one epoch on 4,000 of its 87,599 questions and scored on all 10,570 dev questions; for

@@ -19,8 +19,9 @@ line naming the file, so nothing measured under other settings is mixed in):
    optimizer, schedule and budget, imported into ours with convert_checkpoint.py hf2paddle. A run's settings name
    the CPU: minutes on another CPU are not the same budget, so a rerun on another machine stops with one line
    instead of mixing the two.
-3. downstream/<run>: scripts/run_downstream.sh fine-tunes the run's final checkpoint (the random run: the
-   preset's config from random weights) on SST-2, MRPC, RTE, CoLA and SQuAD v1.1 with fixed hyperparameters.
+3. downstream/<run>: downstream.py (what scripts/run_downstream.sh runs) fine-tunes the run's final checkpoint (the
+   random run: the preset's config from random weights) on SST-2, MRPC, RTE, CoLA and SQuAD v1.1 with fixed
+   hyperparameters, in WORK/downstream/<run>/<hash of the stage's settings>/.
 4. report: WORK/time_to_quality.json; in --report-dir (default docs/) time-to-quality.json, .png and .md, with
    every stage's wall time and their sum (what the whole yardstick took).
 
@@ -35,6 +36,7 @@ budget is wall-clock time.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -483,13 +485,20 @@ class Yardstick:
                 "quick": self.quick, **json.loads(json.dumps(  # as the stage file holds them: lists, not tuples
                     {"plan": plan, "hyperparameters": downstream_plan.HYPERPARAMETERS}))}
 
+    def downstream_dir(self, run: Run, settings: dict) -> Path:
+        """downstream.py's --output-dir for the run under these settings. downstream.py resumes the units of its own
+        setup and refuses another's, so a new plan or checkpoint gets a folder of its own (named by a hash of the
+        settings) instead of stopping on the units of the old one."""
+        key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+        return self.work_dir / "downstream" / run.name / key
+
     def downstream(self, run: Run, pretrained: dict) -> dict:
         settings = self.downstream_settings(run, pretrained)
         done = self.stages.done(f"downstream/{run.name}", settings)
         if done or self.report_only:
             return done
         began = time.perf_counter()
-        output_dir = self.work_dir / "downstream" / run.name
+        output_dir = self.downstream_dir(run, settings)
         command = [sys.executable, str(ROOT / "downstream.py"), "--output-dir", str(output_dir)]
         if run.engine == "random":
             command += ["--random-init", "--config-file", self.preset_args["BERT_CONFIG"]]

@@ -112,6 +112,23 @@ def skip_loading(model, path, **options) -> LoadReport:
     return LoadReport(path=str(path), loaded=["embeddings", "encoder"], initialised=[], missing=[], unused=0)
 
 
+def test_learning_rate_replaces_the_plans_rate_in_every_run_and_in_the_summary(quick_run, tmp_path):
+    """--learning-rate reaches run_glue.py and run_squad.py (their logged parameters), and downstream.json says
+    which rate its scores were fine-tuned with; a rerun of the folder with the plan's rate is refused, since its
+    units were fine-tuned with another."""
+    checkpoint, _ = quick_run
+    output_dir = tmp_path / "out"
+    downstream.main(quick_argv(checkpoint, output_dir, "--tasks", "mrpc,squad", "--learning-rate", "3e-4",
+                               "--jobs", "2"))  # in worker processes, whose output goes to each log.txt
+    summary = json.loads((output_dir / "downstream.json").read_text())
+    for task in ("mrpc", "squad"):
+        assert summary["tasks"][task]["hyperparameters"]["learning_rate"] == 3e-4
+        log = (output_dir / "units" / f"{task}-seed1" / "log.txt").read_text()
+        assert re.search(r"PARAMETER .* learning_rate : 0\.0003 ", log), log[:2000]
+    with pytest.raises(ValueError, match="other weights, data or hyperparameters"):
+        downstream.main(quick_argv(checkpoint, output_dir, "--tasks", "mrpc"))
+
+
 @pytest.mark.parametrize("fault", ["loader skipped", "weights flag dropped"])
 def test_a_run_that_does_not_start_from_the_checkpoint_fails(quick_run, tmp_path, monkeypatch, fault):
     checkpoint, _ = quick_run
@@ -244,7 +261,7 @@ def test_median_and_spread_are_those_of_the_seeds():
     results = [fake_result("mrpc", 1, {"accuracy": 70.0, "f1": 80.0}),
                fake_result("mrpc", 2, {"accuracy": 75.0, "f1": 81.0}),
                fake_result("mrpc", 3, {"accuracy": 72.0, "f1": 84.0})]
-    summary = downstream.task_summary("mrpc", plan, data, results)
+    summary = downstream.task_summary("mrpc", plan, data, results, {"learning_rate": 1e-4})
     accuracy = summary["scores"]["accuracy"]
     assert accuracy["seeds"] == {"1": 70.0, "2": 75.0, "3": 72.0}
     assert (accuracy["median"], accuracy["spread"]) == (72.0, 5.0)

@@ -428,6 +428,24 @@ def test_a_downstream_result_of_another_fine_tuning_plan_is_not_reused(tmp_path,
     assert yardstick.downstream_settings(run, pretrained)["hyperparameters"]["glue"] == {}
 
 
+def test_a_new_fine_tuning_plan_runs_in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """downstream.py refuses to resume units of another setup, so after a change of the plan (or a new checkpoint)
+    the yardstick must not send the new stage into the folder that holds the old stage's units; the same settings
+    must find their folder again, so that a killed stage resumes."""
+    import downstream_plan
+
+    yardstick = time_to_quality.Yardstick(time_to_quality.parse_args(["--quick", "--work-dir", str(tmp_path)]))
+    run, pretrained = time_to_quality.Run("ours-quick", "ours", 0.3), {"checkpoint": str(tmp_path / "ckpt")}
+    old = yardstick.downstream_dir(run, yardstick.downstream_settings(run, pretrained))
+    assert old == yardstick.downstream_dir(run, yardstick.downstream_settings(run, pretrained))
+    assert old.parent == tmp_path / "downstream" / "ours-quick"
+    glue = {**downstream_plan.HYPERPARAMETERS["glue"], "learning_rate": 3e-4}
+    monkeypatch.setattr(downstream_plan, "HYPERPARAMETERS", {**downstream_plan.HYPERPARAMETERS, "glue": glue})
+    new_plan = yardstick.downstream_dir(run, yardstick.downstream_settings(run, pretrained))
+    new_checkpoint = yardstick.downstream_dir(run, yardstick.downstream_settings(run, {"checkpoint": "other"}))
+    assert len({old, new_plan, new_checkpoint}) == 3
+
+
 # The budget-recipe rows that the README shows beside the plain recipe, each from its report: the 8k vocabulary (the
 # first trial that gained at 20 minutes) at 20 and 60 minutes, ALiBi (the first to leave the copy floor) at 20 and 60,
 # and bias-free linear layers (the largest gain at 20 minutes) at 20 and 60.
