@@ -24,8 +24,10 @@ class TaskPlan:
 
 # The fixed hyperparameters. GLUE: Devlin et al.'s batch 32, warmup 0.1 and length 128 (which cuts 12% of RTE's
 # pairs and none of the other tasks'), and a learning rate of 1e-4, from the grid Google fine-tuned its small BERTs
-# with (3e-4, 1e-4, 5e-5, 3e-5; Turc et al. 2019). SQuAD: length 256 with stride 128 keeps most paragraphs in one
-# window; 384 took 1.4 times as long to predict, 192 makes 24% more windows.
+# with (3e-4, 1e-4, 5e-5, 3e-5; Turc et al. 2019); it underfits bert-tiny, and at 3e-4 random weights beat every
+# pretrained checkpoint (docs/time-to-quality-finetuning-rate.md), so the rate is to be chosen again. SQuAD:
+# length 256 with stride 128 keeps most paragraphs in one window; 384 took 1.4 times as long to predict, 192 makes
+# 24% more windows.
 HYPERPARAMETERS = {
     "glue": {"max_seq_length": 128, "train_batch_size": 32, "learning_rate": 1e-4, "warmup_proportion": 0.1,
              "predict_batch_size": 32},
