@@ -309,14 +309,14 @@ def majority_scores(task: str, dev_file: str) -> dict[str, float]:
 
 
 def unit_argv(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start, folder: Path,
-              chosen: dict) -> list[str]:
-    """The run_glue.py or run_squad.py options of one unit; `chosen`: its hyperparameters."""
+              task_hyperparameters: dict) -> list[str]:
+    """The run_glue.py or run_squad.py options of one unit."""
     argv = [] if task == "squad" else ["--task-name", task]
     argv += ["--do-train", "--train-file", data.train_file, "--do-predict", "--do-eval",
              "--predict-file", data.dev_file, "--vocab-file", start.vocab_file, "--bert-model", "custom",
              "--config-file", start.config_file, *start.weights_flags, "--output-dir", str(folder),
              "--seed", str(seed), "--epochs", str(plan.epochs), "--log-freq", "50"]
-    for name, value in chosen.items():
+    for name, value in task_hyperparameters.items():
         argv += [f"--{name.replace('_', '-')}", str(value)]
     return argv
 
@@ -349,8 +349,9 @@ class Unit:
 
 
 def make_unit(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start, output_dir: Path,
-              learning_rate: float | None) -> Unit:
-    setup = {"plan": dataclasses.asdict(plan), "hyperparameters": hyperparameters(task, learning_rate),
+              task_hyperparameters: dict) -> Unit:
+    """The unit of (task, seed), fine-tuned with the task's hyperparameters."""
+    setup = {"plan": dataclasses.asdict(plan), "hyperparameters": task_hyperparameters,
              "start": start.identity, "train_file_sha256": sha256_of_file(data.train_file),
              "dev_file_sha256": sha256_of_file(data.dev_file)}
     return Unit(task, seed, plan, data, start, output_dir / "units" / f"{task}-seed{seed}",
@@ -493,15 +494,16 @@ def summarize(values: Sequence[float]) -> dict:
     return {"median": statistics.median(values), "spread": max(values) - min(values)}
 
 
-def task_summary(task: str, plan: TaskPlan, data: TaskData, results: Sequence[dict], chosen: dict) -> dict:
-    """The task's scores over the seeds; `chosen`: the hyperparameters its runs had."""
+def task_summary(task: str, plan: TaskPlan, data: TaskData, results: Sequence[dict],
+                 task_hyperparameters: dict) -> dict:
+    """The task's scores over the seeds, and the hyperparameters its runs had."""
     scores = {}
     majority = majority_scores(task, data.dev_file)
     for name in SCORES[task]:
         by_seed = {str(result["seed"]): result["scores"][name] for result in results}
         scores[name] = {"seeds": by_seed, **summarize(list(by_seed.values())), "majority": majority[name]}
     return {"scores": scores, "plan": dataclasses.asdict(plan),
-            "hyperparameters": chosen,
+            "hyperparameters": task_hyperparameters,
             "data": dataclasses.asdict(data), "seconds": sum(result["seconds"] for result in results),
             "cpu_seconds": sum(result["cpu_seconds"] for result in results),
             "runs": [{name: result[name] for name in ("seed", "scores", "seconds", "cpu_seconds", "started_from")}
@@ -541,7 +543,8 @@ def main(argv: list[str] | None = None) -> None:
     mode = "quick" if args.quick else "standard"
     plans = {task: PLAN[mode][task] for task in args.tasks}
     data = {task: task_data(task, plan, Path(args.data_dir), output_dir) for task, plan in plans.items()}
-    units = [make_unit(task, seed, plan, data[task], start, output_dir, args.learning_rate)
+    task_hyperparameters = {task: hyperparameters(task, args.learning_rate) for task in plans}
+    units = [make_unit(task, seed, plan, data[task], start, output_dir, task_hyperparameters[task])
              for task, plan in plans.items() for seed in plan.seeds]
     results = [finished_result(unit) for unit in units]
     # The longest first (SQuAD), so that the other processes fill the time it takes.
@@ -554,8 +557,7 @@ def main(argv: list[str] | None = None) -> None:
     for number, result in zip(pending, run_units([units[number] for number in pending], args.jobs), strict=True):
         results[number] = result
     tasks = {task: task_summary(task, plan, data[task], [result for unit, result in zip(units, results, strict=True)
-                                                         if unit.task == task],
-                                hyperparameters(task, args.learning_rate))
+                                                         if unit.task == task], task_hyperparameters[task])
              for task, plan in plans.items()}
     table = markdown_table(start, tasks, mode)
     summary = {"weights": start.description, "mode": mode, "vocab_file": start.vocab_file,
