@@ -386,6 +386,8 @@ def run_unit(unit: Unit) -> dict:
     started = reported_values(report, ("init_encoder_tensors", "init_encoder_tensors_loaded",
                                        "init_encoder_fingerprint"), "PARAMETER")
     check_start(started, unit.start, str(unit.folder))
+    if unit.setup["hyperparameters"].get("rescale_embeddings"):
+        started.update(reported_values(report, ("embedding_rescale_factor",), "PARAMETER"))
     scale = 1 if unit.task == "squad" else 100  # run_squad.py reports percentages, run_glue.py fractions
     scores = {name: scale * value for name, value in reported_values(report, SCORES[unit.task], []).items()}
     for name in (DEFAULT_PREFIX + PARAMS_SUFFIX, DEFAULT_PREFIX + CONFIG_SUFFIX, "nbest_predictions.json"):

@@ -180,6 +180,12 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, unit: str, learni
                           help="fraction of the updates spent in linear warmup; then linear decay to 0")
     add_optimizer_arguments(training, default="AdamW",
                             optimizer_help="AdamW, as NVIDIA's fine-tuning always uses; or LAMB or LANS (optimizer.py)")
+    training.add_argument("--rescale-embeddings", type=str_to_bool, default=False,
+                          help="true: before training, scale the loaded embedding tables by one factor so that the "
+                               "word table's root mean square is the config's initializer_range, as at random "
+                               "initialisation; the network computes the same function, and AdamW moves the tables "
+                               "as far relative to their size as it moves fresh ones (LAMB pretraining grows them "
+                               "about 12x: docs/time-to-quality-finetuning-rate.md)")
     training.add_argument("--seed", type=random_seed, default=42, help="seed of weights, dropout and data order")
     training.add_argument("--log-freq", type=positive_int, default=10, help="log the loss every this many updates")
     training.add_argument("--visualdl-log-dir",
@@ -356,6 +362,10 @@ def build_model(args: argparse.Namespace, make: Callable[[BertConfig], paddle.nn
     session.logger.log("PARAMETER", {"init_encoder_tensors": len(encoder_names),
                                      "init_encoder_tensors_loaded": len(loaded),
                                      "init_encoder_fingerprint": fingerprint})
+    if args.rescale_embeddings:
+        factor = model.bert.embeddings.rescale(config.initializer_range, config.vocab_size)
+        print(f"Embedding tables scaled by {factor:.4g} (--rescale-embeddings)", flush=True)
+        session.logger.log("PARAMETER", {"embedding_rescale_factor": factor})
     paddle.seed(args.seed + session.rank)
     return model
 

@@ -91,6 +91,20 @@ class BertEmbeddings(nn.Layer):
         )  # [B, S, H]
         return self.dropout(self.layer_norm(embeddings))
 
+    def rescale(self, word_rms: float, vocab_size: int) -> float:
+        """Scale the word, position and segment tables by one factor, so that the root mean square of the word
+        table's first `vocab_size` rows (the padding rows are no word's) becomes `word_rms`; return the factor.
+
+        The LayerNorm over their sum makes the output the same (to its epsilon): only the tables' size changes, and
+        with it how far AdamW's steps, whose size does not depend on the weights', move them relative to it.
+        """
+        with paddle.no_grad():
+            word = self.word_embeddings.weight[:vocab_size].astype("float64")  # float32 sums drift by 1e-4
+            factor = word_rms / float(paddle.sqrt(paddle.mean(paddle.square(word))))
+            for table in (self.word_embeddings, self.position_embeddings, self.token_type_embeddings):
+                table.weight.set_value(table.weight * factor)
+        return factor
+
 
 class BertSelfAttention(nn.Layer):
     """Multi-head self-attention: scaled_dot_product_attention (flash attention on a GPU), or the same function

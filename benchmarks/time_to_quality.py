@@ -800,7 +800,8 @@ def markdown(header: str, data: dict, results: dict, checks: list[dict], command
     return "\n".join([
         "# Time to quality", "", f"`{header}`", "", f"Command: `{command}`", "",
         f"Pretraining ran on: {'; and '.join(cpus)}.", "", f"Data: {data_line}.", "", wall_line, "",
-        f"Fine-tuning (downstream.py, the same for every run): {plans}.", "",
+        f"Fine-tuning (downstream.py, the same for every run): {plans}; peak learning rate GLUE / SQuAD "
+        f"{finetuning_rates(any_run)}.", "",
         "Scores are medians over the seeds ± their spread (max - min) on the official dev sets; SQuAD v1.1 F1 "
         "and EM, CoLA Matthews correlation x 100, the rest accuracy or F1 in percent. GLUE avg: SST-2, MRPC "
         "(mean of accuracy and F1), RTE, CoLA; avg: those and SQuAD F1. The context-free rows are the floor of "
@@ -868,6 +869,15 @@ def recipe_changes(arguments: dict, plain: dict) -> str:
     return ", ".join(changes) or "-"
 
 
+def finetuning_rates(downstream: dict) -> str:
+    """How a run was fine-tuned, where the plans of committed reports differ: the peak learning rates of GLUE and
+    SQuAD, and ", rescaled" when the embedding tables were brought to the initial scale first (--rescale-embeddings;
+    reports from before that option did not)."""
+    glue, squad = (downstream["tasks"][task]["hyperparameters"] for task in ("sst-2", "squad"))
+    return f"{glue['learning_rate']:g} / {squad['learning_rate']:g}" + (
+        ", rescaled" if glue.get("rescale_embeddings") else "")
+
+
 def ablation(report_dir: Path, tokens_per_sequence: float | None) -> list[dict]:
     """Every budget-recipe trial of the committed time-to-quality-recipes*.json in report_dir beside the plain
     recipe's run of its own report (the run interleaved with it, at the same budget), shortest budget first: what it
@@ -883,6 +893,7 @@ def ablation(report_dir: Path, tokens_per_sequence: float | None) -> list[dict]:
             rows.append({
                 "report": path.stem, "run": name, "plain": name == plain_name, "budget": run["settings"]["budget"],
                 "changes": recipe_changes(run["settings"]["arguments"], plain["settings"]["arguments"]),
+                "finetuning": finetuning_rates(run["downstream"]),
                 "steps": run["steps"], "steps_per_second": run["steps"] / (60 * run["minutes"]),
                 "sequences": run["sequences"],
                 "tokens": run["sequences"] * tokens_per_sequence if tokens_per_sequence else None,
@@ -898,7 +909,7 @@ def ablation(report_dir: Path, tokens_per_sequence: float | None) -> list[dict]:
 def ablation_table(rows: list[dict]) -> list[str]:
     """The markdown of ablation's rows: each plain run's row, then its trials' with their gains over it."""
     lines = ["| report | run | changes from the plain recipe | minutes | steps | steps/s | sequences | tokens (M) | "
-             "val MLM acc | GLUE avg | avg |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "val MLM acc | fine-tuning lr GLUE / SQuAD | GLUE avg | avg |", "|---" * 12 + "|"]
     for row in rows:
         tokens = f"{row['tokens'] / 1e6:.1f}" if row["tokens"] else "-"
         gains = ("", "", "") if row["plain"] else (f" ({row['mlm_accuracy_gain']:+.1f})",
@@ -906,7 +917,8 @@ def ablation_table(rows: list[dict]) -> list[str]:
         lines.append(f"| [{row['report']}]({row['report']}.md) | {row['run']} | "
                      f"{'plain recipe' if row['plain'] else row['changes']} | {row['budget']:g} | {row['steps']} | "
                      f"{row['steps_per_second']:.2f} | {row['sequences']} | {tokens} | "
-                     f"{row['mlm_accuracy']:.1f}%{gains[0]} | {row['glue_average']:.1f}{gains[1]} | "
+                     f"{row['mlm_accuracy']:.1f}%{gains[0]} | {row['finetuning']} | "
+                     f"{row['glue_average']:.1f}{gains[1]} | "
                      f"{row['downstream_average']:.1f}{gains[2]} |")
     return lines
 

@@ -22,6 +22,7 @@ import pytest
 
 import convert_checkpoint
 import downstream
+import downstream_plan
 import finetune
 import run_glue
 import run_squad
@@ -75,6 +76,8 @@ def test_quick_run_writes_every_score_with_its_baseline_and_the_weights_it_start
     state = paddle.load(str(weights_file))
     assert summary["weights"]["weights_sha256"] == hashlib.sha256(weights_file.read_bytes()).hexdigest()
     assert summary["weights"]["encoder_fingerprint"] == encoder_fingerprint(state, 30522)[1]
+    words = state["bert.embeddings.word_embeddings.weight"].numpy()[:30522].astype(np.float64)
+    word_table_factor = 0.02 / np.sqrt(np.mean(words ** 2))  # bert-tiny's initializer_range over the table's RMS
     assert summary["mode"] == "quick"
     assert list(summary["tasks"]) == list(downstream.TASKS)
     for task, result in summary["tasks"].items():
@@ -84,12 +87,15 @@ def test_quick_run_writes_every_score_with_its_baseline_and_the_weights_it_start
             assert list(score["seeds"]) == ["1"] and score["spread"] == 0
             assert 0 <= score["median"] <= 100 and score["median"] == score["seeds"]["1"]
         assert result["data"]["train_size"] == result["data"]["dev_size"] == 64
-        assert result["hyperparameters"]["learning_rate"] == 1e-4 and result["plan"]["epochs"] == 1
+        assert result["hyperparameters"] == downstream_plan.hyperparameters(task) and result["plan"]["epochs"] == 1
         assert result["seconds"] > 0 and result["cpu_seconds"] > 0
         [run] = result["runs"]
-        # every tensor of the embeddings and the encoder (bert-tiny: 5 + 2 layers x 16) came from the file
-        assert run["started_from"] == {"init_encoder_tensors": 37, "init_encoder_tensors_loaded": 37,
-                                       "init_encoder_fingerprint": summary["weights"]["encoder_fingerprint"]}
+        # every tensor of the embeddings and the encoder (bert-tiny: 5 + 2 layers x 16) came from the file, and
+        # the plan's --rescale-embeddings brought its word table to the initial scale
+        started = dict(run["started_from"])
+        assert started.pop("embedding_rescale_factor") == pytest.approx(word_table_factor, rel=1e-5)
+        assert started == {"init_encoder_tensors": 37, "init_encoder_tensors_loaded": 37,
+                           "init_encoder_fingerprint": summary["weights"]["encoder_fingerprint"]}
     header, rule, row = (output_dir / "downstream.md").read_text().splitlines()
     assert summary["markdown_row"] == row
     cells = row.strip("|").split(" | ")
@@ -118,13 +124,13 @@ def test_learning_rate_replaces_the_plans_rate_in_every_run_and_in_the_summary(q
     units were fine-tuned with another."""
     checkpoint, _ = quick_run
     output_dir = tmp_path / "out"
-    downstream.main(quick_argv(checkpoint, output_dir, "--tasks", "mrpc,squad", "--learning-rate", "3e-4",
+    downstream.main(quick_argv(checkpoint, output_dir, "--tasks", "mrpc,squad", "--learning-rate", "2e-4",
                                "--jobs", "2"))  # in worker processes, whose output goes to each log.txt
     summary = json.loads((output_dir / "downstream.json").read_text())
     for task in ("mrpc", "squad"):
-        assert summary["tasks"][task]["hyperparameters"]["learning_rate"] == 3e-4
+        assert summary["tasks"][task]["hyperparameters"]["learning_rate"] == 2e-4  # neither of the plan's
         log = (output_dir / "units" / f"{task}-seed1" / "log.txt").read_text()
-        assert re.search(r"PARAMETER .* learning_rate : 0\.0003 ", log), log[:2000]
+        assert re.search(r"PARAMETER .* learning_rate : 0\.0002 ", log), log[:2000]
     with pytest.raises(ValueError, match="other weights, data or hyperparameters"):
         downstream.main(quick_argv(checkpoint, output_dir, "--tasks", "mrpc"))
 

@@ -50,11 +50,17 @@ def test_every_score_comes_from_the_checkpoint_that_its_row_names(miniature):
     weights = checkpoint / "bert_paddle.pdparams"
     assert ours["downstream"]["weights"]["weights_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
     config = json.loads((checkpoint / "bert_paddle_config.json").read_text(encoding="utf-8"))
-    tensors, fingerprint = encoder_fingerprint(read_weights(weights), config["vocab_size"])
+    state = read_weights(weights)
+    tensors, fingerprint = encoder_fingerprint(state, config["vocab_size"])
+    # The plan's --rescale-embeddings brings that checkpoint's word table to the initial scale.
+    word_table = np.asarray(state["bert.embeddings.word_embeddings.weight"], dtype=np.float64)[:config["vocab_size"]]
+    factor = config["initializer_range"] / np.sqrt(np.mean(word_table ** 2))
     for task in time_to_quality.MAIN_SCORES:
         for unit in ours["downstream"]["tasks"][task]["runs"]:
-            assert unit["started_from"] == {"init_encoder_tensors": tensors, "init_encoder_tensors_loaded": tensors,
-                                            "init_encoder_fingerprint": fingerprint}
+            started = dict(unit["started_from"])
+            assert started.pop("embedding_rescale_factor") == pytest.approx(factor, rel=1e-5)
+            assert started == {"init_encoder_tensors": tensors, "init_encoder_tensors_loaded": tensors,
+                               "init_encoder_fingerprint": fingerprint}
     for task in time_to_quality.MAIN_SCORES:
         for unit in report["runs"]["random"]["downstream"]["tasks"][task]["runs"]:
             assert unit["started_from"]["init_encoder_tensors_loaded"] == 0
@@ -197,12 +203,18 @@ def test_recipe_trials_at_another_budget_compare_with_the_plain_run_at_that_budg
         assert message in str(stop.value) and "\n" not in str(stop.value)
 
 
-def scored(sst2: float, mrpc: tuple[float, float], rte: float, cola: float, squad_f1: float) -> dict:
-    """A downstream result with these medians, as downstream.py writes one (only what the averages read)."""
+OLD_PLAN = {"glue": {"learning_rate": 1e-4}, "squad": {"learning_rate": 1e-4}}  # before --rescale-embeddings
+
+
+def scored(sst2: float, mrpc: tuple[float, float], rte: float, cola: float, squad_f1: float,
+           plan: dict = OLD_PLAN) -> dict:
+    """A downstream result with these medians, as downstream.py writes one (only what the averages and the
+    ablation read), fine-tuned with `plan`'s hyperparameters."""
     medians = {"sst-2": {"accuracy": sst2}, "mrpc": {"accuracy": mrpc[0], "f1": mrpc[1]}, "rte": {"accuracy": rte},
                "cola": {"mcc": cola}, "squad": {"F1": squad_f1}}
-    return {"downstream": {"tasks": {task: {"scores": {name: {"median": value} for name, value in scores.items()}}
-                                     for task, scores in medians.items()}}}
+    return {"downstream": {"tasks": {
+        task: {"scores": {name: {"median": value} for name, value in scores.items()},
+               "hyperparameters": plan["squad" if task == "squad" else "glue"]} for task, scores in medians.items()}}}
 
 
 def test_recipe_targets_at_60_minutes_are_issue_43s():
@@ -221,11 +233,16 @@ def test_recipe_targets_at_60_minutes_are_issue_43s():
     assert lines[2].endswith("| 2.00 | 2.00 | yes |") and lines[3].endswith("| -0.10 | 0.00 | **no** |")
 
 
-def trial_run(budget: float, arguments: dict, steps: int, sequences: int, accuracy: float, medians: tuple) -> dict:
+def trial_run(budget: float, arguments: dict, steps: int, sequences: int, accuracy: float, medians: tuple,
+              plan: dict = OLD_PLAN) -> dict:
     """A run of a trials report as write_trials_report keeps it (only what ablation reads)."""
     return {"settings": {"budget": budget, "arguments": arguments}, "steps": steps, "minutes": budget,
             "sequences": sequences, "validation": [{"mlm_accuracy": 0.05}, {"mlm_accuracy": accuracy}],
-            **scored(*medians)}
+            **scored(*medians, plan=plan)}
+
+
+NEW_PLAN = {"glue": {"learning_rate": 3e-4, "rescale_embeddings": True},
+            "squad": {"learning_rate": 1e-3, "rescale_embeddings": True}}
 
 
 def test_the_ablation_sets_each_trial_beside_the_plain_run_of_its_own_report(tmp_path):
@@ -236,9 +253,9 @@ def test_the_ablation_sets_each_trial_beside_the_plain_run_of_its_own_report(tmp
     plain_scores = (60.0, (68.0, 80.0), 54.0, 10.0, 20.0)  # GLUE (60 + 74 + 54 + 10) / 4 = 49.5; avg 43.6
     reports = {
         "time-to-quality-recipes-60.json": {  # sorts before time-to-quality-recipes.json, but its budget is longer
-            "ours-60": trial_run(60.0, plain, 7200, 460800, 0.15, plain_scores),
+            "ours-60": trial_run(60.0, plain, 7200, 460800, 0.15, plain_scores, NEW_PLAN),
             "alibi-60": trial_run(60.0, {**plain, "alibi": "true", "results_dir": "<code>/results/alibi"}, 7000,
-                                  448000, 0.30, (60.0, (68.0, 80.0), 52.0, 10.0, 25.0))},  # GLUE 49.0, avg 44.2
+                                  448000, 0.30, (60.0, (68.0, 80.0), 52.0, 10.0, 25.0), NEW_PLAN)},  # GLUE 49.0
         "time-to-quality-recipes.json": {
             "ours-20": trial_run(20.0, plain, 2400, 153600, 0.14, plain_scores),
             "onecycle-20": trial_run(20.0, {**plain, "warmup_proportion": "0.5", "num_eval_batches": "80",
@@ -260,9 +277,10 @@ def test_the_ablation_sets_each_trial_beside_the_plain_run_of_its_own_report(tmp
     lines = time_to_quality.ablation_table(rows)
     assert lines[3] == ("| [time-to-quality-recipes](time-to-quality-recipes.md) | onecycle-20 | "
                         "warmup_proportion=0.5, BERT_CONFIG=other.json | 20 | 1800 | 1.50 | 115200 | 14.7 | "
-                        "12.0% (-2.0) | 51.5 (+2.0) | 45.2 (+1.6) |")
+                        "12.0% (-2.0) | 0.0001 / 0.0001 | 51.5 (+2.0) | 45.2 (+1.6) |")
     assert lines[4].startswith("| [time-to-quality-recipes-60](time-to-quality-recipes-60.md) | ours-60 | plain "
                                "recipe | 60 | 7200 | 2.00 |")
+    assert "| 30.0% (+15.0) | 0.0003 / 0.001, rescaled | 49.0 (-0.5) |" in lines[5]
     assert time_to_quality.ablation(tmp_path, None)[1]["tokens"] is None
     time_to_quality.plot_ablation(rows, tmp_path / "gains.png")
     assert (tmp_path / "gains.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -439,7 +457,8 @@ def test_a_new_fine_tuning_plan_runs_in_a_folder_of_its_own(tmp_path, monkeypatc
     old = yardstick.downstream_dir(run, yardstick.downstream_settings(run, pretrained))
     assert old == yardstick.downstream_dir(run, yardstick.downstream_settings(run, pretrained))
     assert old.parent == tmp_path / "downstream" / "ours-quick"
-    glue = {**downstream_plan.HYPERPARAMETERS["glue"], "learning_rate": 3e-4}
+    glue = {**downstream_plan.HYPERPARAMETERS["glue"],
+            "learning_rate": 3 * downstream_plan.HYPERPARAMETERS["glue"]["learning_rate"]}
     monkeypatch.setattr(downstream_plan, "HYPERPARAMETERS", {**downstream_plan.HYPERPARAMETERS, "glue": glue})
     new_plan = yardstick.downstream_dir(run, yardstick.downstream_settings(run, pretrained))
     new_checkpoint = yardstick.downstream_dir(run, yardstick.downstream_settings(run, {"checkpoint": "other"}))
