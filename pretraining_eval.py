@@ -71,15 +71,20 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                        "multiple of this many minutes, at the first step boundary after it (with --eval-dir; not "
                        "with --eval-freq). Each record holds elapsed_training_minutes.")
     group.add_argument("--num-eval-batches", type=int, default=None,
-                       help="Batches of --batch-size sequences per rank in each evaluation, at most one pass over "
-                       f"--eval-dir (with --eval-dir; default {DEFAULT_NUM_EVAL_BATCHES}).")
+                       help="Batches of --eval-batch-size sequences per rank in each evaluation, at most one pass "
+                       f"over --eval-dir (with --eval-dir; default {DEFAULT_NUM_EVAL_BATCHES}).")
+    group.add_argument("--eval-batch-size", type=int, default=None,
+                       help="Sequences per evaluation batch (with --eval-dir; default --batch-size). The batches "
+                       "and their masks follow from --eval-dir, this and --num-eval-batches, so a phase that trains "
+                       "at another batch size validates on another phase's sequences and masks by giving its batch "
+                       "size.")
 
 
 def check_eval_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse what could not take effect; fill in the defaults of --num-eval-batches and, unless validation goes by
     --eval-interval-minutes, of --eval-freq."""
     if args.eval_dir is None:
-        for flag in ("eval_freq", "num_eval_batches", "eval_interval_minutes"):
+        for flag in ("eval_freq", "num_eval_batches", "eval_interval_minutes", "eval_batch_size"):
             if getattr(args, flag) is not None:
                 parser.error(f"--{flag.replace('_', '-')} needs --eval-dir")
         return
@@ -89,7 +94,7 @@ def check_eval_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
         parser.error("--eval-dir cannot be used with --benchmark (evaluations would count in the timed steps)")
     if args.eval_interval_minutes is not None and args.eval_freq is not None:
         parser.error("--eval-freq and --eval-interval-minutes cannot both be set: evaluate by steps or by time")
-    defaults = {"num_eval_batches": DEFAULT_NUM_EVAL_BATCHES}
+    defaults = {"num_eval_batches": DEFAULT_NUM_EVAL_BATCHES, "eval_batch_size": args.batch_size}
     if args.eval_interval_minutes is None:
         defaults["eval_freq"] = DEFAULT_EVAL_FREQ
     for flag, default in defaults.items():
@@ -149,7 +154,7 @@ class PretrainingEvaluator:
         # Batches are built in this process (no workers): an evaluation is short, and forking per evaluation
         # would cost more than it saves.
         self.loader = PretrainingDataLoader(
-            args.eval_dir, args.vocab_file, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+            args.eval_dir, args.vocab_file, batch_size=args.eval_batch_size, max_seq_length=args.max_seq_length,
             max_predictions_per_seq=args.max_predictions_per_seq, seed=EVAL_SEED, rank=rank, world_size=world_size,
             num_workers=0, masked_lm_ratio=MASKED_LM_RATIO, nsp=self.nsp,
         )

@@ -314,6 +314,11 @@ def _check_starting_weights(parser: argparse.ArgumentParser, args: argparse.Name
             except FileNotFoundError:
                 parser.error(f"--{flag.replace('_', '-')} {path}: no {args.model_prefix}{checkpoint.PARAMS_SUFFIX} or "
                              f"{args.model_prefix}{SAFETENSORS_SUFFIX} there, and no such weights file")
+    if args.from_phase1_final_params is not None:
+        try:
+            check_phase1_finished(args.from_phase1_final_params, args.model_prefix)
+        except ValueError as error:
+            parser.error(str(error))
 
 
 def _check_data_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -525,6 +530,21 @@ def gather_from_ranks(value, world_size: int) -> list:
     gathered: list = []
     paddle.distributed.all_gather_object(gathered, value)
     return gathered
+
+
+def check_phase1_finished(folder: str, prefix: str) -> None:
+    """Under a time budget phase 1 ends at no fixed step, so a checkpoint of a budgeted run is its end only when
+    its progress record says that the run spent its --time-budget; a SIGTERM checkpoint before that
+    (run_pretraining.py exits 0 after one) is a ValueError naming the folder, which parse_args reports.
+    Checkpoints of runs counted in steps, and weights without a progress record, are taken as they are (NVIDIA's
+    recipe names the step)."""
+    if not checkpoint.is_complete(folder, prefix):
+        return
+    progress = checkpoint.read_progress(folder, prefix)
+    budget, elapsed = progress.get("time_budget_minutes"), progress.get("elapsed_training_seconds", 0.0)
+    if budget is not None and elapsed < 60.0 * budget:
+        raise ValueError(f"--from-phase1-final-params {folder}: phase 1 stopped after {elapsed / 60:.2f} of its "
+                         f"{budget:g} minutes (interrupted?); rerun phase 1 to finish it first")
 
 
 def load_weights_only(model: paddle.nn.Layer, config: BertConfig, folder: str, prefix: str, flag: str) -> None:

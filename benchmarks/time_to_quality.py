@@ -241,6 +241,23 @@ def training_totals(report_file: Path) -> dict:
     return last
 
 
+def phase_totals(report_file: Path) -> dict:
+    """One phase's steps, minutes, sequences and validation curve from its run_pretraining.py report."""
+    totals = training_totals(report_file)
+    parameters = run_parameters(report_file)
+    batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])  # sequences a full step
+    return {"validation": validation_curve(report_file), "sequences": totals.get("steps", 0) * batch,
+            **totals}  # the report's own count of sequences where it has one
+
+
+def padded_tokens_per_sequence(pipeline: dict | str) -> float | None:
+    """The positions a training sequence of these shards fills, padding included, from the data pipeline's
+    summary; None when the data stage found the shards built and did not count them."""
+    if not isinstance(pipeline, dict):
+        return None
+    return (pipeline["sample_tokens"] + pipeline["padding_tokens"]) / pipeline["samples"]
+
+
 def check_budget_spent(run: Run, totals: dict) -> None:
     """A run that stopped before its budget is not a result: a signal stops run_pretraining.py at a checkpoint
     with status 0, and the same command continues it."""
@@ -382,9 +399,11 @@ class Yardstick:
         output = run_logged(command, self.work_dir / "logs" / f"{stage.replace('/', '-')}.log",
                             {**environment, "PREPROCESS_ONLY": "true"})
         summaries = [json.loads(line) for line in output.splitlines() if line.startswith('{"output_dir"')]
+        nothing = "the data folder was there already: nothing was built"
+        phase2 = float(arguments["phase2_budget_share"]) > 0  # phase 2's shards then follow phase 1's
         return self.stages.save(stage, settings, {
-            "pipeline": summaries[0] if summaries else "the data folder was there already: nothing was built"},
-            began)
+            "pipeline": summaries[0] if len(summaries) > phase2 else nothing,
+            **({"pipeline_phase2": summaries[-1] if summaries else nothing} if phase2 else {})}, began)
 
     def pretrain(self, run: Run) -> dict | None:
         """The run's pretraining stage, run now unless it is done; None under --report-only when it is not."""
@@ -402,16 +421,25 @@ class Yardstick:
         return self.stages.save(f"pretrain/{run.name}", settings, result, began)
 
     def pretrain_ours(self, run: Run) -> dict:
+        """run_pretraining.sh's run: phase 1, and phase 2 where the preset gives it a share of the budget
+        (phase2_budget_share), whose steps, sequences, minutes and validation points follow phase 1's."""
         command, environment = self.pretraining_command(run)
         output = run_logged(command, self.work_dir / "logs" / f"pretrain-{run.name}.log", environment)
-        report = Path(command[2 + preset_argument_names().index("results_dir")]) / "dllogger_p1.json"
-        totals = training_totals(report)
-        check_budget_spent(run, totals)
-        parameters = run_parameters(report)
-        batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])  # sequences a full step
-        return {"engine": "ours (PaddleBERT run_pretraining.py)", "checkpoint": final_checkpoint(output),
-                "report": str(report), "validation": validation_curve(report),
-                "sequences": totals.get("steps", 0) * batch, **totals}  # the report's own count where it has one
+        results_dir = Path(command[2 + preset_argument_names().index("results_dir")])
+        report = results_dir / "dllogger_p1.json"
+        result = {"engine": "ours (PaddleBERT run_pretraining.py)", "checkpoint": final_checkpoint(output),
+                  "report": str(report), **phase_totals(report)}
+        if float(self.arguments_of(self.preset_of(run))["phase2_budget_share"]) > 0:
+            phase2 = phase_totals(results_dir / "dllogger_p2.json")
+            tokens_per_sequence = padded_tokens_per_sequence(self.data(self.preset_of(run))["pipeline_phase2"])
+            tokens = phase2["sequences"] * tokens_per_sequence if tokens_per_sequence else None
+            result.update(phase2={**phase2, "tokens": tokens},
+                          validation=result["validation"] + [
+                              {**point, "step": point["step"] + result["steps"],
+                               "minutes": point["minutes"] + result["minutes"]} for point in phase2["validation"]],
+                          **{key: result[key] + phase2[key] for key in ("steps", "sequences", "minutes")})
+        check_budget_spent(run, result)
+        return result
 
     def pretrain_peer(self, run: Run) -> dict:
         """The transformers peer with the options of ours at the same budget, read from that run's report."""
@@ -717,7 +745,8 @@ SUMMARY_LABELS = {"random": "random init", "ours-60": "ours, 60 min", "ours-20":
                   "cpu_budget_tiny_alibi-20": "ours, ALiBi, 20 min",
                   "cpu_budget_tiny_alibi-60": "ours, ALiBi, 60 min",
                   "cpu_budget_tiny_alibi_8k_vocab-20": "ours, ALiBi and 8k vocabulary, 20 min",
-                  "cpu_budget_tiny_alibi_nobias-20": "ours, ALiBi and no linear biases, 20 min"}
+                  "cpu_budget_tiny_alibi_nobias-20": "ours, ALiBi and no linear biases, 20 min",
+                  "cpu_budget_tiny_seq512-20": "ours, last tenth at length 512, 20 min"}
 
 
 def score_cell(entry: dict) -> str:
@@ -878,6 +907,15 @@ def finetuning_rates(downstream: dict) -> str:
         ", rescaled" if glue.get("rescale_embeddings") else "")
 
 
+def run_tokens(run: dict, tokens_per_sequence: float | None) -> float | None:
+    """The positions a run trained on, padding included: its phase-1 sequences at the shards' tokens_per_sequence,
+    and its phase 2's own count where it has one; None when a count is missing."""
+    phase2 = run.get("phase2", {"sequences": 0, "tokens": 0})
+    if not tokens_per_sequence or phase2["tokens"] is None:
+        return None
+    return (run["sequences"] - phase2["sequences"]) * tokens_per_sequence + phase2["tokens"]
+
+
 def ablation(report_dir: Path, tokens_per_sequence: float | None) -> list[dict]:
     """Every budget-recipe trial of the committed time-to-quality-recipes*.json in report_dir beside the plain
     recipe's run of its own report (the run interleaved with it, at the same budget), shortest budget first: what it
@@ -896,7 +934,7 @@ def ablation(report_dir: Path, tokens_per_sequence: float | None) -> list[dict]:
                 "finetuning": finetuning_rates(run["downstream"]),
                 "steps": run["steps"], "steps_per_second": run["steps"] / (60 * run["minutes"]),
                 "sequences": run["sequences"],
-                "tokens": run["sequences"] * tokens_per_sequence if tokens_per_sequence else None,
+                "tokens": run_tokens(run, tokens_per_sequence),
                 "mlm_accuracy": accuracy,
                 "mlm_accuracy_gain": accuracy - plain["validation"][-1]["mlm_accuracy"] * 100,
                 "glue_average": mean["glue_average"],
@@ -1006,7 +1044,11 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict, checks:
         curve = ", ".join(f"{point['mlm_accuracy'] * 100:.1f}" for point in result["validation"])
         parameters = run_parameters(Path(result["report"]))
         batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])
-        line = (f"| {name} | {Path(parameters['config_file']).name} | {options_column(parameters, plain_warmup)} | "
+        options = options_column(parameters, plain_warmup)
+        if "phase2" in result:  # the options above are phase 1's
+            share = result["settings"]["arguments"]["phase2_budget_share"]
+            options = ("" if options == "-" else options + "; ") + f"phase 2 at seq 512 for {share} of the budget"
+        line = (f"| {name} | {Path(parameters['config_file']).name} | {options} | "
                 f"{parameters['optimizer']} | "
                 f"{parameters['learning_rate']:g} | {batch} | {result['minutes']:.1f} | {result['steps']} | "
                 f"{result['sequences']} | {curve} |")
@@ -1047,9 +1089,7 @@ def write_report(args: argparse.Namespace, data: dict, results: dict, missing: l
     report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(report_dir / "time-to-quality.json", text)
     plot(results, report_dir / "time-to-quality.png")
-    pipeline = data["pipeline"]
-    trials = ablation(report_dir, (pipeline["sample_tokens"] + pipeline["padding_tokens"]) / pipeline["samples"]
-                      if isinstance(pipeline, dict) else None)
+    trials = ablation(report_dir, padded_tokens_per_sequence(data["pipeline"]))
     if trials:
         plot_ablation(trials, report_dir / "time-to-quality-recipes.png")
     atomic_write_text(report_dir / "time-to-quality.md", markdown(header, data, results, checks, command, missing,

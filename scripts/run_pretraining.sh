@@ -3,8 +3,8 @@
 # NVIDIA's positional interface: the same 32 arguments in the same order with the same defaults, plus three
 # optional ones for LANS, three for validation, four for whole-word masking, the masked fraction, MLM-only
 # training and packing (README, "Beyond NVIDIA's recipe"), one for the results folder, two for training to a
-# time budget, four for the budget-recipe model options and one for a vocabulary trained on the corpus. Presets print
-# them:
+# time budget and one for phase 2's share of it, four for the budget-recipe model options and one for a vocabulary
+# trained on the corpus. Presets print them:
 #
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && dgxa100-80g_8gpu_amp)
 #   bash scripts/run_pretraining.sh $(source scripts/configs/pretrain_config.sh && cpu_tiny)
@@ -16,8 +16,8 @@
 #   the corpus "sample" is built offline by data/make_sample_corpus.py (Python's own documentation).
 # - Each phase runs `python -m paddle.distributed.launch --nproc_per_node <num_gpus> run_pretraining.py`
 #   with --last-step-of-checkpoint auto, so rerunning the same command continues from the newest checkpoint.
-# - Phase 2 starts from <results>/<bert-model>/phase1/<train_steps>, phase 1's final checkpoint; with
-#   train_steps_phase2 0 there is no phase 2.
+# - Phase 2 starts from <results>/<bert-model>/phase1/<train_steps>, phase 1's final checkpoint (under a time
+#   budget, its newest); with train_steps_phase2 0 there is no phase 2.
 # - After each phase, plot_report.py draws its report as <results>/dllogger_p<phase>.png and prints one summary
 #   line (steps, sequences, time, first and last validation loss and accuracy); the script ends with the path
 #   of the final checkpoint.
@@ -78,10 +78,11 @@
 #   43 results_dir ($RESULTS_DIR)        checkpoints (<it>/<bert-model>/phase1|2/<step>), reports and logs; the
 #                                         CPU presets name their own, <RESULTS_DIR>/<preset>, so that one
 #                                         preset's rerun continues and another preset's run starts apart
-#   44 time_budget (none)                minutes of training for phase 1 (run_pretraining.py --time-budget): the
-#                                         learning-rate schedule spans them and phase 1 ends at the first step
-#                                         that reaches them; train_steps (6) then caps the steps. Phase 1 only:
-#                                         train_steps_phase2 (15) must be 0. none: train_steps steps
+#   44 time_budget (none)                minutes of training (run_pretraining.py --time-budget): each phase's
+#                                         learning-rate schedule spans its part of them and the phase ends at the
+#                                         first step that reaches it; train_steps (6) and train_steps_phase2 (15)
+#                                         then cap the steps. Phase 1 takes all of them unless argument 53 gives
+#                                         phase 2 a share. none: train_steps steps
 #   45 eval_interval_minutes (none)      with holdout_fraction > 0: evaluate each time the training time crosses
 #                                         a multiple of this many minutes (--eval-interval-minutes), instead of
 #                                         every eval_freq (37) steps; none: every eval_freq steps
@@ -101,6 +102,11 @@
 #                                         (--gradient-merge-ramp): a batch that ramps up. 0: the full batch throughout
 #   52 alibi (false)                     true: ALiBi's distance bias on the attention scores (--alibi); like 46-48 it
 #                                         goes into the checkpoints' config
+#   53 phase2_budget_share (0)           with time_budget (44): the fraction of it that phase 2 trains (sequence
+#                                         length 512, from phase 1's last checkpoint, validated on phase 1's
+#                                         held-out batches so that one curve spans both phases); phase 1 trains
+#                                         the rest. 0: phase 1 alone, and train_steps_phase2 must be 0; above 0,
+#                                         train_steps_phase2 caps phase 2's steps and must be 1 or more
 # A data folder is preprocessed only when it is empty: after changing argument 27, 39, 40 or 41, remove the data
 # folders or name new ones (arguments 17 and 18).
 # Environment: RESULTS_DIR (default <code_dir>/results) is argument 43's default; VOCAB_FILE
@@ -110,7 +116,7 @@
 # e.g. to build the shards on a CPU node before a GPU job, or to time preprocessing apart from training.
 set -euo pipefail
 
-(( $# <= 52 )) || { echo "${0##*/}: at most 52 positional arguments, got $#" >&2; exit 1; }
+(( $# <= 53 )) || { echo "${0##*/}: at most 53 positional arguments, got $#" >&2; exit 1; }
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/common.sh
 source "$SCRIPT_DIR/common.sh"
@@ -173,6 +179,7 @@ dropout=${49:-true}
 trained_vocab_size=${50:-none}
 gradient_merge_ramp=${51:-0}
 alibi=${52:-false}
+phase2_budget_share=${53:-0}
 num_nodes=1
 
 for name in train_batch_size num_gpus train_steps save_checkpoint_steps gradient_accumulation_steps \
@@ -212,14 +219,30 @@ done
 set_feature_flags masking holdout_fraction eval_freq num_eval_batches whole_word_masking masked_lm_ratio no_nsp \
   pack_sequences
 set_eval_interval eval_interval_minutes "$eval_interval_minutes"
+require_number phase2_budget_share "$phase2_budget_share" 'v < 1' '[0, 1)'
+# One test of "does phase 2 take a share of the budget?", read by the checks below and by phase 2's flags.
+phase2_in_budget=false
+awk -v s="$phase2_budget_share" 'BEGIN { exit !(s > 0) }' && phase2_in_budget=true
 budget_flags=()
+budget_flags_phase2=()
 if [[ "$time_budget" != none ]]; then
   require_number time_budget "$time_budget" 'v > 0' '(0, inf) or none'
   [[ "$enable_benchmark" == false ]] || die "time_budget $time_budget: a benchmark times a number of steps; set" \
     "enable_benchmark to false or time_budget to none"
-  # A budget ends phase 1 at no fixed step, so phase 2 would not know which checkpoint to start from.
-  (( train_steps_phase2 == 0 )) || die "time_budget $time_budget is for phase 1 alone; set train_steps_phase2 to 0"
-  budget_flags=(--time-budget "$time_budget")
+  # A phase 2 counted in steps after a budget would make the run's length a guess, so it takes a share of the
+  # budget or does not run.
+  if [[ $phase2_in_budget == true ]]; then
+    (( train_steps_phase2 > 0 )) || die "phase2_budget_share $phase2_budget_share gives phase 2 part of the time" \
+      "budget; train_steps_phase2 caps its steps and must be 1 or more"
+    budget_flags=(--time-budget "$(awk -v t="$time_budget" -v s="$phase2_budget_share" 'BEGIN { print t * (1 - s) }')")
+    budget_flags_phase2=(--time-budget "$(awk -v t="$time_budget" -v s="$phase2_budget_share" 'BEGIN { print t * s }')")
+  else
+    (( train_steps_phase2 == 0 )) || die "time_budget $time_budget goes to phase 1 alone unless phase2_budget_share" \
+      "gives phase 2 a share; set train_steps_phase2 to 0 or phase2_budget_share above 0"
+    budget_flags=(--time-budget "$time_budget")
+  fi
+elif [[ $phase2_in_budget == true ]]; then
+  die "phase2_budget_share $phase2_budget_share is a share of time_budget, which is none"
 fi
 [[ -f "$CODEDIR/run_pretraining.py" ]] || die "code dir $CODEDIR: no run_pretraining.py there"
 set_precision_flags "$precision" 1048576
@@ -349,31 +372,39 @@ phase1_flags=(--phase1 --input-dir "$DATA_DIR_PHASE1" --batch-size "$train_batch
 launch 1 "$train_batch_size" "$gradient_accumulation_steps" -- "${phase1_flags[@]}"
 echo "finished phase 1"
 plot 1
+final_step() {  # phase steps: the phase's last checkpoint; under a time budget the step that spent it, its newest
+  if [[ "$time_budget" == none ]]; then echo "$2"; else newest_step "$RESULTS_DIR/$BERT_MODEL/phase$1"; fi
+}
+
 if (( train_steps_phase2 == 0 )); then
-  if [[ "$enable_benchmark" == false ]]; then
-    # Under a time budget phase 1 ends at the step that spent it: its newest checkpoint.
-    final_step=$train_steps
-    [[ "$time_budget" == none ]] || final_step=$(newest_step "$RESULTS_DIR/$BERT_MODEL/phase1")
-    echo "Final checkpoint: $RESULTS_DIR/$BERT_MODEL/phase1/$final_step"
-  fi
+  [[ "$enable_benchmark" == true ]] || echo "Final checkpoint: $RESULTS_DIR/$BERT_MODEL/phase1/$(final_step 1 "$train_steps")"
   exit 0
 fi
 
-set_eval_flags "$DATA_DIR_PHASE2"
+# Under a budget phase 2 validates on phase 1's held-out shards (shorter samples, which a phase-2 run takes) in
+# phase 1's batches, so on the same sequences and masks: the validation curve measures one thing across the budget.
+if [[ $phase2_in_budget == true ]]; then
+  set_eval_flags "$DATA_DIR_PHASE1"
+  (( ${#EVAL_FLAGS[@]} )) && EVAL_FLAGS+=(--eval-batch-size "$train_batch_size")
+else
+  set_eval_flags "$DATA_DIR_PHASE2"
+fi
 phase2_flags=(--phase2 --input-dir "$DATA_DIR_PHASE2" --batch-size "$train_batch_size_phase2"
   --max-seq-length "${PHASE_SEQ_LENGTH[2]}" --max-predictions-per-seq "${PHASE_MAX_PREDICTIONS[2]}"
   --max-steps "$train_steps_phase2"
   --warmup-proportion "$warmup_proportion_phase2" --constant-proportion "$constant_proportion_phase2"
   --learning-rate "$learning_rate_phase2"
   --gradient-merge-steps "$gradient_accumulation_steps_phase2" --report-file "$RESULTS_DIR/dllogger_p2.json"
-  "${EVAL_FLAGS[@]}")
+  "${EVAL_FLAGS[@]}" "${budget_flags_phase2[@]}")
 if [[ "$enable_benchmark" == false ]]; then
-  phase1_final="$RESULTS_DIR/$BERT_MODEL/phase1/$train_steps"
-  # run_pretraining.py exits 0 after a SIGTERM checkpoint; phase 2 must wait for the end of phase 1.
-  [[ -d "$phase1_final" ]] || die "phase 1 stopped before step $train_steps ($phase1_final missing); rerun to continue"
+  phase1_final="$RESULTS_DIR/$BERT_MODEL/phase1/$(final_step 1 "$train_steps")"
+  # run_pretraining.py exits 0 after a SIGTERM checkpoint; phase 2 must wait for the end of phase 1 (under a
+  # budget, run_pretraining.py checks the training time that the newest checkpoint records).
+  [[ "$time_budget" != none || -d "$phase1_final" ]] \
+    || die "phase 1 stopped before step $train_steps ($phase1_final missing); rerun to continue"
   phase2_flags+=(--from-phase1-final-params "$phase1_final")
 fi
 launch 2 "$train_batch_size_phase2" "$gradient_accumulation_steps_phase2" -- "${phase2_flags[@]}"
 echo "finished phase 2"
 plot 2
-[[ "$enable_benchmark" == true ]] || echo "Final checkpoint: $RESULTS_DIR/$BERT_MODEL/phase2/$train_steps_phase2"
+[[ "$enable_benchmark" == true ]] || echo "Final checkpoint: $RESULTS_DIR/$BERT_MODEL/phase2/$(final_step 2 "$train_steps_phase2")"

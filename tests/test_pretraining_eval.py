@@ -173,6 +173,8 @@ def parse_error(argv: list[str], capsys) -> str:
 @pytest.mark.parametrize("extra, message", [
     (["--eval-freq", "5"], "--eval-freq needs --eval-dir"),
     (["--num-eval-batches", "5"], "--num-eval-batches needs --eval-dir"),
+    (["--eval-batch-size", "5"], "--eval-batch-size needs --eval-dir"),
+    (["--eval-dir", "DYNAMIC", "--eval-batch-size", "0"], "--eval-batch-size must be at least 1, got 0"),
     (["--eval-dir", "/nonexistent/holdout"], "--eval-dir /nonexistent/holdout: no such folder"),
     (["--eval-dir", "DYNAMIC", "--eval-freq", "0"], "--eval-freq must be at least 1, got 0"),
     (["--eval-dir", "DYNAMIC", "--num-eval-batches", "0"], "--num-eval-batches must be at least 1, got 0"),
@@ -182,6 +184,24 @@ def parse_error(argv: list[str], capsys) -> str:
 def test_invalid_validation_options_exit_with_one_line_naming_the_flag(tmp_path, capsys, extra, message):
     extra = [str(require_shared(*DYNAMIC)) if value == "DYNAMIC" else value for value in extra]
     assert message in parse_error(pretraining_argv(tmp_path, *extra), capsys)
+
+
+def test_a_phase_at_another_batch_size_and_length_validates_on_the_same_batches_with_eval_batch_size(tmp_path):
+    """run_pretraining.sh's phase 2 inside a time budget trains batches of another size at length 512 and validates
+    on phase 1's held-out shards with --eval-batch-size of phase 1's batch: the same sequences and masks, so the
+    same model scores the same. Without the flag its own batch size regroups them, and the masks (drawn per batch)
+    differ."""
+    phase1 = run_pretraining.parse_args(eval_argv(tmp_path, "--num-eval-batches", "2"))
+    phase2_shape = ("--phase2", "--max-seq-length", "512", "--max-predictions-per-seq", "80", "--batch-size", "2",
+                    "--num-eval-batches", "4")
+    phase2 = run_pretraining.parse_args(eval_argv(tmp_path, *phase2_shape, "--eval-batch-size",
+                                                  str(phase1.batch_size), "--num-eval-batches", "2"))
+    own_batches = run_pretraining.parse_args(eval_argv(tmp_path, *phase2_shape))
+    assert (phase1.batch_size, phase2.eval_batch_size, own_batches.eval_batch_size) == (4, 4, 2)
+    trainer = run_pretraining.Trainer(phase1, rank=0, world_size=1)
+    scores = [evaluator_for(args).evaluate(trainer.model, trainer.policy) for args in (phase1, phase2, own_batches)]
+    assert scores[0]["eval_sequences"] == 8 and scores[1] == scores[0]
+    assert scores[2]["eval_sequences"] == 8 and scores[2] != scores[0]
 
 
 def test_validation_masks_as_bert_does_whatever_the_training_masks(tmp_path):

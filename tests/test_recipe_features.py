@@ -190,10 +190,11 @@ def test_the_defaults_leave_the_38_argument_command_lines_as_they_were(tmp_path,
 def test_the_arguments_after_43_left_at_their_defaults_leave_the_43_argument_command_lines_as_they_were(
         tmp_path, fakes):
     """Arguments 44 (time_budget) and 45 (eval_interval_minutes) as every preset prints them, none, 46-49 (the
-    budget-recipe model options) at NVIDIA's model, 50 (trained_vocab_size) none, 51 (gradient_merge_ramp) 0 and 52
-    (alibi) false pass nothing: the command lines are those of the same preset's first 43 arguments."""
+    budget-recipe model options) at NVIDIA's model, 50 (trained_vocab_size) none, 51 (gradient_merge_ramp) 0, 52
+    (alibi) false and 53 (phase2_budget_share) 0 pass nothing: the command lines are those of the same preset's
+    first 43 arguments."""
     full_args, short_args = cpu_tiny(fakes, tmp_path / "45"), cpu_tiny(fakes, tmp_path / "43")[:43]
-    assert full_args[43:] == ["none", "none", "false", "true", "false", "true", "none", "0", "false"]
+    assert full_args[43:] == ["none", "none", "false", "true", "false", "true", "none", "0", "false", "0"]
     full = record_ok(full_args, fakes, tmp_path / "45")
     short = record_ok(short_args, fakes, tmp_path / "43")
     assert [call["argv"] for call in full.calls] == [
@@ -206,7 +207,7 @@ def test_validation_flag_help_names_each_default_once():
     text = " ".join(run_pretraining.build_parser().format_help().split())
     assert ("Evaluate every this many steps (with --eval-dir; default 1000, none with --eval-interval-minutes). "
             "--eval-interval-minutes") in text
-    assert "--eval-dir; default 100). Benchmark:" in text
+    assert "--eval-dir; default --batch-size). The batches" in text
     assert "(default: None)" not in text
     assert "for dropout). (default: 42)" in text  # real defaults are still named
 
@@ -250,7 +251,7 @@ def test_nvidias_defaults_pass_none_of_the_new_flags(tmp_path, fakes):
     (GRADIENT_MERGE_RAMP, "1.5", ("gradient_merge_ramp", "[0, 1]", "'1.5'")),
     (GRADIENT_MERGE_RAMP, "half", ("gradient_merge_ramp", "[0, 1]", "'half'")),
     (ALIBI, "yes", ("alibi", "true false", "'yes'")),
-    (53, "extra", ("at most 52", "got 53")),
+    (54, "extra", ("at most 53", "got 54")),
 ])
 def test_bad_values_are_named_before_anything_runs(position, text, named, tmp_path, fakes):
     args = cpu_tiny(fakes, tmp_path)
@@ -294,7 +295,9 @@ def test_the_other_presets_keep_the_features_off(name, fakes):
     # the full batch from the first step (51), but in the batch-ramp trial
     assert args[50] == ("0.5" if name == "cpu_budget_tiny_ramp" else "0")
     # Devlin et al.'s attention (52), but in the ALiBi trial
-    assert args[51:] == (["true"] if name.startswith("cpu_budget_tiny_alibi") else ["false"])
+    assert args[51] == ("true" if name.startswith("cpu_budget_tiny_alibi") else "false")
+    # phase 1 alone under a budget (53), but in the sequence-length trial: its last tenth is a phase 2 at 512
+    assert args[52:] == (["0.1"] if name == "cpu_budget_tiny_seq512" else ["0"])
 
 
 def test_the_batch_ramp_reaches_phase_1_alone_and_needs_micro_batches_to_grow(tmp_path, fakes):

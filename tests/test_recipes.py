@@ -253,6 +253,17 @@ POSITIONAL_CASES = {
     "48 gated_feed_forward": ({48: "true"}, _has_flag("--gated-feed-forward"), (True, True)),
     "49 dropout": ({49: "false"}, _has_flag("--no-dropout"), (True, True)),
     "52 alibi": ({52: "true"}, _has_flag("--alibi"), (True, True)),
+    # A tenth of a 30-minute budget for phase 2, from phase 1's newest checkpoint (the fake writes step 6), validated
+    # on phase 1's held-out shards in its batches of 8; the final checkpoint is phase 2's newest (the fake writes its
+    # --max-steps, 4).
+    "53 phase2_budget_share": ({36: "0.1", 44: "30", 53: "0.1"},
+                               lambda run: ([value(args, "--time-budget") for args in run.pretraining],
+                                            value(run.p2, "--eval-dir"), value(run.p2, "--eval-batch-size"),
+                                            value(run.p2, "--from-phase1-final-params"),
+                                            run.result.stdout.splitlines()[-1]),
+                               (["27", "3"], "{tmp}/data/sample/pretrain/phase1/unbinned/parquet_holdout", "8",
+                                "{tmp}/results/cpu_tiny/custom/phase1/6",
+                                "Final checkpoint: {tmp}/results/cpu_tiny/custom/phase2/4")),
     # Trained on the corpus, beside the phase-1 shards, and the one vocabulary of both phases' data and training.
     "50 trained_vocab_size": ({50: "512"}, lambda run: (script_args(run.calls, "tokenizer.py"),
                                                         _preprocessing_values("--vocab-file")(run),
@@ -416,13 +427,15 @@ def test_phase2_waits_for_the_end_of_phase1(tmp_path, fakes, cpu_tiny_args):
     (15, "-1", ("train_steps_phase2", ">= 0", "'-1'")),
     (36, "1", ("holdout_fraction", "[0, 1)", "'1'")),
     (37, "0", ("eval_freq", ">= 1", "'0'")),
-    (53, "extra", ("at most 52", "got 53")),
+    (54, "extra", ("at most 53", "got 54")),
+    (53, "1", ("phase2_budget_share", "[0, 1)", "'1'")),
+    (53, "0.1", ("phase2_budget_share 0.1 is a share of time_budget, which is none",)),
     (50, "5", ("trained_vocab_size", ">= 6", "'5'")),
     (46, "yes", ("pre_layer_norm", "true false", "'yes'")),
     (52, "on", ("alibi", "true false", "'on'")),
     (49, "0", ("dropout", "true false", "'0'")),
     (44, "0", ("time_budget", "(0, inf) or none", "'0'")),
-    (44, "30", ("time_budget 30 is for phase 1 alone", "train_steps_phase2 to 0")),
+    (44, "30", ("time_budget 30 goes to phase 1 alone unless phase2_budget_share", "train_steps_phase2 to 0")),
     (45, "nan", ("eval_interval_minutes", "(0, inf) or none", "'nan'")),
     (45, "2", ("eval_interval_minutes 2: validation needs holdout_fraction > 0, got 0",)),
     (2, "nan", ("learning_rate", "(0, inf)", "'nan'")),
@@ -439,6 +452,16 @@ def test_bad_arguments_are_named(position, text, named, tmp_path, fakes, cpu_tin
     run = run_script(RUN_PRETRAINING, args, fakes, tmp_path)
     assert run.result.returncode == 1
     assert_one_line(run.result.stderr, "run_pretraining.sh: ", *(part.format(tmp=tmp_path) for part in named))
+    assert run.calls == []
+
+
+def test_a_phase2_share_of_the_budget_needs_phase2_steps_to_cap_it(tmp_path, fakes, cpu_tiny_args):
+    args = list(cpu_tiny_args)
+    args[14], args[43], args[52] = "0", "30", "0.2"  # no phase-2 steps (15), 30 minutes (44), a fifth for phase 2
+    run = run_script(RUN_PRETRAINING, args, fakes, tmp_path)
+    assert run.result.returncode == 1
+    assert_one_line(run.result.stderr, "run_pretraining.sh: ", "phase2_budget_share 0.2", "train_steps_phase2",
+                    "1 or more")
     assert run.calls == []
 
 
@@ -484,7 +507,7 @@ PRETRAIN_POSITIONS = {"batch": 0, "lr": 1, "precision": 2, "gpus": 3, "warmup": 
 
 def _preset_values(name: str, env: dict[str, str]) -> dict[str, str]:
     args = preset("pretrain_config.sh", name, env)
-    assert len(args) == 52, args
+    assert len(args) == 53, args
     return {key: args[position] for key, position in PRETRAIN_POSITIONS.items()}
 
 
@@ -542,8 +565,8 @@ def test_each_cpu_preset_has_its_own_results_folder(tmp_path, fakes):
                            "cpu_budget_tiny_alibi", "cpu_budget_tiny_alibi_8k_vocab", "cpu_budget_tiny_alibi_nobias",
                            "cpu_budget_tiny_batch16", "cpu_budget_tiny_gated", "cpu_budget_tiny_mask30",
                            "cpu_budget_tiny_nobias", "cpu_budget_tiny_onecycle", "cpu_budget_tiny_prenorm",
-                           "cpu_budget_tiny_ramp", "cpu_budget_tiny_wsd", "cpu_demo", "cpu_tiny", "cpu_tiny_beyond",
-                           "cpu_tiny_lans"]
+                           "cpu_budget_tiny_ramp", "cpu_budget_tiny_seq512", "cpu_budget_tiny_wsd", "cpu_demo",
+                           "cpu_tiny", "cpu_tiny_beyond", "cpu_tiny_lans"]
     for name in CPU_PRESETS:
         args = preset("pretrain_config.sh", name, env)
         assert preset("pretrain_config.sh", name, env) == args

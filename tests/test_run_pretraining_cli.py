@@ -17,6 +17,7 @@ import paddle
 import pyarrow.parquet as pq
 import pytest
 
+import checkpoint
 import pretraining_report
 import run_pretraining
 from amp import LossScaler
@@ -647,3 +648,30 @@ def test_pretraining_starts_from_a_hugging_face_folder_as_it_is(tmp_path, capsys
     with pytest.raises(ValueError) as raised:
         run_pretraining.main(pretraining_argv(other, "--max-steps", "1", "--from-pretrained-params", str(minilm)))
     assert_one_line(str(raised.value), "--from-pretrained-params", minilm / "config.json", "hidden_size")
+
+
+def _progress_folder(folder: Path, **progress) -> str:
+    folder.mkdir(parents=True)
+    (folder / f"{checkpoint.DEFAULT_PREFIX}{checkpoint.PROGRESS_SUFFIX}").write_text(json.dumps(progress))
+    return str(folder)
+
+
+def test_phase2_refuses_a_budgeted_phase1_that_stopped_before_its_budget(tmp_path, capsys):
+    """Under a time budget phase 1 ends at no fixed step, so run_pretraining.sh starts phase 2 from phase 1's newest
+    checkpoint; a SIGTERM checkpoint before the budget was spent (run_pretraining.py exits 0 after it) must not
+    start phase 2. A spent budget, a run counted in steps and bare weights are taken."""
+    stopped = _progress_folder(tmp_path / "stopped" / "40", global_step=40, time_budget_minutes=18.0,
+                               elapsed_training_seconds=60 * 18.0 - 1)
+    (Path(stopped) / f"{checkpoint.DEFAULT_PREFIX}{checkpoint.PARAMS_SUFFIX}").write_bytes(b"")
+    argv = pretraining_argv(tmp_path, "--phase2", "--from-phase1-final-params", stopped, "--max-steps", "4",
+                            "--time-budget", "2")
+    assert parse_error(argv, capsys).endswith(f"error: --from-phase1-final-params {stopped}: phase 1 stopped "
+                                              "after 17.98 of its 18 minutes (interrupted?); rerun phase 1 to finish "
+                                              "it first")
+    spent = _progress_folder(tmp_path / "spent" / "41", global_step=41, time_budget_minutes=18.0,
+                             elapsed_training_seconds=60 * 18.0)
+    by_steps = _progress_folder(tmp_path / "steps" / "5", global_step=5, max_steps=15, time_budget_minutes=None)
+    weights_alone = tmp_path / "weights"
+    weights_alone.mkdir()
+    for folder in (spent, by_steps, str(weights_alone)):
+        run_pretraining.check_phase1_finished(folder, checkpoint.DEFAULT_PREFIX)

@@ -496,6 +496,43 @@ def test_the_readme_table_is_the_committed_reports_summary():
     assert table + "\n" + "\n".join(rows) + "\n" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
+def test_a_phase2_share_of_the_budget_trains_phase2_after_phase1_and_is_counted_with_it(miniature, tmp_path):
+    """cpu_budget_tiny_seq512 (phase2_budget_share 0.1): phase 1 trains 90% of the budget at length 128, phase 2
+    the rest at 512 from phase 1's last checkpoint, validated on phase 1's held-out batches. The run's steps,
+    sequences, minutes and validation curve are both phases', its tokens count phase 2's longer rows, and it is
+    scored from phase 2's checkpoint."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "time_to_quality.py"), "--quick", "--work-dir",
+               str(miniature), "--report-dir", str(tmp_path), "--recipe-trials", "cpu_budget_tiny_seq512"]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    trial = json.loads((tmp_path / "time-to-quality-recipes.json").read_text())["cpu_budget_tiny_seq512-0.3"]
+    results = miniature / "runs" / "cpu_budget_tiny_seq512-0.3"
+    phase1, phase2 = (time_to_quality.run_parameters(results / f"dllogger_p{phase}.json") for phase in (1, 2))
+    assert (phase1["time_budget"], phase1["max_seq_length"]) == (pytest.approx(0.27), 128)
+    assert (phase2["time_budget"], phase2["max_seq_length"]) == (pytest.approx(0.03), 512)
+    phase1_steps = max(int(path.name) for path in (results / "custom" / "phase1").iterdir() if path.name.isdigit())
+    phase2_steps = max(int(path.name) for path in (results / "custom" / "phase2").iterdir() if path.name.isdigit())
+    assert phase2["from_phase1_final_params"] == str(results / "custom" / "phase1" / str(phase1_steps))
+    assert Path(phase2["eval_dir"]).name == "parquet_holdout" and "phase1" in Path(phase2["eval_dir"]).parts
+    assert (phase2["eval_batch_size"], phase2["num_eval_batches"]) == (8, phase1["num_eval_batches"])
+    assert trial["checkpoint"] == str(results / "custom" / "phase2" / str(phase2_steps))
+    assert (trial["steps"], trial["phase2"]["steps"]) == (phase1_steps + phase2_steps, phase2_steps)
+    assert trial["phase2"]["sequences"] == 16 * phase2_steps
+    assert trial["sequences"] == 8 * phase1_steps + 16 * phase2_steps
+    assert trial["minutes"] >= 0.3 and trial["phase2"]["minutes"] >= 0.03
+    last = trial["validation"][-1]
+    assert (last["step"], last["minutes"]) == (trial["steps"], pytest.approx(trial["minutes"]))
+    pipeline = json.loads((miniature / "stages" / "data--cpu_budget_tiny_seq512.json").read_text())["pipeline_phase2"]
+    per_row = (pipeline["sample_tokens"] + pipeline["padding_tokens"]) / pipeline["samples"]
+    assert 128 < per_row <= 512 and trial["phase2"]["tokens"] == pytest.approx(16 * phase2_steps * per_row)
+    assert time_to_quality.run_tokens(trial, 100.0) == pytest.approx(100.0 * 8 * phase1_steps
+                                                                     + trial["phase2"]["tokens"])
+    weights = Path(trial["checkpoint"]) / "bert_paddle.pdparams"
+    assert trial["downstream"]["weights"]["weights_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
+    table = (tmp_path / "time-to-quality-recipes.md").read_text(encoding="utf-8")
+    assert "| cpu_budget_tiny_seq512-0.3 | bert-tiny-uncased.json | phase 2 at seq 512 for 0.1 of the budget |" in table
+
+
 def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(miniature, tmp_path):
     """--recipe-trials: the baseline is the miniature's own ours run (not trained again), and the trial preset's
     options reach its checkpoint, its report and the table; its scores come from its own checkpoint. --data-only

@@ -42,7 +42,7 @@ _print_pretrain_args() {
     "$holdout_fraction" "$eval_freq" "$num_eval_batches" \
     "$whole_word_masking" "$masked_lm_ratio" "$no_nsp" "$pack_sequences" "$results_dir" \
     "$time_budget" "$eval_interval_minutes" "$pre_layer_norm" "$linear_bias" "$gated_feed_forward" "$dropout" \
-    "$trained_vocab_size" "$gradient_merge_ramp" "$alibi"
+    "$trained_vocab_size" "$gradient_merge_ramp" "$alibi" "$phase2_budget_share"
 }
 
 # NVIDIA's dgxa100-80g_8gpu_amp: BERT-large, 8 GPUs, float16 AMP.
@@ -100,6 +100,7 @@ _bert_large_recipe() {
   trained_vocab_size=none
   gradient_merge_ramp=0
   alibi=false
+  phase2_budget_share=0
 }
 
 # For a preset that trains phase 1 to a time budget (argument 44): the budget in minutes is $TIME_BUDGET_MINUTES
@@ -470,6 +471,21 @@ cpu_budget_tiny_alibi_nobias() (
   alibi=true
   linear_bias=false
   _cpu_results cpu_budget_tiny_alibi_nobias
+  _print_pretrain_args
+)
+
+# A budget-recipe trial: BERT's sequence-length schedule inside the budget (Devlin et al. 2019 took 90% of the
+# steps at length 128 and the rest at 512; NVIDIA's two phases): the last tenth of the time (argument 53) is a phase
+# 2 at 512 from phase 1's last checkpoint, at 16 sequences a step (phase 1's tokens a step), the phase-1 peak rate
+# halved as NVIDIA's phase 2 lowers it, and its warmup. Phase 1's learned positions stop at 128; SQuAD fine-tunes
+# at 256, which only phase 2 trains.
+cpu_budget_tiny_seq512() (
+  _cpu_budget_recipe bert-tiny-uncased.json
+  _batches 1 64 1 16 1
+  phase2_budget_share=0.1
+  train_steps_phase2=10000000  # a cap the budget ends long before
+  learning_rate_phase2=5e-3
+  _cpu_results cpu_budget_tiny_seq512
   _print_pretrain_args
 )
 
