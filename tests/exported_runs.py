@@ -21,6 +21,20 @@ from fine_tuning_runs import common_argv, run_in_process, write_tiny_model
 TRAIN_ROWS, DEV_ROWS = 32, 24
 
 
+# CPU flags of an int8 dot-product instruction that sums u8 x s8 products into 32 bits. Without one (AVX2 alone,
+# e.g. AMD Zen 3), ONNX Runtime's u8 x s8 GEMMs run vpmaddubsw, which adds each adjacent pair of products along K
+# in 16 bits with signed saturation (Intel's instruction reference): a pair can reach 2 x 255 x 127, so where the
+# int8 ranges are full the sums clamp at 32767 (docs/inference.md, the Zen 3 machine).
+INT8_DOT_PRODUCT_FLAGS = {"avx512_vnni", "avx_vnni", "amx_int8"}
+
+
+def int8_pairs_saturate() -> bool:
+    """Whether this CPU's int8 GEMMs in ONNX Runtime sum product pairs in 16 bits (no INT8_DOT_PRODUCT_FLAGS)."""
+    import cpu_ops
+
+    return not INT8_DOT_PRODUCT_FLAGS & cpu_ops.cpu_vendor_and_flags("/proc/cpuinfo")[1]
+
+
 def make_exported_workspace(folder: Path) -> Path:
     """folder with MRPC slices, a one-paragraph SQuAD slice, the tiny model, and a GLUE model trained 3 steps and
     exported with --export-dir --export-onnx (with the calibration inputs)."""

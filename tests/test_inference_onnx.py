@@ -29,6 +29,7 @@ from exported_runs import (
     batch,
     glue,
     glue_cli_error,
+    int8_pairs_saturate,
     make_exported_workspace,
     paddle_logits,
     save_with_mask_renamed,
@@ -39,6 +40,7 @@ from fine_tuning_runs import common_argv
 # int8 (dynamic or static) against fp32 on the tiny random-weight model: measured 0.6-1.0% of the logits'
 # largest magnitude; weights and activations each round to 1/255 of their range, through two layers.
 INT8_TOLERANCE = 0.05
+INT8_SATURATED_TOLERANCE = 0.25
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +150,11 @@ def test_int8_session_is_within_quantization_error_of_the_paddle_predictor(works
     (expected,) = paddle_logits(workspace / "export")
     (logits,) = ort_logits(workspace / "export", "int8", quantization)
     difference = np.abs(logits - expected).max()
-    assert 0 < difference <= INT8_TOLERANCE * np.abs(expected).max(), (difference, np.abs(expected).max())
+    # Per-column weight scales fill each column's int8 range, where 16-bit pair sums (exported_runs.
+    # int8_pairs_saturate) clamp: measured 16% of the largest logit on AMD Zen 3.
+    saturated = int8_pairs_saturate() and "per-channel" in quantization
+    tolerance = INT8_SATURATED_TOLERANCE if saturated else INT8_TOLERANCE
+    assert 0 < difference <= tolerance * np.abs(expected).max(), (difference, np.abs(expected).max())
 
 
 @pytest.mark.parametrize("quantization", ["dynamic", "dynamic-per-channel"])

@@ -500,13 +500,15 @@ def test_a_phase2_share_of_the_budget_trains_phase2_after_phase1_and_is_counted_
     """cpu_budget_tiny_seq512 (phase2_budget_share 0.1): phase 1 trains 90% of the budget at length 128, phase 2
     the rest at 512 from phase 1's last checkpoint, validated on phase 1's held-out batches. The run's steps,
     sequences, minutes and validation curve are both phases', its tokens count phase 2's longer rows, and it is
-    scored from phase 2's checkpoint."""
+    scored from phase 2's checkpoint. It runs in a copy of the miniature, whose stages other tests count."""
+    work = tmp_path / "work"
+    shutil.copytree(miniature, work, symlinks=True)
     command = [sys.executable, str(ROOT / "benchmarks" / "time_to_quality.py"), "--quick", "--work-dir",
-               str(miniature), "--report-dir", str(tmp_path), "--recipe-trials", "cpu_budget_tiny_seq512"]
+               str(work), "--report-dir", str(tmp_path), "--recipe-trials", "cpu_budget_tiny_seq512"]
     run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     trial = json.loads((tmp_path / "time-to-quality-recipes.json").read_text())["cpu_budget_tiny_seq512-0.3"]
-    results = miniature / "runs" / "cpu_budget_tiny_seq512-0.3"
+    results = work / "runs" / "cpu_budget_tiny_seq512-0.3"
     phase1, phase2 = (time_to_quality.run_parameters(results / f"dllogger_p{phase}.json") for phase in (1, 2))
     assert (phase1["time_budget"], phase1["max_seq_length"]) == (pytest.approx(0.27), 128)
     assert (phase2["time_budget"], phase2["max_seq_length"]) == (pytest.approx(0.03), 512)
@@ -522,7 +524,7 @@ def test_a_phase2_share_of_the_budget_trains_phase2_after_phase1_and_is_counted_
     assert trial["minutes"] >= 0.3 and trial["phase2"]["minutes"] >= 0.03
     last = trial["validation"][-1]
     assert (last["step"], last["minutes"]) == (trial["steps"], pytest.approx(trial["minutes"]))
-    pipeline = json.loads((miniature / "stages" / "data--cpu_budget_tiny_seq512.json").read_text())["pipeline_phase2"]
+    pipeline = json.loads((work / "stages" / "data--cpu_budget_tiny_seq512.json").read_text())["pipeline_phase2"]
     per_row = (pipeline["sample_tokens"] + pipeline["padding_tokens"]) / pipeline["samples"]
     assert 128 < per_row <= 512 and trial["phase2"]["tokens"] == pytest.approx(16 * phase2_steps * per_row)
     assert time_to_quality.run_tokens(trial, 100.0) == pytest.approx(100.0 * 8 * phase1_steps
