@@ -241,12 +241,21 @@ def training_totals(report_file: Path) -> dict:
     return last
 
 
+def step_sequences(parameters: dict) -> int:
+    """The sequences of a full step of a run_pretraining.py run (its report's PARAMETER record)."""
+    return int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])
+
+
+def trains_phase2(arguments: dict) -> bool:
+    """Whether a preset's run_pretraining.sh arguments give phase 2 a share of the time budget (argument 53)."""
+    return float(arguments["phase2_budget_share"]) > 0
+
+
 def phase_totals(report_file: Path) -> dict:
     """One phase's steps, minutes, sequences and validation curve from its run_pretraining.py report."""
     totals = training_totals(report_file)
-    parameters = run_parameters(report_file)
-    batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])  # sequences a full step
-    return {"validation": validation_curve(report_file), "sequences": totals.get("steps", 0) * batch,
+    return {"validation": validation_curve(report_file),
+            "sequences": totals.get("steps", 0) * step_sequences(run_parameters(report_file)),
             **totals}  # the report's own count of sequences where it has one
 
 
@@ -400,7 +409,7 @@ class Yardstick:
                             {**environment, "PREPROCESS_ONLY": "true"})
         summaries = [json.loads(line) for line in output.splitlines() if line.startswith('{"output_dir"')]
         nothing = "the data folder was there already: nothing was built"
-        phase2 = float(arguments["phase2_budget_share"]) > 0  # phase 2's shards then follow phase 1's
+        phase2 = trains_phase2(arguments)  # phase 2's shards then follow phase 1's
         return self.stages.save(stage, settings, {
             "pipeline": summaries[0] if len(summaries) > phase2 else nothing,
             **({"pipeline_phase2": summaries[-1] if summaries else nothing} if phase2 else {})}, began)
@@ -429,9 +438,10 @@ class Yardstick:
         report = results_dir / "dllogger_p1.json"
         result = {"engine": "ours (PaddleBERT run_pretraining.py)", "checkpoint": final_checkpoint(output),
                   "report": str(report), **phase_totals(report)}
-        if float(self.arguments_of(self.preset_of(run))["phase2_budget_share"]) > 0:
+        preset = self.preset_of(run)
+        if trains_phase2(self.arguments_of(preset)):
             phase2 = phase_totals(results_dir / "dllogger_p2.json")
-            tokens_per_sequence = padded_tokens_per_sequence(self.data(self.preset_of(run))["pipeline_phase2"])
+            tokens_per_sequence = padded_tokens_per_sequence(self.data(preset)["pipeline_phase2"])
             tokens = phase2["sequences"] * tokens_per_sequence if tokens_per_sequence else None
             result.update(phase2={**phase2, "tokens": tokens},
                           validation=result["validation"] + [
@@ -1043,7 +1053,7 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict, checks:
     for name, result in runs.items():
         curve = ", ".join(f"{point['mlm_accuracy'] * 100:.1f}" for point in result["validation"])
         parameters = run_parameters(Path(result["report"]))
-        batch = int(parameters["batch_size"]) * int(parameters["gradient_merge_steps"])
+        batch = step_sequences(parameters)
         options = options_column(parameters, plain_warmup)
         if "phase2" in result:  # the options above are phase 1's
             share = result["settings"]["arguments"]["phase2_budget_share"]
