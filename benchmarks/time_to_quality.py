@@ -851,7 +851,8 @@ def markdown(header: str, data: dict, results: dict, checks: list[dict], command
         *(["## Budget-recipe options at equal time", "",
            "Each trial (`--recipe-trials`) beside the plain recipe's run that was interleaved with it at the same "
            "budget; in brackets the trial's difference to that run. Tokens count padding too. Each report's own "
-           "page has its command and the scores by task.", "", *ablation_table(trials), "",
+           "page has its command and the scores by task; each trials run renders this section again from every "
+           "report in the folder.", "", *ablation_table(trials), "",
            "![gains of each trial](time-to-quality-recipes.png)", ""] if trials else [])])
 
 
@@ -902,9 +903,16 @@ BOOKKEEPING_ARGUMENTS = ("results_dir", "DATA_DIR_PHASE1", "DATA_DIR_PHASE2", "s
 
 def recipe_changes(arguments: dict, plain: dict) -> str:
     """The preset arguments (scripts/run_pretraining.sh's names) in which a trial differs from the plain recipe's
-    `plain`, as name=value ("-" for none); bookkeeping is left out."""
+    `plain`, as name=value ("-" for none); bookkeeping is left out. Phase 2's arguments count only for a trial
+    that trains phase 2 (a run without it never reads them), and the step caps only without a time budget (with
+    one, the budget ends each phase long before its cap)."""
+    ignored = set(BOOKKEEPING_ARGUMENTS)
+    if float(arguments.get("phase2_budget_share", 0)) == 0:
+        ignored |= {name for name in arguments if name.endswith("_phase2")}
+    if arguments.get("time_budget", "none") != "none":
+        ignored |= {"train_steps", "train_steps_phase2"}
     changes = [f"{name}={Path(value).name if name == 'BERT_CONFIG' else value}" for name, value in arguments.items()
-               if value != plain.get(name) and name not in BOOKKEEPING_ARGUMENTS]
+               if value != plain.get(name) and name not in ignored]
     return ", ".join(changes) or "-"
 
 
@@ -1032,11 +1040,31 @@ def check_no_trial_dropped(report_file: Path, runs: dict) -> None:
                          "writing it would lose them: use another --report-dir")
 
 
+def main_page_report(report_dir: Path) -> dict | None:
+    """The yardstick's time-to-quality.json in report_dir, None where there is none; SystemExit naming it where it
+    does not parse, before anything is written."""
+    path = report_dir / "time-to-quality.json"
+    if not path.exists():
+        return None
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        missing = [key for key in ("machine", "data", "runs", "targets", "command", "missing", "context_free")
+                   if key not in report]
+    except (OSError, ValueError, TypeError) as error:
+        raise SystemExit(f"{SCRIPT}: {path}: not a time-to-quality report ({error}); move it or use --report-dir"
+                         ) from None
+    if missing:
+        raise SystemExit(f"{SCRIPT}: {path}: not a time-to-quality report (no {', '.join(missing)}); move it or "
+                         "use --report-dir")
+    return report
+
+
 def write_trials_report(args: argparse.Namespace, kind: str, runs: dict, checks: list[dict] | None = None) -> None:
     """time-to-quality-<kind>.{json,md} (kind "sizes", "search" or recipes_report_kind's): each trial's model,
     options, optimizer and validation MLM accuracy against its training minutes; for the recipes its downstream
     averages, and recipe_targets' checks where there are any."""
     scored = kind.startswith("recipes")
+    main_report = main_page_report(Path(args.report_dir)) if scored else None
     if scored:
         title = f"Budget-recipe options at equal time ({args.recipe_budget:g} minutes)"
         flag = "--recipe-trials " + " ".join(args.recipe_trials or []) + (
@@ -1079,6 +1107,22 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict, checks:
     atomic_write_text(report_dir / f"time-to-quality-{kind}.json", json.dumps(runs, indent=1) + "\n")
     atomic_write_text(report_dir / f"time-to-quality-{kind}.md", "\n".join(lines) + "\n")
     print(f"Report: {report_dir / f'time-to-quality-{kind}.md'}")
+    if main_report is not None:  # the main page's ablation gains this report's rows
+        write_main_page(report_dir, main_report)
+        print(f"Ablation re-rendered: {report_dir / 'time-to-quality.md'}")
+
+
+def write_main_page(report_dir: Path, report: dict) -> None:
+    """time-to-quality.md from `report`, what time-to-quality.json holds (its machine line too, which may be another
+    CPU's than this one's), with the ablation of every trials report in report_dir and the ablation's PNG.
+    write_report calls it after the yardstick, write_trials_report after each trials report: so the page's ablation
+    holds every committed report, whichever was written last."""
+    trials = ablation(report_dir, padded_tokens_per_sequence(report["data"]["pipeline"]))
+    if trials:
+        plot_ablation(trials, report_dir / "time-to-quality-recipes.png")
+    atomic_write_text(report_dir / "time-to-quality.md", markdown(
+        report["machine"], report["data"], report["runs"], report["targets"], report["command"], report["missing"],
+        report["context_free"], trials))
 
 
 def write_report(args: argparse.Namespace, data: dict, results: dict, missing: list[str], floor: dict | None
@@ -1099,11 +1143,7 @@ def write_report(args: argparse.Namespace, data: dict, results: dict, missing: l
     report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(report_dir / "time-to-quality.json", text)
     plot(results, report_dir / "time-to-quality.png")
-    trials = ablation(report_dir, padded_tokens_per_sequence(data["pipeline"]))
-    if trials:
-        plot_ablation(trials, report_dir / "time-to-quality-recipes.png")
-    atomic_write_text(report_dir / "time-to-quality.md", markdown(header, data, results, checks, command, missing,
-                                                                     floor, trials))
+    write_main_page(report_dir, report)
     for check in checks:
         print(f"{'holds' if check['holds'] else 'MISSED'}: {check['target']}: {check['value']:.2f} "
               f"(needed {check['needed']:.2f})")

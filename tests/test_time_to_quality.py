@@ -286,6 +286,22 @@ def test_the_ablation_sets_each_trial_beside_the_plain_run_of_its_own_report(tmp
     assert (tmp_path / "gains.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_changes_name_phase_2_only_for_a_trial_that_trains_it_and_step_caps_only_without_a_budget():
+    """recipe_changes: the plain recipe's phase-2 arguments are never read in a budget without a phase-2 share, so a
+    trial with a share shows its own phase-2 settings and share, not the step cap its budget ends before; a trial
+    without a share shows none of them; without a budget the step caps are how a run trains, and count."""
+    plain = {"train_steps": "10000000", "train_batch_size_phase2": "4", "learning_rate_phase2": "4e-3",
+             "train_steps_phase2": "0", "time_budget": "20", "phase2_budget_share": "0", "alibi": "false"}
+    seq512 = {**plain, "train_batch_size_phase2": "16", "learning_rate_phase2": "5e-3",
+              "train_steps_phase2": "10000000", "phase2_budget_share": "0.1"}
+    assert time_to_quality.recipe_changes(seq512, plain) == (
+        "train_batch_size_phase2=16, learning_rate_phase2=5e-3, phase2_budget_share=0.1")
+    assert time_to_quality.recipe_changes({**plain, "learning_rate_phase2": "5e-3", "alibi": "true"}, plain) == (
+        "alibi=true")
+    unbudgeted = {**plain, "time_budget": "none"}
+    assert time_to_quality.recipe_changes({**unbudgeted, "train_steps": "500"}, unbudgeted) == "train_steps=500"
+
+
 def test_training_totals_take_the_sequences_of_the_last_interval_not_of_the_validation_after_it(tmp_path):
     """A run's sequences are its report's own count (trained_sequences, which a ramped batch needs), read from the
     intervals' records: the validation record at the same step, which has none, must not drop it; a report from
@@ -548,9 +564,17 @@ def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(min
         "data--cpu_budget_tiny_8k_vocab.json", "data--cpu_budget_tiny_mask30.json",
         "data--cpu_budget_tiny_prenorm.json", "data.json"]
     assert not list((miniature / "stages").glob("*cpu_budget_tiny_*-0.3.json"))  # nothing trained
+    main_page = (miniature / "report" / "time-to-quality.md").read_text(encoding="utf-8")
     run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "pretrain/ours-quick: done" in run.stdout and "data/cpu_budget_tiny_8k_vocab: done" in run.stdout
+    # The yardstick's page in the same folder gains the new report's trials in its ablation, its own tables as
+    # they were (write_main_page renders them from its JSON).
+    rerendered = (miniature / "report" / "time-to-quality.md").read_text(encoding="utf-8")
+    heading = "## Budget-recipe options at equal time"
+    assert rerendered.split(heading)[0].rstrip("\n") == main_page.split(heading)[0].rstrip("\n")
+    assert "| cpu_budget_tiny_mask30-0.3 | masked_lm_ratio=0.3 | 0.3 |" in rerendered.split(heading)[1]
+    assert f"Ablation re-rendered: {miniature / 'report' / 'time-to-quality.md'}" in run.stdout
     trials = json.loads((miniature / "report" / "time-to-quality-recipes.json").read_text(encoding="utf-8"))
     assert list(trials) == ["ours-quick", "cpu_budget_tiny_prenorm-0.3", "cpu_budget_tiny_8k_vocab-0.3",
                             "cpu_budget_tiny_mask30-0.3"]
@@ -599,6 +623,19 @@ def test_a_recipe_trial_trains_its_options_and_is_scored_beside_the_baseline(min
     assert "| cpu_budget_tiny_mask30-0.3 | masked_lm_ratio=0.3 | 0.3 |" in section
     assert "| ours-quick | plain recipe | 0.3 |" in section
     assert (tmp_path / "time-to-quality-recipes.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"runs": {}}', "[1, 2]"])
+def test_a_main_report_that_cannot_be_rendered_stops_a_trials_report_before_it_is_written(tmp_path, text):
+    """A trials report re-renders the yardstick's page beside it from its JSON: where that JSON is not the
+    yardstick's, one line names it and nothing is written."""
+    (tmp_path / "time-to-quality.json").write_text(text)
+    args = time_to_quality.parse_args(["--report-dir", str(tmp_path), "--recipe-trials", "cpu_budget_tiny_alibi"])
+    with pytest.raises(SystemExit) as raised:
+        time_to_quality.write_trials_report(args, "recipes", {"ours-20": {"report": str(tmp_path / "none.json")}})
+    assert_one_line(str(raised.value), "time_to_quality.py: ", str(tmp_path / "time-to-quality.json"),
+                    "not a time-to-quality report", "--report-dir")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["time-to-quality.json"]
 
 
 def test_the_options_column_names_every_option_that_differs_from_the_plain_recipe():
