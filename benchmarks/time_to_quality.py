@@ -247,8 +247,9 @@ def step_sequences(parameters: dict) -> int:
 
 
 def trains_phase2(arguments: dict) -> bool:
-    """Whether a preset's run_pretraining.sh arguments give phase 2 a share of the time budget (argument 53)."""
-    return float(arguments["phase2_budget_share"]) > 0
+    """Whether a preset's run_pretraining.sh arguments give phase 2 a share of the time budget (argument 53); the
+    arguments of a report from before argument 53 have none, its default: 0."""
+    return float(arguments.get("phase2_budget_share", 0)) > 0
 
 
 def phase_totals(report_file: Path) -> dict:
@@ -907,7 +908,7 @@ def recipe_changes(arguments: dict, plain: dict) -> str:
     that trains phase 2 (a run without it never reads them), and the step caps only without a time budget (with
     one, the budget ends each phase long before its cap)."""
     ignored = set(BOOKKEEPING_ARGUMENTS)
-    if float(arguments.get("phase2_budget_share", 0)) == 0:
+    if not trains_phase2(arguments):
         ignored |= {name for name in arguments if name.endswith("_phase2")}
     if arguments.get("time_budget", "none") != "none":
         ignored |= {"train_steps", "train_steps_phase2"}
@@ -1024,16 +1025,20 @@ def recipes_report_kind(budget: float) -> str:
     return "recipes" if budget == RECIPE_TRIAL_BUDGET else f"recipes-{budget:g}"
 
 
+def read_json_report(path: Path, kind: str) -> object:
+    """The JSON in path; SystemExit naming it as not `kind` where it cannot be read or parsed."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"{SCRIPT}: {path}: not {kind} ({error}); move it or use --report-dir") from None
+
+
 def check_no_trial_dropped(report_file: Path, runs: dict) -> None:
     """SystemExit naming report_file when it holds trials that `runs` lacks: a run of other trials would replace
     a report whose stage files may be gone. Another --report-dir keeps both."""
     if not report_file.exists():
         return
-    try:
-        earlier = json.loads(report_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"{SCRIPT}: {report_file}: not a trials report ({error}); move it or use --report-dir"
-                         ) from None
+    earlier = read_json_report(report_file, "a trials report")
     dropped = [name for name in earlier if name not in runs]
     if dropped:
         raise SystemExit(f"{SCRIPT}: {report_file} holds trials this run does not ({', '.join(dropped)}), so "
@@ -1046,13 +1051,9 @@ def main_page_report(report_dir: Path) -> dict | None:
     path = report_dir / "time-to-quality.json"
     if not path.exists():
         return None
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-        missing = [key for key in ("machine", "data", "runs", "targets", "command", "missing", "context_free")
-                   if key not in report]
-    except (OSError, ValueError, TypeError) as error:
-        raise SystemExit(f"{SCRIPT}: {path}: not a time-to-quality report ({error}); move it or use --report-dir"
-                         ) from None
+    report = read_json_report(path, "a time-to-quality report")
+    missing = [key for key in ("machine", "data", "runs", "targets", "command", "missing", "context_free")
+               if not isinstance(report, dict) or key not in report]
     if missing:
         raise SystemExit(f"{SCRIPT}: {path}: not a time-to-quality report (no {', '.join(missing)}); move it or "
                          "use --report-dir")
