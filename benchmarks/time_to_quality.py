@@ -757,6 +757,7 @@ SUMMARY_LABELS = {"random": "random init", "ours-60": "ours, 60 min", "ours-20":
                   "cpu_budget_tiny_alibi-60": "ours, ALiBi, 60 min",
                   "cpu_budget_tiny_alibi_8k_vocab-20": "ours, ALiBi and 8k vocabulary, 20 min",
                   "cpu_budget_tiny_alibi_nobias-20": "ours, ALiBi and no linear biases, 20 min",
+                  "cpu_budget_tiny_alibi_nobias-60": "ours, ALiBi and no linear biases, 60 min",
                   "cpu_budget_tiny_seq512-20": "ours, last tenth at length 512, 20 min"}
 
 

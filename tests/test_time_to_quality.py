@@ -486,8 +486,8 @@ def test_a_new_fine_tuning_plan_runs_in_a_folder_of_its_own(tmp_path, monkeypatc
 # 20, and bias-free linear layers at 20 and 60.
 README_BUDGET_ROWS = (("time-to-quality-recipes-alibi-60", 60, "cpu_budget_tiny_alibi-60"),
                       ("time-to-quality-recipes-alibi-nobias", 20, "cpu_budget_tiny_alibi_nobias-20"),
-                      ("time-to-quality-recipes-nobias-onecycle", 20, "cpu_budget_tiny_nobias-20"),
-                      ("time-to-quality-recipes-nobias-60", 60, "cpu_budget_tiny_nobias-60"))
+                      ("time-to-quality-recipes-nobias-60", 60, "cpu_budget_tiny_nobias-60"),
+                      ("time-to-quality-recipes-alibi-nobias-60", 60, "cpu_budget_tiny_alibi_nobias-60"))
 
 
 def test_the_readme_table_is_the_committed_reports_summary():

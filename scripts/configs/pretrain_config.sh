@@ -464,8 +464,9 @@ cpu_budget_tiny_alibi() (
 
 # A budget-recipe trial: ALiBi (argument 52), the one option that leaves the copy floor, with bias-free linear layers
 # (argument 47). At 20 minutes: validation MLM accuracy 24.9% against 14.8%, and with today's fine-tuning plan
-# GLUE average 52.5 against 51.4, SQuAD F1 10.4 against 8.4 (docs/time-to-quality-recipes-alibi-nobias.md); it
-# stays a trial.
+# GLUE average 52.5 against 51.4, SQuAD F1 10.4 against 8.4 (docs/time-to-quality-recipes-alibi-nobias.md). At 60
+# minutes on Zen 3: 29.5% against 15.1%, GLUE average 52.9 against 51.5, SQuAD F1 10.2 against 7.1
+# (docs/time-to-quality-recipes-alibi-nobias-60.md): short of the 2 GLUE points a preset needs, so it stays a trial.
 cpu_budget_tiny_alibi_nobias() (
   _cpu_budget_recipe bert-tiny-uncased.json
   alibi=true
