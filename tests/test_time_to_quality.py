@@ -482,8 +482,8 @@ def test_a_new_fine_tuning_plan_runs_in_a_folder_of_its_own(tmp_path, monkeypatc
 
 
 # The budget-recipe rows that the README shows beside the plain recipe, each from its report, all scored with
-# today's fine-tuning plan: ALiBi (the first to leave the copy floor) at 60 minutes, ALiBi without linear biases at
-# 20, and bias-free linear layers at 20 and 60.
+# today's fine-tuning plan: ALiBi (the first to leave the copy floor) at 60 minutes, bias-free linear layers at 60,
+# and ALiBi without linear biases at 20 and 60.
 README_BUDGET_ROWS = (("time-to-quality-recipes-alibi-60", 60, "cpu_budget_tiny_alibi-60"),
                       ("time-to-quality-recipes-alibi-nobias", 20, "cpu_budget_tiny_alibi_nobias-20"),
                       ("time-to-quality-recipes-nobias-60", 60, "cpu_budget_tiny_nobias-60"),
