@@ -38,7 +38,7 @@ No command writes onto a file it reads, and none replaces an existing output fil
 
 from __future__ import annotations
 
-import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
+from training import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
 import dataclasses
 import json
@@ -51,10 +51,8 @@ import numpy as np
 import paddle
 from safetensors.numpy import save_file
 
-from atomic_io import atomic_write, atomic_write_text
 from bert_config import BertConfig, check_plain_bert
-from cli import escape_unencodable_output
-from hf_weights import (
+from checkpoints.hf_weights import (
     check_parameters,
     fit_vocabulary,
     hf_config_dict,
@@ -63,8 +61,8 @@ from hf_weights import (
     paddle_to_hf,
     read_hf_checkpoint,
 )
-from ngc_weights import NVIDIA_ENCODER_LAYER_NORM_EPS, NVIDIA_LAYER_NORM_EPS, nvidia_to_paddle
-from weights import (
+from checkpoints.ngc_weights import NVIDIA_ENCODER_LAYER_NORM_EPS, NVIDIA_LAYER_NORM_EPS, nvidia_to_paddle
+from checkpoints.weights import (
     HEADS,
     SAFETENSORS_SUFFIX,
     as_numpy,
@@ -74,6 +72,8 @@ from weights import (
     read_weights,
     write_safetensors_weights,
 )
+from utils.atomic_io import atomic_write, atomic_write_text
+from utils.cli import escape_unencodable_output
 
 # What --require-heads accepts: a head, or what a model class needs.
 HEAD_GROUPS = {**{head: (head,) for head in HEADS}, "pretraining": ("pooler", "mlm", "nsp")}

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from atomic_io import atomic_write
+from utils.atomic_io import atomic_write
 
 INPUT_FORMATS = ("auto", "lines", "lddl", "wikiextractor", "wikitext")
 TITLE_CHARACTERS = 80  # the title of a document that has none: this much of its first line

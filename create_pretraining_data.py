@@ -26,15 +26,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import cli
-from preprocess_pipeline import (
+from preprocessing.preprocess_pipeline import (
     PipelineSettings,
     add_pipeline_arguments,
     execute,
     print_summary,
     settings_from_arguments,
 )
-from shard_formats import Hdf5Shards, ShardRows
+from preprocessing.shard_formats import Hdf5Shards, ShardRows
+from utils import cli
 
 
 def write_hdf5_shard(path: Path, bin_index: int, rows: ShardRows, settings: PipelineSettings) -> None:

@@ -35,7 +35,7 @@ the official v1.1 rules.
 
 from __future__ import annotations
 
-import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
+from training import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
 import dataclasses
 import json
@@ -52,22 +52,12 @@ from pathlib import Path
 
 import numpy as np
 
-import folder_lock
 import run_glue
 import run_squad
-from atomic_io import atomic_write_text
 from bert_config import BertConfig
-from checkpoint import CONFIG_SUFFIX, DEFAULT_PREFIX, PARAMS_SUFFIX
-from cli import DefaultsHelpFormatter, output_to, positive_float, positive_int, run_main
-from dllog import read_report
-from downstream_plan import PLAN, TASKS, TaskPlan, hyperparameters
-from glue_data import GLUE_TASKS, read_glue_examples
-from glue_metrics import compute_metrics
-from hf_names import HF_VOCAB_FILE
-from inference import sha256_of_file
-from squad_evaluate import evaluate, load_dataset, load_squad_json
-from tokenizer import load_vocab
-from weights import (
+from checkpoints.checkpoint import CONFIG_SUFFIX, DEFAULT_PREFIX, PARAMS_SUFFIX
+from checkpoints.hf_names import HF_VOCAB_FILE
+from checkpoints.weights import (
     HUGGING_FACE,
     config_beside,
     encoder_fingerprint,
@@ -76,6 +66,16 @@ from weights import (
     resolve_weights_file,
     vocab_beside,
 )
+from finetuning.downstream_plan import PLAN, TASKS, TaskPlan, hyperparameters
+from finetuning.glue_data import GLUE_TASKS, read_glue_examples
+from finetuning.glue_metrics import compute_metrics
+from inference.inference import sha256_of_file
+from squad_evaluate import evaluate, load_dataset, load_squad_json
+from tokenizer import load_vocab
+from utils import folder_lock
+from utils.atomic_io import atomic_write_text
+from utils.cli import DefaultsHelpFormatter, output_to, positive_float, positive_int, run_main
+from utils.dllog import read_report
 
 ROOT = Path(__file__).resolve().parent
 GLUE_FOLDERS = {"sst-2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA"}

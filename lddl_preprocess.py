@@ -28,15 +28,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import cli
-from preprocess_pipeline import (
+from preprocessing.preprocess_pipeline import (
     PipelineSettings,
     add_pipeline_arguments,
     execute,
     print_summary,
     settings_from_arguments,
 )
-from shard_formats import ParquetShards, ShardRows, write_num_samples
+from preprocessing.shard_formats import ParquetShards, ShardRows, write_num_samples
+from utils import cli
 
 
 def write_parquet_shard(path: Path, bin_index: int, rows: ShardRows, settings: PipelineSettings) -> None:

@@ -13,7 +13,7 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
-import cpu_ops
+from kernels import cpu_ops
 
 IGNORE_INDEX = -1  # csrc/cpu_ops.cc's kIgnoreLabel
 

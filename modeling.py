@@ -37,8 +37,8 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 from paddle.nn.functional import flash_attention
 
-import cpu_kernels
 from bert_config import BertConfig
+from kernels import cpu_kernels
 
 # Each name bert_config.ACTIVATIONS accepts.
 ACTIVATIONS = {

@@ -28,9 +28,9 @@ import paddle.nn as nn
 from paddle.nn.clip import ClipGradBase
 from paddle.optimizer.lr import LRScheduler
 
-import cpu_ops
-import paddle_private
-from cli import decay_rate, non_negative_float, positive_float
+from kernels import cpu_ops
+from utils import paddle_private
+from utils.cli import decay_rate, non_negative_float, positive_float
 
 OPTIMIZER_NAMES = ("Lamb", "Lans", "AdamW")
 

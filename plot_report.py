@@ -25,8 +25,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen before pyplot is imported)
 from matplotlib.figure import Figure  # noqa: E402
 
-from atomic_io import atomic_write
-from dllog import LOG, METADATA, read_report, training_step  # noqa: E402
+from utils.atomic_io import atomic_write
+from utils.dllog import LOG, METADATA, read_report, training_step  # noqa: E402
 
 LOSS_METRICS = ("loss", "mlm_loss", "nsp_loss")
 EVAL_LOSS_METRICS = ("eval_mlm_loss", "eval_nsp_loss")

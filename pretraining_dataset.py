@@ -67,8 +67,8 @@ from itertools import count, islice, repeat
 
 import numpy as np
 
-from masking import continuation_pieces, mask_batch, word_starts
-from shard_formats import SHARD_FORMATS, check_num_samples, padded_row_length, parse_positions, shard_kind
+from preprocessing.masking import continuation_pieces, mask_batch, word_starts
+from preprocessing.shard_formats import SHARD_FORMATS, check_num_samples, padded_row_length, parse_positions, shard_kind
 from tokenizer import load_vocab
 
 SHUFFLE_WINDOW_SAMPLES = 16384

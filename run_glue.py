@@ -29,7 +29,7 @@ masked-LM-only model) loads, and the pooler starts from random initialisation, w
 
 from __future__ import annotations
 
-import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
+from training import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
 import csv
 import io
@@ -42,14 +42,10 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-import finetune
-import inference
-from atomic_io import atomic_write_text
-from cli import DefaultsHelpFormatter, positive_int, run_main
-from dllog import DLLogger, add_format_argument
-from feature_batching import batch_indices
-from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
-from glue_data import (
+from finetuning import finetune
+from finetuning.feature_batching import batch_indices
+from finetuning.finetune import SEQUENCE_MULTIPLE, Session, model_inputs
+from finetuning.glue_data import (
     GLUE_TASKS,
     ClassificationExample,
     ClassificationFeature,
@@ -58,10 +54,14 @@ from glue_data import (
     read_glue_examples,
     read_table_examples,
 )
-from glue_metrics import compute_metrics
+from finetuning.glue_metrics import compute_metrics
+from inference import inference
 from modeling import INPUT_NAMES, BertForSequenceClassification
-from progress import progress_bar
 from tokenizer import BertTokenizer
+from utils.atomic_io import atomic_write_text
+from utils.cli import DefaultsHelpFormatter, positive_int, run_main
+from utils.dllog import DLLogger, add_format_argument
+from utils.progress import progress_bar
 
 CUSTOM_TASK = "custom"
 TASK_NAMES = (*GLUE_TASKS, CUSTOM_TASK)

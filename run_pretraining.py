@@ -51,7 +51,7 @@ pretraining_report.py's.
 
 from __future__ import annotations
 
-import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
+from training import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
 import dataclasses
 import os
@@ -65,12 +65,36 @@ from pathlib import Path
 import numpy as np
 import paddle
 
-import checkpoint
-import cli
-import folder_lock
-from amp import add_amp_arguments, amp_autocast, amp_decorate, amp_policy, check_amp_arguments, create_loss_scaler
 from bert_config import BERT_MODELS, BertConfig, build_config, config_file_for
-from cli import (
+from checkpoints import checkpoint
+from checkpoints.weights import (
+    SAFETENSORS_SUFFIX,
+    check_same_network,
+    load_pretrained,
+    load_state,
+    resolve_weights_file,
+)
+from loss import IGNORE_INDEX, BertPretrainingCriterion
+from lr_scheduler import TimeBudgetDecay, create_lr_scheduler
+from modeling import BertForPretraining
+from optimizer import add_optimizer_arguments, create_optimizer
+from preprocessing.masking import MASKED_LM_RATIO
+from preprocessing.packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
+from pretraining_dataset import PretrainingDataLoader, find_shards
+from training.amp import (
+    add_amp_arguments,
+    amp_autocast,
+    amp_decorate,
+    amp_policy,
+    check_amp_arguments,
+    create_loss_scaler,
+)
+from training.gradient_merge import merged_backward, optimizer_step, ramped_merge_steps
+from training.pretraining_eval import PretrainingEvaluator, add_eval_arguments, build_evaluator, check_eval_arguments
+from training.pretraining_report import ProgressReporter, StepResult
+from training.runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
+from utils import cli, folder_lock
+from utils.cli import (
     finite_float,
     non_negative_float,
     non_negative_int,
@@ -80,27 +104,9 @@ from cli import (
     str_to_bool,
     unit_interval,
 )
-from dllog import DLLogger, add_format_argument, open_report
-from gradient_merge import merged_backward, optimizer_step, ramped_merge_steps
-from loss import IGNORE_INDEX, BertPretrainingCriterion
-from lr_scheduler import TimeBudgetDecay, create_lr_scheduler
-from masking import MASKED_LM_RATIO
-from modeling import BertForPretraining
-from optimizer import add_optimizer_arguments, create_optimizer
-from packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
-from pretraining_dataset import PretrainingDataLoader, find_shards
-from pretraining_eval import PretrainingEvaluator, add_eval_arguments, build_evaluator, check_eval_arguments
-from pretraining_report import ProgressReporter, StepResult
-from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
-from time_budget import TrainingStopwatch
-from visualdl_log import open_run_log
-from weights import (
-    SAFETENSORS_SUFFIX,
-    check_same_network,
-    load_pretrained,
-    load_state,
-    resolve_weights_file,
-)
+from utils.dllog import DLLogger, add_format_argument, open_report
+from utils.time_budget import TrainingStopwatch
+from utils.visualdl_log import open_run_log
 
 # The reference pads the vocabulary to a multiple of 8 for tensor cores; weights.load_pretrained and load_state
 # fit a table of either size (weights.fit_vocab_rows).

@@ -19,7 +19,7 @@ ONNX Runtime (--inference-backend) in --inference-precision (inference.py: fp32,
 
 from __future__ import annotations
 
-import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
+from training import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
 import json
 import math
@@ -32,16 +32,12 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import paddle
 
-import finetune
-import inference
-from atomic_io import atomic_write_set, text_writer
-from cli import DefaultsHelpFormatter, add_benchmark_arguments, finite_float, positive_int, run_main
-from dllog import DLLogger, add_format_argument
-from feature_batching import batch_indices
-from finetune import SEQUENCE_MULTIPLE, Session, model_inputs
+from finetuning import finetune
+from finetuning.feature_batching import batch_indices
+from finetuning.finetune import SEQUENCE_MULTIPLE, Session, model_inputs
+from inference import inference
 from loss import squad_span_loss
 from modeling import INPUT_NAMES, BertForQuestionAnswering
-from progress import progress_bar
 from squad_evaluate import evaluate, evaluate_v2, load_dataset, load_squad_json
 from squad_utils import (
     SquadExample,
@@ -54,6 +50,10 @@ from squad_utils import (
     span_text,
 )
 from tokenizer import BertTokenizer
+from utils.atomic_io import atomic_write_set, text_writer
+from utils.cli import DefaultsHelpFormatter, add_benchmark_arguments, finite_float, positive_int, run_main
+from utils.dllog import DLLogger, add_format_argument
+from utils.progress import progress_bar
 
 # What --help says after the first line of the module docstring: where the options act unlike NVIDIA's.
 DIFFERENCES_FROM_NVIDIA = """The options keep the names and defaults of NVIDIA's PaddlePaddle BERT run_squad.py

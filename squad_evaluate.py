@@ -43,7 +43,7 @@ import string
 import sys
 from collections.abc import Iterator, Mapping
 
-from cli import finite_float, run_main
+from utils.cli import finite_float, run_main
 
 EXPECTED_VERSION = "1.1"
 DEFAULT_NA_PROB_THRESH = 1.0  # the official v2.0 script's default (no probability exceeds it; a score diff may)

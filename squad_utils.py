@@ -31,10 +31,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from feature_batching import pad_token_rows
-from progress import progress_bar
+from finetuning.feature_batching import pad_token_rows
 from squad_evaluate import load_dataset, load_squad_json, require_field
 from tokenizer import BertTokenizer
+from utils.progress import progress_bar
 
 NO_CHARACTER = -1  # char offset stored for tokens outside the context ([CLS], question, [SEP], padding)
 NULL_ANSWER = ""  # SQuAD v2.0's answer to an unanswerable question

@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Encoding, Tokenizer, models, pre_tokenizers, trainers
 
-from atomic_io import atomic_write_text
-from cli import run_main
 from corpus import document_sentences, find_corpus_files, read_documents
+from utils.atomic_io import atomic_write_text
+from utils.cli import run_main
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # A trained vocabulary's alphabet: its vocab_size // ALPHABET_SHARE most frequent characters, at least MIN_ALPHABET

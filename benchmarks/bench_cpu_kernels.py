@@ -30,8 +30,7 @@ def main() -> None:
     import paddle
     import paddle.nn.functional as F
 
-    import cpu_kernels
-    import cpu_ops
+    from kernels import cpu_kernels, cpu_ops
     from loss import masked_lm_loss
 
     ops = cpu_ops.load()

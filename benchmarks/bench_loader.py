@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from masking import mask_tokens  # noqa: E402
+from preprocessing.masking import mask_tokens  # noqa: E402
 from pretraining_dataset import PretrainingDataLoader  # noqa: E402
 from tokenizer import load_vocab  # noqa: E402
 

@@ -60,11 +60,11 @@ def main() -> None:
 
     import numpy as np
 
-    import runtime
+    from training import runtime
 
     paddle = runtime.import_paddle_quietly()
-    import inference
     from bert_config import BertConfig
+    from inference import inference
     from modeling import BertForQuestionAnswering
 
     paddle.seed(0)

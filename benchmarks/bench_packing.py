@@ -139,7 +139,7 @@ def main() -> None:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: no such file")
 
     os.environ["PADDLEBERT_NUM_THREADS"] = str(args.threads)
-    import runtime
+    from training import runtime
 
     threads = runtime.configure_cpu_threads()
     runtime.apply_cpu_tweaks()

@@ -162,7 +162,7 @@ def build_ours(threads: int, shape: Shape):
 
     sys.path.insert(0, str(ROOT))
     import run_pretraining
-    import runtime
+    from training import runtime
 
     runtime.configure_cpu_threads()
     runtime.apply_cpu_tweaks()  # as run_pretraining.py does on a CPU
@@ -229,7 +229,7 @@ def profile_parts(trainer, batch: dict) -> dict[str, float]:
 
 def build_paddlenlp_tuned(threads: int, shape: Shape):
     sys.path.insert(0, str(ROOT))
-    import cpu_kernels
+    from kernels import cpu_kernels
 
     cpu_kernels.use_fast_mkl_kernels()
     cpu_kernels.keep_freed_memory()
@@ -325,7 +325,7 @@ def build_matmul(threads: int, shape: Shape):
     import paddle
 
     sys.path.insert(0, str(ROOT))
-    import cpu_kernels
+    from kernels import cpu_kernels
 
     # The best rate Paddle's GEMM reaches here, with the process settings modeling.py makes.
     cpu_kernels.use_fast_mkl_kernels()

@@ -200,12 +200,11 @@ def build_ours(config_path: str, threads: int, export_dir: str) -> dict:
     import numpy as np
     import paddle
 
-    import inference
-    import onnx_backend
-    from amp import AmpPolicy
     from bert_config import BertConfig
+    from inference import inference, onnx_backend
     from modeling import BertForQuestionAnswering, standard_copy
-    from runtime import apply_cpu_tweaks
+    from training.amp import AmpPolicy
+    from training.runtime import apply_cpu_tweaks
 
     apply_cpu_tweaks()  # as run_squad.py does on a CPU
     paddle.base.core.set_num_threads(threads)

@@ -43,9 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from atomic_io import atomic_write_text  # noqa: E402  (after the path insert: the peer's venv has no package)
-from cli import finite_float  # noqa: E402
 from pretraining_dataset import PretrainingDataLoader  # noqa: E402
+from utils.atomic_io import atomic_write_text  # noqa: E402  (after the path insert: the peer's venv has no package)
+from utils.cli import finite_float  # noqa: E402
 
 WEIGHT_DECAY = 0.01
 MAX_GRAD_NORM = 1.0

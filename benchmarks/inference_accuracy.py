@@ -69,7 +69,7 @@ def head_rows(source: Path, target: Path, rows: int) -> None:
 
 
 def last_logged(report: Path, key: str) -> float:
-    from dllog import read_report
+    from utils.dllog import read_report
 
     return [record["data"][key] for record in read_report(report) if key in record.get("data", {})][-1]
 
@@ -77,7 +77,7 @@ def last_logged(report: Path, key: str) -> float:
 def fine_tuning_record(command: list[str], train_file: Path, model_dir: Path) -> dict:
     """What a task's fine-tuned export depends on: the fine-tuning command, the content of its training file and
     the checkpoint it starts from (its path: the command reads it converted, under --work-dir)."""
-    from inference import sha256_of_file
+    from inference.inference import sha256_of_file
 
     return {"command": command, "train_file_sha256": sha256_of_file(train_file),
             "model_dir": str(model_dir.resolve())}
@@ -95,7 +95,7 @@ def read_record(path: Path) -> dict:
 def fine_tune_once(folder: Path, record: dict, fine_tune: Callable[[list[str]], None]) -> None:
     """fine_tune(record["command"]) unless folder/export holds a fine-tuning with this record (folder/
     fine_tuning.json), so that a rerun only scores it; then write the record."""
-    from atomic_io import atomic_write_text
+    from utils.atomic_io import atomic_write_text
 
     written = folder / "fine_tuning.json"
     if (folder / "export" / "bert_paddle.onnx").is_file() and written.is_file() and read_record(written) == record:
@@ -222,6 +222,6 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    from cli import run_main
+    from utils.cli import run_main
 
     sys.exit(run_main(main, "inference_accuracy.py"))

@@ -25,8 +25,7 @@ from transformers import BertForQuestionAnswering
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cli import finite_float  # noqa: E402
-from feature_batching import batch_indices  # noqa: E402
+from finetuning.feature_batching import batch_indices  # noqa: E402
 from squad_evaluate import evaluate, load_dataset  # noqa: E402
 from squad_utils import (  # noqa: E402
     collate_features,
@@ -35,6 +34,7 @@ from squad_utils import (  # noqa: E402
     read_squad_examples,
 )
 from tokenizer import BertTokenizer  # noqa: E402
+from utils.cli import finite_float  # noqa: E402
 
 MAX_GRAD_NORM = 1.0
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")

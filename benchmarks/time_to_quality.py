@@ -54,13 +54,13 @@ sys.path.insert(0, str(ROOT))
 
 import machine  # noqa: E402  (benchmarks/ is on the path as this script's folder)
 import peers  # noqa: E402
-
-import downstream_plan  # noqa: E402
-from atomic_io import atomic_write, atomic_write_text  # noqa: E402
-from cli import positive_float, run_main  # noqa: E402
-from dllog import LOG, read_report, training_step  # noqa: E402
-from masking import MASKED_LM_RATIO  # noqa: E402
 from mlm_baselines import PREDICTORS  # noqa: E402
+
+from finetuning import downstream_plan  # noqa: E402
+from preprocessing.masking import MASKED_LM_RATIO  # noqa: E402
+from utils.atomic_io import atomic_write, atomic_write_text  # noqa: E402
+from utils.cli import positive_float, run_main  # noqa: E402
+from utils.dllog import LOG, read_report, training_step  # noqa: E402
 
 SCRIPT = "time_to_quality.py"
 PRESET_FILE = ROOT / "scripts" / "configs" / "pretrain_config.sh"
@@ -454,7 +454,7 @@ class Yardstick:
 
     def pretrain_peer(self, run: Run) -> dict:
         """The transformers peer with the options of ours at the same budget, read from that run's report."""
-        from pretraining_eval import EVAL_SEED
+        from training.pretraining_eval import EVAL_SEED
 
         ours = self.stages.done(f"pretrain/ours-{run.budget:g}",
                                 self.settings(Run(f"ours-{run.budget:g}", "ours", run.budget)))
@@ -485,9 +485,10 @@ class Yardstick:
         the first training batches of `run` (an ours run) and scored on the validation batches its evaluations read;
         None under --report-only when it has not been counted."""
         from mlm_baselines import context_free_accuracy
+
         from pretraining_dataset import PretrainingDataLoader
-        from pretraining_eval import EVAL_SEED
         from tokenizer import load_vocab
+        from training.pretraining_eval import EVAL_SEED
 
         train_batches = QUICK_CONTEXT_FREE_TRAIN_BATCHES if self.quick else CONTEXT_FREE_TRAIN_BATCHES
         settings = {"run": run.name, "train_batches": train_batches}

@@ -44,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dllog import read_report, training_step  # noqa: E402  (the project root is only on the path from here on)
+from utils.dllog import read_report, training_step  # noqa: E402  (the project root is only on the path from here on)
 
 VOCAB = ROOT / "vocab" / "bert-base-uncased-vocab.txt"
 # A run that hangs (a deadlocked NCCL group, a stuck loader) fails its row instead of stopping the check.
@@ -717,8 +717,8 @@ def final_weights(output: Path) -> dict:
     """The weights of the newest checkpoint of a run of the custom model, as float32 NumPy arrays."""
     import paddle
 
-    from checkpoint import list_checkpoints
-    from weights import as_numpy, read_weights
+    from checkpoints.checkpoint import list_checkpoints
+    from checkpoints.weights import as_numpy, read_weights
 
     paddle.set_device("cpu")
     saved = list_checkpoints(output / "custom" / "phase1")
@@ -743,9 +743,9 @@ def one_process_combined_step(argv: list[str], ranks: int) -> dict:
     import paddle
 
     import run_pretraining
+    from checkpoints.weights import as_numpy
     from loss import IGNORE_INDEX
     from pretraining_dataset import PretrainingDataLoader
-    from weights import as_numpy
 
     args = run_pretraining.parse_args(argv)
     batches = [next(iter(PretrainingDataLoader(
@@ -800,10 +800,10 @@ def attention_parity(model_config: Path, gpus: int, cases: dict | None = None) -
     import paddle
     from paddle.nn.attention import SDPBackend, sdpa_kernel
 
-    import amp
     import modeling
     from bert_config import BertConfig
-    from packing import PACKED_MODEL_INPUTS, pack_batch
+    from preprocessing.packing import PACKED_MODEL_INPUTS, pack_batch
+    from training import amp
 
     config = dc.replace(BertConfig.from_json_file(str(model_config)), initializer_range=0.3)
     batch = parity_batch(config.vocab_size)

@@ -12,10 +12,19 @@ from typing import TYPE_CHECKING, NoReturn
 import pytest
 
 if TYPE_CHECKING:
-    from cpu_ops import CpuOps
+    from kernels.cpu_ops import CpuOps
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+# The folders that hold the project's modules beside the recipe at the root, each a package (README, "Layout").
+PACKAGES = ("utils", "kernels", "preprocessing", "checkpoints", "training", "finetuning", "inference")
+
+
+def project_modules() -> list[Path]:
+    """The project's Python modules: the root's and its packages' (not tests, benchmarks or scripts)."""
+    return sorted([*ROOT.glob("*.py"), *(path for package in PACKAGES for path in (ROOT / package).glob("*.py")
+                                           if path.name != "__init__.py")])
 
 
 # The slow tier: modules whose tests launch training processes, recipes, Slurm jobs, SIGKILL trials or the demo.
@@ -81,7 +90,7 @@ def unavailable(message: str) -> NoReturn:
 def require_cpu_ops() -> CpuOps:
     """The cpu_ops extension, for a test of its kernels; a machine without a compiler skips the test, but CI
     (CI=true) must build it, so there the test fails."""
-    import cpu_ops
+    from kernels import cpu_ops
 
     ops = cpu_ops.load()
     if ops is None:

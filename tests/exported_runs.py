@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-import inference
 import run_glue
 import run_squad
 from conftest import ROOT, require_shared
 from fine_tuning_runs import common_argv, run_in_process, write_tiny_model
+from inference import inference
 
 TRAIN_ROWS, DEV_ROWS = 32, 24
 
@@ -30,7 +30,7 @@ INT8_DOT_PRODUCT_FLAGS = {"avx512_vnni", "avx_vnni", "amx_int8"}
 
 def int8_pairs_saturate() -> bool:
     """Whether this CPU's int8 GEMMs in ONNX Runtime sum product pairs in 16 bits (no INT8_DOT_PRODUCT_FLAGS)."""
-    import cpu_ops
+    from kernels import cpu_ops
 
     return not INT8_DOT_PRODUCT_FLAGS & cpu_ops.cpu_vendor_and_flags("/proc/cpuinfo")[1]
 

@@ -78,15 +78,15 @@ def params(output_dir: Path, prefix: str = "bert_paddle") -> dict[str, np.ndarra
 
 def use_gpu_amp_policy(monkeypatch) -> None:
     """Build the AMP policy as on a GPU, so that the loss-scaling flags act (autocast itself is a no-op on CPU)."""
-    import amp
-    import finetune
+    from finetuning import finetune
+    from training import amp
 
     monkeypatch.setattr(finetune, "amp_policy", lambda args: amp.amp_policy(args, device="gpu:0"))
 
 
 def record_optimizer_options(monkeypatch) -> dict:
     """The options finetune.train gives create_optimizer, filled in when it is called."""
-    import finetune
+    from finetuning import finetune
 
     received = {}
     original = finetune.create_optimizer
@@ -104,8 +104,8 @@ def record_amp_policies(monkeypatch) -> list:
     predictor) becomes a no-op (bfloat16 on CPU)."""
     import contextlib
 
-    import finetune
-    import inference
+    from finetuning import finetune
+    from inference import inference
 
     policies = []
     monkeypatch.setattr(finetune, "amp_decorate", lambda model, optimizer, policy: (
@@ -128,7 +128,7 @@ def common_argv(workspace: Path, output_dir: Path) -> list[str]:
 
 def run_in_process(main, argv: list, output_dir: Path) -> tuple[Path, list[dict]]:
     """main(argv) of an entry script; returns the output folder and the records of its report."""
-    from dllog import read_report
+    from utils.dllog import read_report
 
     main([str(arg) for arg in argv])
     return output_dir, read_report(output_dir / "report.json")

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, NoReturn
 
-import preprocess_pipeline
+from preprocessing import preprocess_pipeline
 
 # ---------------------------------------------------------------------------------------------------------------
 # In the child

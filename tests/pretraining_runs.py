@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import paddle
 
-import cpu_ops
 import run_pretraining
 from conftest import ROOT, require_shared
-from dllog import read_report, training_step
+from kernels import cpu_ops
+from utils.dllog import read_report, training_step
 
 # The LDDL sample shards under ../shared the runs read.
 UNBINNED = ("data", "lddl-sample", "wikitext2-test-seq128-unbinned")

@@ -15,14 +15,14 @@ import pytest
 from paddle.amp.auto_cast import StateDictHook, amp_initialize
 from paddle.base import core
 
-import amp
-import paddle_private
 import run_pretraining
+from checkpoints.weights import load_state
 from conftest import gpu_with_bf16
 from messages import assert_one_line
 from modeling import BertConfig, BertForQuestionAnswering
 from pretraining_runs import pretraining_argv, train
-from weights import load_state
+from training import amp
+from utils import paddle_private
 
 CONFIG = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
 

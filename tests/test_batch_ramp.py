@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 import run_pretraining
-from gradient_merge import ramped_merge_steps
 from messages import assert_one_line
 from pretraining_runs import pretraining_argv, step_records, train
+from training.gradient_merge import ramped_merge_steps
 
 
 @pytest.mark.parametrize("merge_steps, ramp, progress, expected", [

@@ -286,7 +286,7 @@ def test_int8_rows_are_the_tasks_defaults_and_every_run_a_contender(bench):
 def test_put_outlier_channels_scales_the_chosen_channels_of_every_layer(bench):
     """The benchmark's model gets outlier channels where a trained BERT has them, and nowhere else."""
     squad = bench("bench_squad_inference")
-    paddle = importlib.import_module("runtime").import_paddle_quietly()
+    paddle = importlib.import_module("training.runtime").import_paddle_quietly()
     from bert_config import BertConfig
     from modeling import BertForQuestionAnswering
 
@@ -349,7 +349,7 @@ def test_gemms_alone_runs_each_shape_in_order_on_operands_made_once(bench):
 
 def test_onnxruntime_multiplier_gives_numpys_products_of_weights_and_of_activations(bench):
     squad = bench("bench_squad_inference")
-    settings = importlib.import_module("inference").onnxruntime_session_settings("cpu", 1)
+    settings = importlib.import_module("inference.inference").onnxruntime_session_settings("cpu", 1)
     multiplier = squad.onnxruntime_multiplier(settings)
     rng = np.random.default_rng(0)
     for a_shape, b_shape, is_weight in (((33, 70), (70, 5), True), ((6, 9, 16), (6, 16, 9), False)):
@@ -385,7 +385,7 @@ def dynamic_int8_product(a: np.ndarray, b: np.ndarray, pairs_saturate: bool) -> 
 
 def test_onnxruntime_int8_multiplier_quantizes_weights_per_column_and_leaves_activation_products_fp32(bench):
     squad = bench("bench_squad_inference")
-    settings = importlib.import_module("inference").onnxruntime_session_settings("cpu", 1)
+    settings = importlib.import_module("inference.inference").onnxruntime_session_settings("cpu", 1)
     multiplier = squad.onnxruntime_multiplier(settings, int8_weights=True)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((33, 70), np.float32)
@@ -449,7 +449,8 @@ def test_every_worker_of_the_contender_table_has_a_builder(bench):
     squad = bench("bench_squad_inference")
     assert set(squad.WORKER_NAMES) == set(squad.BUILDERS) == {"ours", "paddlenlp", "transformers"}
     assert ("ours", "predictor fp32") in squad.CONTENDERS
-    assert set(squad.OUR_PREDICTOR_PRECISIONS) <= set(importlib.import_module("inference").INFERENCE_PRECISIONS)
+    inference = importlib.import_module("inference.inference")
+    assert set(squad.OUR_PREDICTOR_PRECISIONS) <= set(inference.INFERENCE_PRECISIONS)
 
 
 class FakeTrainer:
@@ -516,7 +517,7 @@ def check_smoke_block(lines):
                differences["openvino fp32"]) < 1e-4
     for mode in ("predictor bf16", "openvino bf16"):
         assert differences[mode] < 0.1
-        assert (differences[mode] > 1e-4) == importlib.import_module("inference").cpu_has_bf16()
+        assert (differences[mode] > 1e-4) == importlib.import_module("inference.inference").cpu_has_bf16()
     for mode in int8:  # int8 rounds; by a few percent of logits of size about 1
         assert 0 < differences[mode] < 0.1, mode
     for mode in ("dygraph", *sorted(modes), "fp32 GEMMs alone", "int8 GEMMs alone"):

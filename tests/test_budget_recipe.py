@@ -20,11 +20,11 @@ import pytest
 import convert_checkpoint
 import modeling
 from bert_config import BertConfig
+from checkpoints.weights import load_pretrained, model_config_file
 from conftest import ROOT
 from messages import assert_one_line
 from numpy_bert import numpy_encoder
 from pretraining_runs import checkpoint_params, pretraining_argv, step_folder, step_records, train
-from weights import load_pretrained, model_config_file
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import time_to_quality  # noqa: E402
@@ -212,7 +212,7 @@ def test_an_alibi_model_exports_to_paddle_inference_and_onnx_computing_the_same(
     sequence length) give the dygraph model's span logits, padding included."""
     import onnxruntime
 
-    import inference
+    from inference import inference
 
     paddle.seed(1)
     model = modeling.BertForQuestionAnswering(small_config(alibi=True))

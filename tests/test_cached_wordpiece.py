@@ -8,10 +8,10 @@ import lzma
 
 import pytest
 
-import cached_wordpiece
-from cached_wordpiece import CachedWordPiece
 from conftest import require_shared
 from corpus import split_sentences
+from preprocessing import cached_wordpiece
+from preprocessing.cached_wordpiece import CachedWordPiece
 from tokenizer import BertTokenizer
 
 # Each stresses one step of Google's normalization next to a space or to ASCII punctuation (where the text is cut

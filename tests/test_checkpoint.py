@@ -15,9 +15,9 @@ import numpy as np
 import paddle
 import pytest
 
-import checkpoint
 from bert_config import BertConfig
-from checkpoint import (
+from checkpoints import checkpoint
+from checkpoints.checkpoint import (
     UnreadableCheckpoint,
     capture_rng_state,
     check_no_later_checkpoints,
@@ -155,7 +155,7 @@ def test_failed_save_leaves_previous_checkpoint(tmp_path, monkeypatch):
 KILLED_SAVER = """
 import sys, threading
 import paddle
-import checkpoint
+from checkpoints import checkpoint
 from bert_config import BertConfig
 
 real_save = paddle.save
@@ -526,7 +526,7 @@ RESTORING_PROCESS = """
 import json, random, sys
 import numpy as np
 import paddle
-from checkpoint import restore_rng_state
+from checkpoints.checkpoint import restore_rng_state
 restore_rng_state(json.load(open(sys.argv[1])))
 print(json.dumps({"python": random.random(), "numpy": np.random.rand(), "paddle": paddle.rand([3]).numpy().tolist()}))
 """

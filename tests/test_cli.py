@@ -8,10 +8,10 @@ import io
 
 import pytest
 
-import cli
 import run_glue
 import run_pretraining
 import run_squad
+from utils import cli
 
 
 @pytest.mark.parametrize(("parse", "accepted", "refused", "expected"), [

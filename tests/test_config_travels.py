@@ -14,16 +14,16 @@ import paddle
 import pytest
 
 import convert_checkpoint
-import finetune
 import run_glue
 import run_squad
-from amp import AmpPolicy
 from bert_config import CONFIG_DIR, BertConfig, first_difference
-from checkpoint import save_checkpoint
+from checkpoints.checkpoint import save_checkpoint
+from checkpoints.paddle_files import read_safetensors_state
 from conftest import ROOT, require_shared
-from dllog import DLLogger
+from finetuning import finetune
 from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification
-from paddle_files import read_safetensors_state
+from training.amp import AmpPolicy
+from utils.dllog import DLLogger
 
 VOCAB = ROOT / "vocab" / "bert-large-uncased-vocab.txt"  # shipped: these tests need nothing from ../shared
 # What run_pretraining.py saves for a custom tiny model: hidden 32, its vocabulary padded to 30528 rows, a config

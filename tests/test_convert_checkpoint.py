@@ -30,6 +30,8 @@ from safetensors.numpy import load_file
 
 import convert_checkpoint
 from bert_config import HF_ARCHITECTURE_VALUES
+from checkpoints.paddle_files import read_safetensors_state, read_torch_bin
+from checkpoints.weights import load_state
 from conftest import ROOT, require_shared
 from messages import assert_one_line
 from modeling import (
@@ -39,8 +41,6 @@ from modeling import (
     BertForSequenceClassification,
     BertModel,
 )
-from paddle_files import read_safetensors_state, read_torch_bin
-from weights import load_state
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TINY_DIR = FIXTURES / "tiny_bert_torch"
@@ -630,7 +630,7 @@ def test_fused_qkv_fixture_computes_the_unfused_network(ngc_checkpoints):
 def test_nvidia2paddle_output_serves_squad_and_pretraining_from_weights(ngc_checkpoints, capsys, tmp_path):
     """What run_squad.py and run_pretraining.py --from-pretrained-params load: the encoder complete, from a file
     given as the .pdparams or its prefix, written as .pdparams or .safetensors."""
-    from weights import ENCODER_PARTS, load_pretrained
+    from checkpoints.weights import ENCODER_PARTS, load_pretrained
 
     unfused_prefix = ngc_checkpoints["pretraining"].prefixes["unfused"]
     convert(capsys, "nvidia2paddle", str(unfused_prefix), str(tmp_path / "ngc.pdparams"))

@@ -14,9 +14,8 @@ import paddle
 import paddle.nn.functional as F
 import pytest
 
-import cpu_kernels
-import cpu_ops
 from conftest import require_cpu_ops
+from kernels import cpu_kernels, cpu_ops
 from modeling import (
     BertConfig,
     BertForPretraining,
@@ -124,8 +123,9 @@ exec(sys.argv[1])
 changed = sorted(k for k, v in os.environ.items() if environment.get(k) != v)
 print(before >= 64 << 20, mmapped_while_allocated() >= 64 << 20, changed)
 """
-_PROJECT_MODULES = ("modeling", "optimizer", "cpu_kernels", "runtime", "amp", "weights", "bert_config", "checkpoint",
-                    "run_pretraining", "run_squad", "run_glue", "convert_checkpoint")
+_PROJECT_MODULES = ("modeling", "optimizer", "kernels.cpu_kernels", "training.runtime", "training.amp",
+                    "checkpoints.weights", "bert_config", "checkpoints.checkpoint", "run_pretraining", "run_squad",
+                    "run_glue", "convert_checkpoint")
 
 
 def _probe(code: str) -> str:
@@ -145,8 +145,8 @@ def test_importing_the_project_changes_no_process_setting():
 def test_cpu_tweaks_select_mkl_kernels_and_keep_big_blocks_in_the_heap_on_cpu_only():
     expected = cpu_kernels.mkl_cpu_type(*cpu_ops.cpu_vendor_and_flags())
     changed = "['MKL_DEBUG_CPU_TYPE']" if expected else "[]"
-    assert _probe("import runtime; runtime.apply_cpu_tweaks('cpu')") == f"True False {changed}"
-    assert _probe("import runtime; runtime.apply_cpu_tweaks('gpu:0')") == "True True []"
+    assert _probe("from training import runtime; runtime.apply_cpu_tweaks('cpu')") == f"True False {changed}"
+    assert _probe("from training import runtime; runtime.apply_cpu_tweaks('gpu:0')") == "True True []"
 
 
 def test_keep_freed_memory_respects_the_users_malloc_settings(monkeypatch):

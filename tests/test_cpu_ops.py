@@ -8,8 +8,8 @@ import numpy as np
 import paddle
 import pytest
 
-import cpu_ops
 from conftest import ROOT, require_cpu_ops
+from kernels import cpu_ops
 from optimizer import ClipGradByGlobalNormInPlace, Lamb
 
 # Above csrc/cpu_ops.cc's kMinParallel, so that two threads split the loops and their reductions.
@@ -117,7 +117,7 @@ def test_processes_that_start_at_once_build_once_and_all_load(tmp_path):
     builds, the other waits for its library, and both run a kernel. Without the build lock both built, and the
     second to register aborted in Paddle's operator registry."""
     require_cpu_ops()
-    program = ("import numpy as np, paddle, cpu_ops\n"
+    program = ("import numpy as np, paddle; from kernels import cpu_ops\n"
                "ops = cpu_ops.load()\n"
                "x = paddle.to_tensor(np.arange(8, dtype='float32').reshape(2, 4))\n"
                "print(ops.layer_norm(x, paddle.ones([4]), paddle.zeros([4]), 1e-12).numpy()[0, 0])\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import cpu_ops
+from kernels import cpu_ops
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from conftest import ROOT
-from shard_formats import HDF5_DATASETS, PARQUET_COLUMNS, PARQUET_MASK_COLUMNS
+from conftest import ROOT, project_modules
+from preprocessing.shard_formats import HDF5_DATASETS, PARQUET_COLUMNS, PARQUET_MASK_COLUMNS
 
 DOC = ROOT / "docs" / "data-format.md"
 
@@ -20,7 +20,7 @@ def anchors(markdown: str) -> set[str]:
 def test_cited_sections_exist():
     known = anchors(DOC.read_text(encoding="utf-8"))
     cited = {}
-    for path in sorted(ROOT.glob("*.py")):
+    for path in project_modules():
         for line in path.read_text(encoding="utf-8").splitlines():
             if "docs/data-format.md#" in line:
                 for anchor in re.findall(r"#([a-z0-9-]+)", line.split("docs/data-format.md", 1)[1]):

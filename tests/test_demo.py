@@ -24,8 +24,8 @@ import pytest
 
 import run_pretraining
 from conftest import ROOT
-from dllog import read_report, training_step
 from recipe_fakes import preset
+from utils.dllog import read_report, training_step
 
 SHORT_STEPS = 40
 SHORT_BATCH = 16

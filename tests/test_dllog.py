@@ -9,7 +9,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from dllog import DLLogger, format_step, read_report
+from utils.dllog import DLLogger, format_step, read_report
 
 
 def raw_records(path) -> list[dict]:

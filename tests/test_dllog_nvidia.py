@@ -18,8 +18,8 @@ import pytest
 import run_glue
 import run_pretraining
 import run_squad
-from dllog import DLLogger, nvidia_stdout_line, open_report, read_report
 from pretraining_runs import pretraining_argv, run_training
+from utils.dllog import DLLogger, nvidia_stdout_line, open_report, read_report
 
 WHEN = datetime(2023, 11, 14, 22, 13, 20, 123456)
 

@@ -22,18 +22,17 @@ import pytest
 
 import convert_checkpoint
 import downstream
-import downstream_plan
-import finetune
 import run_glue
 import run_squad
 import squad_evaluate
 from bert_config import BertConfig
-from cli import run_main
+from checkpoints.weights import LoadReport, convert_qkv_layout, encoder_fingerprint
 from conftest import ROOT, require_shared
 from fine_tuning_runs import tiny_config
+from finetuning import downstream_plan, finetune
 from messages import assert_one_line
 from modeling import BertForPretraining
-from weights import LoadReport, convert_qkv_layout, encoder_fingerprint
+from utils.cli import run_main
 
 WORDS = "bert.embeddings.word_embeddings.weight"
 SCORES = {"sst-2": {"accuracy"}, "mrpc": {"accuracy", "f1"}, "rte": {"accuracy"}, "cola": {"mcc"},

@@ -23,14 +23,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-import checkpoint
-import cli
-import folder_lock
 import plot_report
 import run_pretraining
 import squad_evaluate
-from atomic_io import TEMP_PREFIX
 from bert_config import BertConfig
+from checkpoints import checkpoint
 from conftest import ROOT, require_shared
 from interrupts import MARKS_VARIABLE, ChildOutput, signal_while_running, wait_for
 from messages import assert_one_line
@@ -45,6 +42,8 @@ from pretraining_runs import (
     train,
     without_omp_threads,
 )
+from utils import cli, folder_lock
+from utils.atomic_io import TEMP_PREFIX
 
 SCRIPT = str(ROOT / "run_pretraining.py")
 # The tiny job: 4 steps, checkpoints at 2 and 4, and the resume flag NVIDIA's recipes always pass.
@@ -422,7 +421,7 @@ def test_reports_and_squad_files_that_are_not_utf8_name_the_file(trained, tmp_pa
 KILL_DURING_SAVE = """
 import os, signal, sys, threading
 sys.path.insert(0, os.getcwd())
-import checkpoint, run_pretraining
+import run_pretraining; from checkpoints import checkpoint
 real_save = checkpoint.save_checkpoint
 def save_and_die(*args, **kwargs):
     # The line first: a timer of a few microseconds (a fast machine's saves) could kill before it was written.
@@ -445,7 +444,7 @@ def without_temp_folders(files: dict[str, str]) -> dict[str, str]:
 TIMED_SAVES = """
 import os, sys, time
 sys.path.insert(0, os.getcwd())
-import checkpoint, run_pretraining
+import run_pretraining; from checkpoints import checkpoint
 real_save = checkpoint.save_checkpoint
 def timed_save(*args, **kwargs):
     start = time.perf_counter()
@@ -634,7 +633,7 @@ def hostname() -> str:
 HOLD_LOCK = """
 import os, sys, time
 sys.path.insert(0, os.getcwd())
-import folder_lock
+from utils import folder_lock
 folder_lock.hold(sys.argv[1], "--output-dir")
 print("held", flush=True)
 time.sleep(600)
@@ -782,7 +781,7 @@ PAUSED_IN_STEP = "paused in the step after the checkpoint"
 PAUSE_AFTER_CHECKPOINT = f"""
 import os, sys
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]
-import checkpoint, interrupts, run_pretraining
+import interrupts, run_pretraining; from checkpoints import checkpoint
 real_step = run_pretraining.Trainer.step
 def paused_step(self, *args, **kwargs):
     if checkpoint.list_checkpoints(checkpoint.phase_dir(self.args.output_dir, "custom", 1)):
@@ -840,7 +839,7 @@ def work_folders(tmp_path: Path) -> list[Path]:
 PAUSED_PREPROCESSING = """
 import os, sys
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]
-import cli, interrupts, lddl_preprocess, preprocess_pipeline
+import interrupts, lddl_preprocess; from utils import cli; from preprocessing import preprocess_pipeline
 interrupts.answer_ctrl_c()
 preprocess_pipeline.tokenize_range = interrupts.tokenize_range_then_pause
 sys.exit(cli.run_main(lddl_preprocess.main, "lddl_preprocess.py"))
@@ -948,7 +947,7 @@ def test_save_safetensors_on_a_full_disk_is_one_line_naming_the_file(tmp_path, t
 
 
 def test_squad_predictions_on_a_full_disk_keep_the_old_set_whole_and_name_the_file(tmp_path, tmpfs):
-    from atomic_io import atomic_write_set, text_writer
+    from utils.atomic_io import atomic_write_set, text_writer
 
     disk = tmpfs("size=1m")
     names = ("predictions.json", "nbest_predictions.json", "null_odds.json")
@@ -1103,8 +1102,8 @@ def test_a_nan_in_the_no_answer_file_is_one_line_naming_it(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def exported_model(tmp_path_factory) -> Path:
     """A tiny BERT for SQuAD exported for Paddle Inference: <folder>/bert_paddle.json and .pdiparams."""
-    import inference
     from fine_tuning_runs import tiny_config
+    from inference import inference
     from modeling import BertConfig, BertForQuestionAnswering
 
     folder = tmp_path_factory.mktemp("exported")
@@ -1115,7 +1114,7 @@ def exported_model(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("name", ["bert_paddle.json", "bert_paddle.pdiparams"])
 def test_a_truncated_exported_model_is_one_line_naming_it(exported_model, tmp_path, capsys, name):
-    import inference
+    from inference import inference
 
     folder = tmp_path / "export"
     shutil.copytree(exported_model, folder)
@@ -1132,7 +1131,7 @@ def test_a_truncated_exported_model_is_one_line_naming_it(exported_model, tmp_pa
 HOLD_LOCK_AND_FORK = """
 import os, sys, time
 sys.path.insert(0, os.getcwd())
-import folder_lock
+from utils import folder_lock
 folder_lock.hold(sys.argv[1], "--output-dir")
 child = os.fork()
 if child == 0:  # fork() returns here only after the after-fork hooks, folder_lock's among them, have run
@@ -1201,7 +1200,7 @@ def test_the_runs_own_phase_folder_named_by_from_checkpoint_may_not_exist_yet(tm
 ])
 def test_weights_that_are_not_trained_numbers_in_a_safetensors_file_are_one_line(trained, tmp_path, capsys, damage,
                                                                                named):
-    from weights import write_safetensors_weights
+    from checkpoints.weights import write_safetensors_weights
 
     state = checkpoint_params(trained / "out", 4)
     name = "bert.encoder.0.attention.query.weight"
@@ -1245,7 +1244,7 @@ def test_a_config_with_one_token_type_is_one_line_naming_it(tmp_path, capsys, gl
 KILLED_WRITING_THE_TWIN = """
 import os, signal, sys
 sys.path.insert(0, os.getcwd())
-import paddle_files
+from checkpoints import paddle_files
 paddle_files.write_safetensors_state = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
 import run_pretraining
 sys.exit(run_pretraining.cli.run_main(lambda: run_pretraining.main(sys.argv[1:]), "run_pretraining.py"))
@@ -1268,7 +1267,7 @@ def test_a_kill_while_writing_the_safetensors_twin_leaves_no_final_checkpoint_wi
     final = step_folder(tmp_path / "out", 4)
     twin = final / "bert_paddle.safetensors"
     assert f"Final weights also in {twin}" in output
-    from paddle_files import read_safetensors_state
+    from checkpoints.paddle_files import read_safetensors_state
 
     saved = checkpoint_params(tmp_path / "out", 4)
     assert_bitwise_equal(read_safetensors_state(twin), saved)

@@ -20,16 +20,16 @@ from pathlib import Path
 
 import pytest
 
-import cli
-import inference
 import run_glue
 import run_squad
-from atomic_io import TEMP_PREFIX
 from conftest import ROOT, require_shared
 from fine_tuning_runs import common_argv, tiny_config
+from inference import inference
 from interrupts import ChildOutput, signal_while_running
 from modeling import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
 from test_faults import assert_kept, one_line_error, run_entry, snapshot
+from utils import cli
+from utils.atomic_io import TEMP_PREFIX
 
 # The exported models' position table: shorter than bert-tiny's 512, so that --max-seq-length 512 exceeds it.
 POSITIONS = 128
@@ -198,7 +198,7 @@ PAUSED_IN_POST_PROCESSING = "paused in post-processing"
 PAUSE_IN_POST_PROCESSING = f"""
 import os, sys
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]
-import cli, interrupts, run_squad, squad_utils
+import interrupts, run_squad, squad_utils; from utils import cli
 interrupts.answer_ctrl_c()
 def paused_softmax(scores):
     interrupts.say("{PAUSED_IN_POST_PROCESSING}")

@@ -13,8 +13,8 @@ import pytest
 
 import lddl_preprocess
 from conftest import require_shared
+from preprocessing.shard_formats import Hdf5Shards, ShardRows
 from pretraining_runs import BINNED, UNBINNED, pretraining_argv
-from shard_formats import Hdf5Shards, ShardRows
 from test_faults import assert_kept, one_line_error, phase1, run_entry, snapshot, step_folders
 
 pytestmark = pytest.mark.slow  # training runs

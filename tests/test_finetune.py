@@ -22,13 +22,9 @@ import numpy as np
 import paddle
 import pytest
 
-import finetune
 import run_glue
 import run_squad
-from amp import AmpPolicy
 from conftest import require_shared
-from dllog import DLLogger, read_report
-from feature_batching import pad_token_rows
 from fine_tuning_runs import (
     common_argv,
     fine_tuning_workspace,
@@ -43,14 +39,18 @@ from fine_tuning_runs import (
     tiny_config,
     use_gpu_amp_policy,
 )
-from glue_data import ClassificationFeature, collate_classification
-from gradient_merge import merged_backward
+from finetuning import finetune
+from finetuning.feature_batching import pad_token_rows
+from finetuning.glue_data import ClassificationFeature, collate_classification
 from messages import assert_one_line
 from modeling import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
 from pretraining_runs import checkpoint_params, pretraining_argv, step_folders
 from pretraining_runs import train as pretrain
-from runtime import init_data_parallel
 from squad_utils import SquadFeature, collate_features
+from training.amp import AmpPolicy
+from training.gradient_merge import merged_backward
+from training.runtime import init_data_parallel
+from utils.dllog import DLLogger, read_report
 
 
 @pytest.fixture(scope="module")

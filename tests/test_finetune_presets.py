@@ -18,7 +18,7 @@ import paddle
 import pytest
 
 from bert_config import BertConfig
-from checkpoint import save_checkpoint
+from checkpoints.checkpoint import save_checkpoint
 from conftest import ROOT, require_shared
 from modeling import BertForPretraining
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import cli
-from conftest import ROOT
+from conftest import PACKAGES, ROOT
+from utils import cli
 
 
 class Captured(BaseException):
@@ -41,7 +41,8 @@ def builds_a_parser(path: Path) -> bool:
     return "ArgumentParser" in called and bool(called & {"parse_args", "parse_known_args"})
 
 
-SCRIPTS = sorted(path.relative_to(ROOT).as_posix() for folder in (ROOT, ROOT / "benchmarks", ROOT / "scripts")
+SCRIPTS = sorted(path.relative_to(ROOT).as_posix() for folder in (ROOT, *(ROOT / package for package in PACKAGES),
+                                                                   ROOT / "benchmarks", ROOT / "scripts")
                  for path in folder.glob("*.py") if builds_a_parser(path))
 
 

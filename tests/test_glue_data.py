@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import require_shared
-from glue_data import (
+from finetuning.glue_data import (
     NO_LABEL,
     ClassificationExample,
     ClassificationFeature,

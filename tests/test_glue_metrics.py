@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from glue_metrics import accuracy, binary_f1, compute_metrics, matthews_corrcoef, roc_auc
+from finetuning.glue_metrics import accuracy, binary_f1, compute_metrics, matthews_corrcoef, roc_auc
 
 # TP at 0 and 4, FN at 1, FP at 2, TN at 3
 LABELS = np.array([1, 1, 0, 0, 1])

@@ -11,7 +11,6 @@ import pytest
 
 import run_glue
 from conftest import ROOT, require_shared
-from dllog import read_report
 from fine_tuning_runs import (
     TINY_CONFIG,
     common_argv,
@@ -23,10 +22,11 @@ from fine_tuning_runs import (
     run_script,
     stage_args,
 )
-from glue_data import read_glue_examples
-from glue_metrics import accuracy, binary_f1, roc_auc
+from finetuning.glue_data import read_glue_examples
+from finetuning.glue_metrics import accuracy, binary_f1, roc_auc
 from messages import assert_one_line
 from modeling import BertConfig
+from utils.dllog import read_report
 
 TRAIN_ROWS, DEV_ROWS = 32, 24
 

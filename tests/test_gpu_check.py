@@ -231,7 +231,7 @@ def test_affinity_row_wants_the_pinned_cpus(tmp_path):
 
 
 def write_report(folder: Path, losses: list[float], skipped: tuple[int, ...] = ()) -> None:
-    from dllog import DLLogger
+    from utils.dllog import DLLogger
 
     folder.mkdir(parents=True, exist_ok=True)
     logger = DLLogger(str(folder / "report.json"))

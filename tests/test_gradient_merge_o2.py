@@ -21,7 +21,7 @@ import paddle
 import pytest
 
 from fine_tuning_runs import run_script
-from gradient_merge import merged_backward
+from training.gradient_merge import merged_backward
 
 
 class ReducerRuleDataParallel(paddle.nn.Layer):

@@ -16,15 +16,15 @@ import numpy as np
 import paddle
 import pytest
 
-import inference
 import run_glue
 import run_squad
-from amp import AmpPolicy
 from bert_config import BertConfig
 from conftest import ROOT, require_shared
 from fine_tuning_runs import TINY_CONFIG
+from inference import inference
 from modeling import BertForQuestionAnswering, BertForSequenceClassification
 from test_cpu_kernels import exported_op_names
+from training.amp import AmpPolicy
 
 
 def test_predictor_settings_follow_the_device_and_precision():

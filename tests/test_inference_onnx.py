@@ -20,8 +20,6 @@ import onnxruntime
 import paddle
 import pytest
 
-import inference
-import onnx_backend
 import run_glue
 from conftest import ROOT
 from exported_runs import (
@@ -36,6 +34,7 @@ from exported_runs import (
     squad,
 )
 from fine_tuning_runs import common_argv
+from inference import inference, onnx_backend
 
 # int8 (dynamic or static) against fp32 on the tiny random-weight model: measured 0.6-1.0% of the logits'
 # largest magnitude; weights and activations each round to 1/255 of their range, through two layers.
@@ -88,7 +87,7 @@ def test_fusions_run_without_torch_and_fuse_every_layer(workspace, tmp_path, ski
     """ORT's BERT fusions find every attention block of paddle2onnx's graph (after standard_attention_patterns),
     with or without SkipLayerNormalization, and nothing imports torch; in a fresh process, so that no other test's
     imports count."""
-    script = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); import onnx_backend; "
+    script = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from inference import onnx_backend; "
               f"counts = onnx_backend.fused({str(workspace / 'export' / 'bert_paddle.onnx')!r}, "
               f"{str(tmp_path / 'fused.onnx')!r}, mask_input='attention_mask', skip_layer_norm={skip_layer_norm}); "
               "print(counts); assert 'torch' not in sys.modules, 'torch was imported'")

@@ -13,9 +13,6 @@ import openvino
 import paddle
 import pytest
 
-import inference
-import onnx_backend
-import openvino_backend
 import run_glue
 from bert_config import BertConfig
 from conftest import ROOT
@@ -29,6 +26,7 @@ from exported_runs import (
     squad,
 )
 from fine_tuning_runs import common_argv
+from inference import inference, onnx_backend, openvino_backend
 from modeling import BertForQuestionAnswering
 
 # int8 against fp32 on the tiny random-weight model, as tests/test_inference_onnx.py's INT8_TOLERANCE: a few

@@ -10,9 +10,8 @@ import subprocess
 
 import pytest
 
-import inference
-import onnx_backend
 from conftest import ROOT
+from inference import inference, onnx_backend
 from recipe_fakes import make_fakes, script_args, value
 
 RUN_SQUAD = ROOT / "scripts" / "run_squad.sh"

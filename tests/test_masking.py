@@ -12,7 +12,14 @@ import pytest
 
 import lddl_preprocess
 from conftest import require_shared
-from masking import _whole_words, continuation_pieces, mask_batch, mask_tokens, num_to_predict, word_starts
+from preprocessing.masking import (
+    _whole_words,
+    continuation_pieces,
+    mask_batch,
+    mask_tokens,
+    num_to_predict,
+    word_starts,
+)
 
 
 def google_num_to_predict(num_tokens: int, masked_lm_prob: float, max_predictions_per_seq: int) -> int:

@@ -6,7 +6,6 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
-
 from mlm_baselines import context_free_accuracy, most_frequent_after
 
 MASK = 9

@@ -11,12 +11,12 @@ import paddle
 import pytest
 
 import modeling
+from checkpoints.weights import load_state
 from conftest import ROOT
 from data_fixtures import ragged_batch
 from loss import BertPretrainingCriterion
 from numpy_bert import numpy_encoder, numpy_pooler
-from packing import pack_batch
-from weights import load_state
+from preprocessing.packing import pack_batch
 
 CONFIG_DIR = ROOT / "bert_configs"
 

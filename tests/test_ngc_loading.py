@@ -16,9 +16,9 @@ import pytest
 import convert_checkpoint
 import run_pretraining
 import run_squad
+from checkpoints.weights import ENCODER_PARTS, load_pretrained
 from conftest import ROOT
 from modeling import BertConfig, BertForPretraining, BertForQuestionAnswering, BertModel
-from weights import ENCODER_PARTS, load_pretrained
 
 LAYOUT_NAMES = {"unfused": "unfused", "fused_qkv": "fused-QKV", "fused_layer": "FusedTransformerEncoderLayer"}
 
@@ -154,8 +154,8 @@ def test_only_nvidias_padding_of_the_same_vocabulary_is_fitted(tmp_path, rows, l
 
 def test_own_name_pattern_holds_every_parameter_of_every_model():
     """The layout the foreign-names error names is modeling.py's: every model's every parameter, fused or not."""
+    from checkpoints.weights import is_own_name
     from modeling import BertForSequenceClassification
-    from weights import is_own_name
 
     for fuse_mha in (False, True):
         config = BertConfig.from_dict({**json.loads((ROOT / "bert_configs" / "bert-tiny-uncased.json").read_text()),

@@ -15,12 +15,10 @@ import numpy as np
 import paddle
 import pytest
 
-import cli
 import lddl_preprocess
 import run_glue
 import run_pretraining
 from conftest import require_shared
-from dllog import read_report
 from fine_tuning_runs import logged
 from loss import BertPretrainingCriterion
 from modeling import BertConfig, BertForPretraining
@@ -36,6 +34,8 @@ from pretraining_runs import (
     step_records,
     train,
 )
+from utils import cli
+from utils.dllog import read_report
 
 NSP_PARTS = ("bert.pooler.", "cls.seq_relationship.")
 

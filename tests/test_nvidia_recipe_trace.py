@@ -19,8 +19,8 @@ import sys
 
 import pytest
 
-import cpu_ops
 from conftest import ROOT
+from kernels import cpu_ops
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from make_nvidia_recipe_trace import OUTPUT, run_trace  # noqa: E402

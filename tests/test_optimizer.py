@@ -5,7 +5,7 @@ import paddle
 import pytest
 from paddle.base import core
 
-import cpu_ops
+from kernels import cpu_ops
 from modeling import BertConfig, BertForPretraining, BertForQuestionAnswering
 from optimizer import ClipGradByGlobalNormInPlace, Lamb, Lans, create_optimizer, no_weight_decay_parameters
 

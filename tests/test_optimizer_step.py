@@ -13,17 +13,17 @@ import math
 import numpy as np
 import paddle
 
-import finetune
 import run_pretraining
-from amp import AmpPolicy, LossScaler
 from conftest import require_shared
-from dllog import DLLogger, read_report
 from fine_tuning_runs import logged
-from glue_data import ClassificationFeature, collate_classification
-from gradient_merge import optimizer_step
+from finetuning import finetune
+from finetuning.glue_data import ClassificationFeature, collate_classification
 from modeling import BertConfig, BertForSequenceClassification
 from pretraining_dataset import PretrainingDataLoader
 from pretraining_runs import UNBINNED, pretraining_argv
+from training.amp import AmpPolicy, LossScaler
+from training.gradient_merge import optimizer_step
+from utils.dllog import DLLogger, read_report
 
 
 def poison(layer: paddle.nn.Layer, poisoned_calls: set[int]) -> list[int]:

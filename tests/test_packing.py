@@ -12,7 +12,7 @@ import modeling
 from conftest import require_shared
 from data_fixtures import ragged_batch
 from loss import IGNORE_INDEX, BertPretrainingCriterion
-from packing import check_packable, first_fit_decreasing, pack_batch, padding_fraction
+from preprocessing.packing import check_packable, first_fit_decreasing, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader
 from pretraining_runs import pretraining_argv, step_records, summaries, train
 

@@ -18,12 +18,12 @@ import safetensors
 import safetensors.numpy
 from paddle.pir_utils import OldIrGuard
 
-from atomic_io import atomic_write
 from bert_config import BertConfig
+from checkpoints.paddle_files import ADMITTED_GLOBALS, read_paddle_file, read_safetensors_state, write_safetensors_state
 from lr_scheduler import LinearWarmupConstantPolyDecay
 from modeling import BertForPretraining
 from optimizer import Lamb
-from paddle_files import ADMITTED_GLOBALS, read_paddle_file, read_safetensors_state, write_safetensors_state
+from utils.atomic_io import atomic_write
 
 REQUIREMENTS = Path(__file__).resolve().parent.parent / "requirements.txt"
 # Names of files written with NumPy 1 (Paddle 2.x): no file written here holds them.

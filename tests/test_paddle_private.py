@@ -8,8 +8,8 @@ import numpy as np
 import paddle
 import pytest
 
-import paddle_private
 from conftest import ROOT
+from utils import paddle_private
 
 
 def pinned_paddle_version() -> str:

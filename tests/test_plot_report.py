@@ -12,8 +12,8 @@ import matplotlib.image
 import pytest
 
 from conftest import ROOT
-from dllog import DLLogger, read_report
 from plot_report import build_figure, main, metric_series, summary_line
+from utils.dllog import DLLogger, read_report
 
 
 def write_report(path) -> None:

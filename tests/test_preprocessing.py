@@ -24,11 +24,11 @@ import pytest
 
 import create_pretraining_data
 import lddl_preprocess
-import preprocess_pipeline
-from conftest import require_shared
+from conftest import ROOT, require_shared
 from data_fixtures import documents_held_out, documents_kept, partly_masked_words, words_of
-from preprocess_pipeline import run_pipeline
-from shard_formats import ParquetShards, serialize_positions, write_num_samples
+from preprocessing import preprocess_pipeline
+from preprocessing.preprocess_pipeline import run_pipeline
+from preprocessing.shard_formats import ParquetShards, serialize_positions, write_num_samples
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 SYLLABLES = ["ba", "ke", "li", "mo", "nu", "pa", "re", "si", "to", "vu"]
@@ -266,8 +266,9 @@ def test_flag_holdout_fraction_sets_the_seeded_documents_aside(corpus, tmp_path)
 
 def test_the_library_run_as_a_script_says_which_commands_to_run(tmp_path):
     """Issue 46: `python preprocess_pipeline.py --input ...` did nothing and exited 0."""
-    result = subprocess.run([sys.executable, preprocess_pipeline.__file__, "--input", str(tmp_path), "--output-dir",
-                             str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "preprocessing.preprocess_pipeline", "--input", str(tmp_path),
+                             "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                            cwd=ROOT)
     assert result.returncode == 1 and not (tmp_path / "out").exists()
     assert result.stderr == ("preprocess_pipeline.py is the library behind the preprocessing commands and takes no "
                              "arguments: run lddl_preprocess.py (LDDL's shards) or create_pretraining_data.py "

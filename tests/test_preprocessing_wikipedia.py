@@ -24,9 +24,9 @@ import pytest
 
 import create_pretraining_data
 import lddl_preprocess
-import preprocess_pipeline
 from data_fixtures import document_draws, tag_offsets
 from messages import assert_one_line
+from preprocessing import preprocess_pipeline
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 SYLLABLES = ["ba", "ke", "li", "mo", "nu", "pa", "re", "si", "to", "vu"]

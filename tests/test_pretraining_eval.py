@@ -14,12 +14,10 @@ import numpy as np
 import paddle
 import pytest
 
-import checkpoint
-import pretraining_eval
 import run_pretraining
-from amp import amp_policy
+from checkpoints import checkpoint
+from checkpoints.weights import load_state
 from conftest import require_shared
-from dllog import DLLogger
 from fine_tuning_runs import run_script
 from modeling import BertForPretraining
 from pretraining_runs import (
@@ -31,7 +29,9 @@ from pretraining_runs import (
     step_records,
     train,
 )
-from weights import load_state
+from training import pretraining_eval
+from training.amp import amp_policy
+from utils.dllog import DLLogger
 
 EVAL_KEYS = {"eval_mlm_loss", "eval_mlm_accuracy", "eval_masked_tokens", "eval_nsp_loss", "eval_nsp_accuracy",
              "eval_sequences"}

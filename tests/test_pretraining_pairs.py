@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pretraining_pairs import (
+from preprocessing.pretraining_pairs import (
     SentencePair,
     bin_id,
     create_pairs_from_document,

@@ -18,22 +18,22 @@ import pytest
 
 import convert_checkpoint
 import create_pretraining_data
-import glue_data
-import inference
 import lddl_preprocess
-import progress
 import run_glue
 import run_squad
 import squad_utils
-from amp import AmpPolicy
 from bert_config import BertConfig
 from conftest import ROOT, require_shared
-from glue_data import ClassificationExample
+from finetuning import glue_data
+from finetuning.glue_data import ClassificationExample
+from inference import inference
 from modeling import BertForPretraining
-from preprocess_pipeline import run_tasks
-from progress import progress_bar, show_counts
+from preprocessing.preprocess_pipeline import run_tasks
 from squad_utils import SquadExample
 from tokenizer import BertTokenizer
+from training.amp import AmpPolicy
+from utils import progress
+from utils.progress import progress_bar, show_counts
 
 # tqdm's statistics without a bar: "desc: 100% 3/3 [00:00<00:00, 1.5it/s, ...]"
 PLAIN_LINE = re.compile(r"^(?P<desc>\w+): +(?P<percent>\d+)% (?P<done>[\d.]+k?)/(?P<total>[\d.]+k?) "

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import progress
 import run_squad
-import runtime
 import squad_utils
 from conftest import ROOT
 from squad_utils import SquadExample
 from tokenizer import BertTokenizer
+from training import runtime
+from utils import progress
 
 COMMON_SH = ROOT / "scripts" / "common.sh"
 CCACHE = "No ccache found"
@@ -152,8 +152,8 @@ def test_prediction_shorter_than_a_plain_line_interval_shows_progress_on_a_pipe(
 # Exports a one-layer classifier, as run_glue.py --export-dir does (inference.export_inference_model).
 EXPORT_A_TINY_MODEL = """
 import sys, tempfile
-import runtime
-import inference
+from training import runtime
+from inference import inference
 from bert_config import BertConfig
 from modeling import BertForSequenceClassification
 config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -173,7 +173,7 @@ def test_an_export_prints_none_of_paddles_tracing_warnings():
 # code writes), lines to drop ("noise:") and to keep, an ignored warning and another warning.
 FILTERED_CHILD = """
 import os, sys, warnings
-import runtime
+from training import runtime
 print("before the block", file=sys.stderr)
 with runtime.stderr_without(lines=("noise:",), warnings=("a noisy warning",)):
     print("kept: a Python line", file=sys.stderr)
@@ -198,7 +198,7 @@ def test_the_stderr_filter_catches_python_lines_where_sys_stderr_is_not_the_desc
     """Under capfd, as under pytest's own capture, sys.stderr writes to a file of pytest's, not to descriptor 2;
     the filter still drops Python's lines as well as Paddle's glog line (the export's TRACING_NOISE_LINES), and
     keeps the others in the order written."""
-    import inference
+    from inference import inference
     with runtime.stderr_without(lines=(*inference.TRACING_NOISE_LINES, "noise:")):
         print("kept: a Python line", file=sys.stderr)
         os.write(2, b"W1202 01:51:28.275887  6137 eager_utils.cc:3584] Paddle static graph(PIR) not support input "

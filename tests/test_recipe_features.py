@@ -21,11 +21,11 @@ import pytest
 import lddl_preprocess
 import run_pretraining
 from conftest import ROOT
-from dllog import read_report
 from fine_tuning_runs import parameter
 from messages import assert_one_line
 from pretraining_runs import step_folder, step_numbers, step_records
 from recipe_fakes import Fakes, make_fakes, preset, preset_names, script_args, value
+from utils.dllog import read_report
 
 RUN_PRETRAINING = ROOT / "scripts" / "run_pretraining.sh"
 NEW_FLAGS = ("--whole-word-masking", "--masked-lm-ratio", "--no-nsp", "--nsp", "--pack-sequences", "--time-budget",

@@ -20,9 +20,9 @@ import pytest
 
 import lddl_preprocess
 from conftest import ROOT, require_shared
-from dllog import read_report, training_step
 from messages import assert_one_line
 from recipe_fakes import Fakes, launcher_args, make_fakes, preset, preset_names, script_args, value
+from utils.dllog import read_report, training_step
 
 RUN_PRETRAINING = ROOT / "scripts" / "run_pretraining.sh"
 RUN_SQUAD = ROOT / "scripts" / "run_squad.sh"
@@ -324,8 +324,8 @@ def test_a_cpu_presets_own_precision_flag_prints_nothing_on_cpu(tmp_path, fakes,
     """cpu_tiny's precision fp32 (argument 3, NVIDIA's layout) passes --float32-precision fp32, which a CPU
     honours as it is (its float32 matmuls are full float32): no line about GPUs. tf32, which a CPU cannot give,
     still gets its one line."""
-    import amp
     import run_pretraining
+    from training import amp
 
     run = run_ok(RUN_PRETRAINING, cpu_tiny_args, fakes, tmp_path)
     for phase_args in (run.p1, run.p2):

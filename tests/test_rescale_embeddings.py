@@ -10,13 +10,13 @@ import numpy as np
 import paddle
 import pytest
 
-import finetune
 import run_glue
-from amp import AmpPolicy
 from bert_config import BertConfig
 from conftest import ROOT
-from dllog import DLLogger
+from finetuning import finetune
 from modeling import BertForPretraining, BertForSequenceClassification
+from training.amp import AmpPolicy
+from utils.dllog import DLLogger
 
 VOCAB = ROOT / "vocab" / "bert-large-uncased-vocab.txt"
 CONFIG = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,

@@ -17,13 +17,11 @@ import paddle
 import pyarrow.parquet as pq
 import pytest
 
-import checkpoint
-import pretraining_report
 import run_pretraining
-from amp import LossScaler
+from checkpoints import checkpoint
+from checkpoints.weights import load_state
 from conftest import ROOT, require_shared
 from data_fixtures import partly_masked_words
-from dllog import DLLogger, read_report
 from messages import assert_one_line
 from modeling import BertConfig, BertForPretraining
 from optimizer import create_optimizer
@@ -39,7 +37,9 @@ from pretraining_runs import (
     summaries,
     train,
 )
-from weights import load_state
+from training import pretraining_report
+from training.amp import LossScaler
+from utils.dllog import DLLogger, read_report
 
 
 def parse_error(argv: list[str], capsys) -> str:

@@ -19,9 +19,9 @@ import pytest
 
 import run_pretraining
 from conftest import ROOT, require_shared
-from dllog import read_report
 from pretraining_dataset import PretrainingDataLoader
 from pretraining_runs import checkpoint_params, pretraining_argv, summaries
+from utils.dllog import read_report
 
 SCRIPT = str(ROOT / "run_pretraining.py")
 STEPS, MERGE, BATCH = 3, 2, 4

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import checkpoint
 import lddl_preprocess
 from bert_config import BertConfig
+from checkpoints import checkpoint
+from checkpoints.weights import load_state
 from conftest import require_shared
-from dllog import read_report
 from interrupts import signal_while_running
 from modeling import BertForPretraining
 from pretraining_runs import (
@@ -36,7 +36,7 @@ from pretraining_runs import (
     summaries,
     train,
 )
-from weights import load_state
+from utils.dllog import read_report
 
 # Dropout on and two merged micro-batches per step: the resumed run must continue every random stream exactly.
 RESUMABLE = ("--max-steps", "6", "--num-steps-per-checkpoint", "2", "--keep-checkpoint-max", "2",

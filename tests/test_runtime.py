@@ -10,10 +10,10 @@ import types
 
 import pytest
 
-import runtime
-from cli import str_to_bool
 from conftest import ROOT
-from runtime import configure_cpu_threads
+from training import runtime
+from training.runtime import configure_cpu_threads
+from utils.cli import str_to_bool
 
 
 def test_configure_cpu_threads_from_environment(monkeypatch):
@@ -32,7 +32,7 @@ def test_cpu_affinity_gives_each_local_rank_its_own_block():
     # In a child process: pinning the test process itself would slow down the rest of the suite. The child
     # plays local ranks 0 and 1 of 2 in turn, restoring its CPUs in between.
     code = (
-        "import os, sys; sys.path.insert(0, sys.argv[1]); from runtime import set_cpu_affinity\n"
+        "import os, sys; sys.path.insert(0, sys.argv[1]); from training.runtime import set_cpu_affinity\n"
         "everything = os.sched_getaffinity(0)\n"
         "for rank in ('0', '1'):\n"
         "    os.environ.update(PADDLE_LOCAL_RANK=rank, PADDLE_LOCAL_SIZE='2')\n"

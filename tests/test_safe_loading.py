@@ -25,9 +25,9 @@ import safetensors.numpy
 import convert_checkpoint
 import run_glue
 import run_squad
+from checkpoints.paddle_files import read_paddle_file
 from conftest import ROOT
 from fine_tuning_runs import common_argv, fine_tuning_workspace, params, run_in_process, run_script
-from paddle_files import read_paddle_file
 from pretraining_runs import pretraining_argv, step_folder, train
 
 # ---------------------------------------------------------------------------------------------
@@ -41,7 +41,7 @@ UNRESTRICTED_LOADS = {
     "pickle.Unpickler", "pickle._Unpickler", "_pickle.load", "_pickle.loads", "_pickle.Unpickler",
 }
 # The restricted readers: Paddle's pickles, and torch .bin files whose Unpickler admits only torch.save's globals.
-RESTRICTED_READERS = {"paddle_files.py": {"pickle.Unpickler"}}
+RESTRICTED_READERS = {"checkpoints/paddle_files.py": {"pickle.Unpickler"}}
 
 
 def unrestricted_loads(source: str) -> list[tuple[int, str]]:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import require_shared
-from shard_formats import (
+from preprocessing.shard_formats import (
     HDF5_DATASETS,
     HDF5_DTYPES,
     NUM_SAMPLES_FILE,

@@ -11,11 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-import inference
 import run_squad
 from conftest import ROOT, require_shared
 from data_fixtures import make_v2_dataset
-from dllog import read_report
 from fine_tuning_runs import (
     TINY_CONFIG,
     common_argv,
@@ -27,11 +25,13 @@ from fine_tuning_runs import (
     run_script,
     stage_args,
 )
+from inference import inference
 from messages import assert_one_line
 from modeling import BertConfig
 from squad_evaluate import evaluate, load_dataset, load_squad_json
 from squad_utils import convert_examples_to_features, read_squad_examples
 from tokenizer import BertTokenizer
+from utils.dllog import read_report
 
 
 @pytest.fixture(scope="module")

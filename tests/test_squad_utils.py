@@ -11,7 +11,7 @@ import pytest
 
 from conftest import require_shared
 from data_fixtures import numbered_windows
-from feature_batching import batch_indices
+from finetuning.feature_batching import batch_indices
 from squad_evaluate import load_dataset
 from squad_utils import (
     SquadExample,

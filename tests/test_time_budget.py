@@ -15,11 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import checkpoint
-import cli
-import pretraining_eval
 import run_pretraining
-import time_budget
+from checkpoints import checkpoint
 from conftest import require_shared
 from fine_tuning_runs import run_script
 from messages import assert_one_line
@@ -33,6 +30,8 @@ from pretraining_runs import (
     step_records,
     train,
 )
+from training import pretraining_eval
+from utils import cli, time_budget
 
 PEAK = 5e-3  # pretraining_argv's --learning-rate; its --warmup-proportion is 0.25
 # Not training time: what each of these takes on the fake clock must leave the elapsed training time unchanged.

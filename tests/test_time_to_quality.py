@@ -39,7 +39,7 @@ def miniature(tmp_path_factory) -> Path:
 
 
 def test_every_score_comes_from_the_checkpoint_that_its_row_names(miniature):
-    from weights import encoder_fingerprint, read_weights
+    from checkpoints.weights import encoder_fingerprint, read_weights
 
     report = json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))
     ours = report["runs"]["ours-quick"]
@@ -67,7 +67,7 @@ def test_every_score_comes_from_the_checkpoint_that_its_row_names(miniature):
 
 
 def test_a_run_trains_its_own_optimizer_and_learning_rate(miniature):
-    from dllog import read_report
+    from utils.dllog import read_report
 
     report = json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))
     lans = report["runs"]["lans-quick"]
@@ -414,7 +414,7 @@ def test_the_targets_read_the_runs_as_the_issue_states_them():
 
 
 def test_compare_sizes_trains_each_budget_preset_on_the_same_shards(miniature):
-    from dllog import read_report
+    from utils.dllog import read_report
 
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "time_to_quality.py"), "--quick",
                           "--compare-sizes", "--work-dir", str(miniature), "--report-dir", str(miniature / "sizes")],
@@ -444,7 +444,7 @@ def test_a_run_stopped_before_its_budget_is_not_a_result():
 def test_a_downstream_result_of_another_fine_tuning_plan_is_not_reused(tmp_path, monkeypatch):
     """Going from one to three GLUE epochs must fine-tune every checkpoint again: the stage's settings name the plan
     and the hyperparameters, so the stage file of the old plan is refused rather than reported as the new one's."""
-    import downstream_plan
+    from finetuning import downstream_plan
 
     yardstick = time_to_quality.Yardstick(time_to_quality.parse_args(["--quick", "--work-dir", str(tmp_path)]))
     run, pretrained = time_to_quality.Run("ours-quick", "ours", 0.3), {"checkpoint": str(tmp_path / "ckpt")}
@@ -466,7 +466,7 @@ def test_a_new_fine_tuning_plan_runs_in_a_folder_of_its_own(tmp_path, monkeypatc
     """downstream.py refuses to resume units of another setup, so after a change of the plan (or a new checkpoint)
     the yardstick must not send the new stage into the folder that holds the old stage's units; the same settings
     must find their folder again, so that a killed stage resumes."""
-    import downstream_plan
+    from finetuning import downstream_plan
 
     yardstick = time_to_quality.Yardstick(time_to_quality.parse_args(["--quick", "--work-dir", str(tmp_path)]))
     run, pretrained = time_to_quality.Run("ours-quick", "ours", 0.3), {"checkpoint": str(tmp_path / "ckpt")}
@@ -681,10 +681,11 @@ def test_the_peers_checkpoint_is_a_hugging_face_folder_with_the_vocabulary_it_tr
 def test_the_context_free_floor_is_counted_on_the_validation_batches_of_the_run(miniature):
     from itertools import islice
 
-    from dllog import read_report
     from mlm_baselines import PREDICTORS, context_free_accuracy
+
     from pretraining_dataset import PretrainingDataLoader
-    from pretraining_eval import EVAL_SEED
+    from training.pretraining_eval import EVAL_SEED
+    from utils.dllog import read_report
 
     report = json.loads((miniature / "report" / "time-to-quality.json").read_text(encoding="utf-8"))
     [options] = [r["data"] for r in read_report(report["runs"]["ours-quick"]["pretraining"]["report"])

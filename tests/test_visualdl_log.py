@@ -13,12 +13,12 @@ from visualdl import LogReader
 
 import run_glue
 import run_squad
-import visualdl_log
 from conftest import require_shared
-from dllog import training_step
 from fine_tuning_runs import common_argv, logged, run_in_process, write_tiny_model
 from pretraining_runs import DYNAMIC, pretraining_argv, step_folder, step_numbers, step_records, train
-from visualdl_log import VisualDLLog, newest_log_file, open_run_log, tag_of
+from utils import visualdl_log
+from utils.dllog import training_step
+from utils.visualdl_log import VisualDLLog, newest_log_file, open_run_log, tag_of
 
 
 def read_log(logdir) -> dict[str, dict[str, list]]:

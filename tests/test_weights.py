@@ -14,8 +14,7 @@ import paddle
 import pytest
 
 from bert_config import BertConfig
-from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification, BertModel
-from weights import (
+from checkpoints.weights import (
     ENCODER_PARTS,
     HEADS,
     PARTS,
@@ -26,6 +25,7 @@ from weights import (
     safetensors_beside,
     write_safetensors_weights,
 )
+from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification, BertModel
 
 FLAG = "--from-pretrained-params"
 CONFIG = BertConfig(vocab_size=29, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16,

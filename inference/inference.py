@@ -53,12 +53,12 @@ import numpy as np
 import onnxruntime
 import paddle
 
-import cpu_ops
-import onnx_backend
-import runtime
-from amp import AmpPolicy, amp_autocast
-from atomic_io import atomic_write_text
+from inference import onnx_backend
+from kernels import cpu_ops
 from modeling import INPUT_NAMES, BertForQuestionAnswering, BertForSequenceClassification, standard_copy
+from training import runtime
+from training.amp import AmpPolicy, amp_autocast
+from utils.atomic_io import atomic_write_text
 
 INFERENCE_BACKENDS = ("auto", "paddle", "onnxruntime", "openvino")
 # The backends that read <model-prefix>.onnx.
@@ -610,7 +610,7 @@ def onnxruntime_predictor(model_dir: str, model_prefix: str, precision: str, qua
 def openvino_predictor(model_dir: str, model_prefix: str, precision: str, num_threads: int) -> BatchPredictor:
     """The OpenVINO predictor of <model_dir>/<model_prefix>.onnx in a precision that runs on the CPU
     (resolve_precision), on num_threads (openvino_backend.py)."""
-    import openvino_backend  # imports OpenVINO, which the other backends do without
+    from inference import openvino_backend  # imports OpenVINO, which the other backends do without
 
     return openvino_backend.openvino_predictor(onnx_backend.onnx_file(os.path.join(model_dir, model_prefix)),
                                                precision, num_threads, sha256_of_file, INPUT_NAMES, MASK_INPUT)

@@ -39,8 +39,8 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
-import onnx_backend
-from atomic_io import atomic_write_text
+from inference import onnx_backend
+from utils.atomic_io import atomic_write_text
 
 # The inference precision hint per --inference-precision; int8's is that of the ops left in float.
 PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}  # openvino.Type attribute names

@@ -67,16 +67,16 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-import folder_lock
-from atomic_io import atomic_write_text
-from cached_wordpiece import CachedWordPiece
-from cli import finite_float
 from corpus import INPUT_FORMATS, RawDocument, document_sentences, find_corpus_files, is_compressed, read_documents
-from masking import continuation_pieces, mask_batch, word_starts
-from pretraining_pairs import create_pairs_from_document, create_segments_from_document
-from progress import progress_bar, show_counts
-from shard_formats import ShardRows
+from preprocessing.cached_wordpiece import CachedWordPiece
+from preprocessing.masking import continuation_pieces, mask_batch, word_starts
+from preprocessing.pretraining_pairs import create_pairs_from_document, create_segments_from_document
+from preprocessing.shard_formats import ShardRows
 from tokenizer import BertTokenizer, load_vocab
+from utils import folder_lock
+from utils.atomic_io import atomic_write_text
+from utils.cli import finite_float
+from utils.progress import progress_bar, show_counts
 
 DEFAULT_BLOCK_BYTES = 16 * 2**20  # default partition size: --num-blocks = ceil(corpus text bytes / this)
 MIN_RANGE_BYTES = 2**20  # read ranges are at least this long (they are cut finer only to feed idle workers)

@@ -40,7 +40,7 @@ from typing import TypeVar
 
 import paddle
 
-from amp import LossScaler
+from training.amp import LossScaler
 
 Batch = TypeVar("Batch")
 # (mean over one micro-batch's items of one kind, index of that kind in the counts)

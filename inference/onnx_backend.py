@@ -40,7 +40,7 @@ import onnx
 import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
-from atomic_io import atomic_write
+from utils.atomic_io import atomic_write
 
 # ONNX opset of the export: 17 has LayerNormalization as one op, which ONNX Runtime and TensorRT both run.
 ONNX_OPSET = 17

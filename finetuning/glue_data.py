@@ -35,9 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from feature_batching import pad_token_rows
-from progress import progress_bar
+from finetuning.feature_batching import pad_token_rows
 from tokenizer import BertTokenizer
+from utils.progress import progress_bar
 
 NO_LABEL = -1  # label_id of an example read without a label
 

@@ -56,10 +56,10 @@ from typing import Any
 import numpy as np
 import paddle
 
-import paddle_private
-from atomic_io import TEMP_PREFIX, fsync_dir, temp_beside, text_writer, write_synced
 from bert_config import BertConfig
-from paddle_files import read_paddle_file, write_safetensors_state
+from checkpoints.paddle_files import read_paddle_file, write_safetensors_state
+from utils import paddle_private
+from utils.atomic_io import TEMP_PREFIX, fsync_dir, temp_beside, text_writer, write_synced
 
 DEFAULT_PREFIX = "bert_paddle"
 PARAMS_SUFFIX = ".pdparams"

@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from atomic_io import atomic_write, atomic_write_text
 from tokenizer import load_vocab
+from utils.atomic_io import atomic_write, atomic_write_text
 
 # A batch row of samples (one sample, or several packed) is padded to a multiple of this many tokens, the
 # granularity of tensor-core matrix tiles, and to at most max_seq_length.

@@ -81,7 +81,7 @@ def import_paddle_quietly() -> ModuleType:
 
 paddle = import_paddle_quietly()
 
-import cpu_kernels  # noqa: E402  (after Paddle's quiet import, which must come first)
+from kernels import cpu_kernels  # noqa: E402  (after Paddle's quiet import, which must come first)
 
 
 def apply_cpu_tweaks(device: str | None = None) -> dict[str, object]:

@@ -13,8 +13,8 @@ import json
 import time
 from collections.abc import Callable
 
-from dllog import DLLogger
-from visualdl_log import VisualDLLog
+from utils.dllog import DLLogger
+from utils.visualdl_log import VisualDLLog
 
 
 @dataclasses.dataclass

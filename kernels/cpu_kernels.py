@@ -53,7 +53,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
-import cpu_ops
+from kernels import cpu_ops
 
 # ---------------------------------------------------------------------------------------------
 # GELU

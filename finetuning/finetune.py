@@ -38,8 +38,23 @@ from typing import TypeVar
 import numpy as np
 import paddle
 
-import folder_lock
-from amp import (
+from bert_config import BERT_MODELS, BertConfig, build_config
+from checkpoints.checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, open_resume_checkpoint
+from checkpoints.paddle_files import write_safetensors_state
+from checkpoints.weights import (
+    check_vocabulary_matches,
+    encoder_fingerprint,
+    load_pretrained,
+    model_config_file,
+    part_of,
+    safetensors_beside,
+)
+from finetuning.feature_batching import batch_indices
+from lr_scheduler import create_lr_scheduler
+from modeling import INPUT_NAMES
+from optimizer import add_optimizer_arguments, create_optimizer
+from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
+from training.amp import (
     AmpPolicy,
     add_amp_arguments,
     amp_autocast,
@@ -48,10 +63,11 @@ from amp import (
     check_amp_arguments,
     create_loss_scaler,
 )
-from atomic_io import atomic_write_set, text_writer
-from bert_config import BERT_MODELS, BertConfig, build_config
-from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, open_resume_checkpoint
-from cli import (
+from training.gradient_merge import all_reduce_sum, merged_backward, optimizer_step
+from training.runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
+from utils import folder_lock
+from utils.atomic_io import atomic_write_set, text_writer
+from utils.cli import (
     checkpoint_step,
     default_report_file,
     file_name,
@@ -61,24 +77,8 @@ from cli import (
     str_to_bool,
     unit_interval,
 )
-from dllog import DLLogger, open_report
-from feature_batching import batch_indices
-from gradient_merge import all_reduce_sum, merged_backward, optimizer_step
-from lr_scheduler import create_lr_scheduler
-from modeling import INPUT_NAMES
-from optimizer import add_optimizer_arguments, create_optimizer
-from paddle_files import write_safetensors_state
-from runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
-from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
-from visualdl_log import open_run_log
-from weights import (
-    check_vocabulary_matches,
-    encoder_fingerprint,
-    load_pretrained,
-    model_config_file,
-    part_of,
-    safetensors_beside,
-)
+from utils.dllog import DLLogger, open_report
+from utils.visualdl_log import open_run_log
 
 MAX_GRAD_NORM = 1.0  # gradient clipping of Google's and NVIDIA's fine-tuning recipes
 # Batches are padded to a multiple of 8 tokens, the granularity of tensor-core matrix tiles; the padding is masked.

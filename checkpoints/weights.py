@@ -29,13 +29,13 @@ import numpy as np
 import paddle
 import paddle.nn as nn
 
-from atomic_io import atomic_write
 from bert_config import BertConfig, config_file_for, first_difference
-from checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, SAFETENSORS_SUFFIX, VOCAB_SUFFIX
-from hf_names import HF_CONFIG_FILE, HF_VOCAB_FILE, HF_WEIGHT_FILES, is_hf_state, rename_hf_state
-from ngc_weights import STATIC_LAYOUT_EXAMPLE, is_static_graph_state, nvidia_to_paddle
-from paddle_files import read_paddle_file, read_safetensors_state, read_torch_bin, write_safetensors_state
+from checkpoints.checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, SAFETENSORS_SUFFIX, VOCAB_SUFFIX
+from checkpoints.hf_names import HF_CONFIG_FILE, HF_VOCAB_FILE, HF_WEIGHT_FILES, is_hf_state, rename_hf_state
+from checkpoints.ngc_weights import STATIC_LAYOUT_EXAMPLE, is_static_graph_state, nvidia_to_paddle
+from checkpoints.paddle_files import read_paddle_file, read_safetensors_state, read_torch_bin, write_safetensors_state
 from tokenizer import load_vocab
+from utils.atomic_io import atomic_write
 
 # read_pretrained_state's name for a Hugging Face file it converted.
 HUGGING_FACE = "Hugging Face"

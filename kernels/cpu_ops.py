@@ -33,11 +33,11 @@ import paddle
 from paddle import _C_ops
 from paddle.utils import cpp_extension
 
-from atomic_io import atomic_write_text
-from cli import output_to
+from utils.atomic_io import atomic_write_text
+from utils.cli import output_to
 
 NAME = "paddlebert_cpu_ops"
-SOURCE = Path(__file__).resolve().parent / "csrc" / "cpu_ops.cc"
+SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "cpu_ops.cc"
 # -fno-math-errno lets sqrt vectorize (it changes no value, only errno); "omp simd" in the source lets the
 # reductions vectorize.
 CXX_FLAGS = ["-O3", "-mavx2", "-mfma", "-fno-math-errno", "-fopenmp"]

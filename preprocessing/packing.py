@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from loss import IGNORE_INDEX
-from shard_formats import padded_row_length
+from preprocessing.shard_formats import padded_row_length
 
 # The keys of a packed batch that BertForPretraining.forward takes after masked_lm_positions, in its order (the
 # packed attention_mask only counts padding: sample_ids say who attends to whom).

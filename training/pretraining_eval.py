@@ -40,13 +40,13 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-import cli
-from amp import AmpPolicy, amp_autocast
-from dllog import DLLogger
 from loss import IGNORE_INDEX
-from masking import MASKED_LM_RATIO
+from preprocessing.masking import MASKED_LM_RATIO
 from pretraining_dataset import PretrainingDataLoader
-from time_budget import crossed_multiple
+from training.amp import AmpPolicy, amp_autocast
+from utils import cli
+from utils.dllog import DLLogger
+from utils.time_budget import crossed_multiple
 
 # The evaluation loader's seed (file order and dynamic masks): one constant, so that runs with different --seed
 # evaluate on the same masked batches.

@@ -19,11 +19,9 @@ import numpy as np
 import paddle
 
 from bert_config import HF_ARCHITECTURE_VALUES, RECIPE_FIELDS, BertConfig
-from hf_names import HF_CONFIG_FILE, HF_WEIGHT_FILES, hf_name_of, is_linear_weight, rename_hf_state
-from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification
-from paddle_files import read_safetensors_state, read_torch_bin
-from progress import progress_bar
-from weights import (
+from checkpoints.hf_names import HF_CONFIG_FILE, HF_WEIGHT_FILES, hf_name_of, is_linear_weight, rename_hf_state
+from checkpoints.paddle_files import read_safetensors_state, read_torch_bin
+from checkpoints.weights import (
     ENCODER_PARTS,
     HEADS,
     VOCAB_ROWS,
@@ -34,6 +32,8 @@ from weights import (
     part_of,
     with_bert_prefix,
 )
+from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification
+from utils.progress import progress_bar
 
 
 def read_hf_checkpoint(hf_dir: str | os.PathLike) -> tuple[BertConfig, dict[str, np.ndarray], Path]:

@@ -30,8 +30,8 @@ from collections.abc import Iterable
 
 import paddle
 
-import paddle_private
-from cli import finite_float
+from utils import paddle_private
+from utils.cli import finite_float
 
 AMP_DTYPES = ("float16", "bfloat16")
 FLOAT32_PRECISIONS = ("fp32", "tf32")

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from progress import progress_bar
+from utils.progress import progress_bar
 
 # A Hugging Face folder's config, vocabulary and weights files, the weights in the order transformers prefers them.
 HF_CONFIG_FILE = "config.json"
