@@ -740,7 +740,7 @@ def target_table(checks: list[dict]) -> list[str]:
         f"{'yes' if check['holds'] else '**no**'} |" for check in checks]
 
 
-# The summary table's rows (README, "What an hour of pretraining buys"): run name -> label.
+# The summary table's rows (docs/time-to-quality-summary.md): run name -> label.
 SUMMARY_LABELS = {"random": "random init", "ours-60": "ours, 60 min", "ours-20": "ours, 20 min",
                   "transformers-20": "HF transformers, 20 min",
                   "cpu_budget_tiny_prenorm-20": "ours, pre-LN and no dropout, 20 min",
@@ -768,7 +768,8 @@ def score_cell(entry: dict) -> str:
 
 
 def summary_table(results: dict) -> str:
-    """The short table of the scored runs that the README shows: validation MLM accuracy and each main score."""
+    """The short table of the scored runs that docs/time-to-quality-summary.md shows: validation MLM accuracy and
+    each main score."""
     lines = ["| run | val MLM acc | SST-2 acc | MRPC acc / F1 | RTE acc | CoLA MCC | SQuAD EM / F1 |",
              "|---|---|---|---|---|---|---|"]
     for name, result in results.items():
@@ -850,7 +851,7 @@ def markdown(header: str, data: dict, results: dict, checks: list[dict], command
         "val MLM acc (mlm_baselines.py): predictors fitted by counting the training batches' masks, scored on the "
         "same validation batches; a run at or below \"copy\" has learnt the token frequencies and to copy its "
         "input, nothing of the context.", "", *lines, "", "## Targets", "",
-        *target_lines, "", "## Summary (the README's table)", "", summary_table(results), "",
+        *target_lines, "", "## Summary (the table of docs/time-to-quality-summary.md)", "", summary_table(results), "",
         *(["## Budget-recipe options at equal time", "",
            "Each trial (`--recipe-trials`) beside the plain recipe's run that was interleaved with it at the same "
            "budget; in brackets the trial's difference to that run. Tokens count padding too. Each report's own "
@@ -1103,7 +1104,7 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict, checks:
             print(f"{'holds' if check['holds'] else 'MISSED'}: {check['target']}: {check['value']:.2f} "
                   f"(needed {check['needed']:.2f})")
     if scored:
-        lines += ["", "## Summary (the README's table)", "", recipe_summary_table(runs)]
+        lines += ["", "## Summary (the table of docs/time-to-quality-summary.md)", "", recipe_summary_table(runs)]
     report_dir = Path(args.report_dir)
     check_no_trial_dropped(report_dir / f"time-to-quality-{kind}.json", runs)
     report_dir.mkdir(parents=True, exist_ok=True)

@@ -174,7 +174,7 @@ class Row:
     seconds: str = "-"  # time taken, and on a GPU "/ budget"
 
 
-# --- Budgets on paper (GPU only). The CPU figure is measured (README, benchmarks/bench_pretraining.py):
+# --- Budgets on paper (GPU only). The CPU figure is measured (docs/benchmarks.md, benchmarks/bench_pretraining.py):
 # BERT-base pretraining, seq 128, fp32, 2 threads, 2.18 sequences/s. The GPU speed-ups over it are assumptions
 # (an A100 runs fp32 at about 10 TFLOP/s in practice, and TF32/float16/bfloat16 tensor cores several times more);
 # the startup (importing Paddle, building BERT-base, the first CUDA kernels) is assumed too.

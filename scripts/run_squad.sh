@@ -43,8 +43,8 @@
 #                                             (--inference-model-dir, --inference-backend; auto: the fastest
 #                                             measured on this kind of CPU)
 #   INFERENCE_PRECISION (fp32)                with INFERENCE_BACKEND: fp32 | bf16 | fp16 | int8
-#                                             (--inference-precision; README, "Exported models and reduced
-#                                             precision", says what runs where)
+#                                             (--inference-precision; docs/inference.md says what runs
+#                                             where)
 #   INT8_QUANTIZATION (unset)                 with INFERENCE_BACKEND=onnxruntime and INFERENCE_PRECISION=int8:
 #                                             dynamic | static | dynamic-per-channel | static-per-channel |
 #                                             dynamic-per-channel-outliers (--int8-quantization; static and

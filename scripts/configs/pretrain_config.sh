@@ -290,7 +290,7 @@ cpu_tiny_beyond() (
   _print_pretrain_args
 )
 
-# Pretraining to a wall-clock budget on real Wikipedia (README, "What an hour of pretraining buys"): phase 1 only,
+# Pretraining to a wall-clock budget on real Wikipedia (docs/time-to-quality-summary.md): phase 1 only,
 # trained for $TIME_BUDGET_MINUTES (default 60) of training time, the learning-rate schedule spanning that time
 # (run_pretraining.py --time-budget). The corpus is ../shared/data/wikipedia/en-2015 (WikiExtractor's xz files as
 # they are; $PADDLEBERT_SHARED_DIR names another shared folder), masked by the loader (a new draw each epoch), 1%
