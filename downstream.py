@@ -69,11 +69,11 @@ from checkpoints.weights import (
 from finetuning.downstream_plan import PLAN, TASKS, TaskPlan, hyperparameters
 from finetuning.glue_data import GLUE_TASKS, read_glue_examples
 from finetuning.glue_metrics import compute_metrics
-from inference.inference import sha256_of_file
 from squad_evaluate import evaluate, load_dataset, load_squad_json
 from tokenizer import load_vocab
 from utils import folder_lock
 from utils.atomic_io import atomic_write_text
+from utils.checksums import sha256_of_file
 from utils.cli import DefaultsHelpFormatter, output_to, positive_float, positive_int, run_main
 from utils.dllog import read_report
 

@@ -77,7 +77,7 @@ def last_logged(report: Path, key: str) -> float:
 def fine_tuning_record(command: list[str], train_file: Path, model_dir: Path) -> dict:
     """What a task's fine-tuned export depends on: the fine-tuning command, the content of its training file and
     the checkpoint it starts from (its path: the command reads it converted, under --work-dir)."""
-    from inference.inference import sha256_of_file
+    from utils.checksums import sha256_of_file
 
     return {"command": command, "train_file_sha256": sha256_of_file(train_file),
             "model_dir": str(model_dir.resolve())}

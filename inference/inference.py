@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -59,6 +58,7 @@ from modeling import INPUT_NAMES, BertForQuestionAnswering, BertForSequenceClass
 from training import runtime
 from training.amp import AmpPolicy, amp_autocast
 from utils.atomic_io import atomic_write_text
+from utils.checksums import sha256_of_file
 
 INFERENCE_BACKENDS = ("auto", "paddle", "onnxruntime", "openvino")
 # The backends that read <model-prefix>.onnx.
@@ -187,16 +187,6 @@ def export_files(prefix: str) -> list[str]:
     candidates = [prefix + suffix for suffix in (*PROGRAM_SUFFIXES, ".pdiparams")]
     candidates += [onnx_backend.onnx_file(prefix), onnx_backend.calibration_file(prefix)]
     return [path for path in candidates if os.path.isfile(path)]
-
-
-def sha256_of_file(path: str | os.PathLike) -> str:
-    """The SHA-256 of a file's bytes, read in 1 MiB blocks: how exports, checkpoints and training files are told
-    apart by content."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as reader:
-        for block in iter(lambda: reader.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_export_record(prefix: str, model: paddle.nn.Layer, *extra_files: str) -> None:
