@@ -127,15 +127,8 @@ class LinearWarmupConstantPolyDecay(_CheckedSchedule):
 
     schedule_fields = ("base_lr", "total_steps", "warmup_steps", "constant_steps", "warmup_start_lr", "power")
 
-    def __init__(
-        self,
-        learning_rate: float,
-        total_steps: int,
-        warmup_proportion: float,
-        constant_proportion: float = 0.0,
-        warmup_start_lr: float = 0.0,
-        power: float = 1.0,
-    ):
+    def __init__(self, learning_rate: float, total_steps: int, warmup_proportion: float,
+                 constant_proportion: float = 0.0, warmup_start_lr: float = 0.0, power: float = 1.0):
         if total_steps < 1:
             raise ValueError(f"total_steps must be positive, got {total_steps}")
         _check_shape(warmup_proportion, constant_proportion, warmup_start_lr, power)
@@ -190,15 +183,8 @@ class TimeBudgetDecay(_CheckedSchedule):
                        "power")
     position_fields = ("elapsed_seconds",)
 
-    def __init__(
-        self,
-        learning_rate: float,
-        budget_seconds: float,
-        warmup_proportion: float,
-        constant_proportion: float = 0.0,
-        warmup_start_lr: float = 0.0,
-        power: float = 1.0,
-    ):
+    def __init__(self, learning_rate: float, budget_seconds: float, warmup_proportion: float,
+                 constant_proportion: float = 0.0, warmup_start_lr: float = 0.0, power: float = 1.0):
         if not budget_seconds > 0 or not math.isfinite(budget_seconds):
             raise ValueError(f"budget_seconds must be a positive number, got {budget_seconds}")
         _check_shape(warmup_proportion, constant_proportion, warmup_start_lr, power)

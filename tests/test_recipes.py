@@ -478,7 +478,7 @@ def test_a_time_budget_preset_takes_its_budget_from_the_environment(tmp_path, fa
     """_time_budget (pretrain_config.sh), for the presets that train to a budget: the preset's default unless
     TIME_BUDGET_MINUTES says otherwise; phase 1 alone. The budget reaches run_pretraining.py, whose parser takes
     it, and the final checkpoint named is phase 1's newest, wherever the budget ended it."""
-    budget_preset = "budget() ( _cpu_tiny_recipe; _cpu_results budget; _time_budget 60; _print_pretrain_args ); budget"
+    budget_preset = "budget() ( _cpu_tiny_recipe; _time_budget 60; _print_cpu_preset_args ); budget"
     env = fakes.env(BERT_PREP_WORKING_DIR=str(tmp_path / "data"), RESULTS_DIR=str(tmp_path / "results"))
     for environment, minutes in ({}, "60"), ({"TIME_BUDGET_MINUTES": "7.5"}, "7.5"):
         command = f"source scripts/configs/pretrain_config.sh && {budget_preset}"

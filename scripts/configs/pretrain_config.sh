@@ -22,7 +22,7 @@
 # default <repo>/results) and the location of this file (code). The GPU presets write to RESULTS_DIR itself, in
 # NVIDIA's layout (<results>/bert-large-uncased/phase2/1563, where the SQuAD and GLUE presets look); each CPU
 # preset to its own <RESULTS_DIR>/<preset>, so that running one after another never resumes the other's
-# checkpoints (set by _cpu_results).
+# checkpoints (set by _print_cpu_preset_args).
 # shellcheck shell=bash
 
 _PRETRAIN_CONFIG_CODEDIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -225,15 +225,16 @@ _cpu_tiny_recipe() {
   benchmark_warmup_steps=2
 }
 
-# results_dir for a CPU preset: its own folder, named after it.
-_cpu_results() {  # preset
-  results_dir="${RESULTS_DIR:-$_PRETRAIN_CONFIG_CODEDIR/results}/$1"
+# A CPU preset's arguments, with results_dir its own folder named after the preset (default: the function calling
+# this one).
+_print_cpu_preset_args() {  # [preset]
+  results_dir="${RESULTS_DIR:-$_PRETRAIN_CONFIG_CODEDIR/results}/${1:-${FUNCNAME[1]}}"
+  _print_pretrain_args
 }
 
 cpu_tiny() (
   _cpu_tiny_recipe
-  _cpu_results cpu_tiny
-  _print_pretrain_args
+  _print_cpu_preset_args
 )
 
 cpu_tiny_lans() (
@@ -241,8 +242,7 @@ cpu_tiny_lans() (
   optimizer=Lans
   constant_proportion=0.34
   constant_proportion_phase2=0.25
-  _cpu_results cpu_tiny_lans
-  _print_pretrain_args
+  _print_cpu_preset_args
 )
 
 # The README's demo: phase 1 only (train_steps_phase2 0), 400 LAMB steps of 32 sequences at length 128 on the
@@ -265,8 +265,7 @@ cpu_demo() (
   BERT_CONFIG="$CODEDIR/bert_configs/bert-tiny-4k-vocab.json"
   holdout_fraction=0.1
   eval_freq=25
-  _cpu_results cpu_demo
-  _print_pretrain_args
+  _print_cpu_preset_args
 )
 
 # cpu_tiny with the four features beyond NVIDIA's recipe (README, "Beyond NVIDIA's recipe") turned on together,
@@ -286,8 +285,7 @@ cpu_tiny_beyond() (
   whole_word_masking=true
   no_nsp=true
   pack_sequences=true
-  _cpu_results cpu_tiny_beyond
-  _print_pretrain_args
+  _print_cpu_preset_args
 )
 
 # Pretraining to a wall-clock budget on real Wikipedia (docs/time-to-quality-summary.md): phase 1 only,
@@ -326,21 +324,29 @@ _cpu_budget_recipe() {  # bert_config
   _time_budget 60
 }
 
+# A budget-recipe trial: cpu_budget_tiny with the settings given, each name=value or a call such as
+# "_batches 1 16 1 4 2" (the preset's comment says why).
+_cpu_budget_trial() {  # setting...
+  _cpu_budget_recipe bert-tiny-uncased.json
+  local setting
+  for setting in "$@"; do
+    if [[ $setting == *=* ]]; then
+      printf -v "${setting%%=*}" '%s' "${setting#*=}"
+    else
+      $setting  # word splitting wanted: the function and its arguments
+    fi
+  done
+  _print_cpu_preset_args "${FUNCNAME[1]}"
+}
+
 cpu_budget_tiny() (
   _cpu_budget_recipe bert-tiny-uncased.json
-  _cpu_results cpu_budget_tiny
-  _print_pretrain_args
+  _print_cpu_preset_args
 )
 
 # A budget-recipe trial (time_to_quality.py --recipe-trials; docs/time-to-quality-recipes.md): cpu_budget_tiny with
 # Cramming's pre-LayerNorm blocks and no dropout in pretraining (arguments 46 and 49).
-cpu_budget_tiny_prenorm() (
-  _cpu_budget_recipe bert-tiny-uncased.json
-  pre_layer_norm=true
-  dropout=false
-  _cpu_results cpu_budget_tiny_prenorm
-  _print_pretrain_args
-)
+cpu_budget_tiny_prenorm() ( _cpu_budget_trial pre_layer_norm=true dropout=false )
 
 # The 8k-vocabulary trials' common settings: bert-tiny with 8,192 entries and the shards tokenized by that vocabulary.
 _cpu_budget_8k_vocab_recipe() {
@@ -358,68 +364,38 @@ _cpu_budget_8k_vocab_recipe() {
 # docs/time-to-quality-recipes-60.md), so it is not the README's preset.
 cpu_budget_tiny_8k_vocab() (
   _cpu_budget_8k_vocab_recipe
-  _cpu_results cpu_budget_tiny_8k_vocab
-  _print_pretrain_args
+  _print_cpu_preset_args
 )
 
 # A budget-recipe trial: cpu_budget_tiny masking 30% of each sequence's tokens (argument 40; Wettig et al. 2023,
 # "Should You Mask 15% in Masked Language Modeling?", found 40% better than 15% for BERT-large) instead of 15%:
 # twice the predictions a sequence, for the same encoder work. Validation still masks BERT's 15%.
-cpu_budget_tiny_mask30() (
-  _cpu_budget_recipe bert-tiny-uncased.json
-  masked_lm_ratio=0.3
-  _cpu_results cpu_budget_tiny_mask30
-  _print_pretrain_args
-)
+cpu_budget_tiny_mask30() ( _cpu_budget_trial masked_lm_ratio=0.3 )
 
 # A budget-recipe trial: cpu_budget_tiny at batch 16, the best of docs/time-to-quality-search.md's 5-minute trials
 # (14.4% validation MLM accuracy where batch 64 reached 12.2%: more, smaller updates in the same time), validated on
 # 80 batches of 16, the 1,280 sequences of the plain recipe's 20 batches of 64.
-cpu_budget_tiny_batch16() (
-  _cpu_budget_recipe bert-tiny-uncased.json
-  _batches 1 16 1 4 2
-  num_eval_batches=80
-  save_checkpoint_steps=2000
-  _cpu_results cpu_budget_tiny_batch16
-  _print_pretrain_args
-)
+cpu_budget_tiny_batch16() ( _cpu_budget_trial "_batches 1 16 1 4 2" num_eval_batches=80 save_checkpoint_steps=2000 )
 
 # A budget-recipe trial: cpu_budget_tiny with a gated-GELU feed-forward (argument 48; Shazeer 2020, "GLU Variants
 # Improve Transformer", kept by ModernBERT): GELU(x W_gate) * (x W_up) at the same intermediate size, so the
 # feed-forward's products grow 1.5x; at equal time that cost is counted. At 20 minutes: GLUE average 45.8 against
 # the plain recipe's 46.8 (docs/time-to-quality-recipes.md), so it stays a trial.
-cpu_budget_tiny_gated() (
-  _cpu_budget_recipe bert-tiny-uncased.json
-  gated_feed_forward=true
-  _cpu_results cpu_budget_tiny_gated
-  _print_pretrain_args
-)
+cpu_budget_tiny_gated() ( _cpu_budget_trial gated_feed_forward=true )
 
 # A budget-recipe trial: cpu_budget_tiny with a warmup-stable-decay schedule over the budget (arguments 5 and 34;
 # Hu et al. 2024, MiniCPM; Hagele et al. 2024 found a 20% decay at the end matches cosine): the same 10% warmup,
 # the peak held for 70% of the budget, then the linear decay to 0 in the last 20%, where the plain recipe decays
 # over the whole 90% after warmup. At 20 minutes: GLUE average 46.1 against the plain recipe's 46.8
 # (docs/time-to-quality-recipes.md), so it stays a trial.
-cpu_budget_tiny_wsd() (
-  _cpu_budget_recipe bert-tiny-uncased.json
-  constant_proportion=0.7
-  _cpu_results cpu_budget_tiny_wsd
-  _print_pretrain_args
-)
+cpu_budget_tiny_wsd() ( _cpu_budget_trial constant_proportion=0.7 )
 
 # A budget-recipe trial: cpu_budget_tiny with a batch that ramps up (argument 51; Cramming, Geiping & Goldstein
 # 2022): micro-batches of 16, one a step for the first eighth of the budget, then two, three, and from 37.5% on all
 # four, the plain recipe's 64. docs/time-to-quality-search.md found batch 16 ahead at 5 minutes and 64 ahead at 20;
 # this starts as the one and ends as the other. Validated on 80 batches of 16, the plain recipe's 1,280 sequences.
 # At 20 minutes: GLUE average 45.3 against 46.8, the same validation MLM accuracy; it stays a trial.
-cpu_budget_tiny_ramp() (
-  _cpu_budget_recipe bert-tiny-uncased.json
-  _batches 1 16 4 4 2
-  gradient_merge_ramp=0.5
-  num_eval_batches=80
-  _cpu_results cpu_budget_tiny_ramp
-  _print_pretrain_args
-)
+cpu_budget_tiny_ramp() ( _cpu_budget_trial "_batches 1 16 4 4 2" gradient_merge_ramp=0.5 num_eval_batches=80 )
 
 # A budget-recipe trial: cpu_budget_tiny without biases in the encoder's linear layers (argument 47; Cramming,
 # Geiping & Goldstein 2022): fewer tensors for the optimizer and fewer additions a step, LayerNorm's shift kept.
@@ -428,24 +404,14 @@ cpu_budget_tiny_ramp() (
 # 14.8%; docs/time-to-quality-recipes-nobias-onecycle.md); at 60, 53.0 against 52.7 in 6,928 steps against 7,539
 # (docs/time-to-quality-recipes-nobias-60.md), far from the 2 points it needs, so it stays a trial. (The old plan's
 # 1e-4 had shown +2.8 at 20 minutes: its underfitting, not the option.)
-cpu_budget_tiny_nobias() (
-  _cpu_budget_recipe bert-tiny-uncased.json
-  linear_bias=false
-  _cpu_results cpu_budget_tiny_nobias
-  _print_pretrain_args
-)
+cpu_budget_tiny_nobias() ( _cpu_budget_trial linear_bias=false )
 
 # A budget-recipe trial: cpu_budget_tiny with a one-cycle schedule over the budget (argument 5; Smith & Topin 2019,
 # "Super-Convergence", the triangular shape Cramming trains with): the linear warmup takes half the budget, so the
 # peak comes at minute 10 of 20, and the linear decay to 0 takes the other half. At 20 minutes: GLUE average 51.4
 # against 51.4, validation MLM accuracy 14.5% against 14.8% (docs/time-to-quality-recipes-nobias-onecycle.md): it
 # stays a trial.
-cpu_budget_tiny_onecycle() (
-  _cpu_budget_recipe bert-tiny-uncased.json
-  warmup_proportion=0.5
-  _cpu_results cpu_budget_tiny_onecycle
-  _print_pretrain_args
-)
+cpu_budget_tiny_onecycle() ( _cpu_budget_trial warmup_proportion=0.5 )
 
 # A budget-recipe trial: cpu_budget_tiny with ALiBi's distance bias on the attention scores (argument 52; Press et
 # al. 2022), beside the learned positions. Every 20-minute run above stayed at the copy floor (validation MLM
@@ -455,25 +421,14 @@ cpu_budget_tiny_onecycle() (
 # plan). At 60 minutes 29.8% against 15.4%, and with today's fine-tuning plan GLUE average 53.5 against 52.7 and
 # SQuAD F1 10.6 against 6.8 (docs/time-to-quality-recipes-alibi-60.md): short of the 2 GLUE points a preset needs,
 # so it stays a trial.
-cpu_budget_tiny_alibi() (
-  _cpu_budget_recipe bert-tiny-uncased.json
-  alibi=true
-  _cpu_results cpu_budget_tiny_alibi
-  _print_pretrain_args
-)
+cpu_budget_tiny_alibi() ( _cpu_budget_trial alibi=true )
 
 # A budget-recipe trial: ALiBi (argument 52), the one option that leaves the copy floor, with bias-free linear layers
 # (argument 47). At 20 minutes: validation MLM accuracy 24.9% against 14.8%, and with today's fine-tuning plan
 # GLUE average 52.5 against 51.4, SQuAD F1 10.4 against 8.4 (docs/time-to-quality-recipes-alibi-nobias.md). At 60
 # minutes on Zen 3: 29.5% against 15.1%, GLUE average 52.9 against 51.5, SQuAD F1 10.2 against 7.1
 # (docs/time-to-quality-recipes-alibi-nobias-60.md): short of the 2 GLUE points a preset needs, so it stays a trial.
-cpu_budget_tiny_alibi_nobias() (
-  _cpu_budget_recipe bert-tiny-uncased.json
-  alibi=true
-  linear_bias=false
-  _cpu_results cpu_budget_tiny_alibi_nobias
-  _print_pretrain_args
-)
+cpu_budget_tiny_alibi_nobias() ( _cpu_budget_trial alibi=true linear_bias=false )
 
 # A budget-recipe trial: BERT's sequence-length schedule inside the budget (Devlin et al. 2019 took 90% of the
 # steps at length 128 and the rest at 512; NVIDIA's two phases): the last tenth of the time (argument 53) is a phase
@@ -486,8 +441,7 @@ cpu_budget_tiny_seq512() (
   phase2_budget_share=0.1
   train_steps_phase2=10000000  # a cap the budget ends long before
   learning_rate_phase2=5e-3
-  _cpu_results cpu_budget_tiny_seq512
-  _print_pretrain_args
+  _print_cpu_preset_args
 )
 
 # A budget-recipe trial: the two options that gained at 20 minutes together, ALiBi (argument 52) and the 8k
@@ -497,18 +451,15 @@ cpu_budget_tiny_seq512() (
 cpu_budget_tiny_alibi_8k_vocab() (
   _cpu_budget_8k_vocab_recipe
   alibi=true
-  _cpu_results cpu_budget_tiny_alibi_8k_vocab
-  _print_pretrain_args
+  _print_cpu_preset_args
 )
 
 cpu_budget_mini() (
   _cpu_budget_recipe bert-mini-uncased.json
-  _cpu_results cpu_budget_mini
-  _print_pretrain_args
+  _print_cpu_preset_args
 )
 
 cpu_budget_small() (
   _cpu_budget_recipe bert-small-uncased.json
-  _cpu_results cpu_budget_small
-  _print_pretrain_args
+  _print_cpu_preset_args
 )
