@@ -30,6 +30,7 @@ from checkpoints.weights import (
     convert_qkv_layout,
     fit_vocab_rows,
     part_of,
+    travelling_config,
     with_bert_prefix,
 )
 from modeling import BertForPretraining, BertForQuestionAnswering, BertForSequenceClassification
@@ -37,7 +38,10 @@ from utils.progress import progress_bar
 
 
 def read_hf_checkpoint(hf_dir: str | os.PathLike) -> tuple[BertConfig, dict[str, np.ndarray], Path]:
-    """(config, tensors under their HF names, the weights file read) of a Hugging Face BERT folder."""
+    """(config, tensors under their HF names, the weights file read) of a Hugging Face BERT folder. ValueError when
+    its config.json is not the network the weights file is loaded as (weights.travelling_config): a config.json that
+    sets one of our budget-recipe options, or a <name>_config.json of ours beside the weights that builds another
+    network."""
     hf_dir = Path(hf_dir)
     if not hf_dir.is_dir():
         raise FileNotFoundError(f"{hf_dir}: Hugging Face checkpoint folder not found")
@@ -45,6 +49,7 @@ def read_hf_checkpoint(hf_dir: str | os.PathLike) -> tuple[BertConfig, dict[str,
     for file_name in HF_WEIGHT_FILES:
         weights_path = hf_dir / file_name
         if weights_path.is_file():
+            travelling_config(weights_path)
             return config, read_hf_weights(weights_path), weights_path
     raise FileNotFoundError(f"{hf_dir}: holds neither model.safetensors nor pytorch_model.bin")
 

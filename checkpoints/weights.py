@@ -29,7 +29,7 @@ import numpy as np
 import paddle
 import paddle.nn as nn
 
-from bert_config import BertConfig, config_file_for, first_difference
+from bert_config import BertConfig, check_plain_bert, config_file_for, first_difference
 from checkpoints.checkpoint import CONFIG_SUFFIX, PARAMS_SUFFIX, SAFETENSORS_SUFFIX, VOCAB_SUFFIX
 from checkpoints.hf_names import HF_CONFIG_FILE, HF_VOCAB_FILE, HF_WEIGHT_FILES, is_hf_state, rename_hf_state
 from checkpoints.ngc_weights import STATIC_LAYOUT_EXAMPLE, is_static_graph_state, nvidia_to_paddle
@@ -176,38 +176,68 @@ def check_vocabulary_matches(weights_file: str | os.PathLike, vocab_file: str, f
                          f"({beside}): give that one")
 
 
+def travelling_config(weights_file: str | os.PathLike) -> Path | None:
+    """The config that travels with weights_file (config_beside), or None when there is none.
+
+    A Hugging Face weights file can have two: its folder's config.json, which transformers reads, and a
+    <name>_config.json of ours, which config_beside prefers. ValueError, naming both, when they build different
+    networks; and when the folder's config.json sets a budget-recipe option, which transformers' BertModel ignores:
+    the folder is plain BERT there, and would be another network here.
+    """
+    path = Path(weights_file)
+    beside = config_beside(path)
+    if not beside.is_file():
+        return None
+    hf_config = path.parent / HF_CONFIG_FILE
+    if path.name in HF_WEIGHT_FILES and hf_config.is_file():
+        check_plain_bert(BertConfig.from_json_file(hf_config), str(hf_config),
+                         "a Hugging Face folder's config.json (transformers' BertModel ignores the key)")
+        if beside != hf_config:
+            disagreement = config_disagreement(BertConfig.from_json_file(hf_config), str(hf_config), beside, str(path))
+            if disagreement:
+                raise ValueError(f"{disagreement}; which one is the network? make them agree or remove one")
+    return beside
+
+
+def config_disagreement(config: BertConfig, source: str, travelling: Path, weights: str) -> str | None:
+    """None when `config` (read from `source`) builds the network of `travelling`, the config that comes with
+    `weights`; else a line naming source, the first field that differs (bert_config.first_difference), both values
+    and both files, for the caller to end with what to do."""
+    difference = first_difference(config, BertConfig.from_json_file(travelling))
+    if difference is None:
+        return None
+    name, given, saved = difference
+    return f"{source} has {name} {given!r}, but {travelling}, the config that comes with {weights}, has {saved!r}"
+
+
 def model_config_file(bert_model: str, config_file: str | None, weights: str | None, *, flag: str,
                       model_prefix: str) -> str:
     """The config file a fine-tuning run builds its model from, given --bert-model, --config-file and the initial
     weights `weights` (given to `flag`; None: no initial weights).
 
-    Weights that come with a config (config_beside) bring it: it is the default, before --bert-model's file. An
+    Weights that come with a config (travelling_config) bring it: it is the default, before --bert-model's file. An
     explicit --config-file must build the same network (bert_config.first_difference): otherwise ValueError names
     both files and the first field that differs. FileNotFoundError names a missing --config-file or weights file.
     """
-    travelling = None
-    if weights:
-        beside = config_beside(resolve_weights_file(weights, model_prefix, flag))
-        travelling = beside if beside.is_file() else None
+    travelling = travelling_config(resolve_weights_file(weights, model_prefix, flag)) if weights else None
     if config_file is None:
         return str(travelling) if travelling else config_file_for(bert_model, None)
     if not Path(config_file).is_file():
         raise FileNotFoundError(f"--config-file {config_file}: file not found")
     if travelling:
-        difference = first_difference(BertConfig.from_json_file(config_file), BertConfig.from_json_file(travelling))
-        if difference:
-            name, given, saved = difference
-            raise ValueError(f"--config-file {config_file} has {name} {given!r}, but {travelling}, the config that "
-                             f"comes with {flag} {weights}, has {saved!r}; leave --config-file out to use it")
+        disagreement = config_disagreement(BertConfig.from_json_file(config_file), f"--config-file {config_file}",
+                                           travelling, f"{flag} {weights}")
+        if disagreement:
+            raise ValueError(f"{disagreement}; leave --config-file out to use it")
     return config_file
 
 
 def check_same_network(config: BertConfig, weights_file: str | os.PathLike, flag: str) -> None:
-    """ValueError when the config that travels with weights_file (config_beside; none: nothing to check) builds
+    """ValueError when the config that travels with weights_file (travelling_config; none: nothing to check) builds
     another network than `config`, naming the flag, the file and the first field that differs. Weights of the
     same shapes load into a network with another function (post- or pre-LayerNorm) without any error."""
-    travelling = config_beside(weights_file)
-    if not travelling.is_file():
+    travelling = travelling_config(weights_file)
+    if travelling is None:
         return
     difference = first_difference(config, BertConfig.from_json_file(travelling))
     if difference:

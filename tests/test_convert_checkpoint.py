@@ -576,7 +576,7 @@ def ngc_checkpoints(tmp_path_factory) -> dict:
 def ngc_config(tmp_path: Path) -> Path:
     from fixtures.ngc_static_bert import CONFIG
 
-    path = tmp_path / "ngc_config.json"
+    path = tmp_path / "ngc_architecture.json"  # not ngc_config.json: that would travel with an ngc.pdparams here
     path.write_text(json.dumps({**CONFIG, "hidden_act": "gelu", "hidden_dropout_prob": 0.0,
                                 "attention_probs_dropout_prob": 0.0}))
     return path
