@@ -42,8 +42,10 @@ end of the run, and at the step boundary after a SIGTERM, SIGUSR1, SIGHUP or SIG
 at once) or once the file named in $PADDLEBERT_STOP_FILE exists (the run then exits with status 0). They hold the
 model and its config, the optimizer with its schedule, and a progress file with every rank's data position and
 random-generator states, so a run resumed with --last-step-of-checkpoint auto continues exactly as if it had never
-stopped (bitwise on CPU). A run never writes
-over a checkpoint it did not write itself; docs/resume.md has the resume forms and rules.
+stopped (bitwise on CPU); a resume that changes one of the training options the progress file records
+(RESUMABLE_TRAINING_OPTIONS, e.g. --no-dropout) says so in a line each. A run never writes over a checkpoint it did
+not write itself; docs/resume.md has the resume forms and rules. --from-phase1-final-params takes only a phase 1
+that finished: at its --max-steps, or having spent its --time-budget.
 
 What the run reports (DLLogger records per --log-freq interval, progress lines, the summary) is
 pretraining_report.py's.
@@ -78,7 +80,7 @@ from loss import IGNORE_INDEX, BertPretrainingCriterion
 from lr_scheduler import TimeBudgetDecay, create_lr_scheduler
 from modeling import BertForPretraining
 from optimizer import add_optimizer_arguments, create_optimizer
-from preprocessing.masking import MASKED_LM_RATIO
+from preprocessing.masking import MASKED_LM_RATIO, num_to_predict
 from preprocessing.packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader, find_shards
 from training.amp import (
@@ -339,6 +341,15 @@ def _check_data_options(parser: argparse.ArgumentParser, args: argparse.Namespac
         parser.error(f"--masked-lm-ratio {args.masked_lm_ratio}: the shards of --input-dir {args.input_dir} are "
                      "masked statically, so it cannot take effect; make them with lddl_preprocess.py "
                      "--masked-lm-ratio, or with --no-masking to mask in the loader")
+    else:
+        # The loader masks round(ratio x tokens) of a sequence, at most --max-predictions-per-seq: a ratio that the
+        # cap cuts short on the longest sequences would train, unsaid, at a smaller one.
+        wanted = int(num_to_predict(args.max_seq_length, args.masked_lm_ratio))
+        if wanted > args.max_predictions_per_seq:
+            parser.error(f"--masked-lm-ratio {args.masked_lm_ratio} masks {wanted} of the {args.max_seq_length} "
+                         f"tokens of a --max-seq-length sequence, more than --max-predictions-per-seq "
+                         f"{args.max_predictions_per_seq} allows; give --max-predictions-per-seq {wanted} or a "
+                         "smaller ratio")
     if not Path(args.vocab_file).is_file():
         parser.error(f"--vocab-file {args.vocab_file}: no such file")
     cli.default_report_file(args)
@@ -539,18 +550,25 @@ def gather_from_ranks(value, world_size: int) -> list:
 
 
 def check_phase1_finished(folder: str, prefix: str) -> None:
-    """Under a time budget phase 1 ends at no fixed step, so a checkpoint of a budgeted run is its end only when
-    its progress record says that the run spent its --time-budget; a SIGTERM checkpoint before that
-    (run_pretraining.py exits 0 after one) is a ValueError naming the folder, which parse_args reports.
-    Checkpoints of runs counted in steps, and weights without a progress record, are taken as they are (NVIDIA's
-    recipe names the step)."""
+    """Phase 2 starts from the end of phase 1: a checkpoint whose progress record says that its run stopped before
+    that (a SIGTERM or --steps-this-run checkpoint, after which run_pretraining.py exits 0) is a ValueError naming
+    the folder, which parse_args reports. The end is --max-steps, and under a time budget the step that spent it
+    (or --max-steps, as a cap), as phase_done decides on a rerun. Weights without a progress record, and
+    checkpoints from before max_steps was recorded, are taken as they are."""
     if not checkpoint.is_complete(folder, prefix):
         return
     progress = checkpoint.read_progress(folder, prefix)
+    step, max_steps = progress["global_step"], progress.get("max_steps")
     budget, elapsed = progress.get("time_budget_minutes"), progress.get("elapsed_training_seconds", 0.0)
+    if max_steps is not None and step >= max_steps:
+        return
     if budget is not None and elapsed < 60.0 * budget:
         raise ValueError(f"--from-phase1-final-params {folder}: phase 1 stopped after {elapsed / 60:.2f} of its "
                          f"{budget:g} minutes (interrupted?); rerun phase 1 to finish it first")
+    if budget is None and max_steps is not None:
+        raise ValueError(f"--from-phase1-final-params {folder}: phase 1 stopped at step {step} of its --max-steps "
+                         f"{max_steps} (interrupted, or --steps-this-run?); rerun phase 1 to finish it first, or "
+                         f"start phase 2 from these weights as they are with --from-pretrained-params {folder}")
 
 
 def load_weights_only(model: paddle.nn.Layer, config: BertConfig, folder: str, prefix: str, flag: str) -> None:
@@ -560,6 +578,19 @@ def load_weights_only(model: paddle.nn.Layer, config: BertConfig, folder: str, p
     check_same_network(config, resolve_weights_file(folder, prefix, flag), flag)
     report = load_pretrained(model, folder, required=("embeddings", "encoder"), flag=flag, model_prefix=prefix)
     print(f"{flag} {report.describe()}", flush=True)
+
+
+# The options a resume may change, each of which changes how the run trains from there on: every checkpoint records
+# them, and a resume names each one it changes. The others that shape training cannot change on resume: the network
+# (check_same_network, and _check_compatible's switches), the learning-rate schedule (lr_scheduler refuses another
+# one's state), --max-steps and --time-budget (_check_compatible), --seed and --batch-size (the loader refuses a data
+# position of another order; with another number of ranks, whose order restarts anyway, continue_streams says so).
+RESUMABLE_TRAINING_OPTIONS = (
+    "no_dropout", "masked_lm_ratio", "whole_word_masking", "pack_sequences", "max_seq_length",
+    "max_predictions_per_seq", "gradient_merge_steps", "gradient_merge_ramp", "optimizer", "beta1", "beta2", "epsilon",
+    "weight_decay", "max_grad_norm", "amp", "amp_dtype", "scale_loss", "use_dynamic_loss_scaling", "min_loss_scale",
+    "float32_precision",
+)
 
 
 class RunCheckpoints:
@@ -632,6 +663,15 @@ class RunCheckpoints:
                              f"with --max-steps {progress['max_steps']} (for a new schedule, start from its weights: "
                              f"--from-pretrained-params {folder} with another --output-dir)")
 
+    def _announce_changed_options(self, progress: dict, say) -> None:
+        """One line for each of RESUMABLE_TRAINING_OPTIONS that this run sets otherwise than the checkpoint's
+        (none for a checkpoint from before they were recorded)."""
+        saved = progress.get("training_options", {})
+        for name in RESUMABLE_TRAINING_OPTIONS:
+            now = getattr(self.args, name)
+            if name in saved and saved[name] != now:
+                say(f"Resuming with --{name.replace('_', '-')} changed: {saved[name]} -> {now}", flush=True)
+
     def restore(self, trainer: Trainer, say) -> dict:
         """Load the checkpoint to resume from (weights, optimizer, schedule, loss scale), or else the starting
         weights of --from-phase1-final-params / --from-pretrained-params. Returns its progress ({} if fresh)."""
@@ -653,6 +693,7 @@ class RunCheckpoints:
         checkpoint.load_optimizer_state(trainer.model, trainer.optimizer, resume.optimizer_state, str(resume.folder))
         if trainer.scaler and resume.progress.get("loss_scaler"):
             trainer.scaler.load_state_dict(resume.progress["loss_scaler"])
+        self._announce_changed_options(resume.progress, say)
         say(f"Resuming from {resume.folder} at step {resume.progress['global_step']}", flush=True)
         self.resumed_from = resume.folder
         return resume.progress
@@ -685,6 +726,7 @@ class RunCheckpoints:
             "epoch": loader.epoch, "data_positions": positions, "rng_states": rng_states,
             "nonfinite_streak": nonfinite_streak,
             "loss_scaler": trainer.scaler.state_dict() if trainer.scaler else None,
+            "training_options": {name: getattr(self.args, name) for name in RESUMABLE_TRAINING_OPTIONS},
         }
         checkpoint.save_checkpoint(
             self.folder, step, trainer.model.state_dict(),

@@ -1056,8 +1056,9 @@ def test_pretraining_flags_that_cannot_take_effect_are_parser_errors(tmp_path, c
 def test_masked_lm_ratio_on_dynamic_shards_still_trains(tmp_path, capsys):
     from pretraining_runs import DYNAMIC
 
+    # 0.3 of 128 tokens is 38 masks: the cap must allow them (a lower one is refused: test_faults_pretraining_flags)
     status, output = run_entry(pretraining_argv(tmp_path, "--max-steps", "1", "--masked-lm-ratio", "0.3",
-                                                shards=DYNAMIC), capsys)
+                                                "--max-predictions-per-seq", "38", shards=DYNAMIC), capsys)
     assert status == 0, output[-3000:]
 
 

@@ -670,7 +670,8 @@ def test_phase2_refuses_a_budgeted_phase1_that_stopped_before_its_budget(tmp_pat
                                               "it first")
     spent = _progress_folder(tmp_path / "spent" / "41", global_step=41, time_budget_minutes=18.0,
                              elapsed_training_seconds=60 * 18.0)
-    by_steps = _progress_folder(tmp_path / "steps" / "5", global_step=5, max_steps=15, time_budget_minutes=None)
+    # a step-based phase 1 at its max_steps (one that stopped before them is refused: test_faults_pretraining_flags)
+    by_steps = _progress_folder(tmp_path / "steps" / "15", global_step=15, max_steps=15, time_budget_minutes=None)
     weights_alone = tmp_path / "weights"
     weights_alone.mkdir()
     for folder in (spent, by_steps, str(weights_alone)):
