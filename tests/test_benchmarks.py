@@ -27,7 +27,7 @@ from messages import assert_one_line
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
-BENCHMARK_SCRIPTS = sorted(BENCHMARKS.glob("bench_*.py"))
+BENCHMARK_SCRIPTS = sorted([*BENCHMARKS.glob("bench_*.py"), BENCHMARKS / "finetune_parity.py"])
 SETUP_PEERS = BENCHMARKS / "setup_peers.sh"
 TINY_CONFIG = ROOT / "bert_configs" / "bert-tiny-uncased.json"
 
@@ -103,6 +103,7 @@ PEER_CASES = [  # (script, --only, the flag that must be named, the venv under t
     ("bench_pretraining.py", "transformers", "--torch-python", "torch"),
     ("bench_squad_inference.py", "ours,paddlenlp", "--paddlenlp-python", "paddlenlp"),
     ("bench_squad_inference.py", "transformers", "--torch-python", "torch"),
+    ("finetune_parity.py", "transformers", "--torch-python", "torch"),
 ]
 
 
