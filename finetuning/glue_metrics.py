@@ -1,10 +1,12 @@
-"""Classification metrics in NumPy: accuracy, binary F1, Matthews correlation and ROC AUC (GLUE's metrics).
+"""GLUE's metrics in NumPy: accuracy, binary F1, Matthews correlation and ROC AUC of classes, and Pearson and
+Spearman correlation of scores.
 
 GLUE (Wang et al. 2019) scores CoLA by Matthews correlation, MRPC and QQP by accuracy and F1 of the positive
-class, and the other tasks by accuracy; ROC AUC over the positive-class probability is what the original
-multi-GPU BERT recipe reported for QQP. Degenerate cases follow scikit-learn's conventions, so the numbers
-compare with published ones: F1 is 0 when there are no true and no predicted positives, and MCC is 0 when
-a marginal of the confusion matrix is constant.
+class, STS-B by Pearson and Spearman correlation (its one figure is their mean), and the other tasks by
+accuracy; ROC AUC over the positive-class probability is what the original multi-GPU BERT recipe reported for
+QQP. Degenerate cases follow scikit-learn's conventions, so the numbers compare with published ones: F1 is 0
+when there are no true and no predicted positives, and MCC is 0 when a marginal of the confusion matrix is
+constant; likewise a correlation is 0 when either side is constant (SciPy's would be nan: undefined).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 METRIC_NAMES = ("accuracy", "f1", "mcc", "auc")
+REGRESSION_METRIC_NAMES = ("pearson", "spearman", "pearson_spearman_mean")
 
 
 def _labels_and_predictions(labels: np.ndarray, predictions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -75,12 +78,33 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     negatives = labels.size - positives
     if positives == 0 or negatives == 0:
         raise ValueError("ROC AUC needs both a positive and a negative example")
-    _, tie_group, group_sizes = np.unique(scores, return_inverse=True, return_counts=True)
-    # Ranks of a tie group of size g starting after r lower scores are r+1..r+g; their mean is r + (g + 1) / 2.
-    lower_scores = np.cumsum(group_sizes) - group_sizes
-    mean_ranks = lower_scores + (group_sizes + 1) / 2.0
-    positive_rank_sum = float(np.sum(mean_ranks[tie_group[labels == 1]]))
+    positive_rank_sum = float(np.sum(mean_ranks(scores)[labels == 1]))
     return (positive_rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives)
+
+
+def mean_ranks(values: np.ndarray) -> np.ndarray:
+    """The rank of each value (1 = lowest), tied values sharing the mean of their ranks (float64)."""
+    _, tie_group, group_sizes = np.unique(values, return_inverse=True, return_counts=True)
+    # Ranks of a tie group of size g starting after r lower values are r+1..r+g; their mean is r + (g + 1) / 2.
+    lower_values = np.cumsum(group_sizes) - group_sizes
+    return (lower_values + (group_sizes + 1) / 2.0)[tie_group.reshape(-1)]
+
+
+def pearson(scores: np.ndarray, predictions: np.ndarray) -> float:
+    """Pearson's correlation coefficient of two equally long series: cov(x, y) / (std(x) std(y)); 0 when either
+    is constant."""
+    scores, predictions = _labels_and_predictions(scores, predictions)
+    x = scores.astype(np.float64) - np.mean(scores, dtype=np.float64)
+    y = predictions.astype(np.float64) - np.mean(predictions, dtype=np.float64)
+    denominator = np.sqrt(np.dot(x, x) * np.dot(y, y))
+    return float(np.clip(np.dot(x, y) / denominator, -1.0, 1.0)) if denominator > 0 else 0.0
+
+
+def spearman(scores: np.ndarray, predictions: np.ndarray) -> float:
+    """Spearman's rank correlation: Pearson's of the two series' mean_ranks (ties share their mean rank, as in
+    SciPy's spearmanr); 0 when either is constant."""
+    scores, predictions = _labels_and_predictions(scores, predictions)
+    return pearson(mean_ranks(scores), mean_ranks(predictions))
 
 
 def compute_metrics(names: Sequence[str], label_ids: np.ndarray, probabilities: np.ndarray) -> dict[str, float]:
@@ -105,3 +129,15 @@ def compute_metrics(names: Sequence[str], label_ids: np.ndarray, probabilities: 
         else:
             raise ValueError(f"unknown metric {name!r}; expected one of {METRIC_NAMES}")
     return metrics
+
+
+
+def compute_regression_metrics(names: Sequence[str], scores: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    """The named metrics of predicted scores [N] against the true ones [N]: pearson, spearman, and their mean,
+    pearson_spearman_mean (GLUE's one figure for STS-B)."""
+    correlations = {"pearson": pearson(scores, predictions), "spearman": spearman(scores, predictions)}
+    correlations["pearson_spearman_mean"] = (correlations["pearson"] + correlations["spearman"]) / 2
+    unknown = [name for name in names if name not in correlations]
+    if unknown:
+        raise ValueError(f"unknown metric {unknown[0]!r}; expected one of {REGRESSION_METRIC_NAMES}")
+    return {name: correlations[name] for name in names}

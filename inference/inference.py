@@ -5,8 +5,8 @@ A task script adds the option group (add_inference_arguments), checks it (check_
 its fine-tuned model with --export-dir (export_inference_model; with --export-onnx also to ONNX, onnx_backend.py)
 and predicts through the exported model with --inference-model-dir (predictor_for) on --inference-backend. A
 predictor, exported or dygraph, is called like the model on the [B, S] int64 arrays of INPUT_NAMES and returns
-the model's outputs as NumPy arrays: SQuAD's start and end logits [B, S], GLUE's logits [B, num_labels]; each
-task keeps only its own handling of them.
+the model's outputs as NumPy arrays: SQuAD's start and end logits [B, S], GLUE's logits [B, num_labels] (for
+STS-B's regression the scores [B, 1]); each task keeps only its own handling of them.
 
 Precisions (--inference-precision) per backend and device, decided once in resolve_precision:
 - paddle on a CPU: fp32 with oneDNN kernels, or bf16 through oneDNN where the CPU has native bf16 instructions
@@ -153,13 +153,18 @@ SPAN, CLASSIFIER = "span", "classifier"
 @dataclasses.dataclass(frozen=True)
 class Head:
     """The head a task model ends in, which decides its outputs: SQuAD's span head (start and end logits
-    [B, S]) or a classifier of num_labels labels (logits [B, num_labels]; num_labels is 0 for the span head)."""
+    [B, S]) or a classifier of num_labels labels (logits [B, num_labels]; one output is a regression's score, as
+    STS-B's; num_labels is 0 for the span head)."""
 
     kind: str
     num_labels: int = 0
 
     def __str__(self) -> str:
-        return "a SQuAD (span) model" if self.kind == SPAN else f"a classifier of {self.num_labels} labels"
+        if self.kind == SPAN:
+            return "a SQuAD (span) model"
+        if self.num_labels == 1:
+            return "a regression model (one output)"
+        return f"a classifier of {self.num_labels} labels"
 
 
 SPAN_HEAD = Head(SPAN)

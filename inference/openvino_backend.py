@@ -139,9 +139,9 @@ def quantize(onnx_path: str, calibration: Mapping[str, np.ndarray], xml_path: st
 
     model = openvino.Core().read_model(onnx_path)
     batches = _calibration_batches(calibration, input_names, mask_input)
-    # The ignored scope: the task head's GEMM (SQuAD's span projection, GLUE's classifier) stays fp32, 1 of
-    # BERT's GEMMs with 2 to num_labels output columns, so it costs nothing, and it makes the logits that rank the
-    # answer spans against each other.
+    # The ignored scope: the task head's GEMM (SQuAD's span projection, GLUE's classifier or STS-B's regression)
+    # stays fp32, 1 of BERT's GEMMs with 1 to num_labels output columns, so it costs nothing, and it makes the
+    # logits that rank the answer spans against each other (and STS-B's scores, which no argmax rounds).
     ignored = nncf.IgnoredScope(names=head_gemms(model))
     smooth_quant = AdvancedSmoothQuantParameters(matmul=INT8_SETTINGS["smooth_quant_matmul_alpha"])
     with _quiet_nncf():

@@ -30,7 +30,9 @@ def _option_label(action: argparse.Action) -> str:
     """`--name VALUE` (or `--name {a,b}`) for every spelling of an option; the bare names for a flag."""
     if action.nargs == 0:
         return ", ".join(f"`{name}`" for name in action.option_strings)
-    if action.metavar is not None:
+    if isinstance(action.metavar, tuple):  # an option of several values, such as --gather-submission DIR ZIP
+        value = " ".join(action.metavar)
+    elif action.metavar is not None:
         value = action.metavar
     elif action.choices is not None:
         value = "{" + ",".join(str(choice) for choice in action.choices) + "}"

@@ -11,11 +11,15 @@
 #                                       a .pdparams file, a Hugging Face BERT folder as it is, or None (train
 #                                       from random weights; a mode without train refuses None, since it would
 #                                       score random weights)
-#    2 data_dir ($BERT_PREP_WORKING_DIR/download/glue/MRPC/)  holds train.tsv and dev.tsv
+#    2 data_dir ($BERT_PREP_WORKING_DIR/download/glue/MRPC/)  holds train.tsv and dev.tsv (MNLI: dev_matched.tsv and
+#                                       dev_mismatched.tsv; the diagnostic set, task ax: diagnostic.tsv)
 #    3 vocab_file (<code_dir>/vocab/bert-large-uncased-vocab.txt)
 #    4 config_file (None)               model config JSON; None: bert-large-uncased
 #    5 out_dir (<code_dir>/results/MRPC)  fine-tuned model, predictions.tsv, report.json, logfile
-#    6 task_name (mrpc)                 cola | sst-2 | mrpc | rte | qqp
+#    6 task_name (mrpc)                 cola | sst-2 | mrpc | rte | qqp | mnli | mnli-mm | qnli | sts-b | wnli | ax;
+#                                       mnli scores dev_matched.tsv and dev_mismatched.tsv (metrics ending in _mm),
+#                                       mnli-mm only the mismatched one; ax predicts diagnostic.tsv with an MNLI
+#                                       model (init_checkpoint) in mode prediction, and nothing else
 #    7 num_gpu (8; 1 without a GPU)     processes; an evaluation without training uses 1
 #    8 batch_size (16)                  examples per process per optimizer step, as in NVIDIA's run_glue.py, which
 #                                       splits them into micro-batches of batch_size / gradient_accumulation_steps;
@@ -44,6 +48,10 @@
 #                                       dynamic-per-channel-outliers (--int8-quantization; static and -outliers
 #                                       read the calibration inputs EXPORT_ONNX saved); unset: run_glue.py's
 #                                       default for GLUE
+#   PREDICT_SPLIT (dev)                 dev | test: the files that eval and prediction read; test (test.tsv, MNLI's
+#                                       test_matched.tsv and test_mismatched.tsv), which has no labels, for mode
+#                                       prediction alone: it also writes GLUE's leaderboard files into out_dir
+#                                       (CoLA.tsv, ...), which `python run_glue.py --gather-submission DIR ZIP` zips
 # Presets print all 16 arguments (scripts/configs/glue_config.sh):
 #
 #   bash scripts/run_glue.sh $(source scripts/configs/glue_config.sh && mrpc_dgxa100-80g_8gpu_fp16)
@@ -71,7 +79,7 @@ precision=${14:-fp16}
 seed=${15:-2}
 mode=${16:-train eval}
 
-require_choice task_name "$task_name" cola sst-2 mrpc rte qqp
+require_choice task_name "$task_name" cola sst-2 mrpc rte qqp mnli mnli-mm qnli sts-b wnli ax
 for name in num_gpu batch_size gradient_accumulation_steps epochs; do
   require_int "$name" "${!name}" 1
 done
@@ -90,6 +98,20 @@ done
 if [[ "$mode" != *train* && "$init_checkpoint" == None ]]; then
   die "mode '$mode' scores the weights of init_checkpoint, which is None (random weights); name the fine-tuned model"
 fi
+predict_split=${PREDICT_SPLIT:-dev}
+require_choice PREDICT_SPLIT "$predict_split" dev test
+predicts_only=false
+[[ "$mode" == *train* || "$mode" == *eval* ]] || predicts_only=true
+[[ "$predict_split" == dev || "$predicts_only" == true ]] ||
+  die "PREDICT_SPLIT=test: GLUE's test files have no labels to train or score; mode must be prediction, got '$mode'"
+[[ "$task_name" != ax || "$predicts_only" == true ]] ||
+  die "task_name ax predicts GLUE's diagnostic set (no labels) with an MNLI model; mode must be prediction, got '$mode'"
+case "$task_name" in
+  mnli) predict_files=("${predict_split}_matched.tsv" "${predict_split}_mismatched.tsv") ;;
+  mnli-mm) predict_files=("${predict_split}_mismatched.tsv") ;;
+  ax) predict_files=(diagnostic.tsv) ;;
+  *) predict_files=("$predict_split.tsv") ;;
+esac
 export_onnx=${EXPORT_ONNX:-false}
 require_choice EXPORT_ONNX "$export_onnx" true false
 [[ "$export_onnx" == false || "$mode" == *train* ]] ||
@@ -121,7 +143,10 @@ else
 fi
 [[ "$mode" == *eval* ]] && flags+=(--do-eval)
 [[ "$mode" == *prediction* ]] && flags+=(--do-predict)
-[[ "$mode" =~ (eval|prediction) ]] && flags+=(--predict-file "$data_dir/dev.tsv" --predict-batch-size "$batch_size")
+if [[ "$mode" =~ (eval|prediction) ]]; then
+  flags+=(--predict-file "$data_dir/${predict_files[0]}" --predict-batch-size "$batch_size")
+  (( ${#predict_files[@]} == 1 )) || flags+=(--mismatched-predict-file "$data_dir/${predict_files[1]}")
+fi
 [[ "$export_onnx" == true ]] && flags+=(--export-dir "$out_dir/export" --export-onnx)
 
 # More than one process: Paddle's launcher, its own output kept in <out_dir>/log/launcherlog (run_launcher).

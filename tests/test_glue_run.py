@@ -281,7 +281,7 @@ def test_bert_model_names_a_bundled_config_and_max_steps_minus_one_means_unset()
         (["--task-name", "mrpc", "--do-train"], "--do-train needs --train-file"),
         (["--task-name", "mrpc", "--do-eval"], "--do-predict and --do-eval need --predict-file"),
         (["--task-name", "mrpc"], "nothing to do"),
-        (["--task-name", "mnli", "--do-predict"], "invalid choice: 'mnli'"),
+        (["--task-name", "squad", "--do-predict"], "invalid choice: 'squad'"),
         (["--task-name", "mrpc", "--do-predict", "--predict-file", "missing.tsv"],
          "--predict-file missing.tsv: file not found"),
         (["--task-name", "custom", "--do-predict", "--predict-file", str(TINY_CONFIG), "--text-a-column", "a",

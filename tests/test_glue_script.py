@@ -105,7 +105,7 @@ def test_scoring_without_training_or_weights_is_refused_before_anything_runs(tmp
 @pytest.mark.parametrize(
     ("position", "value", "named"),
     [
-        (6, "mnli", ("task_name", "cola sst-2 mrpc rte qqp", "'mnli'")),
+        (6, "squad", ("task_name", "cola sst-2 mrpc rte qqp", "'squad'")),
         (14, "fp64", ("precision", "fp32 tf32 amp fp16 bf16", "'fp64'")),
         (16, "train evaluate", ("mode", "train eval prediction", "'evaluate'")),
         (13, "1.5", ("max_steps", ">= 1", "'1.5'")),
