@@ -20,14 +20,19 @@ WikiText ships each split in two forms, `<split>.raw` (the text) and `<split>.to
 words replaced by `<unk>`): a folder yields the .raw form, and a .tokens file only where no .raw one sits beside it.
 In a folder, checksum lists are not corpus text and are skipped: names like `SHA256SUMS` or `MD5SUMS` (capitals and
 digits ending in SUMS) and names ending in .md5, .sha1, .sha256 or .sha512. Files whose names start with `.` are
-skipped too. A file named on its own is read whatever its name.
+skipped too, and so are empty files and, in the "lddl" format, files whose names do not end in .txt. A file named
+on its own is read whatever its name. Symlinks in a folder are followed, to folders too; each real folder and file
+is read once, by its first path in sorted order. Whatever else is skipped is named on stderr, one line each
+(`corpus: skipped <path>: <why>`): a dangling symlink, a symlink loop, a second path to a folder or file already
+read, a folder that cannot be listed, and anything that is neither a file nor a folder (a pipe, a device).
 
 Compression: a file whose first bytes are the magic number of xz, bzip2 or gzip is read through Python's lzma, bz2
 or gzip module, whatever its name (WikiExtractor's `--compress` writes `wiki_00.bz2`), streaming: nothing is
 decompressed to disk. Everything above applies to the decompressed text (the format is detected inside the
 stream; `wiki.test.raw.xz` is WikiText) and byte offsets count decompressed bytes, so a document's identity, and
 with it every output of the preprocessors, is the same whether its file is compressed or not.
-Paragraph boundaries are always sentence boundaries. Every file must be UTF-8 text: a byte that is not (or a NUL
+Paragraph boundaries are always sentence boundaries. A UTF-8 byte-order mark at the start of a file is dropped
+before anything else, format detection included. Every file must be UTF-8 text: a byte that is not (or a NUL
 byte, the mark of a binary file) is an error naming the file, the line and the byte.
 
 Each document has a title (`RawDocument.title`), which names it in the held-out set's list: WikiExtractor's
@@ -52,9 +57,14 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import errno
 import gzip
 import lzma
+import os
 import re
+import stat
+import sys
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,8 +84,10 @@ _XZ_MAGIC = b"\xfd7zXZ\x00"
 _BZIP2_MAGIC = re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")
 _GZIP_MAGIC = b"\x1f\x8b"
 _OPENERS: dict[str, Callable[..., BinaryIO]] = {"xz": lzma.open, "bzip2": bz2.open, "gzip": gzip.open}
-# What the three modules raise on damaged data: LZMAError; OSError from bz2 and gzip; EOFError on a cut stream.
-_DECOMPRESSION_ERRORS = (lzma.LZMAError, OSError, EOFError)
+# What the three modules raise on damaged data: LZMAError; OSError from bz2, and from gzip on a bad CRC or header
+# (BadGzipFile); zlib.error (no OSError) from gzip on bad deflate data; EOFError on a cut stream.
+_DECOMPRESSION_ERRORS = (lzma.LZMAError, OSError, zlib.error, EOFError)
+_BYTE_ORDER_MARK = "\ufeff"
 
 WIKITEXT_TITLE = re.compile(r"^ = [^=].* = $")
 WIKITEXT_HEADING = re.compile(r"^ (= )+[^=].*( =)+ $")
@@ -204,8 +216,7 @@ def find_corpus_files(path: str | Path, input_format: str) -> list[tuple[Path, s
     if root.is_dir() and (root / "en").is_dir() and input_format in ("auto", "lddl"):
         root, input_format = root / "en", "lddl"
     if root.is_dir():
-        files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")
-                       and not _is_checksum_list(p))
+        files = [p for p in _folder_files(root) if not _is_checksum_list(p)]
         if input_format == "lddl":
             files = [p for p in files if p.suffix == ".txt"]
         files = [p for p in files if not _has_raw_form(p)]
@@ -215,6 +226,67 @@ def find_corpus_files(path: str | Path, input_format: str) -> list[tuple[Path, s
     if not files:
         raise ValueError(f"{Path(path)}: corpus has no non-empty files")
     return [(file, detect_format(file) if input_format == "auto" else input_format) for file in files]
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    """The regular files under folder whose names do not start with `.`, in sorted path order, following symlinks
+    (to folders too). Each real folder and file is read once, by the first path that reaches it; every other entry
+    is named on stderr with why it is skipped: a dangling symlink, a symlink loop, a second path to a folder or file
+    already read, a folder that cannot be listed, or something else than a file or a folder (a pipe, a device)."""
+    files: list[Path] = []
+    status = folder.stat()
+    # (device, inode) of each folder and file read -> the path it was read by: a symlink or a hard link to it
+    # leads to the same pair.
+    read_by: dict[tuple[int, int], Path] = {(status.st_dev, status.st_ino): folder}
+
+    def walk(current: Path, ancestors: frozenset[tuple[int, int]]) -> None:
+        try:
+            names = sorted(os.listdir(current))
+        except OSError as error:
+            _report_skipped(current, f"the folder cannot be listed ({error.strerror})")
+            return
+        for name in names:
+            path = current / name
+            try:
+                status = path.stat()
+            except OSError as error:
+                if not name.startswith("."):
+                    _report_skipped(path, _unreadable_entry(path, error))
+                continue
+            identity = (status.st_dev, status.st_ino)
+            if stat.S_ISDIR(status.st_mode):
+                if identity in ancestors:
+                    _report_skipped(path, f"symlink loop (back to {read_by[identity]})")
+                elif identity in read_by:
+                    _report_skipped(path, f"the same folder as {read_by[identity]}, read once")
+                else:
+                    read_by[identity] = path
+                    walk(path, ancestors | {identity})
+            elif name.startswith("."):
+                continue  # hidden files are not corpus text (the module docstring)
+            elif not stat.S_ISREG(status.st_mode):
+                _report_skipped(path, "not a regular file")
+            elif identity in read_by:
+                _report_skipped(path, f"the same file as {read_by[identity]}, read once")
+            else:
+                read_by[identity] = path
+                files.append(path)
+
+    walk(folder, frozenset(read_by))
+    return files
+
+
+def _unreadable_entry(path: Path, error: OSError) -> str:
+    """Why the entry at path, whose stat failed with error, is skipped."""
+    if error.errno == errno.ELOOP:
+        return "symlink loop"
+    if error.errno == errno.ENOENT and path.is_symlink():
+        return f"dangling symlink (to {os.readlink(path)})"
+    return f"cannot be read ({error.strerror})"
+
+
+def _report_skipped(path: Path, reason: str) -> None:
+    print(f"corpus: skipped {path}: {reason}", file=sys.stderr)
 
 
 def _is_checksum_list(file: Path) -> bool:
@@ -239,8 +311,8 @@ def detect_format(file: Path) -> str:
     if _text_name(file).suffix in (".raw", ".tokens"):
         return "wikitext"
     with open_corpus_file(file) as reader:
-        for raw_line in reader:
-            line = raw_line.decode("utf-8", errors="replace").rstrip("\r\n")
+        for index, raw_line in enumerate(reader):
+            line = _without_byte_order_mark(raw_line.decode("utf-8", errors="replace").rstrip("\r\n"), index == 0)
             if not line.strip():
                 continue
             if WIKITEXT_TITLE.match(line):
@@ -249,6 +321,12 @@ def detect_format(file: Path) -> str:
                 return "wikiextractor"
             return "lines"
     return "lines"
+
+
+def _without_byte_order_mark(line: str, at_file_start: bool) -> str:
+    """The line without the UTF-8 byte-order mark some editors put at the start of a file: it is no text, and left
+    in it would hide the `<doc` or the WikiText title that tells the file's format."""
+    return line.removeprefix(_BYTE_ORDER_MARK) if at_file_start else line
 
 
 def _starts_document(line: str, input_format: str) -> bool:
@@ -281,7 +359,7 @@ def read_documents(file: Path, file_index: int, input_format: str, start: int = 
         in_first_lines = True  # lines at the very start of a file belong to no title: they form a document
         for raw_line in reader:
             try:
-                line = raw_line.decode("utf-8").rstrip("\r\n")
+                line = _without_byte_order_mark(raw_line.decode("utf-8").rstrip("\r\n"), offset == 0)
             except UnicodeDecodeError as error:
                 bad = offset + error.start
                 raise ValueError(f"{file}: line {_line_number(file, bad)}, byte {bad}: not UTF-8 text "
@@ -292,11 +370,7 @@ def read_documents(file: Path, file_index: int, input_format: str, start: int = 
                                  "file, not text")
             if _starts_document(line, input_format):
                 if current is not None:
-                    if unclosed:
-                        raise _unclosed_document(file, current_offset)
-                    document = _parse_document(current, input_format, file_index, current_offset)
-                    if document is not None:
-                        yield document
+                    yield from _finished_document(file, current, input_format, file_index, current_offset, unclosed)
                 if end is not None and offset >= end:
                     return None
                 current, current_offset = [line], offset
@@ -310,17 +384,20 @@ def read_documents(file: Path, file_index: int, input_format: str, start: int = 
                 current, current_offset, in_first_lines = [line], offset, False
             offset += len(raw_line)
         if current is not None:
-            if unclosed:
-                raise _unclosed_document(file, current_offset)
-            document = _parse_document(current, input_format, file_index, current_offset)
-            if document is not None:
-                yield document
+            yield from _finished_document(file, current, input_format, file_index, current_offset, unclosed)
     return offset
 
 
-def _unclosed_document(file: Path, offset: int) -> ValueError:
-    return ValueError(f"{file}: line {_line_number(file, offset)}: <doc> without </doc> (the next <doc> or the end "
-                      "of the file comes first); a cut or damaged WikiExtractor file")
+def _finished_document(file: Path, lines: list[str], input_format: str, file_index: int, offset: int,
+                       unclosed: bool) -> Iterator[RawDocument]:
+    """The document of lines once its last line is read, unless it has no text; an error when it is a
+    WikiExtractor <doc> whose </doc> never came (unclosed)."""
+    if unclosed:
+        raise ValueError(f"{file}: line {_line_number(file, offset)}: <doc> without </doc> (the next <doc> or the "
+                         "end of the file comes first); a cut or damaged WikiExtractor file")
+    document = _parse_document(lines, input_format, file_index, offset)
+    if document is not None:
+        yield document
 
 
 def _line_number(file: Path, position: int) -> int:

@@ -48,6 +48,7 @@ import ctypes
 import dataclasses
 import functools
 import json
+import logging
 import math
 import os
 import random
@@ -578,7 +579,22 @@ def open_executor(num_workers: int, use_dask: bool = False,
                 cluster = stack.enter_context(LocalCluster(n_workers=num_workers, threads_per_worker=1,
                                                            processes=True, dashboard_address=None))
                 client = stack.enter_context(Client(cluster))
-            yield client.get_executor(pure=False)
+                client.wait_for_workers(num_workers)
+                client.run(_quiet_task_failures)
+            executor = client.get_executor(pure=False)
+            try:
+                yield executor
+            except BaseException:
+                # The caller reports the error (a corpus error in one line naming the file); the tasks still queued
+                # or running are of no use. They are cancelled and the cluster closed with logging off, here and in
+                # the local cluster's workers, which share this stderr: closing under running tasks, heartbeats and
+                # callbacks waiting for results logs their failures, tracebacks included, burying that line.
+                with _logging_off():
+                    if not scheduler_address:
+                        client.run(logging.disable, logging.CRITICAL, on_error="ignore")
+                    executor.shutdown(wait=False)
+                    stack.close()
+                raise
     elif num_workers > 1:
         # spawn, not fork: the parent may hold threads (tokenizers' pool, Paddle) that fork would copy half-dead.
         pool = ProcessPoolExecutor(max_workers=num_workers, mp_context=get_context("spawn"),
@@ -593,6 +609,25 @@ def open_executor(num_workers: int, use_dask: bool = False,
             pool.shutdown(wait=True, cancel_futures=True)
     else:
         yield None
+
+
+@contextlib.contextmanager
+def _logging_off() -> Iterator[None]:
+    """No logging in this process meanwhile."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
+def _quiet_task_failures() -> None:
+    """In a worker of the local dask cluster: no "Compute Failed" log, traceback included, on the stderr it shares
+    with this process when a task raises. The error reaches this process as the task's result and is reported here
+    (a corpus error in one line naming the file), as a process pool's errors are."""
+    logging.getLogger("distributed.worker").addFilter(
+        lambda record: not str(record.msg).startswith("Compute Failed"))
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
