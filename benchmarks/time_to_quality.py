@@ -1,13 +1,18 @@
 """Time to quality: what minutes of pretraining on real Wikipedia buy downstream, on this machine.
 
-    python benchmarks/time_to_quality.py                 # the whole yardstick (docs/time-to-quality.md)
+    python benchmarks/time_to_quality.py                 # the whole yardstick, reported in WORK/report
+    python benchmarks/time_to_quality.py --report-dir docs   # ... published: docs/time-to-quality.md
     python benchmarks/time_to_quality.py --quick         # the miniature CI runs: a slice, a tiny model, seconds
     python benchmarks/time_to_quality.py --recipe-trials cpu_budget_tiny_prenorm   # a budget-recipe preset at 20 min
     python benchmarks/time_to_quality.py --recipe-trials cpu_budget_tiny_8k_vocab --recipe-budget 60  # ... at 60
 
+WORK is --work-dir (default results/time_to_quality). --compare-sizes, --search and --recipe-trials are modes: one
+at a time.
+
 Stages, in the order they run; each writes WORK/stages/<stage>.json atomically when it ends, and a rerun skips
 every stage whose file is there (a stage's settings are in its file: a rerun with other settings stops with one
-line naming the file, so nothing measured under other settings is mixed in):
+line naming the file, so nothing measured under other settings is mixed in; so does a file that is torn or lacks
+what the report reads):
 1. data: the preset's shards of the corpus (scripts/run_pretraining.sh builds them from its wikipedia_source,
    here ../shared/data/wikipedia/en-2015, when its data folder is empty), with whole articles held out for
    validation, listed by title beside the held-out shards.
@@ -22,8 +27,9 @@ line naming the file, so nothing measured under other settings is mixed in):
 3. downstream/<run>: downstream.py (what scripts/run_downstream.sh runs) fine-tunes the run's final checkpoint (the
    random run: the preset's config from random weights) on SST-2, MRPC, RTE, CoLA and SQuAD v1.1 with fixed
    hyperparameters, in WORK/downstream/<run>/<hash of the stage's settings>/.
-4. report: WORK/time_to_quality.json; in --report-dir (default docs/) time-to-quality.json, .png and .md, with
-   every stage's wall time and their sum (what the whole yardstick took).
+4. report: WORK/time_to_quality.json; in --report-dir time-to-quality.json, .png and .md, with every stage's wall
+   time and their sum (what the whole yardstick took). --report-dir defaults to WORK/report: a run writes into the
+   project's published pages only when told to, with --report-dir docs.
 
 Ctrl-C stops it in one line (status 130); the finished stages are kept, and the interrupted pretraining run
 continues from its last checkpoint when the command is run again.
@@ -173,6 +179,97 @@ def preset_arguments(preset: str, environment: dict[str, str]) -> dict[str, str]
     return dict(zip(names, values, strict=True))
 
 
+def preset_names(environment: dict[str, str]) -> list[str]:
+    """The presets, sorted: the shell functions that sourcing PRESET_FILE defines (as preset_arguments calls them),
+    but for its helpers, whose names start with "_"."""
+    listed = subprocess.run(["bash", "-c", f"source {shlex.quote(str(PRESET_FILE))} && compgen -A function"],
+                            capture_output=True, text=True, env=environment, cwd=ROOT)
+    if listed.returncode != 0:
+        raise SystemExit(f"{SCRIPT}: {PRESET_FILE}: {listed.stderr.strip() or 'cannot be sourced'}")
+    return sorted(name for name in listed.stdout.split() if not name.startswith("_"))
+
+
+def check_presets(args: argparse.Namespace) -> None:
+    """SystemExit naming the presets of --preset or --recipe-trials that PRESET_FILE does not define, and the ones it
+    does, before any stage runs: a trial's preset is otherwise first called after the stages before it, and its
+    failure reads as bash's "command not found"."""
+    known = preset_names(dict(os.environ))
+    for flag, names in (("--preset", [args.preset] if args.preset else []),
+                        ("--recipe-trials", args.recipe_trials or [])):
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise SystemExit(f"{SCRIPT}: {flag} {' '.join(unknown)}: no such preset in {PRESET_FILE} (its presets: "
+                             f"{', '.join(known)})")
+
+
+def check_folder(flag: str, folder: Path) -> None:
+    """SystemExit naming the flag where its folder, or the nearest of the folder's parents that exists, is not a
+    folder: before any stage runs, not when the first file is written."""
+    existing = next(path for path in (folder, *folder.parents) if path.exists())
+    if not existing.is_dir():
+        raise SystemExit(f"{SCRIPT}: {flag} {folder}: " + ("is a file" if existing == folder
+                                                           else f"{existing} is a file"))
+
+
+# What to do about a file the yardstick cannot read back: a report in --report-dir, a stage file in WORK/stages.
+REPORT_REMEDY = "move it or use --report-dir"
+STAGE_REMEDY = "remove it to run the stage again, or use another --work-dir"
+
+
+def read_json(path: Path, kind: str, remedy: str) -> object:
+    """The JSON in path; SystemExit naming it as not `kind`, and what to do (remedy), where it cannot be read or
+    parsed."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"{SCRIPT}: {path}: not {kind} ({error}); {remedy}") from None
+
+
+@dataclass(frozen=True)
+class Each:
+    """A shape (shape_error): an object whose every value has `shape`, and which has at least the keys `required`."""
+
+    shape: object
+    required: tuple[str, ...] = ()
+
+
+NUMBER = (int, float)
+# How shape_error names the kind of a value, and of what a shape expects.
+KIND_NAMES = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+              float: "a number", type(None): "null"}
+
+
+def shape_kind(shape: object) -> type:
+    """The JSON type of a value that has the shape (no tuple: one alternative)."""
+    if isinstance(shape, dict | Each):
+        return dict
+    return list if isinstance(shape, list) else shape
+
+
+def shape_error(value: object, shape: object, where: str = "") -> str | None:
+    """Where value, read back from JSON, departs from shape, in words ("downstream.tasks.sst-2.scores has no
+    'accuracy'"); None where it has it. A shape is a type; a tuple of shapes, one of which the value has; a dict, the
+    keys an object must have and each one's shape (others may be there too); Each; or [shape], a list of items of
+    that shape. `where` is the value's path in the file ("": the whole file)."""
+    alternatives = shape if isinstance(shape, tuple) else (shape,)
+    matching = [alternative for alternative in alternatives if isinstance(value, shape_kind(alternative))]
+    if not matching:
+        expected = " or ".join(dict.fromkeys(KIND_NAMES[shape_kind(alternative)] for alternative in alternatives))
+        return f"{where or 'the file'} is {KIND_NAMES.get(type(value), type(value).__name__)}, not {expected}"
+    shape = matching[0]
+    if isinstance(shape, list):
+        inner = [(f"{where}[{index}]", item, shape[0]) for index, item in enumerate(value)]
+    elif isinstance(shape, dict | Each):
+        missing = [key for key in (shape.required if isinstance(shape, Each) else shape) if key not in value]
+        if missing:
+            return f"{where or 'the file'} has no {missing[0]!r}"
+        shapes = dict.fromkeys(value, shape.shape) if isinstance(shape, Each) else shape
+        inner = [(f"{where}.{key}" if where else key, value[key], inner_shape) for key, inner_shape in shapes.items()]
+    else:
+        return None
+    return next((error for path, item, inner_shape in inner if (error := shape_error(item, inner_shape, path))), None)
+
+
 class Stages:
     """The stage files under WORK/stages: a stage runs once, and its file is its result."""
 
@@ -187,11 +284,19 @@ class Stages:
         path = self.path(stage)
         if not path.exists():
             return None
-        result = json.loads(path.read_text(encoding="utf-8"))
-        if result.get("settings") != settings:
+        result = self.check(stage, read_json(path, "a stage file", STAGE_REMEDY), {"settings": dict})
+        if result["settings"] != settings:
             raise SystemExit(f"{SCRIPT}: {path} was measured with other settings ({result.get('settings')}, now "
                              f"{settings}); use another --work-dir or remove the file")
         print(f"{stage}: done ({path})", flush=True)
+        return result
+
+    def check(self, stage: str, result: object, shape: object) -> dict:
+        """The stage's result (as done or save returned it) where it has `shape`, what its reader reads of it
+        (shape_error); SystemExit naming the stage's file where it does not."""
+        error = shape_error(result, shape)
+        if error:
+            raise SystemExit(f"{SCRIPT}: {self.path(stage)}: not a {stage} stage file ({error}); {STAGE_REMEDY}")
         return result
 
     def save(self, stage: str, settings: dict, result: dict, began: float) -> dict:
@@ -351,6 +456,12 @@ class Yardstick:
         return (baseline, *(Run(f"{preset}-{baseline.budget:g}", "ours", baseline.budget, preset=preset)
                             for preset in presets))
 
+    def done(self, stage: str, settings: dict, shape: object) -> dict | None:
+        """The stage's result when it has run with these settings, checked for `shape`, what the caller reads of it
+        (shape_error); None when it has not run."""
+        result = self.stages.done(stage, settings)
+        return result and self.stages.check(stage, result, shape)
+
     def preset_of(self, run: Run) -> str:
         """The preset a run trains: its own, else --preset."""
         return run.preset or self.preset
@@ -398,8 +509,9 @@ class Yardstick:
         preset = preset or self.preset
         stage = "data" if preset == self.preset else f"data/{preset}"
         arguments = self.arguments_of(preset)
+        phase2 = trains_phase2(arguments)  # phase 2's shards then follow phase 1's
         settings = {"preset": preset, "corpus": self.portable(arguments["wikipedia_source"])}
-        done = self.stages.done(stage, settings)
+        done = self.done(stage, settings, data_shape(phase2))
         if done:
             return done
         if self.report_only:
@@ -410,10 +522,14 @@ class Yardstick:
                             {**environment, "PREPROCESS_ONLY": "true"})
         summaries = [json.loads(line) for line in output.splitlines() if line.startswith('{"output_dir"')]
         nothing = "the data folder was there already: nothing was built"
-        phase2 = trains_phase2(arguments)  # phase 2's shards then follow phase 1's
         return self.stages.save(stage, settings, {
             "pipeline": summaries[0] if len(summaries) > phase2 else nothing,
             **({"pipeline_phase2": summaries[-1] if summaries else nothing} if phase2 else {})}, began)
+
+    def pretrained(self, run: Run) -> dict | None:
+        """pretrain's result, checked for what the fine-tuning and the reports read of it."""
+        result = self.pretrain(run)
+        return result and self.stages.check(f"pretrain/{run.name}", result, pretraining_shape(run.engine))
 
     def pretrain(self, run: Run) -> dict | None:
         """The run's pretraining stage, run now unless it is done; None under --report-only when it is not."""
@@ -456,10 +572,10 @@ class Yardstick:
         """The transformers peer with the options of ours at the same budget, read from that run's report."""
         from training.pretraining_eval import EVAL_SEED
 
-        ours = self.stages.done(f"pretrain/ours-{run.budget:g}",
-                                self.settings(Run(f"ours-{run.budget:g}", "ours", run.budget)))
+        ours_run = Run(f"ours-{run.budget:g}", "ours", run.budget)
+        ours = self.done(f"pretrain/{ours_run.name}", self.settings(ours_run), pretraining_shape(ours_run.engine))
         if ours is None:
-            raise SystemExit(f"{SCRIPT}: {run.name} copies the options of ours-{run.budget:g}, which has not run")
+            raise SystemExit(f"{SCRIPT}: {run.name} copies the options of {ours_run.name}, which has not run")
         options = run_parameters(Path(ours["report"]))
         mismatch = peer_mismatch(options)
         if mismatch:
@@ -492,7 +608,7 @@ class Yardstick:
 
         train_batches = QUICK_CONTEXT_FREE_TRAIN_BATCHES if self.quick else CONTEXT_FREE_TRAIN_BATCHES
         settings = {"run": run.name, "train_batches": train_batches}
-        done = self.stages.done("context-free", settings)
+        done = self.done("context-free", settings, CONTEXT_FREE_SHAPE)
         if done or self.report_only:
             return done
         began = time.perf_counter()
@@ -512,8 +628,9 @@ class Yardstick:
 
     def finished(self, run: Run) -> dict | None:
         """The run's pretraining result with its downstream scores when both stages are done; never runs them."""
-        pretrained = self.stages.done(f"pretrain/{run.name}", self.settings(run))
-        stage = pretrained and self.stages.done(f"downstream/{run.name}", self.downstream_settings(run, pretrained))
+        pretrained = self.done(f"pretrain/{run.name}", self.settings(run), pretraining_shape(run.engine))
+        stage = pretrained and self.done(f"downstream/{run.name}", self.downstream_settings(run, pretrained),
+                                         DOWNSTREAM_SHAPE)
         return {**pretrained, "downstream": stage["downstream"]} if stage else None
 
     def downstream_settings(self, run: Run, pretrained: dict) -> dict:
@@ -534,7 +651,7 @@ class Yardstick:
 
     def downstream(self, run: Run, pretrained: dict) -> dict:
         settings = self.downstream_settings(run, pretrained)
-        done = self.stages.done(f"downstream/{run.name}", settings)
+        done = self.done(f"downstream/{run.name}", settings, DOWNSTREAM_SHAPE)
         if done or self.report_only:
             return done
         began = time.perf_counter()
@@ -562,6 +679,34 @@ MAIN_SCORES = {"sst-2": ("accuracy",), "mrpc": ("accuracy", "f1"), "rte": ("accu
                "squad": ("F1",)}
 GLUE_TASKS = ("sst-2", "mrpc", "rte", "cola")
 
+# What the yardstick reads of each stage's file (shape_error), checked as it reads the file back, so that a torn or
+# hand-edited file stops it in one line naming the file. The data stage's pipeline: the preprocessor's summary, or
+# a sentence where the shards were there already.
+PIPELINE_SHAPE = (str, {"documents": int, "tokens": int, "samples": int, "padding_fraction": NUMBER,
+                        "sample_tokens": int, "padding_tokens": int, "holdout": {"documents": int}})
+# Each task's scores that the tables show (SQuAD's exact match too), with their seeds, median, spread and majority.
+SCORE_SHAPE = {"seeds": Each(NUMBER), "median": NUMBER, "spread": NUMBER, "majority": NUMBER}
+PLAN_SHAPE = {"seeds": list, "epochs": int, "train_subset": (int, type(None))}
+DOWNSTREAM_SHAPE = {"downstream": {"tasks": {
+    task: {"scores": Each(SCORE_SHAPE, names), "plan": PLAN_SHAPE, "hyperparameters": {"learning_rate": NUMBER}}
+    for task, names in {**MAIN_SCORES, "squad": ("exact_match", "F1")}.items()}}, "wall_seconds": NUMBER}
+CONTEXT_FREE_SHAPE = {"accuracy": dict.fromkeys(PREDICTORS, NUMBER)}
+
+
+def data_shape(phase2: bool) -> dict:
+    """What the yardstick reads of a data stage: its pipeline, and phase 2's where the preset trains phase 2."""
+    shape = {"pipeline": PIPELINE_SHAPE, "wall_seconds": NUMBER}
+    return {**shape, "pipeline_phase2": PIPELINE_SHAPE} if phase2 else shape
+
+
+def pretraining_shape(engine: str) -> dict:
+    """What the yardstick reads of a pretraining stage of a run of `engine` (Run.engine): its checkpoint (None for
+    random init), validation curve, steps, sequences and minutes; ours' run_pretraining.py report too."""
+    point = {"step": int, "minutes": NUMBER, "mlm_loss": NUMBER, "mlm_accuracy": NUMBER}
+    shape = {"checkpoint": (str, type(None)), "validation": [point], "steps": int, "sequences": int,
+             "minutes": NUMBER, "wall_seconds": NUMBER}
+    return {**shape, "report": str} if engine == "ours" else shape
+
 
 def task_score(downstream: dict, task: str) -> float:
     """A task's median score (MRPC: the mean of its accuracy and F1 medians)."""
@@ -576,46 +721,57 @@ def averages(downstream: dict) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=SCRIPT, description=__doc__.split("\n\n")[0])
     parser.add_argument("--work-dir", default=str(ROOT / "results" / "time_to_quality"),
                         help="where data, checkpoints and stage results go; a rerun continues there")
     parser.add_argument("--preset", default=None,
                         help=f"pretraining preset of scripts/configs/pretrain_config.sh (default {DEFAULT_PRESET}; "
                              "with --quick cpu_budget_tiny)")
-    parser.add_argument("--report-dir", default=str(ROOT / "docs"),
-                        help="folder for time-to-quality.{json,png,md}")
-    parser.add_argument("--quick", action="store_true",
-                        help="the miniature: a slice of the corpus, a tiny model, budgets of seconds, --quick "
-                             "fine-tuning, no transformers peer")
-    parser.add_argument("--compare-sizes", action="store_true",
-                        help=f"instead: pretrain each of the {', '.join(SIZES)} budget presets for {TRIAL_BUDGET:g} "
-                             "minutes and write time-to-quality-sizes.{json,md} (validation MLM accuracy by size)")
-    parser.add_argument("--report-only", action="store_true",
-                        help="run nothing: write the report of the runs whose stages are done, naming the others")
-    parser.add_argument("--recipe-trials", nargs="+", metavar="PRESET", default=None,
-                        help=f"instead: pretrain --preset and each PRESET (a budget-recipe variant) for "
-                             f"{RECIPE_TRIAL_BUDGET:g} minutes, score each downstream, and write "
-                             "time-to-quality-recipes.{json,md}")
+    parser.add_argument("--report-dir", default=None,
+                        help="folder for the reports, time-to-quality.{json,png,md} or a mode's "
+                             "time-to-quality-<mode>.{json,md} (default WORK/report, in --work-dir; the project's "
+                             "published pages: --report-dir docs)")
+    # The switches; of them the modes --compare-sizes and --search, with --recipe-trials, each write a report of their
+    # own in place of the yardstick's: one mode at a time.
+    modes = parser.add_mutually_exclusive_group()
+    for group, flag, text in (
+            (parser, "--quick", "the miniature: a slice of the corpus, a tiny model, budgets of seconds, --quick "
+                                "fine-tuning, no transformers peer"),
+            (parser, "--report-only", "run nothing: write the report of the runs whose stages are done, naming the "
+                                      "others"),
+            (parser, "--data-only", "build the data stages and stop: --preset's shards and, with --recipe-trials, "
+                                    "each trial preset's (its vocabulary too), e.g. before the timed runs on an idle "
+                                    "machine"),
+            (modes, "--compare-sizes", f"instead: pretrain each of the {', '.join(SIZES)} budget presets for "
+                                       f"{TRIAL_BUDGET:g} minutes and write time-to-quality-sizes.{{json,md}} "
+                                       "(validation MLM accuracy by size)"),
+            (modes, "--search", f"instead: pretrain bert-tiny for {TRIAL_BUDGET:g} minutes with each optimizer and "
+                                "learning rate of SEARCH and write time-to-quality-search.{json,md}")):
+        group.add_argument(flag, action="store_true", help=text)
+    modes.add_argument("--recipe-trials", nargs="+", metavar="PRESET", default=None,
+                       help=f"instead: pretrain --preset and each PRESET (a budget-recipe variant) for "
+                            f"{RECIPE_TRIAL_BUDGET:g} minutes, score each downstream, and write "
+                            "time-to-quality-recipes.{json,md}")
     parser.add_argument("--recipe-budget", type=positive_float, default=RECIPE_TRIAL_BUDGET, metavar="MINUTES",
                         help=f"with --recipe-trials: the trials' budget, that of one of the yardstick's own runs of "
                              f"--preset, their baseline (default {RECIPE_TRIAL_BUDGET:g}); another than "
                              f"{RECIPE_TRIAL_BUDGET:g} writes time-to-quality-recipes-MINUTES.{{json,md}}")
-    parser.add_argument("--data-only", action="store_true",
-                        help="build the data stages and stop: --preset's shards and, with --recipe-trials, each "
-                             "trial preset's (its vocabulary too), e.g. before the timed runs on an idle machine")
-    parser.add_argument("--search", action="store_true",
-                        help=f"instead: pretrain bert-tiny for {TRIAL_BUDGET:g} minutes with each optimizer and "
-                             "learning rate of SEARCH and write time-to-quality-search.{json,md}")
     flag, venv, holds = peers.PEER_ENVIRONMENTS["transformers"]
     peers_dir = os.environ.get(peers.PEERS_DIR_VARIABLE)
     parser.add_argument(flag, default=os.path.join(peers_dir, venv, "bin", "python") if peers_dir else None,
                         help=f"a Python with {holds} for the peer "
                              f"(default ${peers.PEERS_DIR_VARIABLE}/{venv}/bin/python)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.report_dir is None:  # never the project's docs/ unless asked in so many words (issue 66)
+        args.report_dir = str(Path(args.work_dir) / "report")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    check_folder("--work-dir", Path(args.work_dir))
+    check_folder("--report-dir", Path(args.report_dir))
+    check_presets(args)
     machine.print_header()
     yardstick = Yardstick(args)
     data = yardstick.data()
@@ -625,7 +781,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.compare_sizes or args.search:
         kind, runs = ("sizes", yardstick.size_runs()) if args.compare_sizes else ("search", yardstick.search_runs())
-        trials = {run.name: yardstick.pretrain(run) for run in runs}
+        trials = {run.name: yardstick.pretrained(run) for run in runs}
         unfinished = [name for name, trial in trials.items() if trial is None]  # --report-only
         if unfinished:
             print(f"not finished, so not in the report: {', '.join(unfinished)}")
@@ -637,7 +793,7 @@ def main(argv: list[str] | None = None) -> None:
         for run in runs:
             if run.preset and not args.report_only:  # a trial's own shards; the baseline's are --preset's
                 yardstick.data(run.preset)
-            pretrained = yardstick.pretrain(run)
+            pretrained = yardstick.pretrained(run)
             stage = yardstick.downstream(run, pretrained) if pretrained else None
             if stage:  # None only under --report-only, for a trial not finished yet
                 trials[run.name] = {**pretrained, "downstream": stage["downstream"]}
@@ -655,7 +811,7 @@ def main(argv: list[str] | None = None) -> None:
     results, missing = {}, []
     runs = QUICK_RUNS if args.quick else RUNS
     for run in runs:
-        pretrained = yardstick.pretrain(run)
+        pretrained = yardstick.pretrained(run)
         stage = yardstick.downstream(run, pretrained) if run.downstream and pretrained else None
         if pretrained is None or (run.downstream and stage is None):  # --report-only: not finished yet
             missing.append(run.name)
@@ -1028,20 +1184,12 @@ def recipes_report_kind(budget: float) -> str:
     return "recipes" if budget == RECIPE_TRIAL_BUDGET else f"recipes-{budget:g}"
 
 
-def read_json_report(path: Path, kind: str) -> object:
-    """The JSON in path; SystemExit naming it as not `kind` where it cannot be read or parsed."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"{SCRIPT}: {path}: not {kind} ({error}); move it or use --report-dir") from None
-
-
 def check_no_trial_dropped(report_file: Path, runs: dict) -> None:
     """SystemExit naming report_file when it holds trials that `runs` lacks: a run of other trials would replace
     a report whose stage files may be gone. Another --report-dir keeps both."""
     if not report_file.exists():
         return
-    earlier = read_json_report(report_file, "a trials report")
+    earlier = read_json(report_file, "a trials report", REPORT_REMEDY)
     dropped = [name for name in earlier if name not in runs]
     if dropped:
         raise SystemExit(f"{SCRIPT}: {report_file} holds trials this run does not ({', '.join(dropped)}), so "
@@ -1054,12 +1202,12 @@ def main_page_report(report_dir: Path) -> dict | None:
     path = report_dir / "time-to-quality.json"
     if not path.exists():
         return None
-    report = read_json_report(path, "a time-to-quality report")
+    report = read_json(path, "a time-to-quality report", REPORT_REMEDY)
     missing = [key for key in ("machine", "data", "runs", "targets", "command", "missing", "context_free")
                if not isinstance(report, dict) or key not in report]
     if missing:
-        raise SystemExit(f"{SCRIPT}: {path}: not a time-to-quality report (no {', '.join(missing)}); move it or "
-                         "use --report-dir")
+        raise SystemExit(f"{SCRIPT}: {path}: not a time-to-quality report (no {', '.join(missing)}); "
+                         f"{REPORT_REMEDY}")
     return report
 
 
@@ -1076,6 +1224,8 @@ def write_trials_report(args: argparse.Namespace, kind: str, runs: dict, checks:
     else:
         title = {"sizes": "Model size at equal time", "search": "Optimizer and learning rate at equal time"}[kind]
         flag = {"sizes": "--compare-sizes", "search": "--search"}[kind]
+    if not runs:
+        raise SystemExit(f"{SCRIPT}: {flag}: nothing has finished yet (--report-only), so there is nothing to report")
     lines = [f"# {title}", "", f"`{machine.header_line()}`", "",
              f"Command: `python benchmarks/time_to_quality.py {flag}`" + (" (--quick)" if args.quick else ""), "",
              "| run | config | options | optimizer | learning rate | batch | minutes | steps | sequences | "
