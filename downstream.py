@@ -16,31 +16,43 @@ says so.
 Each (task, seed) is one unit: run_glue.main or run_squad.main in <output-dir>/units/<task>-seed<s>/ (its log.txt,
 report.json and predictions; the fine-tuned weights are deleted, nothing reads them), --jobs at a time in as many
 processes that share the CPUs (with fewer threads each, which small models use better), or with --jobs 1 one after
-another in this process. A unit's result.json is written last; a rerun skips every unit that has one, so a killed
-run resumes where it stopped. The fixed plan (PLAN, HYPERPARAMETERS) is the same for every checkpoint; nothing is
-chosen on the dev sets. --learning-rate replaces the plan's peak rate, to compare rates across checkpoints.
+another in this process. The worker processes die with this one, however it ends. A unit's result.json is written
+last and checked when read back; a rerun skips every unit that has one, so a killed run resumes where it stopped.
+The fixed plan (PLAN, HYPERPARAMETERS) is the same for every checkpoint; nothing is chosen on the dev sets.
+--learning-rate replaces the plan's peak rate, to compare rates across checkpoints.
+
+Every unit starts from the checkpoint's embeddings, encoder and pooler, and a fresh task head: the head of a
+fine-tuned checkpoint (classifier, qa_outputs) is left out, as downstream.json says (task_heads_not_loaded); the units
+then load a copy of the weights without it, <output-dir>/encoder_only.pdparams, deleted when they are done.
+
+The summary covers every task with runs in the output folder: a rerun with fewer --tasks keeps the others' results
+in it, and is refused if one of their runs is unfinished (the summary would leave that task out).
 
 Provenance: every run reports how many embedding and encoder tensors it loaded and the fingerprint of the weights it
 starts from (finetune.build_model, weights.encoder_fingerprint). A unit is accepted only if it loaded all of them
 and its fingerprint is the one computed here from the checkpoint's file (with --random-init: if it loaded none);
 otherwise the run stops with one line, so a score can never come from weights other than the named ones.
 
-Outputs, written atomically in --output-dir: downstream.json (the checkpoint with the sha256 of its weights file and
-its fingerprint; per task every seed's scores and start, the median, the spread (max - min over the seeds), the
-majority-class or empty-answer score, the hyperparameters, the data files and subsets, and its runs' wall and CPU
-seconds added up; the wall seconds of this invocation) and downstream.md (a table header and one row). Scores are
-percentages: accuracy, F1 of MRPC's positive class, Matthews correlation x 100 (CoLA), SQuAD exact match and F1 by
-the official v1.1 rules.
+Outputs, written atomically in --output-dir: downstream.json (the checkpoint with the sha256 of its weights file,
+its fingerprint and the task-head tensors its units left out; per task every seed's scores and start, the median,
+the spread (max - min over the seeds), the majority-class or empty-answer score, the hyperparameters, the data files
+and subsets, and its runs' wall and CPU seconds added up; the wall seconds of this invocation) and downstream.md (a
+table header and one row). Scores are percentages: accuracy, F1 of MRPC's positive class, Matthews correlation x 100
+(CoLA), SQuAD exact match and F1 by the official v1.1 rules.
 """
 
 from __future__ import annotations
 
 from training import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
+import contextlib
+import ctypes
 import dataclasses
 import json
+import math
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -51,6 +63,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 import numpy as np
+import paddle
 
 import run_glue
 import run_squad
@@ -62,6 +75,7 @@ from checkpoints.weights import (
     config_beside,
     encoder_fingerprint,
     model_config_file,
+    part_of,
     read_pretrained_state,
     resolve_weights_file,
     vocab_beside,
@@ -72,7 +86,7 @@ from finetuning.glue_metrics import compute_metrics
 from squad_evaluate import evaluate, load_dataset, load_squad_json
 from tokenizer import load_vocab
 from utils import folder_lock
-from utils.atomic_io import atomic_write_text
+from utils.atomic_io import atomic_write, atomic_write_text
 from utils.checksums import sha256_of_file
 from utils.cli import DefaultsHelpFormatter, output_to, positive_float, positive_int, run_main
 from utils.dllog import read_report
@@ -89,6 +103,13 @@ SQUAD_DEV = "dev-v1.1.json"
 SQUAD_TRAIN = ("train-v1.1.json", "train-v1.1-rebuilt.json")
 # Subsets are drawn once with this seed, whatever the run's seeds: every checkpoint trains on the same examples.
 SUBSET_SEED = 0
+# The parts of a fine-tuned checkpoint that belong to its task (checkpoints.weights.PARTS): every unit starts them
+# afresh, so that a score measures the encoder, as it does for a pretraining checkpoint.
+TASK_HEADS = ("qa", "classifier")
+# The checkpoint's weights without its task heads, which the units load when it has any.
+ENCODER_ONLY_FILE = "encoder_only" + PARAMS_SUFFIX
+UNIT_FOLDER = re.compile(r"(?P<task>.+)-seed\d+")
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +203,7 @@ def checkpoint_start(checkpoint: str, config_file: str | None, vocab_file: str |
     config = BertConfig.from_json_file(config_file)
     state, converted_from = read_pretrained_state(weights_file, "checkpoint")
     tensors, fingerprint = encoder_fingerprint(state, config.vocab_size)
+    heads = sorted(name for name in state if part_of(name) in TASK_HEADS)
     kind = {None: "paddlebert", HUGGING_FACE: "hugging face"}.get(converted_from, "nvidia static graph")
     if vocab_file is None:  # the vocabulary the checkpoint carries; a Hugging Face folder must carry one
         beside = vocab_beside(weights_file)
@@ -191,9 +213,19 @@ def checkpoint_start(checkpoint: str, config_file: str | None, vocab_file: str |
             vocab_file = str(weights_file.parent / HF_VOCAB_FILE)  # missing: check_vocabulary names it
     description = {"kind": kind, "checkpoint": checkpoint, "weights_file": str(weights_file),
                    "weights_sha256": sha256_of_file(weights_file), "config_file": config_file,
-                   "encoder_tensors": tensors, "encoder_fingerprint": fingerprint}
+                   "encoder_tensors": tensors, "encoder_fingerprint": fingerprint, "task_heads_not_loaded": heads}
     return Start(description, description["weights_sha256"], ("--from-pretrained-params", str(weights_file)),
                  config_file, vocab_file or str(ROOT / "vocab" / "bert-base-uncased-vocab.txt"), fingerprint)
+
+
+def encoder_only_start(start: Start, output_dir: Path) -> Start:
+    """start, its units loading <output_dir>/ENCODER_ONLY_FILE: the checkpoint's weights without its task heads
+    (the fine-tuning scripts load every part a file has). The weights it names, and their identity, stay the
+    checkpoint's."""
+    state, _ = read_pretrained_state(start.description["weights_file"], "checkpoint")
+    kept = {name: value for name, value in state.items() if part_of(name) not in TASK_HEADS}
+    copy = atomic_write(output_dir / ENCODER_ONLY_FILE, lambda temp: paddle.save(kept, temp))
+    return dataclasses.replace(start, weights_flags=("--from-pretrained-params", str(copy)))
 
 
 def check_vocabulary(start: Start) -> None:
@@ -358,16 +390,65 @@ def make_unit(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start
                 json.loads(json.dumps(setup)))
 
 
+def result_problem(result: dict, unit: Unit) -> str | None:
+    """What makes `result` (a result.json's object) no result of the unit as run_unit writes one, or None."""
+    if (result.get("task"), result.get("seed")) != (unit.task, unit.seed):
+        return f"the result of {result.get('task')} seed {result.get('seed')}, not of {unit.task} seed {unit.seed}"
+    scores = result.get("scores")
+    if not isinstance(scores, dict):
+        return "no scores"
+    numbers = {name: scores.get(name) for name in SCORES[unit.task]}
+    numbers.update((name, result.get(name)) for name in ("seconds", "cpu_seconds"))
+    for name, value in numbers.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return f"{name} is {json.dumps(value)}, not a number" if value is not None else f"no {name}"
+    if not isinstance(result.get("started_from"), dict):
+        return "no started_from"
+    return None
+
+
 def finished_result(unit: Unit) -> dict | None:
-    """The result an earlier run wrote for the unit, or None; ValueError if it belongs to another setup."""
+    """The result an earlier run wrote for the unit, or None; ValueError naming the file if it belongs to another
+    setup, or is damaged (not JSON, or not what run_unit writes)."""
     result_file = unit.folder / "result.json"
     if not result_file.is_file():
         return None
-    result = json.loads(result_file.read_text(encoding="utf-8"))
+    try:
+        result = json.loads(result_file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{result_file}: not a result (not UTF-8 text); delete it to run the unit again") from None
+    except json.JSONDecodeError as error:  # a torn file
+        raise ValueError(f"{result_file}: not a result (not valid JSON: {error.msg} at line {error.lineno}); delete "
+                         "it to run the unit again") from None
+    if not isinstance(result, dict):
+        raise ValueError(f"{result_file}: not a result (a JSON {type(result).__name__}, not an object); delete it to "
+                         "run the unit again")
     if result.get("setup") != unit.setup:
         raise ValueError(f"{result_file}: the result of other weights, data or hyperparameters; give another "
                          "--output-dir, or delete the folder to run it again")
+    problem = result_problem(result, unit)
+    if problem:
+        raise ValueError(f"{result_file}: not a result ({problem}); delete it to run the unit again")
     return result
+
+
+def tasks_in_folder(output_dir: Path) -> set[str]:
+    """The tasks with a unit folder in <output_dir>/units, finished or not."""
+    units = output_dir / "units"
+    if not units.is_dir():
+        return set()
+    matches = (UNIT_FOLDER.fullmatch(entry.name) for entry in units.iterdir() if entry.is_dir())
+    return {match["task"] for match in matches if match and match["task"] in TASKS}
+
+
+def check_other_tasks_finished(requested: Sequence[str], units: Sequence[Unit], results: Sequence[dict | None]) -> None:
+    """ValueError naming the unit if one of a task the summary covers without running it (its runs are in the
+    folder, but --tasks leaves it out) has no result: the summary would leave it out, and lose its other runs'."""
+    for unit, result in zip(units, results, strict=True):
+        if result is None and unit.task not in requested:
+            raise ValueError(f"--tasks {','.join(requested)}: {unit.folder} has no result, and downstream.json sums up "
+                             f"every task with runs in the folder; add {unit.task} to --tasks to finish its runs, or "
+                             "give another --output-dir")
 
 
 def run_unit(unit: Unit) -> dict:
@@ -398,10 +479,23 @@ def run_unit(unit: Unit) -> dict:
     return result
 
 
-def _worker(connection: Connection, threads: int) -> None:
+def _end_with_parent(parent_pid: int) -> None:
+    """Make this worker end when downstream.py does, whatever killed it (kill -9, the OOM killer): on Linux the kernel
+    sends the worker SIGKILL (prctl PR_SET_PDEATHSIG, as pretraining_dataset's loader workers have it). Otherwise a
+    worker would finish its unit without the folder's lock, beside a rerun that holds it. A parent that died before
+    prctl took effect is caught by the check after it."""
+    with contextlib.suppress(OSError, AttributeError):  # no libc with prctl: not Linux
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
+def _worker(connection: Connection, threads: int, parent_pid: int) -> None:
     """A worker process: runs each unit it receives and sends back (True, result) or (False, the error), until it
-    receives None. Paddle's CPU threads per unit: `threads` (runtime.configure_cpu_threads). A SIGTERM (a scheduler's,
-    to the whole process group) ends it without Paddle's handler, which would print a page of C++ error summary."""
+    receives None; it dies with its parent (parent_pid). Paddle's CPU threads per unit: `threads`
+    (runtime.configure_cpu_threads). A SIGTERM (a scheduler's, to the whole process group) ends it without Paddle's
+    handler, which would print a page of C++ error summary."""
+    _end_with_parent(parent_pid)
     os.environ["PADDLEBERT_NUM_THREADS"] = str(threads)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     while (unit := connection.recv()) is not None:
@@ -425,7 +519,7 @@ def _start_workers(count: int, threads: int) -> list[tuple[multiprocessing.Proce
     try:
         for _ in range(count):
             connection, worker_end = context.Pipe()
-            process = context.Process(target=_worker, args=(worker_end, threads), daemon=True)
+            process = context.Process(target=_worker, args=(worker_end, threads, os.getpid()), daemon=True)
             process.start()
             worker_end.close()
             workers.append((process, connection))
@@ -543,20 +637,38 @@ def main(argv: list[str] | None = None) -> None:
              else checkpoint_start(args.checkpoint, args.config_file, args.vocab_file))
     check_vocabulary(start)
     mode = "quick" if args.quick else "standard"
-    plans = {task: PLAN[mode][task] for task in args.tasks}
+    earlier = tasks_in_folder(output_dir) - set(args.tasks)  # summed up again, not run
+    plans = {task: PLAN[mode][task] for task in TASKS if task in args.tasks or task in earlier}
     data = {task: task_data(task, plan, Path(args.data_dir), output_dir) for task, plan in plans.items()}
     task_hyperparameters = {task: hyperparameters(task, args.learning_rate) for task in plans}
     units = [make_unit(task, seed, plan, data[task], start, output_dir, task_hyperparameters[task])
              for task, plan in plans.items() for seed in plan.seeds]
+    units.sort(key=lambda unit: unit.task in earlier)  # stable: a result of the tasks asked for is checked first
     results = [finished_result(unit) for unit in units]
+    check_other_tasks_finished(args.tasks, units, results)
     # The longest first (SQuAD), so that the other processes fill the time it takes.
     pending = sorted((number for number, result in enumerate(results) if result is None),
                      key=lambda number: units[number].task != "squad")
     print(f"downstream.py: {len(units) - len(pending)} of {len(units)} fine-tuning runs done before; running "
           f"{len(pending)}, {args.jobs} at a time, each with its output in {output_dir / 'units'}/<task>-seed<s>/"
           "log.txt", flush=True)
+    if earlier:
+        print(f"downstream.py: the summary also covers {', '.join(task for task in plans if task in earlier)}, "
+              f"whose runs are in {output_dir / 'units'}", flush=True)
     began = time.perf_counter()
-    for number, result in zip(pending, run_units([units[number] for number in pending], args.jobs), strict=True):
+    # What the units load: the checkpoint's file, or its copy without the task heads.
+    loaded = encoder_only_start(start, output_dir) if pending and start.description.get("task_heads_not_loaded") \
+        else start
+    try:
+        done = run_units([dataclasses.replace(units[number], start=loaded) for number in pending], args.jobs)
+    except KeyboardInterrupt:
+        kept = sum((unit.folder / "result.json").is_file() for unit in units)
+        raise KeyboardInterrupt(f"interrupted (Ctrl-C): {kept} of {len(units)} fine-tuning runs finished, their "
+                                f"results kept in {output_dir / 'units'}; run the same command again to go on from "
+                                "there") from None
+    finally:
+        (output_dir / ENCODER_ONLY_FILE).unlink(missing_ok=True)
+    for number, result in zip(pending, done, strict=True):
         results[number] = result
     tasks = {task: task_summary(task, plan, data[task], [result for unit, result in zip(units, results, strict=True)
                                                          if unit.task == task], task_hyperparameters[task])

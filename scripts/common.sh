@@ -134,6 +134,53 @@ set_inference_flags() {  # model_dir mode_error|""
   fi
 }
 
+# One run per output folder, as utils/folder_lock.py keeps it for the Python scripts, taken by a recipe before it
+# writes anything into the folder (its log above all): a second run into a folder that a live run holds stops with
+# one line naming the holder, and the live run's files stay as they were. The script locks
+# <folder>/.paddlebert-<script>.lock (flock) for its life on a descriptor that its commands inherit, so that the lock
+# lasts while any of them runs and a second run of the script is refused even while the first one's Python is
+# starting (another recipe may share the folder: run_squad.sh's default is pretraining's results folder, its files
+# named apart). It also checks that no Python run holds <python_folder>/.paddlebert.lock (one started by another
+# script or by hand); the Python script it starts takes that lock itself. Where nothing can be locked (no flock
+# command, a file system without locks), one line says so and the run goes on, as folder_lock.py does.
+hold_output_folder() {  # name folder [python_folder]: name is the setting that gave folder; python_folder (default:
+  # folder) is the one the Python script locks
+  local name="$1" folder="$2" python_folder="${3:-$2}" status=0
+  mkdir -p "$folder" "$python_folder"
+  local lock="$folder/.paddlebert-${0##*/}.lock" holder="another ${0##*/}"
+  { exec {OUTPUT_FOLDER_LOCK}>>"$lock"; } 2>/dev/null || die "$name $folder: not writable (cannot open $lock)"
+  if ! command -v flock >/dev/null; then
+    echo "Warning: $name $folder: not locked, there is no flock command (util-linux); nothing stops a second run" \
+      "from writing into it" >&2
+    return 0
+  fi
+  flock --nonblock --conflict-exit-code 75 "$OUTPUT_FOLDER_LOCK" 2>/dev/null || status=$?
+  if (( status == 0 )); then
+    printf '%s %s %s\n' "$$" "$HOSTNAME" "$(date +%Y-%m-%dT%H:%M:%S)" > "$lock"
+    flock --nonblock --conflict-exit-code 75 "$python_folder/.paddlebert.lock" true 2>/dev/null || status=$?
+    lock="$python_folder/.paddlebert.lock" holder="another run"
+  fi
+  local where="$name $folder"
+  [[ "$python_folder" == "$folder" ]] || where+=": $python_folder"
+  if (( status == 75 )); then
+    die "$where: in use by $holder ($(lock_holder "$lock")); one run per folder: wait for it to end, or write to" \
+      "another folder"
+  elif (( status != 0 )); then
+    echo "Warning: $where: not locked, its file system cannot lock files; nothing stops a second run from writing" \
+      "into it" >&2
+  fi
+}
+
+lock_holder() {  # lock_file: "PID p on host h since t", as folder_lock.py names the process that holds it
+  local pid="" host="" since=""
+  read -r pid host since < "$1" || true
+  if [[ -n "$since" ]]; then
+    echo "PID $pid on host $host since $since"
+  else
+    echo "a process that has not written its PID"
+  fi
+}
+
 # Print a command, shell-quoted, then run it; with a log file, its output also goes there.
 run_logged() {  # log_file|"" command...
   local log_file="$1"
@@ -152,9 +199,16 @@ run_to_log() {  # log_file|"" command...: run_logged without printing the comman
     : > "$log_file"
     # Both streams go to the log, and each stays what it was: errors on stderr (fd 3 carries stdout past the
     # inner pipe, which takes stderr).
-    { "$@" 2>&1 1>&3 3>&- | tee -a "$log_file" >&2; exit "${PIPESTATUS[0]}"; } 3>&1 | tee -a "$log_file"
+    { "$@" 2>&1 1>&3 3>&- | log_lines "$log_file" >&2; exit "${PIPESTATUS[0]}"; } 3>&1 | log_lines "$log_file"
     return "${PIPESTATUS[0]}"
   fi
+}
+
+log_lines() {  # log_file: stdin to stdout and appended to log_file, until the command writing it has ended
+  # A Ctrl-C or SIGTERM reaches the whole process group: the command's last lines (what it kept, how to resume) come
+  # after it, and must still reach the terminal and the log.
+  trap '' INT TERM HUP
+  tee -a "$1"
 }
 
 # Run `python -m paddle.distributed.launch --log_dir log_dir ...` as run_logged does, with the launcher's own
@@ -178,12 +232,22 @@ launcher_output() {  # launcher_log command...: run_launcher's split of the laun
   local launcher_log="$1"
   shift
   # Unbuffered, so that the launcher's stdout (the ranks' lines) and stderr (its own) keep their order in the pipe.
-  PYTHONUNBUFFERED=1 "$@" 2>&1 | split_launcher_lines "$launcher_log"
-  return "${PIPESTATUS[0]}"
+  local statuses
+  # In a group left of ||, a failure does not end a script under set -e (pipefail): the statuses decide below.
+  { PYTHONUNBUFFERED=1 "$@" 2>&1 | split_launcher_lines "$launcher_log"; statuses=("${PIPESTATUS[@]}"); } || true
+  # A launcher that failed before its first log line started nothing (Paddle not importable, a bad option): the last
+  # line of its output says why, and would otherwise only be in its log.
+  if (( statuses[0] != 0 && statuses[1] == LAUNCHER_NOT_STARTED )); then
+    echo "${0##*/}: paddle.distributed.launch stopped before it started any process: $(tail -n 1 "$launcher_log")" \
+      "(its output: $launcher_log)" >&2
+  fi
+  return "${statuses[0]}"
 }
 
+LAUNCHER_NOT_STARTED=3  # split_launcher_lines' status when the launcher wrote lines, but no log line of its own
+
 split_launcher_lines() {  # launcher_log: stdin to stdout, the launcher's own lines to launcher_log (appended)
-  local launcher_log="$1" line own=true describing=false repeating=false hide_repeat=false failure=""
+  local launcher_log="$1" line wrote=false own=true describing=false repeating=false hide_repeat=false failure=""
   # A Ctrl-C or SIGTERM reaches the whole process group: this filter lives on until the launcher, which waits for
   # its ranks' last checkpoint, stops writing.
   trap '' INT TERM HUP
@@ -203,8 +267,12 @@ split_launcher_lines() {  # launcher_log: stdin to stdout, the launcher's own li
       continue
     fi
     printf '%s\n' "$line" >> "$launcher_log"
+    wrote=true
   done
   [[ -z "$failure" ]] || echo "$failure" >&2
+  if $own && $wrote; then
+    return "$LAUNCHER_NOT_STARTED"
+  fi
 }
 
 folder_is_empty() {  # folder: true when it is missing or holds nothing

@@ -15,7 +15,8 @@
 #   4 mode (standard)         standard | quick (a smoke test: 64 examples per task, one seed)
 # Environment: RESULTS_DIR (default <repo>/results), VOCAB_FILE (default: a Hugging Face folder's vocab.txt, else
 # <repo>/vocab/bert-base-uncased-vocab.txt), DATA_DIR (default <repo>/../shared/data: glue/<Task>/ and squad/v1.1/).
-# The output, stdout and stderr, is also written to <out_dir>/logfile.
+# The output, stdout and stderr, is also written to <out_dir>/logfile. A second run into an out_dir that a live run
+# holds is refused before it writes anything there (common.sh's hold_output_folder).
 set -euo pipefail
 
 # shellcheck source=scripts/common.sh
@@ -50,5 +51,5 @@ flags+=(--output-dir "$out_dir")
 [[ -n "${VOCAB_FILE:-}" ]] && flags+=(--vocab-file "$VOCAB_FILE")
 flags+=(--data-dir "${DATA_DIR:-$(cd "$CODEDIR/.." && pwd)/shared/data}")
 
-mkdir -p "$out_dir"
+hold_output_folder out_dir "$out_dir"
 run_logged "$out_dir/logfile" python "$CODEDIR/downstream.py" "${flags[@]}"

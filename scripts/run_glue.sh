@@ -151,7 +151,7 @@ fi
 
 # More than one process: Paddle's launcher, its own output kept in <out_dir>/log/launcherlog (run_launcher).
 num_gpu=$(process_count "$num_gpu" "${7:-}")
-mkdir -p "$out_dir"
+hold_output_folder out_dir "$out_dir"
 if (( num_gpu > 1 )); then
   run_launcher "$out_dir/logfile" "$out_dir/log" --nproc_per_node "$num_gpu" "$CODEDIR/run_glue.py" "${flags[@]}"
 else

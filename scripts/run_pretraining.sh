@@ -247,7 +247,13 @@ fi
 [[ -f "$CODEDIR/run_pretraining.py" ]] || die "code dir $CODEDIR: no run_pretraining.py there"
 set_precision_flags "$precision" 1048576
 set_bert_model "$BERT_CONFIG"
-mkdir -p "$RESULTS_DIR"
+# One run per results folder, locked before any work (common.sh): Paddle's launcher truncates the ranks' logs in it.
+# A preprocessing-only run writes nothing there.
+if [[ "$preprocess_only" == true ]]; then
+  mkdir -p "$RESULTS_DIR"
+else
+  hold_output_folder results_dir "$RESULTS_DIR"
+fi
 
 # ------------------------------------------------------------------------------------------------
 # Data: corpus and vocab, then the LDDL parquet shards of each phase if its folder is empty.

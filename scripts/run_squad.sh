@@ -140,7 +140,7 @@ fi
 # More than one process: Paddle's launcher, its own output kept in log/launcherlog (run_launcher). One process runs
 # without it.
 num_gpus=$(process_count "$num_gpus" "${7:-}")
-mkdir -p "$squad_out_dir"
+hold_output_folder OUT_DIR "$OUT_DIR" "$squad_out_dir"
 if (( num_gpus > 1 )); then
   run_launcher "$OUT_DIR/logfile.txt" log --nproc_per_node "$num_gpus" "$CODEDIR/run_squad.py" "${flags[@]}"
 else
