@@ -1,5 +1,5 @@
-"""What users wrote before the modules moved into packages still loads: a pretraining checkpoint resumes, a
-fine-tuned classifier and its export predict alike, and the reports read and plot.
+"""What users wrote before the modules moved into packages still loads: a pretraining checkpoint resumes to its
+own run's end, a fine-tuned classifier and its export predict alike, and the reports read and plot.
 
 tests/fixtures/pre_layout_run/ was written by the project at commit 21339b2, the last one with every module at the
 root (tests/fixtures/make_pre_layout_run.sh says how).
@@ -25,7 +25,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "pre_layout_run"
 STEP_FOLDER = FIXTURE / "pretraining" / "custom" / "phase1" / "2"
 
 
-def test_the_checkpoint_resumes_to_the_old_runs_own_end_bit_for_bit(tmp_path):
+def test_the_checkpoint_resumes_to_the_old_runs_own_end(tmp_path):
     shards = tmp_path / "shards"
     subprocess.run([sys.executable, str(ROOT / "lddl_preprocess.py"), "--input", str(FIXTURE / "corpus.txt"),
                     "--vocab-file", str(FIXTURE / "vocab.txt"), "--output-dir", str(shards), "--num-shards", "1",
@@ -44,10 +44,12 @@ def test_the_checkpoint_resumes_to_the_old_runs_own_end_bit_for_bit(tmp_path):
     resumed = paddle.load(str(output / "custom" / "phase1" / "4" / "bert_paddle.pdparams"))
     uninterrupted = paddle.load(str(FIXTURE / "uninterrupted_step4.pdparams"))
     assert set(resumed) == set(uninterrupted)
-    for name, value in uninterrupted.items():  # resume is exact on a CPU: the same bits as the old run's step 4
-        assert np.array_equal(resumed[name].numpy(), value.numpy()), name
+    # The old run's own step 4, up to float rounding (bit for bit on the CPU that wrote it; other CPUs' kernels sum
+    # in another order): 2e-6, where the two updates since step 2 moved the weights by up to 6e-4.
+    for name, value in uninterrupted.items():
+        np.testing.assert_allclose(resumed[name].numpy(), value.numpy(), rtol=0, atol=2e-6, err_msg=name)
     saved = paddle.load(str(STEP_FOLDER / "bert_paddle.pdparams"))
-    assert any(not np.array_equal(resumed[name].numpy(), saved[name].numpy()) for name in saved)
+    assert max(np.abs(resumed[name].numpy() - saved[name].numpy()).max() for name in saved) > 1e-4
 
 
 def probabilities(folder) -> np.ndarray:
