@@ -1,12 +1,14 @@
-"""Score a checkpoint downstream: fine-tune SST-2, MRPC, RTE, CoLA and SQuAD v1.1 from it with fixed
-hyperparameters and several seeds, and report each task's median and spread beside its majority-class (SQuAD:
-empty-answer) figure on the official dev set.
+"""Score a checkpoint downstream: fine-tune SST-2, MRPC, RTE, CoLA and SQuAD v1.1 from it (and STS-B, QNLI and MNLI
+when --tasks names them) with fixed hyperparameters and several seeds, and report each task's median and spread
+beside its baseline on the official dev set: the majority class (SQuAD: the empty answer; STS-B: the training set's
+mean score for every pair, whose correlations, undefined for a constant, are reported as 0).
 
     python downstream.py results/bert-mini/custom/phase1/1200 --output-dir results/downstream/mini-1200
     python downstream.py NGC_PREFIX --config-file bert_configs/bert-large-uncased.json --output-dir ...
     python downstream.py ../shared/models/all-MiniLM-L6-v2 --output-dir ...          # a Hugging Face folder
     python downstream.py --random-init --config-file bert_configs/bert-mini-uncased.json --output-dir ...
     python downstream.py CHECKPOINT --quick --output-dir ...          # smoke test: seconds on bert-tiny
+    python downstream.py CHECKPOINT --tasks sts-b,qnli,mnli --data-dir DIR --output-dir ...  # DIR/glue/{STS-B,...}
 
 The checkpoint is anything run_glue.py's --from-pretrained-params loads: a step folder of run_pretraining.py, a
 .pdparams or .safetensors file, an NGC paddle.static.save prefix or a Hugging Face BERT folder (the last two
@@ -25,6 +27,10 @@ Every unit starts from the checkpoint's embeddings, encoder and pooler, and a fr
 fine-tuned checkpoint (classifier, qa_outputs) is left out, as downstream.json says (task_heads_not_loaded); the units
 then load a copy of the weights without it, <output-dir>/encoder_only.pdparams, deleted when they are done.
 
+The default --tasks are those whose data ../shared holds; STS-B, QNLI and MNLI (GLUE's STS-B/, QNLI/ and MNLI/ under
+<data-dir>/glue, as GLUE ships them) run when named, and a named task whose folder is missing is refused before
+anything runs. MNLI is scored on its matched and its mismatched dev set, in one run.
+
 The summary covers every task with runs in the output folder: a rerun with fewer --tasks keeps the others' results
 in it, and is refused if one of their runs is unfinished (the summary would leave that task out).
 
@@ -35,10 +41,12 @@ otherwise the run stops with one line, so a score can never come from weights ot
 
 Outputs, written atomically in --output-dir: downstream.json (the checkpoint with the sha256 of its weights file,
 its fingerprint and the task-head tensors its units left out; per task every seed's scores and start, the median,
-the spread (max - min over the seeds), the majority-class or empty-answer score, the hyperparameters, the data files
-and subsets, and its runs' wall and CPU seconds added up; the wall seconds of this invocation) and downstream.md (a
-table header and one row). Scores are percentages: accuracy, F1 of MRPC's positive class, Matthews correlation x 100
-(CoLA), SQuAD exact match and F1 by the official v1.1 rules.
+the spread (max - min over the seeds), the baseline's score (key "majority", for SQuAD the empty answer's; STS-B's
+key "mean", with the training mean under "baseline"), the hyperparameters, the data files and subsets (their sizes:
+what ran), and its runs' wall and CPU seconds added up; the wall seconds of this invocation) and downstream.md (a
+table header, naming each baseline, and one row). Scores are percentages: accuracy (MNLI: matched and mismatched),
+F1 of MRPC's positive class, Matthews correlation x 100 (CoLA), Pearson and Spearman correlation x 100 (STS-B), SQuAD
+exact match and F1 by the official v1.1 rules.
 """
 
 from __future__ import annotations
@@ -80,9 +88,9 @@ from checkpoints.weights import (
     resolve_weights_file,
     vocab_beside,
 )
-from finetuning.downstream_plan import PLAN, TASKS, TaskPlan, hyperparameters
+from finetuning.downstream_plan import ALL_TASKS, PLAN, TASKS, TaskPlan, hyperparameters
 from finetuning.glue_data import GLUE_TASKS, read_glue_examples
-from finetuning.glue_metrics import compute_metrics
+from finetuning.glue_metrics import compute_metrics, compute_regression_metrics
 from squad_evaluate import evaluate, load_dataset, load_squad_json
 from tokenizer import load_vocab
 from utils import folder_lock
@@ -92,11 +100,18 @@ from utils.cli import DefaultsHelpFormatter, output_to, positive_float, positive
 from utils.dllog import read_report
 
 ROOT = Path(__file__).resolve().parent
-GLUE_FOLDERS = {"sst-2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA"}
-# The scores each task reports, named as in its run's report.
+GLUE_FOLDERS = {"sst-2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA", "sts-b": "STS-B", "qnli": "QNLI",
+                "mnli": "MNLI"}
+# The dev files of a GLUE task, as GLUE names them: MNLI's matched set, then its mismatched one.
+DEV_FILES = {"mnli": ("dev_matched.tsv", "dev_mismatched.tsv")}
+# The scores each task reports, named as in its run's report (MNLI's mismatched set's end in _mm).
 SCORES = {"sst-2": ("accuracy",), "mrpc": ("accuracy", "f1"), "rte": ("accuracy",), "cola": ("mcc",),
+          "sts-b": ("pearson", "spearman"), "qnli": ("accuracy",), "mnli": ("accuracy", "accuracy_mm"),
           "squad": ("exact_match", "F1")}
-LABELS = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "exact_match": "EM", "F1": "F1"}
+LABELS = {"accuracy": "acc", "accuracy_mm": "acc mm", "f1": "F1", "mcc": "MCC", "pearson": "Pearson",
+          "spearman": "Spearman", "exact_match": "EM", "F1": "F1"}
+# The baseline of a task, by its name in downstream.json's scores (a task not named here: the majority class).
+BASELINE_KINDS = {"sts-b": "mean", "squad": "empty"}
 SQUAD_FOLDER = Path("squad") / "v1.1"
 SQUAD_DEV = "dev-v1.1.json"
 # The official training file first; ../shared holds a rebuilt copy under the second name (its README says how).
@@ -133,6 +148,18 @@ class TaskData:
     dev_file: str
     train_size: int
     dev_size: int
+    dev_mismatched_file: str | None = None  # MNLI's second dev set
+    dev_mismatched_size: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """A task's baseline: its kind ("majority": the majority class of each dev set; "empty": SQuAD's empty answer;
+    "mean": the training set's mean score for every dev pair), its scores (percent) and what else defines it."""
+
+    kind: str
+    scores: dict[str, float]
+    details: dict = dataclasses.field(default_factory=dict)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,11 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "folder's <prefix>_vocab.txt, a Hugging Face folder's vocab.txt), else "
                              "vocab/bert-base-uncased-vocab.txt")
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
-                        help="holds glue/<Task>/{train,dev}.tsv for SST-2, MRPC, RTE and CoLA, and "
+                        help="holds glue/<Task>/{train,dev}.tsv for SST-2, MRPC, RTE and CoLA (and STS-B and "
+                             "QNLI; MNLI's dev_matched.tsv and dev_mismatched.tsv), and "
                              f"{SQUAD_FOLDER}/{SQUAD_DEV} with {' or '.join(SQUAD_TRAIN)}")
     parser.add_argument("--output-dir", required=True,
                         help="where the units, downstream.json and downstream.md go; a rerun skips finished units")
-    parser.add_argument("--tasks", type=task_list, default=",".join(TASKS), help="the tasks to run, comma-separated")
+    parser.add_argument("--tasks", type=task_list, default=",".join(TASKS),
+                        help=f"the tasks to run, comma-separated, of {', '.join(ALL_TASKS)}; the default's data is "
+                             "in ../shared, the others' must be in --data-dir")
     parser.add_argument("--jobs", type=positive_int, default=2,
                         help="fine-tuning runs at a time, each in a process of its own with 1/jobs of the CPUs' "
                              "threads; 1: one after another in this process")
@@ -168,12 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def task_list(text: str) -> tuple[str, ...]:
-    """argparse type of --tasks: known task names, each once, in TASKS order."""
+    """argparse type of --tasks: known task names, each once, in ALL_TASKS order."""
     names = [name.strip().lower() for name in text.split(",") if name.strip()]
-    unknown = sorted(set(names) - set(TASKS))
+    unknown = sorted(set(names) - set(ALL_TASKS))
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(TASKS)}, got {text!r}")
-    return tuple(task for task in TASKS if task in names)
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(ALL_TASKS)}, got {text!r}")
+    return tuple(task for task in ALL_TASKS if task in names)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,14 +340,27 @@ def task_data(task: str, plan: TaskPlan, data_dir: Path, output_dir: Path) -> Ta
         dev = folder / SQUAD_DEV
     else:
         folder = data_dir / "glue" / GLUE_FOLDERS[task]
-        train, dev = folder / "train.tsv", folder / "dev.tsv"
-    for path in (train, dev):
-        if not path.is_file():
+        train, dev = folder / "train.tsv", folder / DEV_FILES.get(task, ("dev.tsv",))[0]
+    mismatched = data_dir / "glue" / GLUE_FOLDERS[task] / DEV_FILES[task][1] if task == "mnli" else None
+    for path in (train, dev, mismatched):
+        if path is not None and not path.is_file():
             raise FileNotFoundError(f"--data-dir {data_dir}: {path} not found")
     subsets = output_dir / "data"
     train_file, train_size = subset_file(task, train, subsets / f"{task}-train{train.suffix}", plan.train_subset)
     dev_file, dev_size = subset_file(task, dev, subsets / f"{task}-dev{dev.suffix}", plan.dev_subset)
-    return TaskData(train_file, dev_file, train_size, dev_size)
+    if mismatched is None:
+        return TaskData(train_file, dev_file, train_size, dev_size)
+    return TaskData(train_file, dev_file, train_size, dev_size,
+                    *subset_file(task, mismatched, subsets / f"{task}-dev_mismatched.tsv", plan.dev_subset))
+
+
+def check_task_folders(tasks: Sequence[str], data_dir: Path) -> None:
+    """FileNotFoundError naming the folder of the first GLUE task of `tasks` that --data-dir lacks: checked before
+    anything runs, as the tasks outside the default --tasks have no data in ../shared."""
+    for task in tasks:
+        if task in GLUE_FOLDERS and not (data_dir / "glue" / GLUE_FOLDERS[task]).is_dir():
+            raise FileNotFoundError(f"--tasks {task}: {data_dir / 'glue' / GLUE_FOLDERS[task]} not found (GLUE's "
+                                    f"{GLUE_FOLDERS[task]} folder under --data-dir {data_dir}/glue)")
 
 
 def majority_scores(task: str, dev_file: str) -> dict[str, float]:
@@ -332,7 +375,27 @@ def majority_scores(task: str, dev_file: str) -> dict[str, float]:
     label_ids = np.array([labels.index(example.label) for example in read_glue_examples(task, dev_file)])
     majority = np.bincount(label_ids, minlength=len(labels)).argmax()
     always = np.eye(len(labels))[np.full(len(label_ids), majority)]
-    return {name: 100 * value for name, value in compute_metrics(SCORES[task], label_ids, always).items()}
+    names = [name for name in SCORES[task] if not name.endswith("_mm")]  # MNLI's mismatched set: its own file
+    return {name: 100 * value for name, value in compute_metrics(names, label_ids, always).items()}
+
+
+def baseline_of(task: str, data: TaskData) -> Baseline:
+    """The task's baseline on its dev set(s): majority_scores (MNLI: the matched set's majority class, and the
+    mismatched set's own), or for STS-B the training set's mean score predicted for every dev pair. A constant has
+    no correlation with the scores (Pearson's and Spearman's are undefined for it): glue_metrics, as GLUE's
+    evaluation would have to, reports it as 0."""
+    if task != "sts-b":
+        scores = majority_scores(task, data.dev_file)
+        if data.dev_mismatched_file is not None:
+            scores["accuracy_mm"] = majority_scores(task, data.dev_mismatched_file)["accuracy"]
+        return Baseline(BASELINE_KINDS.get(task, "majority"), scores)
+    train_mean = statistics.fmean(float(example.label) for example in read_glue_examples(task, data.train_file))
+    dev_scores = np.array([float(example.label) for example in read_glue_examples(task, data.dev_file)])
+    correlations = compute_regression_metrics(SCORES[task], dev_scores, np.full(len(dev_scores), train_mean))
+    return Baseline("mean", {name: 100 * value for name, value in correlations.items()},
+                    {"description": "the training set's mean score for every dev pair; its Pearson and Spearman "
+                                    "correlations are undefined (a constant), reported as 0",
+                     "train_mean_score": train_mean})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,6 +411,8 @@ def unit_argv(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start
              "--predict-file", data.dev_file, "--vocab-file", start.vocab_file, "--bert-model", "custom",
              "--config-file", start.config_file, *start.weights_flags, "--output-dir", str(folder),
              "--seed", str(seed), "--epochs", str(plan.epochs), "--log-freq", "50"]
+    if data.dev_mismatched_file is not None:
+        argv += ["--mismatched-predict-file", data.dev_mismatched_file]
     for name, value in task_hyperparameters.items():
         argv += [f"--{name.replace('_', '-')}", str(value)]
     return argv
@@ -386,6 +451,8 @@ def make_unit(task: str, seed: int, plan: TaskPlan, data: TaskData, start: Start
     setup = {"plan": dataclasses.asdict(plan), "hyperparameters": task_hyperparameters,
              "start": start.identity, "train_file_sha256": sha256_of_file(data.train_file),
              "dev_file_sha256": sha256_of_file(data.dev_file)}
+    if data.dev_mismatched_file is not None:
+        setup["dev_mismatched_file_sha256"] = sha256_of_file(data.dev_mismatched_file)
     return Unit(task, seed, plan, data, start, output_dir / "units" / f"{task}-seed{seed}",
                 json.loads(json.dumps(setup)))
 
@@ -438,7 +505,7 @@ def tasks_in_folder(output_dir: Path) -> set[str]:
     if not units.is_dir():
         return set()
     matches = (UNIT_FOLDER.fullmatch(entry.name) for entry in units.iterdir() if entry.is_dir())
-    return {match["task"] for match in matches if match and match["task"] in TASKS}
+    return {match["task"] for match in matches if match and match["task"] in ALL_TASKS}
 
 
 def check_other_tasks_finished(requested: Sequence[str], units: Sequence[Unit], results: Sequence[dict | None]) -> None:
@@ -592,15 +659,18 @@ def summarize(values: Sequence[float]) -> dict:
 
 def task_summary(task: str, plan: TaskPlan, data: TaskData, results: Sequence[dict],
                  task_hyperparameters: dict) -> dict:
-    """The task's scores over the seeds, and the hyperparameters its runs had."""
+    """The task's scores over the seeds beside its baseline's (under the key "majority", or "mean" for STS-B), and
+    the hyperparameters its runs had."""
     scores = {}
-    majority = majority_scores(task, data.dev_file)
+    baseline = baseline_of(task, data)
+    key = "mean" if baseline.kind == "mean" else "majority"  # SQuAD's empty answer keeps the key it always had
     for name in SCORES[task]:
         by_seed = {str(result["seed"]): result["scores"][name] for result in results}
-        scores[name] = {"seeds": by_seed, **summarize(list(by_seed.values())), "majority": majority[name]}
-    return {"scores": scores, "plan": dataclasses.asdict(plan),
-            "hyperparameters": task_hyperparameters,
-            "data": dataclasses.asdict(data), "seconds": sum(result["seconds"] for result in results),
+        scores[name] = {"seeds": by_seed, **summarize(list(by_seed.values())), key: baseline.scores[name]}
+    return {"scores": scores, **({"baseline": baseline.details} if baseline.details else {}),
+            "plan": dataclasses.asdict(plan), "hyperparameters": task_hyperparameters,
+            "data": {name: value for name, value in dataclasses.asdict(data).items() if value is not None},
+            "seconds": sum(result["seconds"] for result in results),
             "cpu_seconds": sum(result["cpu_seconds"] for result in results),
             "runs": [{name: result[name] for name in ("seed", "scores", "seconds", "cpu_seconds", "started_from")}
                      for result in results]}
@@ -617,8 +687,9 @@ def markdown_table(start: Start, tasks: dict, mode: str) -> str:
         row[0] += f" ({mode})"
     for task, summary in tasks.items():
         for name, score in summary["scores"].items():
-            header.append(f"{GLUE_FOLDERS.get(task, 'SQuAD')} {LABELS[name]} (majority {score['majority']:.1f})"
-                          if task != "squad" else f"SQuAD {LABELS[name]} (empty {score['majority']:.1f})")
+            baseline = score["mean"] if task == "sts-b" else score["majority"]
+            header.append(f"{GLUE_FOLDERS.get(task, 'SQuAD')} {LABELS[name]} "
+                          f"({BASELINE_KINDS.get(task, 'majority')} {baseline:.1f})")
             values = score["seeds"].values()
             cell = f"{score['median']:.1f}"
             row.append(cell if len(values) == 1 else f"{cell} ({min(values):.1f}-{max(values):.1f})")
@@ -632,13 +703,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.random_init == bool(args.checkpoint):
         parser.error("give a checkpoint or --random-init (with --config-file), not both")
     output_dir = Path(args.output_dir)
+    check_task_folders(args.tasks, Path(args.data_dir))
     folder_lock.hold(output_dir, "--output-dir")
     start = (random_start(args.config_file, args.vocab_file) if args.random_init
              else checkpoint_start(args.checkpoint, args.config_file, args.vocab_file))
     check_vocabulary(start)
     mode = "quick" if args.quick else "standard"
     earlier = tasks_in_folder(output_dir) - set(args.tasks)  # summed up again, not run
-    plans = {task: PLAN[mode][task] for task in TASKS if task in args.tasks or task in earlier}
+    plans = {task: PLAN[mode][task] for task in ALL_TASKS if task in args.tasks or task in earlier}
     data = {task: task_data(task, plan, Path(args.data_dir), output_dir) for task, plan in plans.items()}
     task_hyperparameters = {task: hyperparameters(task, args.learning_rate) for task in plans}
     units = [make_unit(task, seed, plan, data[task], start, output_dir, task_hyperparameters[task])

@@ -637,7 +637,8 @@ class Yardstick:
         """What a downstream stage's result depends on: the run, its checkpoint, and the fine-tuning plan and
         hyperparameters (a result of another fine-tuning recipe is not this one's)."""
         mode = "quick" if self.quick else "standard"
-        plan = {task: asdict(task_plan) for task, task_plan in downstream_plan.PLAN[mode].items()}
+        # the tasks the yardstick scores, downstream.py's default ones: plans of other tasks change no result here
+        plan = {task: asdict(downstream_plan.PLAN[mode][task]) for task in downstream_plan.TASKS}
         return {**asdict(run), "preset": self.preset_of(run), "checkpoint": pretrained["checkpoint"],
                 "quick": self.quick, **json.loads(json.dumps(  # as the stage file holds them: lists, not tuples
                     {"plan": plan, "hyperparameters": downstream_plan.HYPERPARAMETERS}))}
