@@ -83,14 +83,7 @@ from optimizer import add_optimizer_arguments, create_optimizer
 from preprocessing.masking import MASKED_LM_RATIO, num_to_predict
 from preprocessing.packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader, find_shards
-from training.amp import (
-    add_amp_arguments,
-    amp_autocast,
-    amp_decorate,
-    amp_policy,
-    check_amp_arguments,
-    create_loss_scaler,
-)
+from training.amp import add_amp_arguments, amp_autocast, amp_policy, amp_prepare, check_amp_arguments
 from training.gradient_merge import merged_backward, optimizer_step, ramped_merge_steps
 from training.pretraining_eval import PretrainingEvaluator, add_eval_arguments, build_evaluator, check_eval_arguments
 from training.pretraining_report import ProgressReporter, StepResult
@@ -460,8 +453,7 @@ class Trainer:
             beta2=args.beta2, epsilon=args.epsilon, max_grad_norm=args.max_grad_norm,
             multi_precision=self.policy.master_weights,
         )
-        self.model, self.optimizer = amp_decorate(self.model, self.optimizer, self.policy)
-        self.scaler = create_loss_scaler(self.policy)
+        self.model, self.optimizer, self.scaler = amp_prepare(self.model, self.optimizer, self.policy)
         # Every rank builds the weights from --seed (DataParallel then broadcasts rank 0's anyway); dropout masks
         # must differ between ranks, so the generator continues from a per-rank seed.
         paddle.seed(args.seed + rank)

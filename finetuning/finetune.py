@@ -54,15 +54,7 @@ from lr_scheduler import create_lr_scheduler
 from modeling import INPUT_NAMES
 from optimizer import add_optimizer_arguments, create_optimizer
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
-from training.amp import (
-    AmpPolicy,
-    add_amp_arguments,
-    amp_autocast,
-    amp_decorate,
-    amp_policy,
-    check_amp_arguments,
-    create_loss_scaler,
-)
+from training.amp import AmpPolicy, add_amp_arguments, amp_autocast, amp_policy, amp_prepare, check_amp_arguments
 from training.gradient_merge import all_reduce_sum, merged_backward, optimizer_step
 from training.runtime import apply_cpu_tweaks, configure_cpu_threads, init_data_parallel, set_cpu_affinity
 from utils import folder_lock
@@ -445,8 +437,7 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
                                     warmup_start_lr=args.warmup_start_lr, power=1.0)
     optimizer = create_optimizer(args.optimizer, model, scheduler, args.weight_decay, args.beta1, args.beta2,
                                  args.epsilon, MAX_GRAD_NORM, multi_precision=policy.master_weights)
-    model, optimizer = amp_decorate(model, optimizer, policy)
-    scaler = create_loss_scaler(policy)
+    model, optimizer, scaler = amp_prepare(model, optimizer, policy)
     network = paddle.DataParallel(model) if world_size > 1 else model
     network.train()
     logger.log("PARAMETER", {f"training_{unit}": len(features), "train_batch_size": args.train_batch_size,

@@ -106,9 +106,10 @@ def record_amp_policies(monkeypatch) -> list:
 
     from finetuning import finetune
     from inference import inference
+    from training import amp
 
     policies = []
-    monkeypatch.setattr(finetune, "amp_decorate", lambda model, optimizer, policy: (
+    monkeypatch.setattr(amp, "amp_decorate", lambda model, optimizer, policy: (  # amp_prepare calls it
         policies.append(policy), (model, optimizer))[1])
     gpu_with_bf16(monkeypatch, supported=True)
     for module in (finetune, inference):

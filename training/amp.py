@@ -279,3 +279,11 @@ def create_loss_scaler(policy: AmpPolicy) -> LossScaler | None:
     if not policy.uses_loss_scaling:
         return None
     return LossScaler(policy.init_loss_scale, dynamic=policy.dynamic_loss_scaling, min_scale=policy.min_loss_scale)
+
+
+def amp_prepare(model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer,
+                policy: AmpPolicy) -> tuple[paddle.nn.Layer, paddle.optimizer.Optimizer, LossScaler | None]:
+    """What every trainer does with its model and optimizer once both exist: O2's decoration (amp_decorate) and
+    the float16 loss scaler (create_loss_scaler, None without one)."""
+    model, optimizer = amp_decorate(model, optimizer, policy)
+    return model, optimizer, create_loss_scaler(policy)
