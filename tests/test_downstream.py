@@ -59,13 +59,16 @@ def quick_argv(checkpoint: Path | None, output_dir: Path, *extra: str) -> list[s
             "--vocab-file", str(require_shared("vocab", "bert-uncased-vocab.txt")), "--jobs", "1", *extra]
 
 
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory) -> tuple[Path, Path]:
-    """(checkpoint step folder, output folder) of a --quick run of every task."""
-    root = tmp_path_factory.mktemp("downstream")
+def finished_quick_run(root: Path) -> tuple[Path, Path]:
+    """(checkpoint step folder, output folder) of a --quick run of every task, made under root."""
     checkpoint = write_step_folder(root / "phase1" / "1000")
     downstream.main(quick_argv(checkpoint, root / "out"))
     return checkpoint, root / "out"
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> tuple[Path, Path]:
+    return finished_quick_run(tmp_path_factory.mktemp("downstream"))
 
 
 def test_quick_run_writes_every_score_with_its_baseline_and_the_weights_it_started_from(quick_run):

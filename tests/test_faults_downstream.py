@@ -37,7 +37,7 @@ from interrupts import wait_for
 from messages import assert_one_line
 from modeling import BertForSequenceClassification
 from recipe_fakes import make_fakes, preset, script_args
-from test_downstream import quick_argv, write_step_folder
+from test_downstream import finished_quick_run, quick_argv, write_step_folder
 from utils import folder_lock
 from utils.cli import run_main
 
@@ -73,10 +73,7 @@ def refuse_to_fine_tune(monkeypatch) -> None:
 @pytest.fixture(scope="module")
 def five_tasks(tmp_path_factory) -> tuple[Path, Path]:
     """(checkpoint, output folder) of a finished --quick run of all five tasks; a case works on a copy."""
-    root = tmp_path_factory.mktemp("five-tasks")
-    checkpoint = write_step_folder(root / "phase1" / "1000")
-    downstream.main(quick_argv(checkpoint, root / "out"))
-    return checkpoint, root / "out"
+    return finished_quick_run(tmp_path_factory.mktemp("five-tasks"))
 
 
 def copy_of(finished: Path, target: Path) -> Path:
