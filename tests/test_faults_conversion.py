@@ -206,13 +206,18 @@ def test_hf2paddle_refuses_a_folder_whose_own_paddlebert_config_differs_from_its
     assert snapshot(folder) == before
 
 
-def test_hf2paddle_refuses_a_config_json_that_sets_an_option_transformers_ignores(small_hf, tmp_path):
-    """transformers' BertModel reads `"alibi": true` in config.json as nothing: the folder is plain BERT there."""
-    folder = tmp_path / "hf"
+def hf_copy_setting(small_hf: Path, folder: Path, **settings: object) -> Path:
+    """A copy of the small Hugging Face folder (weights and config.json) whose config.json also holds settings."""
     folder.mkdir()
     (folder / "model.safetensors").write_bytes((small_hf / "model.safetensors").read_bytes())
     hf_config = json.loads((small_hf / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**hf_config, "alibi": True}))
+    (folder / "config.json").write_text(json.dumps({**hf_config, **settings}))
+    return folder
+
+
+def test_hf2paddle_refuses_a_config_json_that_sets_an_option_transformers_ignores(small_hf, tmp_path):
+    """transformers' BertModel reads `"alibi": true` in config.json as nothing: the folder is plain BERT there."""
+    folder = hf_copy_setting(small_hf, tmp_path / "hf", alibi=True)
     message = refused("hf2paddle", folder, tmp_path / "out.pdparams", "--config-out", tmp_path / "out.json")
     assert_one_line(message, "convert_checkpoint.py hf2paddle: ", folder / "config.json", "alibi", "transformers")
     assert not (tmp_path / "out.pdparams").exists() and not (tmp_path / "out.json").exists()
@@ -350,11 +355,7 @@ def test_the_loader_refuses_a_hugging_face_folder_whose_two_configs_differ(small
 
 
 def test_the_loader_refuses_a_hugging_face_config_json_that_sets_a_recipe_option(small_hf, tmp_path):
-    folder = tmp_path / "hf"
-    folder.mkdir()
-    (folder / "model.safetensors").write_bytes((small_hf / "model.safetensors").read_bytes())
-    hf_config = json.loads((small_hf / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**hf_config, "pre_layer_norm": True}))
+    folder = hf_copy_setting(small_hf, tmp_path / "hf", pre_layer_norm=True)
     with pytest.raises(ValueError) as raised:
         model_config_file("custom", None, str(folder), flag="--from-pretrained-params", model_prefix="bert_paddle")
     assert_one_line(str(raised.value), "", folder / "config.json", "pre_layer_norm", "transformers")
