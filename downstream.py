@@ -53,8 +53,6 @@ from __future__ import annotations
 
 from training import runtime  # noqa: F401  # isort: skip  (first: it imports Paddle without its import-time warnings)
 import argparse
-import contextlib
-import ctypes
 import dataclasses
 import json
 import math
@@ -96,6 +94,7 @@ from tokenizer import load_vocab
 from utils import folder_lock
 from utils.atomic_io import atomic_write, atomic_write_text
 from utils.checksums import sha256_of_file
+from utils.child_processes import end_with_parent
 from utils.cli import DefaultsHelpFormatter, output_to, positive_float, positive_int, run_main
 from utils.dllog import read_report
 
@@ -124,7 +123,6 @@ TASK_HEADS = ("qa", "classifier")
 # The checkpoint's weights without its task heads, which the units load when it has any.
 ENCODER_ONLY_FILE = "encoder_only" + PARAMS_SUFFIX
 UNIT_FOLDER = re.compile(r"(?P<task>.+)-seed\d+")
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclasses.dataclass(frozen=True)
@@ -546,23 +544,12 @@ def run_unit(unit: Unit) -> dict:
     return result
 
 
-def _end_with_parent(parent_pid: int) -> None:
-    """Make this worker end when downstream.py does, whatever killed it (kill -9, the OOM killer): on Linux the kernel
-    sends the worker SIGKILL (prctl PR_SET_PDEATHSIG, as pretraining_dataset's loader workers have it). Otherwise a
-    worker would finish its unit without the folder's lock, beside a rerun that holds it. A parent that died before
-    prctl took effect is caught by the check after it."""
-    with contextlib.suppress(OSError, AttributeError):  # no libc with prctl: not Linux
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:
-        os._exit(0)
-
-
 def _worker(connection: Connection, threads: int, parent_pid: int) -> None:
     """A worker process: runs each unit it receives and sends back (True, result) or (False, the error), until it
     receives None; it dies with its parent (parent_pid). Paddle's CPU threads per unit: `threads`
     (runtime.configure_cpu_threads). A SIGTERM (a scheduler's, to the whole process group) ends it without Paddle's
     handler, which would print a page of C++ error summary."""
-    _end_with_parent(parent_pid)
+    end_with_parent(parent_pid)  # else it would finish its unit without the folder's lock, beside a rerun
     os.environ["PADDLEBERT_NUM_THREADS"] = str(threads)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     while (unit := connection.recv()) is not None:

@@ -51,8 +51,6 @@ forked it dies, however it died.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import glob
 import json
 import multiprocessing
@@ -70,10 +68,10 @@ import numpy as np
 from preprocessing.masking import continuation_pieces, mask_batch, word_starts
 from preprocessing.shard_formats import SHARD_FORMATS, check_num_samples, padded_row_length, parse_positions, shard_kind
 from tokenizer import load_vocab
+from utils.child_processes import end_with_parent
 
 SHUFFLE_WINDOW_SAMPLES = 16384
 BATCHES_AHEAD_PER_WORKER = 2
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _PARENT_POLL_SECONDS = 1.0
 STATE_VERSION = 1
 # What each derived random stream is for, so that no two uses share one.
@@ -566,19 +564,9 @@ def _concatenate(parts: list) -> list | np.ndarray:
 # Worker processes
 
 
-def _end_with_parent(parent_pid: int) -> None:
-    """Make this worker end when the trainer that forked it dies, whatever killed it (SIGKILL, the OOM killer):
-    on Linux the kernel sends the worker SIGKILL (prctl PR_SET_PDEATHSIG); the worker loop also polls its parent
-    id, for other systems. A parent that died before prctl took effect is caught by the same check."""
-    with contextlib.suppress(OSError, AttributeError):  # no libc with prctl: not Linux, the polling remains
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:
-        os._exit(0)
-
-
 def _worker_loop(builder: BatchBuilder, tasks: multiprocessing.Queue, results: multiprocessing.Queue,
                  parent_pid: int) -> None:
-    _end_with_parent(parent_pid)
+    end_with_parent(parent_pid)  # and the loop below polls the parent id, for other systems
     # Ctrl-C, a closed terminal and Slurm's USR1 warning reach the whole process group: the trainer's to handle (it
     # checkpoints, then stops the workers), not a reason for a worker to die first.
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):

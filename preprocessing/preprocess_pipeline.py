@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import dataclasses
 import functools
 import json
@@ -76,6 +75,7 @@ from preprocessing.shard_formats import ShardRows
 from tokenizer import BertTokenizer, load_vocab
 from utils import folder_lock
 from utils.atomic_io import atomic_write_text
+from utils.child_processes import end_with_parent
 from utils.cli import finite_float
 from utils.progress import progress_bar, show_counts
 
@@ -630,7 +630,6 @@ def _quiet_task_failures() -> None:
         lambda record: not str(record.msg).startswith("Compute Failed"))
 
 
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # Ctrl-C and a closed terminal: the parent's to handle.
 _PARENT_SIGNALS = (signal.SIGINT, signal.SIGHUP)
 
@@ -639,10 +638,7 @@ def _start_pool_worker(parent_pid: int) -> None:
     """A pool worker ends with the process that started it, however that one dies (SIGKILL included): on Linux the
     kernel sends it SIGKILL (prctl PR_SET_PDEATHSIG, as the training loader's workers). Ctrl-C and a closed
     terminal reach the whole process group; they are the parent's to handle, which then ends the workers."""
-    with contextlib.suppress(OSError, AttributeError):  # no prctl: not Linux
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(0)
+    end_with_parent(parent_pid)
     for signum in _PARENT_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _PARENT_SIGNALS)  # held since the spawn (run_tasks); now ignored
