@@ -547,9 +547,12 @@ class BertForSequenceClassification(_BertWithHead):
         init_bert_weights(self.classifier, config.initializer_range)
 
     def forward(self, input_ids: paddle.Tensor, token_type_ids: paddle.Tensor | None = None,
-                attention_mask: paddle.Tensor | None = None) -> paddle.Tensor:
-        """Returns logits [B, num_labels]."""
-        _, pooled_output = self.bert(input_ids, token_type_ids, attention_mask)
+                attention_mask: paddle.Tensor | None = None, position_ids: paddle.Tensor | None = None,
+                sample_ids: paddle.Tensor | None = None, cls_positions: paddle.Tensor | None = None) -> paddle.Tensor:
+        """Returns logits [B, num_labels], or [number of samples, num_labels] for packed rows (position_ids,
+        sample_ids and cls_positions, as BertModel.forward takes them)."""
+        _, pooled_output = self.bert(input_ids, token_type_ids, attention_mask, position_ids, sample_ids,
+                                     cls_positions)
         return self.classifier(self.dropout(pooled_output))
 
 

@@ -75,6 +75,7 @@ from finetuning.glue_data import (
 from finetuning.glue_metrics import compute_metrics, compute_regression_metrics
 from inference import inference
 from modeling import INPUT_NAMES, BertForSequenceClassification
+from preprocessing.packing import check_packable, pack_batch
 from tokenizer import BertTokenizer
 from utils.atomic_io import atomic_write_set, text_writer
 from utils.cli import DefaultsHelpFormatter, positive_int, run_main
@@ -129,7 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
                                        max_seq_length_help="tokens per example with [CLS] and [SEP]; longer texts "
                                                            "are cut")
     finetune.add_model_arguments(parser)
-    finetune.add_training_arguments(parser, unit="examples", learning_rate=5e-5, warmup_proportion=0.1)
+    training = finetune.add_training_arguments(parser, unit="examples", learning_rate=5e-5, warmup_proportion=0.1)
+    training.add_argument("--pack-sequences", action="store_true",
+                          help="train on packed rows: the examples of each batch side by side in as few rows of "
+                               "--max-seq-length tokens as fit them, each attending only to itself (preprocessing/"
+                               "packing.py; the same function of each example, computed on far less padding)")
 
     prediction = parser.add_argument_group("Prediction and evaluation")
     prediction.add_argument("--do-predict", action="store_true",
@@ -247,9 +252,17 @@ def train(model: BertForSequenceClassification, args: argparse.Namespace,
     examples = read_examples(args, args.train_file, require_labels=True)
     features = convert_examples_to_features(examples, session.tokenizer, args.max_seq_length, task_labels(args))
     pad_token_id, regression = session.tokenizer.pad_token_id, is_regression(args)
-    model = finetune.train(model, features, lambda batch: collate(batch, pad_token_id, args.max_seq_length,
-                                                                  regression=regression),
-                           regression_loss if regression else classification_loss, args, session, unit="examples")
+    if args.pack_sequences:
+        lengths = np.array([len(feature.input_ids) for feature in features])
+        check_packable({"": [lengths]}, args.max_seq_length, args.train_batch_size, args.train_file,
+                       batch_size_flag="--train-batch-size")
+
+    def training_batch(features: list[ClassificationFeature]) -> dict[str, np.ndarray]:
+        batch = collate(features, pad_token_id, args.max_seq_length, regression=regression)
+        return pack_batch(batch, args.max_seq_length) if args.pack_sequences else batch
+
+    model = finetune.train(model, features, training_batch, regression_loss if regression else classification_loss,
+                           args, session, unit="examples")
     finetune.save_fine_tuned(model, args, session)
     return model
 

@@ -6,7 +6,9 @@ on the same GLUE data with the same recipe, scores and wall times, several seeds
 
 The model is all-MiniLM-L6-v2 (../shared/models, a Hugging Face BERT folder; --model-dir), fine-tuned on MRPC, RTE,
 CoLA and SST-2 (../shared/data/glue; --glue-dir, --tasks) by each contender (--only):
-- ours: run_glue.py as a user runs it (the preset mrpc_cpu_minilm's flags with the task's files);
+- ours: run_glue.py as a user runs it (the preset mrpc_cpu_minilm's flags with the task's files) with
+  --pack-sequences (OURS_OPTIONS): each batch's examples side by side in as few rows as fit them, which computes
+  each example's function as it is on far less padding (the peer pads each batch to its longest example);
 - transformers: benchmarks/glue_hf_peer.py in the peers' torch venv (benchmarks/setup_peers.sh; --torch-python):
   transformers' model and tokenizer in a plain PyTorch loop with run_glue.py's recipe, batches and metrics;
 - transformers-bf16: the same under torch's bf16 autocast, on a CPU with bf16 instructions (avx512_bf16 or
@@ -101,6 +103,8 @@ DEFAULT_SUBSETS = ", ".join(f"{task.name}={task.train_examples or 'all'}" for ta
 SUBSET_SEED = 20190411
 # run_glue.py's defaults and the preset's, which the peer is given too.
 RECIPE = {"train_batch_size": 32, "max_seq_length": 128, "warmup_proportion": 0.1, "weight_decay": 0.01}
+# run_glue.py's options beyond the recipe, which the report names.
+OURS_OPTIONS = ("--pack-sequences",)
 SPEED_TARGET = 0.75  # the issue's: our fine-tuning takes at most 0.75x transformers' fp32 time
 # What the report reads of a stage file: of a fine-tuning, and of a tokenizer check.
 RUN_FIELDS = ("metrics", "train_seconds", "process_seconds")
@@ -367,7 +371,7 @@ def ours_command(plan: Plan, task: str, data: TaskData, seed: int, run_dir: Path
             str(RECIPE["train_batch_size"]), "--predict-batch-size", str(RECIPE["train_batch_size"]),
             "--optimizer", "AdamW", "--learning-rate", str(plan.learning_rate), "--warmup-proportion",
             str(RECIPE["warmup_proportion"]), "--weight-decay", str(RECIPE["weight_decay"]), "--epochs",
-            str(plan.epochs), "--seed", str(seed)]
+            str(plan.epochs), "--seed", str(seed), *OURS_OPTIONS]
 
 
 def ours_result(report_file: Path, metric_names: tuple[str, ...]) -> dict:
@@ -528,6 +532,8 @@ def recipe_report(records: dict[str, list[dict]], tokenizer_checks: dict[str, di
         if decayed:
             line += "; weight decay on " + ", ".join(f"{d} tensors, not on {u}" for d, u in sorted(decayed))
         engines = sorted({run["engine"] for run in runs if "engine" in run})
+        if name == "ours":
+            engines.append("run_glue.py " + " ".join(OURS_OPTIONS))
         lines.append(line + (f"; {', '.join(engines)}" if engines else ""))
     for task, check in tokenizer_checks.items():
         lines.append(f"{task}: transformers' tokenizer gives other ids than ours on {check['tokenized_differently']} "
@@ -584,8 +590,9 @@ def stage_settings(plan: Plan, task: str, data: TaskData, contender: str | None,
                 "do_lower_case": model_lowercases(plan.model_dir), "max_seq_length": RECIPE["max_seq_length"]}
     if contender is None:
         return settings
+    options = {"options": list(OURS_OPTIONS)} if contender == "ours" else {}
     return {**settings, "contender": contender, "seed": seed, "epochs": plan.epochs,
-            "learning_rate": plan.learning_rate, **RECIPE, "cpu": cpu}
+            "learning_rate": plan.learning_rate, **RECIPE, "cpu": cpu, **options}
 
 
 def run(plan: Plan) -> None:

@@ -53,6 +53,7 @@ from finetuning.feature_batching import batch_indices
 from lr_scheduler import create_lr_scheduler
 from modeling import INPUT_NAMES
 from optimizer import add_optimizer_arguments, create_optimizer
+from preprocessing.packing import PACKED_MODEL_INPUTS
 from tokenizer import BertTokenizer, load_vocab, vocab_looks_cased
 from training.amp import AmpPolicy, add_amp_arguments, amp_autocast, amp_policy, amp_prepare, check_amp_arguments
 from training.gradient_merge import all_reduce_sum, merged_backward, optimizer_step
@@ -154,8 +155,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_training_arguments(parser: argparse.ArgumentParser, *, unit: str, learning_rate: float,
-                           warmup_proportion: float) -> None:
-    """The Training group; `unit` names what the task trains on ("features", "examples") in the help."""
+                           warmup_proportion: float) -> argparse._ArgumentGroup:
+    """The Training group, returned for a task's own training options; `unit` names what the task trains on
+    ("features", "examples") in the help."""
     training = parser.add_argument_group("Training")
     training.add_argument("--do-train", action="store_true", help="fine-tune on --train-file")
     training.add_argument("--epochs", type=positive_int, default=3, help=f"passes over the training {unit}")
@@ -183,6 +185,7 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, unit: str, learni
     training.add_argument("--visualdl-log-dir",
                           help="also write the training scalars and the configuration to a VisualDL log in this "
                                "folder (rank 0; needs `pip install visualdl`)")
+    return training
 
 
 def add_advanced_arguments(parser: argparse.ArgumentParser) -> None:
@@ -392,8 +395,13 @@ def require_examples(examples: Sequence, path: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def model_inputs(batch: Batch) -> list[paddle.Tensor]:
-    """input_ids, token_type_ids and attention_mask [B, S] of a collated batch, as tensors."""
+def model_inputs(batch: Batch) -> list[paddle.Tensor | None]:
+    """input_ids, token_type_ids and attention_mask [B, S] of a collated batch, as tensors; for a batch that
+    packing.pack_batch packed, input_ids and token_type_ids [R, S], no attention_mask (the sample ids say who
+    attends to whom) and position_ids, sample_ids and cls_positions, in the order the task models take them."""
+    if "sample_ids" in batch:
+        return [paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]), None,
+                *(paddle.to_tensor(batch[name]) for name in PACKED_MODEL_INPUTS)]
     return [paddle.to_tensor(batch[name]) for name in INPUT_NAMES]
 
 
@@ -417,7 +425,8 @@ def total_training_steps(num_features: int, args: argparse.Namespace, world_size
 
 
 def _sequences(batch: Batch) -> tuple[int]:
-    return (len(batch["input_ids"]),)
+    """The batch's sequences: its rows, or the samples that a packed batch holds (one [CLS] each)."""
+    return (len(batch["cls_positions"]) if "cls_positions" in batch else len(batch["input_ids"]),)
 
 
 def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable[[list[Feature]], Batch],

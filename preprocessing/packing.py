@@ -1,4 +1,4 @@
-"""Sequence packing for BERT pre-training: several samples side by side in each row of a micro-batch.
+"""Sequence packing for BERT pre-training and fine-tuning: several samples side by side in each row of a micro-batch.
 
 Krell et al. 2021, "Efficient Sequence Packing without Cross-contamination" (arXiv:2107.02027): a padded batch of
 Wikipedia samples at length 512 is about half padding. Packing puts several samples into one row and keeps them
@@ -14,14 +14,15 @@ for it. It packs one micro-batch at a time, so the loader and the samples of eve
 (--batch-size still counts samples). The paper's SPFHP and NNLSHP instead pack the length histogram of a whole
 data set, which would change which samples share a step.
 
-pack_batch takes a batch as pretraining_dataset collates it (numpy int64: input_ids, token_type_ids, attention_mask
-with 1 = token, masked_lm_labels [B, L]; next_sentence_labels [B]) and returns, with R rows of length S:
-    input_ids, token_type_ids, attention_mask, masked_lm_labels  [R, S]  the samples' tokens, then padding
-                                                                         (0, 0, 0 and IGNORE_INDEX)
+pack_batch takes a padded batch of numpy arrays: attention_mask [B, L] with 1 = token, other per-token arrays of
+the same shape (input_ids, token_type_ids, and in pre-training masked_lm_labels, as pretraining_dataset collates
+them), and per-sample ones (next_sentence_labels, or a fine-tuning task's labels [B]). It returns, with R rows of
+length S:
+    every per-token array  [R, S]  the samples' tokens, then padding (IGNORE_INDEX for masked_lm_labels, else 0)
     position_ids   [R, S]  each token's position in its own sample
     sample_ids     [R, S]  the batch index (0..B-1) of each token's sample, -1 for padding
     cls_positions  [B]     flat index into the R*S tokens of sample b's [CLS], in batch order
-    next_sentence_labels [B]  unchanged
+    every per-sample array, unchanged (its order is the batch's, as cls_positions' is)
 S is the longest row rounded up as the loader rounds its rows (shard_formats.padded_row_length).
 
 check_packable refuses, at start, data on which packing could pack nothing: no bin holds two samples that fit in
@@ -40,6 +41,8 @@ from preprocessing.shard_formats import padded_row_length
 # The keys of a packed batch that BertForPretraining.forward takes after masked_lm_positions, in its order (the
 # packed attention_mask only counts padding: sample_ids say who attends to whom).
 PACKED_MODEL_INPUTS = ("position_ids", "sample_ids", "cls_positions")
+# What a per-token array other than these is padded with in a packed row: an ignored label where a loss reads it.
+TOKEN_PADDING = {"masked_lm_labels": IGNORE_INDEX}
 
 
 def sample_lengths(attention_mask: np.ndarray) -> np.ndarray:
@@ -71,18 +74,18 @@ def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int
 
 
 def check_packable(lengths_per_bin: Mapping[str, Iterable[np.ndarray]], max_seq_length: int, batch_size: int,
-                   source: str) -> None:
+                   source: str, batch_size_flag: str = "--batch-size") -> None:
     """ValueError naming source, a bin and the numbers if in no bin two samples fit in one row of max_seq_length
-    tokens, or naming --batch-size if a micro-batch holds one sample: packing then changes nothing (every row keeps
-    one sample), and --pack-sequences would be silently inert.
+    tokens, or naming batch_size_flag (the script's option for samples per micro-batch) if a micro-batch holds one
+    sample: packing then changes nothing (every row keeps one sample), and --pack-sequences would be silently inert.
 
     lengths_per_bin: per bin ("bin <id>", or "" for an unbinned set) the sample lengths of each of its files, read
     one file at a time; the check stops at the first bin whose shortest two fit. Bins are checked apart because
     packing fills one micro-batch, and a micro-batch's samples all come from one bin (pretraining_dataset.py).
     """
     if batch_size < 2:
-        raise ValueError(f"--batch-size {batch_size}: --pack-sequences packs the samples of one micro-batch, and this "
-                         "one holds a single sample; raise --batch-size or drop --pack-sequences")
+        raise ValueError(f"{batch_size_flag} {batch_size}: --pack-sequences packs the samples of one micro-batch, and "
+                         f"this one holds a single sample; raise {batch_size_flag} or drop --pack-sequences")
     closest: tuple[str, int, int] | None = None  # (bin, shortest, second) of the bin nearest to packing
     inert = []
     for name, files in lengths_per_bin.items():
@@ -127,16 +130,14 @@ def pack_batch(batch: dict[str, np.ndarray], max_seq_length: int) -> dict[str, n
         packed[target] = values
         return packed
 
-    return {
-        "input_ids": place(batch["input_ids"][sample, column], 0),
-        "token_type_ids": place(batch["token_type_ids"][sample, column], 0),
-        "attention_mask": place(1, 0),
-        "masked_lm_labels": place(batch["masked_lm_labels"][sample, column], IGNORE_INDEX),
-        "position_ids": place(column, 0),
-        "sample_ids": place(sample, -1),
-        "cls_positions": row_of * row_length + start_of,
-        "next_sentence_labels": batch["next_sentence_labels"],
-    }
+    packed = {"attention_mask": place(1, 0), "position_ids": place(column, 0), "sample_ids": place(sample, -1),
+              "cls_positions": row_of * row_length + start_of}
+    for name, values in batch.items():
+        if name == "attention_mask":
+            continue
+        per_token = values.shape == batch["attention_mask"].shape
+        packed[name] = place(values[sample, column], TOKEN_PADDING.get(name, 0)) if per_token else values
+    return packed
 
 
 def padding_fraction(batch: dict[str, np.ndarray]) -> float:

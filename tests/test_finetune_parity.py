@@ -504,6 +504,7 @@ def test_our_command_carries_the_recipe_the_run_and_the_models_case(parity, fold
                 "--config-file": str(folders / "model" / "config.json"), "--output-dir": str(folders / "run")}
     assert {flag: flag_value(command, flag) for flag in expected} == expected
     assert "--do-lower-case" in command and "--do-train" in command and "--do-eval" in command
+    assert "--pack-sequences" in command
     write_model_dir(folders / "model", lower_case=False)
     assert "--no-do-lower-case" in parity.ours_command(plan, "mrpc", data, 7, folders / "run")
 

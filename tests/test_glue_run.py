@@ -190,6 +190,30 @@ def test_fuse_mha_trains_the_same_model_from_an_unfused_checkpoint(workspace, tw
     np.testing.assert_allclose(predictions(fused_dir)[2], predictions(two_steps_batch_8)[2], atol=1e-5)
 
 
+def test_packed_rows_train_the_same_model(workspace, two_steps_batch_8):
+    # The tiny config has no dropout, so packing leaves each example's function, and so the update, as it was.
+    packed_dir = _two_steps(workspace, "packed", "--pack-sequences")
+    _assert_same_params(packed_dir, two_steps_batch_8, atol=1e-5)
+    # Micro-batches of 3 whose packed rows differ in number: the merge weighs them by examples, not rows.
+    merged = _two_steps(workspace, "merged_3", "--train-batch-size", 3, "--gradient-merge-steps", 2)
+    packed_merged = _two_steps(workspace, "packed_merged_3", "--train-batch-size", 3, "--gradient-merge-steps", 2,
+                               "--pack-sequences")
+    _assert_same_params(packed_merged, merged, atol=1e-5)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--train-batch-size", "1"], "--train-batch-size 1: --pack-sequences packs the samples of one micro-batch"),
+    (["--max-seq-length", "40"], "--pack-sequences cannot pack these samples: the shortest two have"),
+])
+def test_packing_that_would_change_nothing_is_refused(workspace, extra, message, tmp_path):
+    result = run_script("run_glue.py", [*_common(workspace, tmp_path / "out"),
+                                        *train_args(workspace, "--max-steps", 1, "--pack-sequences"), *extra])
+    assert result.returncode == 1
+    line = assert_one_line(result.stderr.strip().splitlines()[-1], "run_glue.py: ", message)
+    assert extra[0] in line and ("train.tsv" in line or extra[0] == "--train-batch-size")
+    assert not (tmp_path / "out" / "bert_paddle.pdparams").exists()
+
+
 def test_named_columns_of_a_csv_train_like_the_mrpc_reader(workspace, two_steps_batch_8):
     columns = ["--text-a-column", "first", "--text-b-column", "second", "--label-column", "y", "--labels", "0,1",
                "--id-column", "pair"]

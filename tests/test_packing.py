@@ -11,6 +11,7 @@ import pytest
 import modeling
 from conftest import require_shared
 from data_fixtures import ragged_batch
+from finetuning import finetune
 from loss import IGNORE_INDEX, BertPretrainingCriterion
 from preprocessing.packing import check_packable, first_fit_decreasing, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader
@@ -170,3 +171,57 @@ def test_packed_run_trains_on_the_same_samples_with_the_same_first_loss(tmp_path
     assert packed_losses[0] == pytest.approx(unpacked_losses[0], abs=1e-5)
     np.testing.assert_allclose(packed_losses, unpacked_losses, atol=1e-4)
     assert 0.0 <= packed_padding < unpacked_padding
+
+
+def fine_tuning_batch(lengths: list[int], seq_length: int, vocab_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """A batch as run_glue.py collates it: ragged_batch's tokens without the pretraining labels, and labels [B]."""
+    batch = ragged_batch(lengths, seq_length, vocab_size, seed)
+    del batch["masked_lm_labels"], batch["next_sentence_labels"]
+    batch["labels"] = np.arange(len(lengths)) % 3
+    return batch
+
+
+def test_a_fine_tuning_batch_packs_its_tokens_and_keeps_its_labels_in_batch_order():
+    batch = fine_tuning_batch([5, 3, 7, 2], seq_length=8, vocab_size=50)
+    packed = pack_batch(batch, max_seq_length=10)
+    # The rows of test_pack_batch_by_hand: [sample 2 | sample 1] and [sample 0 | sample 3 | padding].
+    assert sorted(packed) == ["attention_mask", "cls_positions", "input_ids", "labels", "position_ids", "sample_ids",
+                              "token_type_ids"]
+    ids = batch["input_ids"]
+    np.testing.assert_array_equal(packed["input_ids"], [list(ids[2, :7]) + list(ids[1, :3]),
+                                                        list(ids[0, :5]) + list(ids[3, :2]) + [0, 0, 0]])
+    np.testing.assert_array_equal(packed["cls_positions"], [10, 7, 0, 15])
+    np.testing.assert_array_equal(packed["labels"], [0, 1, 2, 0])  # per sample: untouched, in batch order
+
+
+@pytest.mark.parametrize("use_cpu_kernels", [True, False])
+def test_packed_classification_has_the_logits_and_gradients_of_the_unpacked_batch(use_cpu_kernels):
+    paddle.seed(11)
+    config = modeling.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                                 attention_probs_dropout_prob=0.0, initializer_range=0.2)
+    model = modeling.BertForSequenceClassification(config, num_labels=3, use_cpu_kernels=use_cpu_kernels)
+    batch = fine_tuning_batch([9, 4, 12, 7, 3, 10, 5], seq_length=16, vocab_size=99, seed=5)
+    packed = pack_batch(batch, max_seq_length=16)
+    assert len(packed["input_ids"]) == 4  # 7 samples in 4 rows
+    results = []
+    for layout in (batch, packed):
+        logits = model(*finetune.model_inputs(layout))
+        loss = paddle.nn.functional.cross_entropy(logits, paddle.to_tensor(layout["labels"]))
+        loss.backward()
+        results.append((logits.numpy(), {name: p.grad.numpy().copy() for name, p in model.named_parameters()}))
+        model.clear_gradients()
+    (logits, gradients), (packed_logits, packed_gradients) = results
+    assert logits.shape == packed_logits.shape == (7, 3)
+    np.testing.assert_allclose(packed_logits, logits, atol=1e-5)
+    for name, gradient in gradients.items():
+        np.testing.assert_allclose(packed_gradients[name], gradient, atol=1e-5, err_msg=name)
+    assert max(np.abs(g).max() for g in gradients.values()) > 1e-2
+
+
+def test_a_packed_batch_counts_its_samples_not_its_rows():
+    # gradient_merge weighs each micro-batch's mean loss by its sequences: a packed batch's are its samples.
+    batch = fine_tuning_batch([9, 4, 12, 7, 3], seq_length=16, vocab_size=99)
+    packed = pack_batch(batch, max_seq_length=16)
+    assert len(packed["input_ids"]) < 5
+    assert finetune._sequences(packed) == finetune._sequences(batch) == (5,)
