@@ -65,7 +65,7 @@ from itertools import count, islice, repeat
 
 import numpy as np
 
-from preprocessing.masking import continuation_pieces, mask_batch, word_starts
+from preprocessing.masking import check_masked_lm_ratio, continuation_pieces, mask_batch, word_starts
 from preprocessing.shard_formats import SHARD_FORMATS, check_num_samples, padded_row_length, parse_positions, shard_kind
 from tokenizer import load_vocab
 from utils.child_processes import end_with_parent
@@ -197,8 +197,7 @@ class LoaderSettings:
                 raise ValueError(f"{name}={value!r}: must be a whole number of at least {lowest}")
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank={self.rank!r}: must be in [0, world_size={self.world_size})")
-        if not 0.0 < self.masked_lm_ratio < 1.0:
-            raise ValueError(f"masked_lm_ratio={self.masked_lm_ratio!r}: must be between 0 and 1")
+        check_masked_lm_ratio(self.masked_lm_ratio, "masked_lm_ratio")
         for name in ("whole_word_masking", "nsp"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be True or False")

@@ -80,7 +80,7 @@ from loss import IGNORE_INDEX, BertPretrainingCriterion
 from lr_scheduler import TimeBudgetDecay, create_lr_scheduler
 from modeling import BertForPretraining
 from optimizer import add_optimizer_arguments, create_optimizer
-from preprocessing.masking import MASKED_LM_RATIO, num_to_predict
+from preprocessing.masking import MASKED_LM_RATIO, check_masked_lm_ratio, num_to_predict
 from preprocessing.packing import PACKED_MODEL_INPUTS, check_packable, pack_batch, padding_fraction
 from pretraining_dataset import PretrainingDataLoader, find_shards
 from training.amp import add_amp_arguments, amp_autocast, amp_policy, amp_prepare, check_amp_arguments
@@ -324,8 +324,11 @@ def _check_starting_weights(parser: argparse.ArgumentParser, args: argparse.Name
 
 def _check_data_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The shards, the masking they allow and the vocabulary; --report-file's default."""
-    if args.masked_lm_ratio is not None and not 0.0 < args.masked_lm_ratio < 1.0:
-        parser.error(f"--masked-lm-ratio must be between 0 and 1, got {args.masked_lm_ratio}")
+    if args.masked_lm_ratio is not None:
+        try:
+            check_masked_lm_ratio(args.masked_lm_ratio, "--masked-lm-ratio")
+        except ValueError as error:
+            parser.error(str(error))
     if not Path(args.input_dir).is_dir():
         parser.error(f"--input-dir {args.input_dir}: no such folder")
     if args.masked_lm_ratio is None:

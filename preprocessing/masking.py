@@ -35,6 +35,14 @@ KEEP_PROBABILITY = 0.1  # of a drawn position keeping its token; the remaining 0
 CONTINUATION_PREFIX = "##"  # WordPiece's mark of a piece that continues the word before it
 
 
+def check_masked_lm_ratio(ratio: float, name: str) -> None:
+    """ValueError naming `name` (the flag or parameter that gave it) unless 0 < ratio < 1: the share of a sequence's
+    tokens drawn for prediction, by the preprocessors' static masking and the loader's dynamic masking alike (a
+    share of 1 would leave no token unmasked to predict from)."""
+    if not 0.0 < ratio < 1.0:
+        raise ValueError(f"{name} {ratio}: must be between 0 and 1 (both excluded)")
+
+
 def num_to_predict(num_tokens: np.ndarray | int, masked_lm_prob: float = MASKED_LM_RATIO,
                    max_predictions_per_seq: int | None = None) -> np.ndarray:
     """min(max_predictions_per_seq, max(1, round(num_tokens * masked_lm_prob))) for each sequence length.

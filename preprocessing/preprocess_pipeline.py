@@ -69,7 +69,7 @@ from tqdm import tqdm
 
 from corpus import INPUT_FORMATS, RawDocument, document_sentences, find_corpus_files, is_compressed, read_documents
 from preprocessing.cached_wordpiece import CachedWordPiece
-from preprocessing.masking import continuation_pieces, mask_batch, word_starts
+from preprocessing.masking import MASKED_LM_RATIO, check_masked_lm_ratio, continuation_pieces, mask_batch, word_starts
 from preprocessing.pretraining_pairs import create_pairs_from_document, create_segments_from_document
 from preprocessing.shard_formats import ShardRows
 from tokenizer import BertTokenizer, load_vocab
@@ -107,7 +107,7 @@ class PipelineSettings:
     next_sentence_prediction: bool = True  # False: single-segment samples [CLS] A [SEP] (RoBERTa's DOC-SENTENCES)
     duplicate_factor: int = 5
     masking: bool = True
-    masked_lm_ratio: float = 0.15
+    masked_lm_ratio: float = MASKED_LM_RATIO
     whole_word_masking: bool = False
     max_predictions_per_seq: int | None = None
     bin_size: int | None = None
@@ -1029,8 +1029,10 @@ def settings_from_arguments(parser: argparse.ArgumentParser, args: argparse.Name
     if args.duplicate_factor < 1:
         parser.error(f"--duplicate-factor {args.duplicate_factor} must be at least 1")
     masked_lm_ratio = PipelineSettings.masked_lm_ratio if args.masked_lm_ratio is None else args.masked_lm_ratio
-    if not 0.0 < masked_lm_ratio <= 1.0:
-        parser.error(f"--masked-lm-ratio {masked_lm_ratio} must be in (0, 1]")
+    try:
+        check_masked_lm_ratio(masked_lm_ratio, "--masked-lm-ratio")
+    except ValueError as error:
+        parser.error(str(error))
     if args.seed < 0:
         parser.error(f"--seed {args.seed} must be non-negative")
     if not 0.0 < args.sample_ratio <= 1.0:

@@ -721,6 +721,8 @@ def test_bad_flag_values_name_the_flag(corpus, tmp_path, capsys, module, flag, v
 @pytest.mark.parametrize("module, flag, value", [
     (lddl_preprocess, "--bin-size", "5"), (lddl_preprocess, "--bin-size", "0"),
     (lddl_preprocess, "--masked-lm-ratio", "0"), (create_pretraining_data, "--masked-lm-ratio", "1.5"),
+    # 1 would mask every token; run_pretraining.py and the loader refuse it too (masking.check_masked_lm_ratio)
+    (lddl_preprocess, "--masked-lm-ratio", "1"),
     (create_pretraining_data, "--max-predictions-per-seq", "0")])
 def test_bad_writer_flags(corpus, tmp_path, capsys, module, flag, value):
     assert f"{flag} {value}" in expect_exit(capsys, module, cli_argv(corpus, tmp_path / "out", flag, value))

@@ -263,7 +263,7 @@ def test_whole_word_masking_of_a_statically_masked_set_is_refused(uncased_vocab,
     for part in ("drawn when the shards were made", "by whole words if they were made with --whole-word-masking",
                  "drop whole_word_masking", "lddl_preprocess.py --no-masking"):
         assert part in message, message
-    with pytest.raises(ValueError, match="masked_lm_ratio=1.5: must be between 0 and 1"):
+    with pytest.raises(ValueError, match=r"masked_lm_ratio 1.5: must be between 0 and 1 \(both excluded\)"):
         PretrainingDataLoader(str(folder), str(uncased_vocab), 8, 128, 20, seed=0, masked_lm_ratio=1.5)
 
 

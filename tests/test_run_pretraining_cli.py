@@ -414,7 +414,7 @@ def test_whole_word_masking_masks_every_piece_of_a_chosen_word(tmp_path, monkeyp
 
 
 def test_masked_lm_ratio_outside_0_1_names_the_flag(tmp_path, capsys):
-    assert "--masked-lm-ratio must be between 0 and 1, got 1.0" in parse_error(
+    assert "--masked-lm-ratio 1.0: must be between 0 and 1 (both excluded)" in parse_error(
         pretraining_argv(tmp_path, "--masked-lm-ratio", "1"), capsys)
 
 
