@@ -437,7 +437,7 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
 
     Reported: the training set (training_<unit>), every --log-freq updates the loss (the mean over the global
     batch), learning rate and skipped updates so far, each skipped update as it happens (skipped_update), and
-    at the end the throughput. benchmark = (warmup steps, timed steps) runs that
+    at the end the throughput and the share of this rank's token slots that were padding (padding_fraction). benchmark = (warmup steps, timed steps) runs that
     many updates and times the last ones.
     """
     policy, logger, world_size = session.policy, session.logger, session.world_size
@@ -459,12 +459,16 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
             return [(loss_fn(network, batch), 0)]
 
     skipped_steps = 0
+    token_slots = real_tokens = 0
     timed_start = train_start = time.perf_counter()
     for step in range(1, total_steps + 1):
         if benchmark and step == benchmark[0] + 1:
             timed_start = time.perf_counter()
         drawn = [next(batches) for _ in range(args.gradient_merge_steps)]
         epoch = drawn[-1][0]
+        for _, batch in drawn:
+            token_slots += batch["attention_mask"].size
+            real_tokens += int(np.count_nonzero(batch["attention_mask"]))
         [step_loss] = merged_backward(network, [batch for _, batch in drawn], _sequences, loss_terms, world_size,
                                       scaler, master_gradients=policy.master_weights)
         if world_size > 1:  # the global loss, so that every rank skips a non-finite step alike
@@ -481,7 +485,8 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
             if visualdl is not None:
                 visualdl.scalars(step, metrics)
     throughput = _log_throughput(logger, args.train_batch_size * args.gradient_merge_steps * world_size, total_steps,
-                                 benchmark, time.perf_counter() - timed_start, time.perf_counter() - train_start)
+                                 benchmark, time.perf_counter() - timed_start, time.perf_counter() - train_start,
+                                 1.0 - real_tokens / token_slots)
     if visualdl is not None:
         visualdl.scalars(total_steps, throughput)
         visualdl.close()
@@ -489,11 +494,12 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
 
 
 def _log_throughput(logger: DLLogger, global_batch: int, total_steps: int, benchmark: tuple[int, int] | None,
-                    timed_seconds: float, total_seconds: float) -> dict[str, float]:
+                    timed_seconds: float, total_seconds: float, padding_fraction: float) -> dict[str, float]:
     if benchmark:
         throughput = {"training_sequences_per_second": global_batch * benchmark[1] / timed_seconds}
     else:
         throughput = {"e2e_train_time": total_seconds,
                       "training_sequences_per_second": global_batch * total_steps / timed_seconds}
+    throughput["padding_fraction"] = padding_fraction
     logger.log((), throughput)
     return throughput

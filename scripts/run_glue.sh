@@ -37,6 +37,8 @@
 # dygraph only), so that its 16 positions stay as they are:
 #   EXPORT_ONNX (false)                 true: a mode with train also exports the fine-tuned model to <out_dir>/export
 #                                       for Paddle Inference and ONNX Runtime (--export-dir, --export-onnx)
+#   PACK_SEQUENCES (false)              true: a mode with train trains on packed rows, each batch's examples side by
+#                                       side (--pack-sequences; the same function of each example on less padding)
 #   INFERENCE_BACKEND (unset)           auto | paddle | onnxruntime | openvino: a mode without train predicts with
 #                                       the model exported there, init_checkpoint naming its folder
 #                                       (--inference-model-dir, --inference-backend; auto: the fastest measured on
@@ -116,6 +118,10 @@ export_onnx=${EXPORT_ONNX:-false}
 require_choice EXPORT_ONNX "$export_onnx" true false
 [[ "$export_onnx" == false || "$mode" == *train* ]] ||
   die "EXPORT_ONNX exports the model that a mode with train fine-tunes; mode is '$mode'"
+pack_sequences=${PACK_SEQUENCES:-false}
+require_choice PACK_SEQUENCES "$pack_sequences" true false
+[[ "$pack_sequences" == false || "$mode" == *train* ]] ||
+  die "PACK_SEQUENCES packs the training batches of a mode with train; mode is '$mode'"
 inference_mode_error=""
 [[ "$mode" != *train* ]] || inference_mode_error="mode must not train, got '$mode'"
 set_inference_flags "$init_checkpoint" "$inference_mode_error"
@@ -148,6 +154,7 @@ if [[ "$mode" =~ (eval|prediction) ]]; then
   (( ${#predict_files[@]} == 1 )) || flags+=(--mismatched-predict-file "$data_dir/${predict_files[1]}")
 fi
 [[ "$export_onnx" == true ]] && flags+=(--export-dir "$out_dir/export" --export-onnx)
+[[ "$pack_sequences" == true ]] && flags+=(--pack-sequences)
 
 # More than one process: Paddle's launcher, its own output kept in <out_dir>/log/launcherlog (run_launcher).
 num_gpu=$(process_count "$num_gpu" "${7:-}")

@@ -22,10 +22,12 @@ from fine_tuning_runs import (
     run_script,
     stage_args,
 )
-from finetuning.glue_data import read_glue_examples
+from finetuning.feature_batching import batch_indices
+from finetuning.glue_data import convert_examples_to_features, read_glue_examples
 from finetuning.glue_metrics import accuracy, binary_f1, roc_auc
 from messages import assert_one_line
 from modeling import BertConfig
+from tokenizer import BertTokenizer
 from utils.dllog import read_report
 
 TRAIN_ROWS, DEV_ROWS = 32, 24
@@ -194,6 +196,18 @@ def test_packed_rows_train_the_same_model(workspace, two_steps_batch_8):
     # The tiny config has no dropout, so packing leaves each example's function, and so the update, as it was.
     packed_dir = _two_steps(workspace, "packed", "--pack-sequences")
     _assert_same_params(packed_dir, two_steps_batch_8, atol=1e-5)
+    # The report's padding share, against the rule counted here: the two batches of 8 (seed 42's first epoch),
+    # each row as long as the batch's longest example rounded up to 8 tokens.
+    tokenizer = BertTokenizer(str(require_shared("vocab", "bert-uncased-vocab.txt")))
+    examples = read_glue_examples("mrpc", workspace / "train.tsv", require_labels=True)
+    lengths = [len(feature.input_ids) for feature in convert_examples_to_features(examples, tokenizer, 128, ["0", "1"])]
+    drawn = [[lengths[i] for i in indices] for indices in batch_indices(len(lengths), 8, shuffle=True, seed=42)][:2]
+    slots = sum(len(batch) * (-(-max(batch) // 8) * 8) for batch in drawn)
+    expected = 1 - sum(map(sum, drawn)) / slots
+    [padded] = logged(read_report(two_steps_batch_8 / "report.json"), "padding_fraction")
+    [packed] = logged(read_report(packed_dir / "report.json"), "padding_fraction")
+    assert padded == pytest.approx(expected, abs=1e-9) and expected > 0.1
+    assert 0 <= packed < padded
     # Micro-batches of 3 whose packed rows differ in number: the merge weighs them by examples, not rows.
     merged = _two_steps(workspace, "merged_3", "--train-batch-size", 3, "--gradient-merge-steps", 2)
     packed_merged = _two_steps(workspace, "packed_merged_3", "--train-batch-size", 3, "--gradient-merge-steps", 2,

@@ -28,9 +28,9 @@ def recorded(tmp_path):
     write_executable(bin_dir / "nvidia-smi", FAKE_NVIDIA_SMI)  # NVIDIA's default of 8 processes needs GPUs
     record = tmp_path / "args.txt"
 
-    def run(*args: str) -> list[str]:
+    def run(*args: str, **variables: str) -> list[str]:
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RECORDED_ARGS": str(record),
-               "BERT_PREP_WORKING_DIR": "/prep"}
+               "BERT_PREP_WORKING_DIR": "/prep", **variables}
         result = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
         return record.read_text().splitlines()
@@ -123,6 +123,26 @@ def test_bad_arguments_stop_with_one_line(tmp_path, position, value, named):
     result = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert_one_line(result.stderr, "run_glue.sh: ", *named)
+
+
+def test_pack_sequences_reaches_the_training_run(recorded, tmp_path):
+    args = ["", "", "", "", str(tmp_path / "out"), "mrpc", "1"]
+    assert "--pack-sequences" not in recorded(*args)
+    packed = recorded(*args, PACK_SEQUENCES="true")
+    assert packed[packed.index("--do-train"):].count("--pack-sequences") == 1
+
+
+@pytest.mark.parametrize(("mode", "value", "named"), [
+    ("train", "yes", ("PACK_SEQUENCES must be one of: true false", "'yes'")),
+    ("eval", "true", ("PACK_SEQUENCES packs the training batches", "mode is 'eval'")),
+])
+def test_pack_sequences_that_cannot_act_stops_with_one_line(tmp_path, mode, value, named):
+    args = ["ckpt", "", "", "", str(tmp_path / "out"), "mrpc", "1", "", "", "", "", "", "", "", "", mode]
+    result = subprocess.run(["bash", str(SCRIPT), *args], env={**os.environ, "PACK_SEQUENCES": value},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert_one_line(result.stderr, "run_glue.sh: ", *named)
+    assert not (tmp_path / "out").exists()
 
 
 def _preset(name: str) -> list[str]:
