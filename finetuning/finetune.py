@@ -437,8 +437,8 @@ def train(model: paddle.nn.Layer, features: Sequence[Feature], collate: Callable
 
     Reported: the training set (training_<unit>), every --log-freq updates the loss (the mean over the global
     batch), learning rate and skipped updates so far, each skipped update as it happens (skipped_update), and
-    at the end the throughput and the share of this rank's token slots that were padding (padding_fraction). benchmark = (warmup steps, timed steps) runs that
-    many updates and times the last ones.
+    at the end the throughput and the share of this rank's token slots that were padding (padding_fraction).
+    benchmark = (warmup steps, timed steps) runs that many updates and times the last ones.
     """
     policy, logger, world_size = session.policy, session.logger, session.world_size
     total_steps = sum(benchmark) if benchmark else total_training_steps(len(features), args, world_size)
