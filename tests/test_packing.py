@@ -17,6 +17,11 @@ from preprocessing.packing import check_packable, first_fit_decreasing, pack_bat
 from pretraining_dataset import PretrainingDataLoader
 from pretraining_runs import pretraining_argv, step_records, summaries, train
 
+# A tiny model without dropout, so that a packed and an unpacked forward compute the same function.
+NO_DROPOUT_CONFIG = modeling.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                        intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                                        attention_probs_dropout_prob=0.0, initializer_range=0.2)
+
 
 def test_first_fit_decreasing_by_hand():
     # Longest first: 7 opens row 0, 5 does not fit beside it (12 > 10) and opens row 1, 3 fills row 0 to 10,
@@ -140,10 +145,7 @@ def loss_and_gradients(model: modeling.BertForPretraining, batch: dict) -> tuple
 @pytest.mark.parametrize("use_cpu_kernels", [True, False])
 def test_packed_step_has_the_losses_and_gradients_of_the_unpacked_one(use_cpu_kernels):
     paddle.seed(7)
-    config = modeling.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                 intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                                 attention_probs_dropout_prob=0.0, initializer_range=0.2)
-    model = modeling.BertForPretraining(config, use_cpu_kernels)
+    model = modeling.BertForPretraining(NO_DROPOUT_CONFIG, use_cpu_kernels)
     batch = ragged_batch([9, 4, 12, 7, 3, 10, 5], seq_length=16, vocab_size=99, seed=3)
     packed = pack_batch(batch, max_seq_length=16)
     assert len(packed["input_ids"]) == 4  # 7 samples in 4 rows: the samples share rows
@@ -197,10 +199,7 @@ def test_a_fine_tuning_batch_packs_its_tokens_and_keeps_its_labels_in_batch_orde
 @pytest.mark.parametrize("use_cpu_kernels", [True, False])
 def test_packed_classification_has_the_logits_and_gradients_of_the_unpacked_batch(use_cpu_kernels):
     paddle.seed(11)
-    config = modeling.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                 intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                                 attention_probs_dropout_prob=0.0, initializer_range=0.2)
-    model = modeling.BertForSequenceClassification(config, num_labels=3, use_cpu_kernels=use_cpu_kernels)
+    model = modeling.BertForSequenceClassification(NO_DROPOUT_CONFIG, num_labels=3, use_cpu_kernels=use_cpu_kernels)
     batch = fine_tuning_batch([9, 4, 12, 7, 3, 10, 5], seq_length=16, vocab_size=99, seed=5)
     packed = pack_batch(batch, max_seq_length=16)
     assert len(packed["input_ids"]) == 4  # 7 samples in 4 rows
