@@ -179,6 +179,8 @@ def check_glue_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
             parser.error(f"--mismatched-predict-file {args.mismatched_predict_file}: file not found")
     if args.max_seq_length < 3:
         parser.error("--max-seq-length must be at least 3 ([CLS] and two [SEP])")
+    if args.pack_sequences and not args.do_train:
+        parser.error("--pack-sequences packs the training batches: it needs --do-train (prediction is not packed)")
     inference.check_inference_arguments(parser, args, INT8_QUANTIZATION)
 
 

@@ -330,6 +330,8 @@ def test_bert_model_names_a_bundled_config_and_max_steps_minus_one_means_unset()
          "--labels is only used with --task-name custom"),
         (["--task-name", "mrpc", "--do-predict", "--predict-file", str(TINY_CONFIG), "--max-seq-length", "2"],
          "--max-seq-length must be at least 3"),
+        (["--task-name", "mrpc", "--do-predict", "--predict-file", str(TINY_CONFIG), "--pack-sequences"],
+         "--pack-sequences packs the training batches: it needs --do-train"),
     ],
 )
 def test_bad_arguments_are_rejected(argv, message, capsys):
