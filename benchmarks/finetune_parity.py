@@ -18,7 +18,8 @@ over 0.1 of the updates then linear decay, batch 32, sequences of at most 128 to
 --learning-rate (the preset's 2 and 1e-4), each --seeds seed (head initialisation, dropout and data order).
 
 Training sets are fixed subsets (TASKS, --max-train-examples) so that the whole comparison fits about 90 minutes on
-2 cores (70 on a Zen 4 once ours packed its rows): the same rows, drawn with SUBSET_SEED, for every contender and seed; the dev sets are whole.
+2 cores (70 on a Zen 4 once ours packed its rows): the same rows, drawn with SUBSET_SEED, for every contender and
+seed; the dev sets are whole.
 
 Stages, each a file WORK/stages/<stage>.json written atomically when it ends; a rerun skips every stage whose file is
 there, so a killed run continues where it stopped (a stage's settings are in its file: a rerun with other settings
