@@ -332,14 +332,17 @@ def subset_file(task: str, source: Path, target: Path, size: int | None) -> tupl
 def task_data(task: str, plan: TaskPlan, data_dir: Path, output_dir: Path) -> TaskData:
     """The task's training and dev files (subsets written under <output_dir>/data); FileNotFoundError names a
     missing one."""
+    mismatched = None
     if task == "squad":
         folder = data_dir / SQUAD_FOLDER
         train = next((folder / name for name in SQUAD_TRAIN if (folder / name).is_file()), folder / SQUAD_TRAIN[0])
         dev = folder / SQUAD_DEV
     else:
         folder = data_dir / "glue" / GLUE_FOLDERS[task]
-        train, dev = folder / "train.tsv", folder / DEV_FILES.get(task, ("dev.tsv",))[0]
-    mismatched = data_dir / "glue" / GLUE_FOLDERS[task] / DEV_FILES[task][1] if task == "mnli" else None
+        dev_names = DEV_FILES.get(task, ("dev.tsv",))
+        train, dev = folder / "train.tsv", folder / dev_names[0]
+        if len(dev_names) > 1:  # MNLI's mismatched set
+            mismatched = folder / dev_names[1]
     for path in (train, dev, mismatched):
         if path is not None and not path.is_file():
             raise FileNotFoundError(f"--data-dir {data_dir}: {path} not found")
